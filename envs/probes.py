@@ -1,0 +1,117 @@
+"""Probe environments: tiny MDPs that each test one learning property.
+
+After Andy Jones' "Debugging RL, without the agonizing pain". Each probe isolates one thing an agent
+must get right; when a learner fails a probe, the failing property names the bug:
+
+=====================  =====================================================  ==========================
+probe                  dynamics                                               what a correct learner shows
+=====================  =====================================================  ==========================
+ConstantReward         one step, obs 0, reward 1                              V(0) = 1 (value fitting)
+ObsReward              one step, obs +-1 at random, reward = obs              V(obs) = obs (obs -> value)
+TwoStep                obs 0 then obs 1, reward 0 then 1                      V(0) = gamma, V(1) = 1
+                                                                              (discounting, bootstrapping)
+ActionReward           one step, reward 1 for the right action                picks the right action
+                                                                              (policy gradient sign)
+ActionObsReward        one step, obs +-1, reward 1 when action matches obs    picks the action per obs
+                                                                              (policy conditioning)
+=====================  =====================================================  ==========================
+
+Discrete variants have two actions; "right" is action 1 for ActionReward and action ``(obs + 1) / 2``
+for ActionObsReward. Continuous variants take a ``Box(-1, 1, (1,))`` action and pay
+``1 - (a - a*)^2`` (clipped to [-1, 1] first), with ``a* = 0.5`` (ActionReward) or ``a* = 0.5 * obs``
+(ActionObsReward); ConstantReward, ObsReward and TwoStep ignore the action.
+
+Every episode terminates on its own (``terminated``), so values have no bootstrap beyond the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
+
+PROBE_KINDS = ("ConstantReward", "ObsReward", "TwoStep", "ActionReward", "ActionObsReward")
+
+
+@struct.dataclass
+class ProbeState(EnvState):
+    """Attributes: obs: the current observation value, float32 scalar. time: steps in episode."""
+
+    obs: jax.Array
+    time: jax.Array
+
+
+@struct.dataclass
+class ProbeParams(EnvParams):
+    """Attributes: max_steps_in_episode: never reached (probes terminate in 1 or 2 steps)."""
+
+    max_steps_in_episode: int = 100
+
+
+class ProbeEnv(Environment[ProbeState, ProbeParams]):
+    """One probe environment; see the module docstring.
+
+    Args:
+        kind: one of ``PROBE_KINDS``.
+        continuous: ``Box(-1, 1, (1,))`` actions instead of ``Discrete(2)``.
+
+    Observations have shape ``(1,)``, float32.
+    """
+
+    def __init__(self, kind: str, continuous: bool = False):
+        if kind not in PROBE_KINDS:
+            raise ValueError(f"unknown probe kind {kind!r}; valid kinds: {', '.join(PROBE_KINDS)}")
+        self.kind = kind
+        self.continuous = continuous
+
+    @property
+    def name(self) -> str:
+        return f"Probe{self.kind}{'Continuous' if self.continuous else ''}-v0"
+
+    @property
+    def default_params(self) -> ProbeParams:
+        return ProbeParams()
+
+    def reset_env(self, key: jax.Array, params: ProbeParams) -> tuple[jax.Array, ProbeState]:
+        if self.kind in ("ObsReward", "ActionObsReward"):
+            obs = jnp.where(jax.random.bernoulli(key), 1.0, -1.0).astype(jnp.float32)
+        else:
+            obs = jnp.float32(0.0)
+        state = ProbeState(obs=obs, time=jnp.int32(0))
+        return obs[None], state
+
+    def _action_reward(self, obs: jax.Array, action: Any) -> jax.Array:
+        """Reward of the action-dependent probes, float32 scalar."""
+        if self.continuous:
+            a = jnp.clip(jnp.reshape(action, ()), -1.0, 1.0)
+            target = 0.5 if self.kind == "ActionReward" else 0.5 * obs
+            return 1.0 - (a - target) ** 2
+        right = 1 if self.kind == "ActionReward" else ((obs + 1.0) / 2.0).astype(jnp.int32)
+        return (jnp.asarray(action) == right).astype(jnp.float32)
+
+    def step_env(self, key: jax.Array, state: ProbeState, action: Any, params: ProbeParams
+                 ) -> tuple[jax.Array, ProbeState, jax.Array, jax.Array, dict[str, Any]]:
+        time = state.time + 1
+        if self.kind == "ConstantReward":
+            reward, terminated, obs = jnp.float32(1.0), jnp.bool_(True), state.obs
+        elif self.kind == "ObsReward":
+            reward, terminated, obs = state.obs, jnp.bool_(True), state.obs
+        elif self.kind == "TwoStep":
+            # Step 1 moves from obs 0 to obs 1 with reward 0; step 2 pays 1 and ends.
+            terminated = state.obs > 0.5
+            reward = jnp.where(terminated, 1.0, 0.0).astype(jnp.float32)
+            obs = jnp.float32(1.0)
+        else:
+            reward, terminated, obs = self._action_reward(state.obs, action), jnp.bool_(True), state.obs
+        new_state = ProbeState(obs=obs, time=time)
+        return obs[None], new_state, jnp.asarray(reward, jnp.float32), terminated, {}
+
+    def observation_space(self, params: ProbeParams) -> Box:
+        return Box(-1.0, 1.0, (1,), jnp.float32)
+
+    def action_space(self, params: ProbeParams) -> Box | Discrete:
+        return Box(-1.0, 1.0, (1,), jnp.float32) if self.continuous else Discrete(2)

@@ -1,0 +1,270 @@
+"""The environment contract: spaces, the base class, and auto-reset semantics.
+
+Every environment in rljax, built-in or user-written, is call-compatible with gymnax >= 1.0:
+
+* ``reset(key, params) -> (obs, state)``
+* ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
+
+``step`` auto-resets: when ``terminated | truncated`` the returned ``obs``/``state`` already belong to
+the next episode, and ``info["final_observation"]`` holds the last observation of the finished one.
+``terminated`` means the MDP ended (the value after it is 0); ``truncated`` means a time limit cut the
+episode (bootstrap from the value of ``info["final_observation"]``). Both can be true at once, as in
+Gymnasium; ``terminated`` then wins for value targets.
+
+Subclasses implement :meth:`Environment.step_env` and :meth:`Environment.reset_env`; the base class
+adds the time limit and the auto-reset. See ``docs/env_api.md`` for the full specification.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+__all__ = [
+    "Box",
+    "Discrete",
+    "EnvParams",
+    "EnvState",
+    "Environment",
+    "EnvLike",
+    "Space",
+    "is_discrete",
+    "auto_reset",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Spaces
+# --------------------------------------------------------------------------------------------------
+
+
+class Space:
+    """A jittable space. ``sample`` and ``contains`` are pure and can run under ``jit``/``vmap``."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def contains(self, x: jax.typing.ArrayLike) -> jax.Array:
+        raise NotImplementedError
+
+
+class Discrete(Space):
+    """The integers ``{0, ..., n - 1}``.
+
+    Args:
+        n: number of actions; must be a positive Python int.
+        dtype: an integer dtype, ``int32`` by default.
+    """
+
+    def __init__(self, n: int, dtype: Any = jnp.int32):
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n <= 0:
+            raise ValueError(f"Discrete(n={n!r}): n must be a positive integer")
+        dtype = jnp.dtype(dtype)
+        if not jnp.issubdtype(dtype, jnp.integer):
+            raise ValueError(f"Discrete(dtype={dtype}): dtype must be an integer dtype such as int32")
+        self.n = int(n)
+        self.shape: tuple[int, ...] = ()
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"Discrete({self.n})"
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Returns a uniformly drawn action, shape ``()``, dtype ``self.dtype``."""
+        return jax.random.randint(key, self.shape, 0, self.n, dtype=self.dtype)
+
+    def contains(self, x: jax.typing.ArrayLike) -> jax.Array:
+        """Returns a bool scalar: ``x`` is an integer-valued scalar in ``[0, n)``."""
+        x = jnp.asarray(x)
+        if x.shape != self.shape:
+            return jnp.array(False)
+        integral = jnp.floor(x) == x if jnp.issubdtype(x.dtype, jnp.floating) else jnp.array(True)
+        return integral & (x >= 0) & (x < self.n)
+
+
+class Box(Space):
+    """A box ``[low, high]`` in R^shape, bounds broadcast to ``shape``.
+
+    Args:
+        low: lower bound, scalar or array broadcastable to ``shape`` (may be ``-inf``).
+        high: upper bound, as ``low``.
+        shape: the shape of one element.
+        dtype: a floating dtype, ``float32`` by default.
+    """
+
+    def __init__(self, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike, shape: tuple[int, ...],
+                 dtype: Any = jnp.float32):
+        shape = tuple(int(s) for s in shape)
+        self.shape = shape
+        self.dtype = jnp.dtype(dtype)
+        self.low = jnp.broadcast_to(jnp.asarray(low, self.dtype), shape)
+        self.high = jnp.broadcast_to(jnp.asarray(high, self.dtype), shape)
+
+    def __repr__(self) -> str:
+        return f"Box(shape={self.shape}, dtype={self.dtype.name})"
+
+    @property
+    def bounded(self) -> bool:
+        """True when every bound is finite (needed for uniform sampling and action rescaling)."""
+        return bool(np.all(np.isfinite(np.asarray(self.low))) and np.all(np.isfinite(np.asarray(self.high))))
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Uniform sample where both bounds are finite; a standard normal draw, clipped, elsewhere."""
+        finite = jnp.isfinite(self.low) & jnp.isfinite(self.high)
+        low = jnp.where(finite, self.low, 0.0)
+        high = jnp.where(finite, self.high, 1.0)
+        k1, k2 = jax.random.split(key)
+        uniform = jax.random.uniform(k1, self.shape, self.dtype, low, high)
+        normal = jnp.clip(jax.random.normal(k2, self.shape, self.dtype), self.low, self.high)
+        return jnp.where(finite, uniform, normal)
+
+    def contains(self, x: jax.typing.ArrayLike) -> jax.Array:
+        """Returns a bool scalar: ``x`` has this shape, is finite where bounded, and lies in the box."""
+        x = jnp.asarray(x)
+        if x.shape != self.shape:
+            return jnp.array(False)
+        return jnp.all((x >= self.low) & (x <= self.high) & ~jnp.isnan(x))
+
+
+def is_discrete(space: Any) -> bool:
+    """True for a discrete space: rljax's :class:`Discrete` or any space with an integer ``n``
+    (gymnax's ``Discrete`` included)."""
+    return isinstance(space, Discrete) or (hasattr(space, "n") and not hasattr(space, "low"))
+
+
+# --------------------------------------------------------------------------------------------------
+# State, params, base class
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class EnvState:
+    """Base env state. ``time`` counts steps taken in the current episode (int32 scalar)."""
+
+    time: jax.Array
+
+
+@struct.dataclass
+class EnvParams:
+    """Base env params. Every numeric field is a pytree leaf, so params can be vmapped.
+
+    Attributes:
+        max_steps_in_episode: the time limit; ``truncated`` becomes true on the step that reaches it.
+    """
+
+    max_steps_in_episode: int = 1000
+
+
+TState = TypeVar("TState", bound=EnvState)
+TParams = TypeVar("TParams", bound=EnvParams)
+
+
+@runtime_checkable
+class EnvLike(Protocol):
+    """What rljax needs of an environment (gymnax >= 1.0 environments satisfy it unwrapped)."""
+
+    @property
+    def default_params(self) -> Any: ...
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, Any]: ...
+
+    def step(self, key: jax.Array, state: Any, action: Any, params: Any) -> tuple[Any, ...]: ...
+
+    def observation_space(self, params: Any) -> Any: ...
+
+    def action_space(self, params: Any) -> Any: ...
+
+
+def auto_reset(done: jax.Array, reset_tree: Any, step_tree: Any) -> Any:
+    """Selects ``reset_tree`` where ``done`` (a bool scalar) else ``step_tree``, leaf by leaf."""
+    return jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_tree, step_tree)
+
+
+class Environment(Generic[TState, TParams]):
+    """Base class for pure-JAX environments with the rljax / gymnax >= 1.0 step contract.
+
+    Subclasses implement ``step_env``, ``reset_env``, ``default_params``, ``observation_space`` and
+    ``action_space``. Their state must carry an int32 ``time`` field that ``step_env`` increments;
+    the time limit is ``params.max_steps_in_episode``.
+
+    The class holds no mutable state: an instance is a bundle of pure functions, so it can be closed
+    over by ``jit`` and shared between vmapped copies.
+    """
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def default_params(self) -> TParams:
+        raise NotImplementedError
+
+    def step_env(self, key: jax.Array, state: TState, action: Any, params: TParams
+                 ) -> tuple[jax.Array, TState, jax.Array, jax.Array, dict[str, Any]]:
+        """One transition without time limit or reset.
+
+        Returns:
+            ``(obs, state, reward, terminated, info)``: the next observation and state, a float32
+            scalar reward, a bool scalar, and a dict of extra arrays with a fixed structure.
+        """
+        raise NotImplementedError
+
+    def reset_env(self, key: jax.Array, params: TParams) -> tuple[jax.Array, TState]:
+        """Draws the first observation and state of an episode."""
+        raise NotImplementedError
+
+    def observation_space(self, params: TParams) -> Space:
+        raise NotImplementedError
+
+    def action_space(self, params: TParams) -> Space:
+        raise NotImplementedError
+
+    def reset(self, key: jax.Array, params: TParams | None = None) -> tuple[jax.Array, TState]:
+        """Starts an episode.
+
+        Args:
+            key: a PRNG key; the same key gives the same first state.
+            params: env params; ``default_params`` when None.
+
+        Returns:
+            ``(obs, state)``.
+        """
+        if params is None:
+            params = self.default_params
+        return self.reset_env(key, params)
+
+    def step(self, key: jax.Array, state: TState, action: Any, params: TParams | None = None
+             ) -> tuple[jax.Array, TState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+        """Takes one step and auto-resets finished episodes.
+
+        Args:
+            key: a PRNG key, consumed by the transition and (when done) the reset.
+            state: the current state.
+            action: an element of ``action_space(params)``.
+            params: env params; ``default_params`` when None.
+
+        Returns:
+            ``(obs, state, reward, terminated, truncated, info)``. ``reward`` is float32, the flags
+            are bool scalars; when ``terminated | truncated``, ``obs`` and ``state`` start the next
+            episode and ``info["final_observation"]`` is the observation the finished episode ended
+            on (otherwise it equals ``obs``).
+        """
+        if params is None:
+            params = self.default_params
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
+        terminated = jnp.asarray(terminated, jnp.bool_)
+        truncated = jnp.asarray(state_st.time >= params.max_steps_in_episode, jnp.bool_)
+        done = terminated | truncated
+        obs_re, state_re = self.reset_env(key_reset, params)
+        state = auto_reset(done, state_re, state_st)
+        obs = auto_reset(done, obs_re, obs_st)
+        info = {**info, "final_observation": obs_st}
+        return obs, state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
