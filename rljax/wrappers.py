@@ -1,0 +1,942 @@
+"""Typed environment wrappers that keep the rljax / gymnax >= 1.0 environment contract.
+
+Every wrapper takes an inner env (anything with ``reset``, ``step``, ``default_params``,
+``observation_space`` and ``action_space``: rljax envs, gymnax envs, or other wrappers) and is itself
+such an env. Each declares what it forwards; none proxies attributes with ``__getattr__``, so a typo
+or a missing member fails loudly instead of silently reaching the wrong object.
+
+Each wrapper's state is a ``flax.struct.dataclass`` whose ``env_state`` field is the inner env's state
+and whose other fields are the wrapper's own (statistics, counters). States are pytrees, so a wrapped
+env runs under ``jit``, ``vmap``, ``lax.scan`` and ``shard_map`` like a bare one.
+
+Batch axes. :class:`VecEnv` adds a leading ``[num_envs]`` axis to obs, reward, flags, info and state.
+Every env reports its batch axes as :func:`batch_shape_of` (``()`` for a single env, ``(num_envs,)``
+for a ``VecEnv``). :class:`EpisodeStatistics`, :class:`ClipAction` and :class:`RescaleAction` are
+elementwise, so they work inside or outside ``VecEnv``. :class:`NormalizeObservation` and
+:class:`NormalizeReward` keep *one* statistics instance shared by the whole batch, so they belong
+outside ``VecEnv``. A typical training stack, innermost first::
+
+    env = RescaleAction(ClipAction(base_env))          # per-env action transforms
+    env = VecEnv(env, num_envs=64)                     # [64] batch, per-env keys
+    env = EpisodeStatistics(env)                       # raw returns, before any reward scaling
+    env = NormalizeObservation(env, axis_name="data")  # shared obs stats, merged across devices
+    env = NormalizeReward(env, gamma=0.99, axis_name="data")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rljax.env import Box, is_discrete
+
+__all__ = [
+    "Wrapper",
+    "batch_shape_of",
+    "VecEnv",
+    "VecEnvState",
+    "EpisodeInfo",
+    "EpisodeStatistics",
+    "EpisodeStatisticsState",
+    "RunningMeanStd",
+    "NormalizeObservation",
+    "NormalizeObservationState",
+    "NormalizeReward",
+    "NormalizeRewardState",
+    "ActionWrapperState",
+    "ClipAction",
+    "RescaleAction",
+    "transfer_stats",
+]
+
+TInnerState = TypeVar("TInnerState")
+
+StepResult = tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
+
+
+def batch_shape_of(env: Any) -> tuple[int, ...]:
+    """The leading axes of ``env``'s obs/reward/flags that index independent envs.
+
+    Args:
+        env: any env. Wrappers report ``env.batch_shape``; a bare env (rljax or gymnax) has none and
+            is a single env.
+
+    Returns:
+        ``()`` for a single env, ``(num_envs,)`` for a :class:`VecEnv`, ``(n, m)`` for a ``VecEnv``
+        of ``VecEnv``s.
+    """
+    # A bare env does not know about batching; only wrappers declare batch_shape.
+    return tuple(getattr(env, "batch_shape", ()))
+
+
+def _resolve_params(env: Any, params: Any) -> Any:
+    # Both rljax and gymnax treat params=None as "the defaults"; wrappers that read the params
+    # themselves (spaces, bounds) must resolve it before use.
+    return env.default_params if params is None else params
+
+
+def _is_positive_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Base wrapper
+# --------------------------------------------------------------------------------------------------
+
+
+class Wrapper(Generic[TInnerState]):
+    """Base class: holds the inner env and forwards the members a wrapper does not change.
+
+    Forwarded explicitly: ``default_params``, ``observation_space``, ``action_space``,
+    ``batch_shape``. Subclasses implement ``reset`` and ``step`` and override whatever they change.
+
+    Args:
+        env: the inner env.
+    """
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    @property
+    def name(self) -> str:
+        """``"Wrapper(inner name)"``, e.g. ``"VecEnv(CartPole-v1)"``."""
+        inner = getattr(self.env, "name", type(self.env).__name__)
+        return f"{type(self).__name__}({inner})"
+
+    @property
+    def unwrapped(self) -> Any:
+        """The innermost, unwrapped env."""
+        return self.env.unwrapped if isinstance(self.env, Wrapper) else self.env
+
+    @property
+    def default_params(self) -> Any:
+        """The inner env's default params."""
+        return self.env.default_params
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The inner env's batch axes (see :func:`batch_shape_of`)."""
+        return batch_shape_of(self.env)
+
+    def observation_space(self, params: Any = None) -> Any:
+        """The inner env's observation space (of one env, without batch axes)."""
+        return self.env.observation_space(_resolve_params(self.env, params))
+
+    def action_space(self, params: Any = None) -> Any:
+        """The inner env's action space (of one env, without batch axes)."""
+        return self.env.action_space(_resolve_params(self.env, params))
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, Any]:
+        raise NotImplementedError
+
+    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None) -> StepResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# --------------------------------------------------------------------------------------------------
+# VecEnv
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class VecEnvState(Generic[TInnerState]):
+    """State of a :class:`VecEnv`.
+
+    Attributes:
+        env_state: the inner state, every leaf with a leading ``[num_envs]`` axis.
+    """
+
+    env_state: TInnerState
+
+
+class VecEnv(Wrapper[TInnerState]):
+    """``num_envs`` independent copies of ``env``, vectorised with ``jax.vmap``.
+
+    ``reset`` and ``step`` split their single key into ``num_envs`` per-env keys (with
+    ``jax.random.split(key, num_envs)``), so the envs draw independent randomness: env ``i`` gets
+    ``split(key, num_envs)[i]``, exactly what a manual per-env loop with those keys would use.
+
+    Params are shared by every env by default (``in_axes=None``). With ``batched_params=True`` every
+    params leaf carries a leading ``[num_envs]`` axis and env ``i`` runs with params ``i``, e.g. for
+    domain randomisation (build such params with :meth:`stack_params`; ``default_params`` is then the
+    inner defaults broadcast to ``[num_envs]``). Params leaves the inner env uses as Python values
+    (shapes, loop bounds) cannot be batched.
+
+    Args:
+        env: the inner env (a single env, or a wrapper over one).
+        num_envs: the number of copies, a positive Python int.
+        batched_params: whether params carry a leading ``[num_envs]`` axis.
+
+    Raises:
+        ValueError: ``num_envs`` is not a positive int.
+    """
+
+    def __init__(self, env: Any, num_envs: int, batched_params: bool = False):
+        if not _is_positive_int(num_envs):
+            raise ValueError(f"VecEnv(num_envs={num_envs!r}): num_envs must be a positive int")
+        super().__init__(env)
+        self.num_envs = int(num_envs)
+        self.batched_params = bool(batched_params)
+        # vmap's in_axes for the params argument: 0 maps over per-env params, None broadcasts.
+        self._params_axis = 0 if self.batched_params else None
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """``(num_envs, *inner batch_shape)``."""
+        return (self.num_envs, *batch_shape_of(self.env))
+
+    @property
+    def default_params(self) -> Any:
+        """The inner defaults; with ``batched_params`` each leaf broadcast to ``[num_envs, ...]``."""
+        params = self.env.default_params
+        if not self.batched_params:
+            return params
+        return jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (self.num_envs, *jnp.shape(x))),
+                            params)
+
+    @staticmethod
+    def stack_params(params_list: list[Any]) -> Any:
+        """Stacks per-env params into batched params for ``batched_params=True``.
+
+        Args:
+            params_list: ``num_envs`` params pytrees of identical structure.
+
+        Returns:
+            One pytree whose leaves have a leading ``[len(params_list)]`` axis.
+        """
+        return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *params_list)
+
+    def _single_params(self, params: Any) -> Any:
+        # Spaces describe one env; with batched params we report env 0's (documented).
+        params = _resolve_params(self, params)
+        if not self.batched_params:
+            return params
+        return jax.tree.map(lambda x: x[0], params)
+
+    def observation_space(self, params: Any = None) -> Any:
+        """The observation space of one env (env 0's when params are batched)."""
+        return self.env.observation_space(self._single_params(params))
+
+    def action_space(self, params: Any = None) -> Any:
+        """The action space of one env (env 0's when params are batched)."""
+        return self.env.action_space(self._single_params(params))
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, VecEnvState]:
+        """Resets every env with its own key.
+
+        Args:
+            key: one PRNG key, split into ``num_envs`` keys.
+            params: shared params, or batched params (leading ``[num_envs]``) when ``batched_params``;
+                ``default_params`` when None.
+
+        Returns:
+            ``(obs [num_envs, *obs_shape], VecEnvState)``.
+        """
+        params = _resolve_params(self, params)
+        keys = jax.random.split(key, self.num_envs)
+        obs, env_state = jax.vmap(self.env.reset, in_axes=(0, self._params_axis))(keys, params)
+        return obs, VecEnvState(env_state=env_state)
+
+    def step(self, key: jax.Array, state: VecEnvState, action: Any, params: Any = None) -> StepResult:
+        """Steps every env with its own key and action (auto-resetting each independently).
+
+        Args:
+            key: one PRNG key, split into ``num_envs`` keys.
+            state: the ``VecEnvState``.
+            action: actions ``[num_envs, *action_shape]``.
+            params: as in :meth:`reset`.
+
+        Returns:
+            ``(obs [N, *obs_shape], state, reward [N] float32, terminated [N] bool, truncated [N] bool,
+            info)`` with every info leaf batched ``[N, ...]``.
+        """
+        params = _resolve_params(self, params)
+        keys = jax.random.split(key, self.num_envs)
+        obs, env_state, reward, terminated, truncated, info = jax.vmap(
+            self.env.step, in_axes=(0, 0, 0, self._params_axis))(keys, state.env_state, action, params)
+        return obs, VecEnvState(env_state=env_state), reward, terminated, truncated, info
+
+
+# --------------------------------------------------------------------------------------------------
+# EpisodeStatistics
+# --------------------------------------------------------------------------------------------------
+
+
+class EpisodeInfo(NamedTuple):
+    """Per-step episode summary that :class:`EpisodeStatistics` puts in ``info["episode"]``.
+
+    Every field has the env's batch shape (``()`` for one env, ``[num_envs]`` for a ``VecEnv``).
+
+    Attributes:
+        done: bool, an episode finished on this step (``terminated | truncated``).
+        return_: float32, the finished episode's undiscounted return where ``done``, else 0.
+        length: int32, the finished episode's number of steps where ``done``, else 0.
+    """
+
+    done: jax.Array
+    return_: jax.Array
+    length: jax.Array
+
+
+@struct.dataclass
+class EpisodeStatisticsState(Generic[TInnerState]):
+    """State of :class:`EpisodeStatistics`; every field but ``env_state`` has the batch shape.
+
+    Attributes:
+        env_state: the inner env's state.
+        episode_return: float32, undiscounted return of the current episode so far.
+        episode_length: int32, steps taken in the current episode so far.
+        episodes: int32, episodes completed since reset.
+        last_return: float32, the return of the most recently completed episode (0 before any).
+        last_length: int32, the length of the most recently completed episode (0 before any).
+    """
+
+    env_state: TInnerState
+    episode_return: jax.Array
+    episode_length: jax.Array
+    episodes: jax.Array
+    last_return: jax.Array
+    last_length: jax.Array
+
+
+class EpisodeStatistics(Wrapper[TInnerState]):
+    """Tracks each episode's undiscounted return and length, reporting them in ``info["episode"]``.
+
+    All updates are elementwise, so the wrapper works on a single env, inside ``VecEnv`` (vmapped) or
+    outside it (on ``[num_envs]`` arrays) with the same results. On a step with
+    ``terminated | truncated`` the step's reward and the step itself count toward the finished
+    episode, whose totals go to ``info["episode"]``; the counters then restart at 0 for the episode
+    the auto-reset began. It records the rewards it sees, so place it inside any reward
+    normalisation to log raw returns.
+
+    Args:
+        env: the inner env.
+    """
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, EpisodeStatisticsState]:
+        """Resets the inner env and zeroes every counter.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            params: env params.
+
+        Returns:
+            ``(obs, EpisodeStatisticsState)``; counters have shape ``batch_shape``.
+        """
+        obs, env_state = self.env.reset(key, params)
+        # reset's outputs carry no reward to read a batch shape from, so the env declares it.
+        shape = self.batch_shape
+        zeros_f = jnp.zeros(shape, jnp.float32)
+        zeros_i = jnp.zeros(shape, jnp.int32)
+        state = EpisodeStatisticsState(env_state=env_state, episode_return=zeros_f,
+                                       episode_length=zeros_i, episodes=zeros_i,
+                                       last_return=zeros_f, last_length=zeros_i)
+        return obs, state
+
+    def step(self, key: jax.Array, state: EpisodeStatisticsState, action: Any,
+             params: Any = None) -> StepResult:
+        """Steps the inner env and updates the episode counters.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``EpisodeStatisticsState``.
+            action: the inner env's action (batched as the inner env expects).
+            params: env params.
+
+        Returns:
+            The inner step's ``(obs, state, reward, terminated, truncated, info)`` with the state
+            wrapped and ``info["episode"]`` an :class:`EpisodeInfo`.
+        """
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, action, params)
+        done = jnp.logical_or(terminated, truncated)
+        # The last step's reward belongs to the finished episode: add before testing done.
+        new_return = state.episode_return + jnp.asarray(reward, jnp.float32)
+        new_length = state.episode_length + 1
+        episode = EpisodeInfo(
+            done=done,
+            return_=jnp.where(done, new_return, 0.0).astype(jnp.float32),
+            length=jnp.where(done, new_length, 0).astype(jnp.int32),
+        )
+        state = EpisodeStatisticsState(
+            env_state=env_state,
+            # The auto-reset started a new episode where done: its counters start at 0.
+            episode_return=jnp.where(done, 0.0, new_return).astype(jnp.float32),
+            episode_length=jnp.where(done, 0, new_length).astype(jnp.int32),
+            episodes=state.episodes + done.astype(jnp.int32),
+            last_return=jnp.where(done, new_return, state.last_return).astype(jnp.float32),
+            last_length=jnp.where(done, new_length, state.last_length).astype(jnp.int32),
+        )
+        return obs, state, reward, terminated, truncated, {**info, "episode": episode}
+
+
+# --------------------------------------------------------------------------------------------------
+# RunningMeanStd
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class RunningMeanStd:
+    """Running mean and (population) variance of a stream of arrays, as a pytree.
+
+    All methods are pure and return new statistics; call them as methods (``stats.update(x)``) or as
+    functions (``RunningMeanStd.update(stats, x)``). Statistics combine exactly with the parallel
+    formula of Chan et al., so updating with several batches, merging statistics of disjoint data,
+    and merging across devices all equal the statistics of the union (up to float32 rounding).
+
+    ``count`` is float32 (a pseudo-count prior of 1e-4 is not an integer), exact for integer counts up
+    to 2**24 and accurate to ~1e-7 relative beyond: ample for normalisation.
+
+    Attributes:
+        mean: float32 ``[*shape]``.
+        var: float32 ``[*shape]``, population variance (divides by ``count``).
+        count: float32 scalar, the (pseudo-)number of samples.
+    """
+
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    @classmethod
+    def init(cls, shape: tuple[int, ...] = (), count: float = 1e-4) -> RunningMeanStd:
+        """The prior statistics: mean 0, var 1, a small pseudo-count (Gymnasium's choice).
+
+        Args:
+            shape: the shape of one sample.
+            count: the prior's weight; the tiny default makes the first real batch dominate while
+                keeping every division well defined.
+
+        Returns:
+            ``RunningMeanStd`` with ``mean [*shape] = 0``, ``var [*shape] = 1``.
+        """
+        return cls(mean=jnp.zeros(shape, jnp.float32), var=jnp.ones(shape, jnp.float32),
+                   count=jnp.asarray(count, jnp.float32))
+
+    @classmethod
+    def from_batch(cls, batch: jax.typing.ArrayLike) -> RunningMeanStd:
+        """The exact statistics of one batch.
+
+        Args:
+            batch: ``[N, *shape]`` samples, N >= 1.
+
+        Returns:
+            ``count = N``, ``mean = batch.mean(0)``, ``var = batch.var(0)`` (population).
+        """
+        batch = jnp.asarray(batch, jnp.float32)
+        return cls(mean=jnp.mean(batch, axis=0), var=jnp.var(batch, axis=0),
+                   count=jnp.asarray(batch.shape[0], jnp.float32))
+
+    def merge(self, other: RunningMeanStd) -> RunningMeanStd:
+        """The exact statistics of the union of the data behind ``self`` and ``other``.
+
+        Chan et al.'s pairwise formula: with ``d = mean_b - mean_a`` and ``n = n_a + n_b``,
+        ``mean = mean_a + d * n_b / n`` and
+        ``var = (var_a * n_a + var_b * n_b + d**2 * n_a * n_b / n) / n``.
+
+        Args:
+            other: statistics of the same shape, over data disjoint from ``self``'s.
+
+        Returns:
+            The combined ``RunningMeanStd``.
+        """
+        count = self.count + other.count
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / count)
+        m2 = (self.var * self.count + other.var * other.count
+              + jnp.square(delta) * (self.count * other.count / count))
+        return RunningMeanStd(mean=mean, var=m2 / count, count=count)
+
+    def pmean(self, axis_name: Any) -> RunningMeanStd:
+        """Exactly combines the statistics held along a named axis (devices under ``shard_map`` /
+        ``pmap``, or a ``vmap`` with ``axis_name``); every member gets the same result.
+
+        Two psums: ``n = psum(count)``, ``mean = psum(count * mean) / n``, then
+        ``var = psum(count * (var + (mean_i - mean)**2)) / n`` (the law of total variance; centring
+        on the global mean first avoids the cancellation of ``E[x^2] - mean^2``).
+
+        The members must describe *disjoint* data. Merging replicas of one shared statistic would
+        count it once per device: to update shared statistics with per-device batches, combine the
+        batch statistics and merge them once, as :meth:`update` with ``axis_name`` does.
+
+        Args:
+            axis_name: the named axis to combine over.
+
+        Returns:
+            The statistics of all members' data together.
+        """
+        count = jax.lax.psum(self.count, axis_name)
+        mean = jax.lax.psum(self.count * self.mean, axis_name) / count
+        m2 = jax.lax.psum(self.count * (self.var + jnp.square(self.mean - mean)), axis_name)
+        return RunningMeanStd(mean=mean, var=m2 / count, count=count)
+
+    def update(self, batch: jax.typing.ArrayLike, axis_name: Any = None) -> RunningMeanStd:
+        """Adds a batch of samples.
+
+        Args:
+            batch: ``[N, *shape]`` samples.
+            axis_name: when given, every member of that named axis passes its own batch and all of
+                them get the statistics updated with every member's batch (the shared prior is
+                counted once). Must then be called inside ``shard_map``/``pmap``/named ``vmap``.
+
+        Returns:
+            The updated ``RunningMeanStd``.
+        """
+        batch_stats = RunningMeanStd.from_batch(batch)
+        if axis_name is not None:
+            batch_stats = batch_stats.pmean(axis_name)
+        return self.merge(batch_stats)
+
+    def normalize(self, x: jax.typing.ArrayLike, eps: float = 1e-8,
+                  clip: float | None = 10.0) -> jax.Array:
+        """``clip((x - mean) / sqrt(var + eps), -clip, clip)``.
+
+        Args:
+            x: ``[..., *shape]`` values (leading axes broadcast).
+            eps: added to the variance so a constant feature does not divide by zero.
+            clip: the bound on the result's magnitude; None for no clipping.
+
+        Returns:
+            float32 array of ``x``'s shape.
+        """
+        y = (jnp.asarray(x, jnp.float32) - self.mean) / jnp.sqrt(self.var + eps)
+        return y if clip is None else jnp.clip(y, -clip, clip)
+
+
+def _flatten_batch(x: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
+    # [*batch_shape, *sample_shape] -> [prod(batch_shape), *sample_shape]; a single env is a batch
+    # of one.
+    x = jnp.asarray(x, jnp.float32)
+    return x.reshape((-1, *x.shape[len(batch_shape):]))
+
+
+# --------------------------------------------------------------------------------------------------
+# NormalizeObservation
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class NormalizeObservationState(Generic[TInnerState]):
+    """State of :class:`NormalizeObservation`.
+
+    Attributes:
+        env_state: the inner env's state.
+        obs_stats: the shared observation statistics, ``mean``/``var`` of shape ``[*obs_shape]``.
+    """
+
+    env_state: TInnerState
+    obs_stats: RunningMeanStd
+
+
+class NormalizeObservation(Wrapper[TInnerState]):
+    """Normalises observations with running statistics shared by the whole batch.
+
+    Apply it outside :class:`VecEnv`: it sees ``[num_envs, *obs_shape]`` obs and keeps one
+    :class:`RunningMeanStd` over all of them (inside a ``VecEnv`` every env would get its own). The
+    statistics start at mean 0, var 1, count 1e-4 and are updated (unless ``frozen``) with every
+    observation ``reset`` and ``step`` return, the post-auto-reset ones included; then ``obs`` and
+    ``info["final_observation"]`` are normalised with the same, updated statistics, so a value target
+    bootstrapped from the final observation sees the same scale as the policy.
+
+    With ``axis_name`` (data-parallel training under ``shard_map``/``pmap``), each update combines
+    every device's batch exactly, so all devices keep identical statistics; ``reset`` and ``step``
+    must then run inside that named-axis context.
+
+    Evaluation: ``frozen=True`` (or :meth:`freeze`) normalises with the stored statistics and never
+    updates them. A frozen env's ``reset`` starts from the prior statistics, so load the trained ones
+    into its state with :meth:`set_stats` or :func:`transfer_stats`.
+
+    Args:
+        env: the inner env; obs must be a single float-convertible array.
+        axis_name: the named axis to merge statistic updates over, or None.
+        frozen: use the stored statistics without updating them.
+        epsilon: added to the variance before the square root.
+        clip: normalised obs are clipped to ``[-clip, clip]``; None disables clipping.
+    """
+
+    def __init__(self, env: Any, axis_name: Any = None, frozen: bool = False, epsilon: float = 1e-8,
+                 clip: float | None = 10.0):
+        super().__init__(env)
+        self.axis_name = axis_name
+        self.frozen = bool(frozen)
+        self.epsilon = float(epsilon)
+        self.clip = None if clip is None else float(clip)
+
+    def freeze(self) -> NormalizeObservation:
+        """A copy of this wrapper (same inner env and options) with ``frozen=True``."""
+        return NormalizeObservation(self.env, axis_name=self.axis_name, frozen=True,
+                                    epsilon=self.epsilon, clip=self.clip)
+
+    @staticmethod
+    def get_stats(state: NormalizeObservationState) -> RunningMeanStd:
+        """The observation statistics held in ``state``."""
+        return state.obs_stats
+
+    @staticmethod
+    def set_stats(state: NormalizeObservationState, stats: RunningMeanStd) -> NormalizeObservationState:
+        """``state`` with its observation statistics replaced by ``stats`` (e.g. trained ones)."""
+        return state.replace(obs_stats=stats)
+
+    def observation_space(self, params: Any = None) -> Box:
+        """A float32 ``Box`` of the inner shape, bounded by ``±clip`` (unbounded without clip)."""
+        inner = self.env.observation_space(_resolve_params(self.env, params))
+        bound = np.inf if self.clip is None else self.clip
+        return Box(-bound, bound, tuple(inner.shape), jnp.float32)
+
+    def _update(self, stats: RunningMeanStd, obs: jax.Array) -> RunningMeanStd:
+        if self.frozen:
+            return stats
+        return stats.update(_flatten_batch(obs, self.batch_shape), axis_name=self.axis_name)
+
+    def _normalize(self, stats: RunningMeanStd, obs: jax.Array) -> jax.Array:
+        return stats.normalize(obs, eps=self.epsilon, clip=self.clip)
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeObservationState]:
+        """Resets the inner env, starts the statistics from the prior and adds the first obs.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            params: env params.
+
+        Returns:
+            ``(normalised obs [*batch_shape, *obs_shape] float32, NormalizeObservationState)``.
+        """
+        obs, env_state = self.env.reset(key, params)
+        sample_shape = jnp.shape(obs)[len(self.batch_shape):]
+        stats = self._update(RunningMeanStd.init(sample_shape), obs)
+        return self._normalize(stats, obs), NormalizeObservationState(env_state=env_state, obs_stats=stats)
+
+    def step(self, key: jax.Array, state: NormalizeObservationState, action: Any,
+             params: Any = None) -> StepResult:
+        """Steps the inner env, updates the statistics with the new obs, and normalises.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``NormalizeObservationState``.
+            action: the inner env's action.
+            params: env params.
+
+        Returns:
+            The inner step's tuple with ``obs`` and ``info["final_observation"]`` normalised
+            (float32) and the state wrapped.
+        """
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, action, params)
+        # The returned obs (first obs of a new episode where done) is what the agent acts on next;
+        # final observations are not added, as in Gymnasium and SB3's VecNormalize.
+        stats = self._update(state.obs_stats, obs)
+        info = dict(info)
+        if "final_observation" in info:
+            info["final_observation"] = self._normalize(stats, info["final_observation"])
+        state = NormalizeObservationState(env_state=env_state, obs_stats=stats)
+        return self._normalize(stats, obs), state, reward, terminated, truncated, info
+
+
+# --------------------------------------------------------------------------------------------------
+# NormalizeReward
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class NormalizeRewardState(Generic[TInnerState]):
+    """State of :class:`NormalizeReward`.
+
+    Attributes:
+        env_state: the inner env's state.
+        return_stats: shared statistics (shape ``()``) of the per-env discounted returns.
+        discounted_return: float32 ``[*batch_shape]``, each env's running discounted return ``G``
+            (0 at the start of an episode).
+    """
+
+    env_state: TInnerState
+    return_stats: RunningMeanStd
+    discounted_return: jax.Array
+
+
+class NormalizeReward(Wrapper[TInnerState]):
+    """Scales rewards by the running standard deviation of the discounted return.
+
+    Per env, on every step ``t`` with reward ``r_t``::
+
+        G_t = gamma * G_{t-1} + r_t           # G_{t-1} = 0 on an episode's first step
+        stats = stats.update(G_t over every env)
+        reward_out = clip(r_t / sqrt(stats.var + epsilon), -clip, clip)
+        G_t := 0 where terminated | truncated  # after the update: the next episode starts fresh
+
+    So the finished episode's last reward counts toward its own return, and the episode the
+    auto-reset begins starts from ``G = 0``; equivalently ``G_t = G_{t-1} * gamma * (1 - done_{t-1})
+    + r_t`` (the convention of SB3's ``VecNormalize``). Gymnasium's single-env ``NormalizeReward``
+    instead computes ``G_t = G_{t-1} * gamma * (1 - terminated_t) + r_t``: it already drops the old
+    return on the terminal step and never resets on truncation. Rewards are not centred (only divided),
+    so their sign is kept.
+
+    Apply it outside :class:`VecEnv` (one statistics instance for the batch), and outside
+    :class:`EpisodeStatistics` so that logged returns stay raw. With ``axis_name``, updates are merged
+    across the named axis like :class:`NormalizeObservation`'s.
+
+    Args:
+        env: the inner env.
+        gamma: the discount of the return whose scale is estimated, in ``[0, 1]``.
+        axis_name: the named axis to merge statistic updates over, or None.
+        epsilon: added to the variance before the square root.
+        clip: scaled rewards are clipped to ``[-clip, clip]``; None disables clipping.
+
+    Raises:
+        ValueError: ``gamma`` is outside ``[0, 1]``.
+    """
+
+    def __init__(self, env: Any, gamma: float, axis_name: Any = None, epsilon: float = 1e-8,
+                 clip: float | None = 10.0):
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"NormalizeReward(gamma={gamma!r}): gamma must be in [0, 1]")
+        super().__init__(env)
+        self.gamma = float(gamma)
+        self.axis_name = axis_name
+        self.epsilon = float(epsilon)
+        self.clip = None if clip is None else float(clip)
+
+    @staticmethod
+    def get_stats(state: NormalizeRewardState) -> RunningMeanStd:
+        """The return statistics held in ``state``."""
+        return state.return_stats
+
+    @staticmethod
+    def set_stats(state: NormalizeRewardState, stats: RunningMeanStd) -> NormalizeRewardState:
+        """``state`` with its return statistics replaced by ``stats``."""
+        return state.replace(return_stats=stats)
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeRewardState]:
+        """Resets the inner env, zeroes every ``G`` and starts the statistics from the prior.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            params: env params.
+
+        Returns:
+            ``(obs, NormalizeRewardState)``; obs is the inner env's, unchanged.
+        """
+        obs, env_state = self.env.reset(key, params)
+        state = NormalizeRewardState(env_state=env_state, return_stats=RunningMeanStd.init(()),
+                                     discounted_return=jnp.zeros(self.batch_shape, jnp.float32))
+        return obs, state
+
+    def step(self, key: jax.Array, state: NormalizeRewardState, action: Any,
+             params: Any = None) -> StepResult:
+        """Steps the inner env and scales its reward (see the class docstring for the recursion).
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``NormalizeRewardState``.
+            action: the inner env's action.
+            params: env params.
+
+        Returns:
+            The inner step's tuple with ``reward`` scaled (float32, ``[*batch_shape]``) and the state
+            wrapped.
+        """
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, action, params)
+        reward = jnp.asarray(reward, jnp.float32)
+        ret = self.gamma * state.discounted_return + reward
+        stats = state.return_stats.update(_flatten_batch(ret, self.batch_shape), axis_name=self.axis_name)
+        scaled = reward / jnp.sqrt(stats.var + self.epsilon)
+        if self.clip is not None:
+            scaled = jnp.clip(scaled, -self.clip, self.clip)
+        done = jnp.logical_or(terminated, truncated)
+        state = NormalizeRewardState(env_state=env_state, return_stats=stats,
+                                     discounted_return=jnp.where(done, 0.0, ret).astype(jnp.float32))
+        return obs, state, scaled, terminated, truncated, info
+
+
+def transfer_stats(src_state: Any, dst_state: Any) -> Any:
+    """Copies normalisation statistics from one wrapped state into another, e.g. train -> eval.
+
+    Walks the ``env_state`` chains of both states; the k-th :class:`NormalizeObservationState` (and
+    :class:`NormalizeRewardState`) of ``dst_state`` receives the statistics of the k-th one of
+    ``src_state``. Other fields (env states, per-env returns) are kept, so the two stacks may differ
+    in ``num_envs`` and in wrappers without statistics.
+
+    Args:
+        src_state: a state holding trained statistics.
+        dst_state: the state to update (typically from a frozen env's ``reset``).
+
+    Returns:
+        ``dst_state`` with its statistics replaced.
+
+    Raises:
+        ValueError: ``dst_state`` has more normalisation wrappers of a kind than ``src_state``.
+    """
+    def chain(state: Any) -> list[Any]:
+        nodes = []
+        while state is not None and hasattr(state, "env_state"):
+            nodes.append(state)
+            state = state.env_state
+        return nodes
+
+    sources: dict[type, list[Any]] = {NormalizeObservationState: [], NormalizeRewardState: []}
+    for node in chain(src_state):
+        if type(node) in sources:
+            sources[type(node)].append(node)
+
+    def rebuild(state: Any, used: dict[type, int]) -> Any:
+        if state is None or not hasattr(state, "env_state"):
+            return state
+        kind = type(state)
+        if kind in sources:
+            # Outermost first, in the same order as the source chain was collected.
+            k = used.get(kind, 0)
+            used[kind] = k + 1
+            if k >= len(sources[kind]):
+                raise ValueError(f"transfer_stats: the destination state has more {kind.__name__}s than "
+                                 f"the source ({len(sources[kind])})")
+            src = sources[kind][k]
+            if kind is NormalizeObservationState:
+                state = state.replace(obs_stats=src.obs_stats)
+            else:
+                state = state.replace(return_stats=src.return_stats)
+        return state.replace(env_state=rebuild(state.env_state, used))
+
+    return rebuild(dst_state, {})
+
+
+# --------------------------------------------------------------------------------------------------
+# Action wrappers
+# --------------------------------------------------------------------------------------------------
+
+
+def _box_bounds(space: Any, owner: str) -> tuple[jax.Array, jax.Array]:
+    # rljax and gymnax Boxes both have low/high/shape/dtype, but gymnax keeps scalar bounds
+    # unbroadcast (Pendulum: low=-2.0 with shape (1,)).
+    if is_discrete(space) or not (hasattr(space, "low") and hasattr(space, "high")):
+        raise ValueError(f"{owner} needs a Box action space, got {space!r} ({type(space).__name__})")
+    dtype = jnp.dtype(space.dtype)
+    shape = tuple(space.shape)
+    return (jnp.broadcast_to(jnp.asarray(space.low, dtype), shape),
+            jnp.broadcast_to(jnp.asarray(space.high, dtype), shape))
+
+
+@struct.dataclass
+class ActionWrapperState(Generic[TInnerState]):
+    """State of :class:`ClipAction` / :class:`RescaleAction`: the inner state (they keep none).
+
+    Attributes:
+        env_state: the inner env's state.
+    """
+
+    env_state: TInnerState
+
+
+class ClipAction(Wrapper[TInnerState]):
+    """Clips Box actions to the inner action space's bounds before stepping.
+
+    Elementwise, so it works inside or outside :class:`VecEnv` (outside, bounds broadcast over the
+    batch; with per-env batched params, apply it inside).
+
+    Args:
+        env: the inner env, whose action space (for its default params) must be a Box.
+
+    Raises:
+        ValueError: the inner action space is discrete.
+    """
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        _box_bounds(env.action_space(env.default_params), "ClipAction")
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, ActionWrapperState]:
+        """Resets the inner env. Returns ``(obs, ActionWrapperState)``."""
+        obs, env_state = self.env.reset(key, params)
+        return obs, ActionWrapperState(env_state=env_state)
+
+    def step(self, key: jax.Array, state: ActionWrapperState, action: jax.Array,
+             params: Any = None) -> StepResult:
+        """Steps the inner env with ``clip(action, low, high)``.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``ActionWrapperState``.
+            action: ``[*batch_shape, *action_shape]``, any real values.
+            params: env params (the bounds are read from ``action_space(params)``).
+
+        Returns:
+            The inner step's tuple with the state wrapped.
+        """
+        params = _resolve_params(self.env, params)
+        low, high = _box_bounds(self.env.action_space(params), "ClipAction")
+        action = jnp.clip(action, low, high)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, action, params)
+        return obs, ActionWrapperState(env_state=env_state), reward, terminated, truncated, info
+
+
+class RescaleAction(Wrapper[TInnerState]):
+    """Lets the agent act in ``[low, high]``, mapped affinely onto the inner Box's bounds.
+
+    ``a_env = env_low * (1 - t) + env_high * t`` with ``t = (a - low) / (high - low)``; written as a
+    convex combination so ``low`` and ``high`` map to ``env_low`` and ``env_high`` exactly. Actions
+    outside ``[low, high]`` are extrapolated, not clipped: compose ``RescaleAction(ClipAction(env))``
+    to clip in the env's units.
+
+    Args:
+        env: the inner env, whose action space (for its default params) must be a bounded Box.
+        low: the agent's lower bound, scalar or broadcastable to the action shape.
+        high: the agent's upper bound, likewise; ``low < high`` everywhere.
+
+    Raises:
+        ValueError: the inner action space is discrete or unbounded, or ``low``/``high`` are not
+            finite with ``low < high``.
+    """
+
+    def __init__(self, env: Any, low: jax.typing.ArrayLike = -1.0, high: jax.typing.ArrayLike = 1.0):
+        super().__init__(env)
+        space = env.action_space(env.default_params)
+        env_low, env_high = _box_bounds(space, "RescaleAction")
+        if not (np.all(np.isfinite(np.asarray(env_low))) and np.all(np.isfinite(np.asarray(env_high)))):
+            raise ValueError(f"RescaleAction needs a bounded Box action space, got {space!r} with "
+                             f"low={np.asarray(env_low)} high={np.asarray(env_high)}")
+        low_np = np.broadcast_to(np.asarray(low, np.float64), tuple(space.shape))
+        high_np = np.broadcast_to(np.asarray(high, np.float64), tuple(space.shape))
+        if not (np.all(np.isfinite(low_np)) and np.all(np.isfinite(high_np)) and np.all(low_np < high_np)):
+            raise ValueError(f"RescaleAction(low={low!r}, high={high!r}): need finite low < high")
+        self.low = low
+        self.high = high
+        self._shape = tuple(space.shape)
+        self._dtype = jnp.dtype(space.dtype)
+
+    def action_space(self, params: Any = None) -> Box:
+        """``Box(low, high)`` of the inner action shape and dtype."""
+        return Box(self.low, self.high, self._shape, self._dtype)
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, ActionWrapperState]:
+        """Resets the inner env. Returns ``(obs, ActionWrapperState)``."""
+        obs, env_state = self.env.reset(key, params)
+        return obs, ActionWrapperState(env_state=env_state)
+
+    def step(self, key: jax.Array, state: ActionWrapperState, action: jax.Array,
+             params: Any = None) -> StepResult:
+        """Steps the inner env with the action mapped to its bounds.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``ActionWrapperState``.
+            action: ``[*batch_shape, *action_shape]`` in ``[low, high]``.
+            params: env params (the env bounds are read from ``action_space(params)``).
+
+        Returns:
+            The inner step's tuple with the state wrapped.
+        """
+        params = _resolve_params(self.env, params)
+        env_low, env_high = _box_bounds(self.env.action_space(params), "RescaleAction")
+        low = jnp.asarray(self.low, self._dtype)
+        high = jnp.asarray(self.high, self._dtype)
+        t = (jnp.asarray(action, self._dtype) - low) / (high - low)
+        action = env_low * (1 - t) + env_high * t
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, action, params)
+        return obs, ActionWrapperState(env_state=env_state), reward, terminated, truncated, info
