@@ -1,0 +1,196 @@
+"""Value targets over time-major trajectories: GAE(lambda) and n-step returns.
+
+Data layout and contract
+------------------------
+All arrays are time-major, ``[T, B]`` (``T`` steps of ``B`` parallel environments) or ``[T]`` for a
+single environment, and describe transitions ``t = 0 .. T-1`` of a rollout collected with
+auto-resetting environments (see :mod:`rljax.env`):
+
+* ``rewards[t]`` -- ``r_t``, returned by the step taken from ``s_t``.
+* ``terminated[t]`` -- the MDP ended at step ``t``: the value of whatever follows is **0**.
+* ``truncated[t]`` -- a time limit cut the episode at step ``t``: the episode *would* have gone on,
+  so the return is bootstrapped from the value of ``info["final_observation"]``.
+* ``values[t]`` -- ``V(s_t)``.
+* ``next_values[t]`` -- the value of the **true** next state of transition ``t``: ``V(final_obs_t)``
+  when the episode ended at ``t`` and ``V(s_{t+1})`` otherwise. After an auto-reset ``s_{t+1}`` is
+  the first observation of the *next* episode, so ``values[t + 1]`` is the wrong bootstrap there;
+  that is why the caller passes ``next_values`` explicitly. At the rollout boundary
+  ``next_values[T-1]`` is ``V`` of the last observation (or of its final observation).
+
+When ``terminated`` and ``truncated`` are both true (allowed, as in Gymnasium), termination wins:
+no bootstrap. ``done_t = terminated_t | truncated_t`` stops every recursion from crossing into the
+next episode.
+
+Both functions are pure, accept ``gamma``/``lambda_`` as Python floats or traced scalars, and work
+with and without ``jax.jit``. They compute targets only; callers wrap them in
+``jax.lax.stop_gradient`` if the values came from a differentiated forward pass.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+__all__ = ["gae", "n_step_targets"]
+
+
+def _float_dtype(*arrays: jax.Array) -> jnp.dtype:
+    dtype = jnp.result_type(*arrays)
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.dtype(jnp.float32)
+
+
+def _prepare(fn: str, float_arrays: dict[str, jax.typing.ArrayLike],
+             flags: dict[str, jax.typing.ArrayLike]) -> tuple[list[jax.Array], list[jax.Array]]:
+    """Converts inputs, checks ranks/shapes, and casts to one float dtype (flags to bool)."""
+    floats = {k: jnp.asarray(v) for k, v in float_arrays.items()}
+    bools = {k: jnp.asarray(v) for k, v in flags.items()}
+    everything = {**floats, **bools}
+    names = ", ".join(everything)
+    chex.assert_rank(list(everything.values()), {1, 2},
+                     custom_message=f"{fn}: {names} must be time-major [T] or [T, B]")
+    chex.assert_equal_shape(
+        list(everything.values()),
+        custom_message=f"{fn}: {names} must all have the same shape; got "
+        + ", ".join(f"{k}={v.shape}" for k, v in everything.items()))
+    dtype = _float_dtype(*floats.values())
+    return ([v.astype(dtype) for v in floats.values()],
+            [v.astype(jnp.bool_) for v in bools.values()])
+
+
+def gae(
+    rewards: jax.typing.ArrayLike,
+    values: jax.typing.ArrayLike,
+    next_values: jax.typing.ArrayLike,
+    terminated: jax.typing.ArrayLike,
+    truncated: jax.typing.ArrayLike,
+    gamma: float | jax.typing.ArrayLike,
+    lambda_: float | jax.typing.ArrayLike,
+) -> tuple[jax.Array, jax.Array]:
+    """Generalized Advantage Estimation (Schulman et al. 2016, "High-Dimensional Continuous Control
+    Using Generalized Advantage Estimation", Section 3), episode-boundary aware.
+
+    With ``done_t = terminated_t | truncated_t``::
+
+        delta_t = r_t + gamma * (1 - terminated_t) * next_values[t] - values[t]
+        A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},      A_T = 0
+        targets = A + values                          (the lambda-return, used as value target)
+
+    The bootstrap lives only in ``delta_t``: on truncation it is ``V(final_observation_t)`` (the
+    episode was cut, not finished), on termination it is 0. The recursion is cut at every episode
+    end either way, because ``A_{t+1}`` belongs to the next episode. ``lambda = 0`` gives one-step
+    TD errors; ``lambda = 1`` gives the discounted return up to the episode end (or rollout end)
+    plus the discounted bootstrap, minus ``values``.
+
+    Computed with a reverse ``jax.lax.scan`` over time.
+
+    Args:
+        rewards: float ``[T, B]`` or ``[T]``.
+        values: ``V(s_t)``, same shape.
+        next_values: value of the true next state of each transition (see the module docstring),
+            same shape.
+        terminated: bool (or 0/1) ``[T, B]`` / ``[T]``.
+        truncated: bool (or 0/1), same shape.
+        gamma: discount, scalar in ``[0, 1]``.
+        lambda_: GAE parameter, scalar in ``[0, 1]``.
+
+    Returns:
+        ``(advantages, targets)``, both float ``[T, B]`` / ``[T]`` in the promoted float dtype of
+        ``rewards``, ``values`` and ``next_values``.
+
+    Raises:
+        AssertionError: ranks other than 1 or 2, or mismatched shapes (chex).
+    """
+    (rewards, values, next_values), (terminated, truncated) = _prepare(
+        "gae", {"rewards": rewards, "values": values, "next_values": next_values},
+        {"terminated": terminated, "truncated": truncated})
+    dtype = values.dtype
+    gamma = jnp.asarray(gamma, dtype)
+    lambda_ = jnp.asarray(lambda_, dtype)
+
+    not_terminated = 1.0 - terminated.astype(dtype)
+    not_done = 1.0 - (terminated | truncated).astype(dtype)
+    # The TD errors need no recursion, so compute them vectorised and scan only the accumulation.
+    deltas = rewards + gamma * not_terminated * next_values - values
+
+    def step(next_advantage: jax.Array, xs: tuple[jax.Array, jax.Array]
+             ) -> tuple[jax.Array, jax.Array]:
+        delta, cont = xs
+        advantage = delta + gamma * lambda_ * cont * next_advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros(deltas.shape[1:], dtype), (deltas, not_done),
+                                 reverse=True)
+    return advantages, advantages + values
+
+
+def n_step_targets(
+    rewards: jax.typing.ArrayLike,
+    terminated: jax.typing.ArrayLike,
+    truncated: jax.typing.ArrayLike,
+    next_values: jax.typing.ArrayLike,
+    gamma: float | jax.typing.ArrayLike,
+    n: int,
+) -> jax.Array:
+    """n-step bootstrapped returns (Sutton & Barto 2018, eq. 7.1; used by n-step DQN / Rainbow,
+    Hessel et al. 2018), cut at episode ends and at the end of the window.
+
+    For transition ``t`` let ``m`` be the number of steps actually used: the smallest of ``n``, the
+    steps up to and including the first episode end (``done_{t+k}`` for ``k = 0 .. n-1``), and the
+    steps left in the window, ``T - t``. Then::
+
+        G_t = sum_{k=0}^{m-1} gamma^k r_{t+k} + gamma^m (1 - terminated_{t+m-1}) next_values[t+m-1]
+
+    i.e. termination gives no bootstrap, truncation bootstraps from ``V(final_observation)`` of that
+    step (``next_values`` at that step), and otherwise the bootstrap is ``V(s_{t+m})``.
+
+    Validity near the end of the window: entries ``t <= T - n`` are full n-step returns (unless an
+    episode ends first). The last ``n - 1`` entries, ``t > T - n``, have fewer than ``n`` steps
+    available; they use the ``T - t`` steps there are and bootstrap from ``next_values[T-1]`` with
+    discount ``gamma^(T - t)``. They are valid (unbiased given ``V``) but shorter-horizon targets;
+    drop them if exact n-step targets are required. The discount is folded into the returned value,
+    so no separate ``gamma^m`` is needed by the caller.
+
+    Equivalent recursion, used here (``n - 1`` vectorised passes, so ``O(n T B)``)::
+
+        G^(1)_t = r_t + gamma (1 - terminated_t) next_values[t]
+        G^(k)_t = r_t + gamma (1 - terminated_t) * (next_values[t] if done_t or t == T-1
+                                                    else G^(k-1)_{t+1})
+
+    Args:
+        rewards: float ``[T, B]`` or ``[T]``.
+        terminated: bool (or 0/1), same shape.
+        truncated: bool (or 0/1), same shape.
+        next_values: value of the true next state of each transition (see the module docstring),
+            e.g. ``max_a Q_target(s', a)`` for DQN; same shape.
+        gamma: discount, scalar in ``[0, 1]``.
+        n: number of steps, a Python int ``>= 1``; ``n = 1`` gives one-step TD targets.
+
+    Returns:
+        float ``[T, B]`` / ``[T]``, the targets ``G_t``.
+
+    Raises:
+        ValueError: ``n`` is not a positive int.
+        AssertionError: ranks other than 1 or 2, or mismatched shapes (chex).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n_step_targets: n must be a Python int >= 1, got {n!r}")
+    (rewards, next_values), (terminated, truncated) = _prepare(
+        "n_step_targets", {"rewards": rewards, "next_values": next_values},
+        {"terminated": terminated, "truncated": truncated})
+    dtype = rewards.dtype
+    gamma = jnp.asarray(gamma, dtype)
+
+    if rewards.shape[0] == 0:  # `.at[-1]` below needs at least one step.
+        return rewards
+    discount = gamma * (1.0 - terminated.astype(dtype))
+    # Where the return must stop and bootstrap: an episode end, or the last step of the window.
+    stop = (terminated | truncated).at[-1].set(True)
+
+    def extend(_: int, g: jax.Array) -> jax.Array:
+        # g[t+1] shifted to t; the last row is a placeholder that `stop[-1]` never selects.
+        g_next = jnp.concatenate([g[1:], g[-1:]], axis=0)
+        return rewards + discount * jnp.where(stop, next_values, g_next)
+
+    one_step = rewards + discount * next_values
+    return jax.lax.fori_loop(0, n - 1, extend, one_step)
