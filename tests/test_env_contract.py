@@ -1,0 +1,196 @@
+"""The environment contract, checked over every registered environment: rljax's and gymnax's.
+
+For each env, one jitted, vmapped rollout with random actions checks: observations lie in the
+observation space, flags are bool scalars, rewards float32, dtypes and structure are stable across
+steps, auto-reset restarts the episode clock, ``final_observation`` equals ``obs`` on steps that did
+not end an episode, and a second call with a new key does not recompile.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from rljax.env import Box, Discrete, is_discrete
+
+NUM_ENVS = 4
+NUM_STEPS = 64
+
+
+def _gymnax_ids() -> list[str]:
+    ids = []
+    for name in envs.gymnax_registered():
+        try:
+            envs.make(name)
+        except Exception:  # noqa: BLE001 - e.g. MNISTBandit downloads MNIST at construction
+            continue
+        ids.append(name)
+    return ids
+
+
+ALL_IDS = envs.registered() + _gymnax_ids()
+
+# gymnax 1.0.1 environments whose declared observation space does not contain what they emit
+# (bugs in gymnax, reported here rather than hidden). Strict: if gymnax fixes one, the test says so.
+GYMNAX_OBS_SPACE_BUGS = {
+    "gymnax/MemoryChain-bsuite": "emits a context of -1 in a Box with low 0",
+    "gymnax/MetaMaze-misc": "emits observations outside its declared Box",
+    "gymnax/GaussianBandit-misc": "emits the (negative) last reward in a Box with low 0",
+}
+
+
+def test_registry_lists_builtins_and_gymnax_instantiates():
+    names = envs.registered()
+    for required in ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0",
+                     "MountainCarContinuous-v0"]:
+        assert required in names
+    assert len([n for n in names if n.startswith("Probe")]) == 10
+    # At least the classic-control and MinAtar gymnax envs must build without downloads.
+    assert {"gymnax/CartPole-v1", "gymnax/Breakout-MinAtar"} <= set(ALL_IDS)
+
+
+def test_unknown_name_lists_registered():
+    with pytest.raises(ValueError) as err:
+        envs.make("CartPole-v9")
+    msg = str(err.value)
+    assert "CartPole-v9" in msg and "CartPole-v1" in msg and "Pendulum-v1" in msg and "gymnax/" in msg
+    with pytest.raises(ValueError, match="Nope-v0.*Breakout-MinAtar"):
+        envs.make("gymnax/Nope-v0")
+
+
+def test_register_rejects_duplicates_and_bad_names():
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register("CartPole-v1", lambda: None)
+    with pytest.raises(ValueError, match="gymnax/"):
+        envs.register("gymnax/Mine-v0", lambda: None)
+
+
+def _make_rollout(env, params):
+    obs_space = env.observation_space(params)
+    act_space = env.action_space(params)
+
+    def rollout(key):
+        k_reset, k_run = jax.random.split(key)
+        obs0, state0 = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, NUM_ENVS), params)
+
+        def body(carry, key):
+            obs, state = carry
+            k_act, k_step = jax.random.split(key)
+            action = jax.vmap(act_space.sample)(jax.random.split(k_act, NUM_ENVS))
+            obs2, state2, reward, term, trunc, info = jax.vmap(
+                env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_step, NUM_ENVS), state, action, params)
+            done = term | trunc
+            final = info["final_observation"]
+            not_done = ~done.reshape(done.shape + (1,) * (final.ndim - 1))
+            same_when_live = jnp.all(jnp.where(not_done, final == obs2, True))
+            clock_restarted = (jnp.all(jnp.where(done, state2.time == 0, True))
+                               if hasattr(state2, "time") else jnp.bool_(True))
+            checks = dict(
+                obs_in_space=jnp.all(jax.vmap(obs_space.contains)(obs2)),
+                final_same_when_live=same_when_live,
+                clock_restarted=clock_restarted,
+                reward_finite=jnp.all(jnp.isfinite(reward)),
+            )
+            return (obs2, state2), (checks, done, reward, term, trunc, obs2.dtype == obs0.dtype)
+
+        (_, _), (checks, done, reward, term, trunc, _) = jax.lax.scan(
+            body, (obs0, state0), jax.random.split(k_run, NUM_STEPS))
+        checks = jax.tree.map(jnp.all, checks)
+        checks["reset_obs_in_space"] = jnp.all(jax.vmap(obs_space.contains)(obs0))
+        return checks, obs0, reward, term, trunc, done
+
+    return rollout
+
+
+@pytest.mark.parametrize("name", ALL_IDS)
+def test_contract(name):
+    env, params = envs.make(name)
+    act_space = env.action_space(params)
+    obs_space = env.observation_space(params)
+    assert isinstance(act_space, (Discrete, Box)) or hasattr(act_space, "n") or hasattr(act_space, "low")
+    if not is_discrete(act_space):
+        assert tuple(act_space.shape) and np.all(np.isfinite(np.asarray(act_space.low)))
+
+    fn = jax.jit(_make_rollout(env, params))
+    checks, obs0, reward, term, trunc, done = fn(jax.random.key(0))
+    checks = {k: bool(v) for k, v in checks.items()}
+    if name in GYMNAX_OBS_SPACE_BUGS:
+        assert not (checks["obs_in_space"] and checks["reset_obs_in_space"]), \
+            f"{name} now keeps its observation space: remove it from GYMNAX_OBS_SPACE_BUGS"
+        checks["obs_in_space"] = checks["reset_obs_in_space"] = True
+    assert all(checks.values()), f"{name}: failed checks {[k for k, v in checks.items() if not v]}"
+    assert obs0.shape == (NUM_ENVS, *obs_space.shape)
+    assert obs0.dtype == jnp.dtype(obs_space.dtype) or name.startswith("gymnax/")
+    assert reward.dtype == jnp.float32 or name.startswith("gymnax/")
+    assert term.dtype == jnp.bool_ and trunc.dtype == jnp.bool_
+    assert reward.shape == term.shape == (NUM_STEPS, NUM_ENVS)
+
+    # A second call with a different key reuses the compiled program.
+    fn(jax.random.key(1))
+    assert fn._cache_size() == 1
+
+    # Same key, same bits.
+    checks2, obs0b, reward2, *_ = fn(jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(obs0), np.asarray(obs0b))
+    np.testing.assert_array_equal(np.asarray(reward), np.asarray(reward2))
+
+
+@pytest.mark.parametrize("name", envs.registered())
+def test_rljax_env_unjitted_step_matches_jitted(name):
+    env, params = envs.make(name)
+    key = jax.random.key(3)
+    obs, state = env.reset(key, params)
+    action = env.action_space(params).sample(jax.random.key(4))
+    out_eager = env.step(jax.random.key(5), state, action, params)
+    out_jit = jax.jit(env.step)(jax.random.key(5), state, action, params)
+    for a, b in zip(jax.tree.leaves(out_eager), jax.tree.leaves(out_jit)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "ProbeTwoStep-v0"])
+def test_done_step_returns_next_episode_start(name):
+    """On a done step, obs is the reset obs and final_observation is the stepped obs."""
+    env, params = envs.make(name)
+    params = params.replace(max_steps_in_episode=3)
+    obs, state = env.reset(jax.random.key(0), params)
+    action = env.action_space(params).sample(jax.random.key(1))
+    for t in range(1, 4):
+        key = jax.random.key(10 + t)
+        obs, state, _, term, trunc, info = env.step(key, state, action, params)
+        if bool(term | trunc):
+            break
+    assert bool(term | trunc) and int(state.time) == 0
+    # The reset half of the step key gives the same start as reset() with it.
+    _, k_reset = jax.random.split(key)
+    obs_reset, _ = env.reset(k_reset, params)
+    np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_reset))
+    assert not np.array_equal(np.asarray(info["final_observation"]), np.asarray(obs)) or name == "ProbeTwoStep-v0"
+
+
+def test_probe_semantics():
+    env, params = envs.make("ProbeConstantReward-v0")
+    obs, state = env.reset(jax.random.key(0), params)
+    _, _, r, term, trunc, _ = env.step(jax.random.key(1), state, 0, params)
+    assert float(r) == 1.0 and bool(term) and not bool(trunc)
+    env, params = envs.make("ProbeTwoStep-v0")
+    obs, state = env.reset(jax.random.key(0), params)
+    obs, state, r1, t1, _, _ = env.step(jax.random.key(1), state, 0, params)
+    assert float(obs[0]) == 1.0 and float(r1) == 0.0 and not bool(t1)
+    obs, state, r2, t2, _, _ = env.step(jax.random.key(2), state, 0, params)
+    assert float(r2) == 1.0 and bool(t2) and float(obs[0]) == 0.0
+    env, params = envs.make("ProbeActionObsReward-v0")
+    for seed in range(6):
+        obs, state = env.reset(jax.random.key(seed), params)
+        right = int((float(obs[0]) + 1) / 2)
+        _, _, r_right, *_ = env.step(jax.random.key(9), state, right, params)
+        _, _, r_wrong, *_ = env.step(jax.random.key(9), state, 1 - right, params)
+        assert (float(r_right), float(r_wrong)) == (1.0, 0.0)
+    env, params = envs.make("ProbeActionObsRewardContinuous-v0")
+    obs, state = env.reset(jax.random.key(0), params)
+    _, _, r, *_ = env.step(jax.random.key(1), state, jnp.array([0.5 * float(obs[0])]), params)
+    assert float(r) == 1.0
+    with pytest.raises(ValueError, match="ConstantReward"):
+        envs.probes.ProbeEnv("Nope")
