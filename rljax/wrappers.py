@@ -42,6 +42,7 @@ __all__ = [
     "EpisodeInfo",
     "EpisodeStatistics",
     "EpisodeStatisticsState",
+    "reward_component_names",
     "RunningMeanStd",
     "NormalizeObservation",
     "NormalizeObservationState",
@@ -278,11 +279,14 @@ class EpisodeInfo(NamedTuple):
         done: bool, an episode finished on this step (``terminated | truncated``).
         return_: float32, the finished episode's undiscounted return where ``done``, else 0.
         length: int32, the finished episode's number of steps where ``done``, else 0.
+        components: dict name -> float32, the finished episode's sum of each reward term the env
+            reports in ``info["reward_components"]`` (where ``done``, else 0); empty if it reports none.
     """
 
     done: jax.Array
     return_: jax.Array
     length: jax.Array
+    components: dict[str, jax.Array] = {}
 
 
 @struct.dataclass
@@ -296,6 +300,7 @@ class EpisodeStatisticsState(Generic[TInnerState]):
         episodes: int32, episodes completed since reset.
         last_return: float32, the return of the most recently completed episode (0 before any).
         last_length: int32, the length of the most recently completed episode (0 before any).
+        episode_components: dict name -> float32, per-term reward sums of the current episode.
     """
 
     env_state: TInnerState
@@ -304,6 +309,28 @@ class EpisodeStatisticsState(Generic[TInnerState]):
     episodes: jax.Array
     last_return: jax.Array
     last_length: jax.Array
+    episode_components: dict[str, jax.Array] = struct.field(default_factory=dict)
+
+
+def reward_component_names(env: Any, params: Any = None) -> tuple[str, ...]:
+    """The names in ``info["reward_components"]`` of ``env.step`` (``()`` if it reports none).
+
+    Found by tracing one step abstractly (``jax.eval_shape``): nothing runs, no key is consumed.
+    """
+    params = env.default_params if params is None else params
+    shape = batch_shape_of(env)
+
+    def one_step(key: jax.Array) -> Any:
+        k_reset, k_act, k_step = jax.random.split(key, 3)
+        _, state = env.reset(k_reset, params)
+        space = env.action_space(params)
+        action = space.sample(k_act)
+        if shape:
+            action = jnp.broadcast_to(action, shape + tuple(jnp.shape(action)))
+        return env.step(k_step, state, action, params)[5]
+
+    info = jax.eval_shape(one_step, jax.random.key(0))
+    return tuple(sorted(info.get("reward_components", {}))) if isinstance(info, dict) else ()
 
 
 class EpisodeStatistics(Wrapper[TInnerState]):
@@ -316,9 +343,17 @@ class EpisodeStatistics(Wrapper[TInnerState]):
     the auto-reset began. It records the rewards it sees, so place it inside any reward
     normalisation to log raw returns.
 
+    When the env reports named reward terms in ``info["reward_components"]``, their per-episode sums
+    are tracked the same way (users debug the MDP, not just the scalar return). The names are read
+    once, at construction, by tracing one step (:func:`reward_component_names`).
+
     Args:
         env: the inner env.
     """
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        self.component_names = reward_component_names(env)
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, EpisodeStatisticsState]:
         """Resets the inner env and zeroes every counter.
@@ -337,7 +372,8 @@ class EpisodeStatistics(Wrapper[TInnerState]):
         zeros_i = jnp.zeros(shape, jnp.int32)
         state = EpisodeStatisticsState(env_state=env_state, episode_return=zeros_f,
                                        episode_length=zeros_i, episodes=zeros_i,
-                                       last_return=zeros_f, last_length=zeros_i)
+                                       last_return=zeros_f, last_length=zeros_i,
+                                       episode_components={k: zeros_f for k in self.component_names})
         return obs, state
 
     def step(self, key: jax.Array, state: EpisodeStatisticsState, action: Any,
@@ -360,10 +396,14 @@ class EpisodeStatistics(Wrapper[TInnerState]):
         # The last step's reward belongs to the finished episode: add before testing done.
         new_return = state.episode_return + jnp.asarray(reward, jnp.float32)
         new_length = state.episode_length + 1
+        reported = info.get("reward_components", {})
+        new_components = {k: state.episode_components[k] + jnp.asarray(reported[k], jnp.float32)
+                          for k in self.component_names}
         episode = EpisodeInfo(
             done=done,
             return_=jnp.where(done, new_return, 0.0).astype(jnp.float32),
             length=jnp.where(done, new_length, 0).astype(jnp.int32),
+            components={k: jnp.where(done, v, 0.0) for k, v in new_components.items()},
         )
         state = EpisodeStatisticsState(
             env_state=env_state,
@@ -373,6 +413,7 @@ class EpisodeStatistics(Wrapper[TInnerState]):
             episodes=state.episodes + done.astype(jnp.int32),
             last_return=jnp.where(done, new_return, state.last_return).astype(jnp.float32),
             last_length=jnp.where(done, new_length, state.last_length).astype(jnp.int32),
+            episode_components={k: jnp.where(done, 0.0, v) for k, v in new_components.items()},
         )
         return obs, state, reward, terminated, truncated, {**info, "episode": episode}
 

@@ -52,3 +52,10 @@ def test_doc_example_runs_and_keeps_contract():
         assert not bool(term.any())
         assert bool(trunc.all()) == (t == params.max_steps_in_episode)
     assert step._cache_size() == 1
+
+
+def test_readme_env_example_is_the_tested_one():
+    readme = (DOC.parents[1] / "README.md").read_text()
+    doc_block = next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+                     if "class PointMass" in b)
+    assert doc_block in readme

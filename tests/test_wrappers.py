@@ -594,3 +594,32 @@ def test_full_stack_gymnax_cartpole():
     assert bool(jnp.all(jnp.abs(info["final_observation"]) <= 10.0))
     episodes = state.env_state.env_state.episodes[-1]
     np.testing.assert_array_equal(episodes, done.sum(axis=0))
+
+
+def test_episode_statistics_sums_reward_components_per_episode():
+    """Pendulum reports angle/velocity/torque cost terms; their episode sums add up to the return."""
+    import envs
+    from rljax.wrappers import EpisodeStatistics, VecEnv, reward_component_names
+
+    base, params = envs.make("Pendulum-v1")
+    params = params.replace(max_steps_in_episode=5)
+    assert reward_component_names(base, params) == ("angle", "torque", "velocity")
+    assert reward_component_names(envs.make("CartPole-v1")[0]) == ()
+    env = EpisodeStatistics(VecEnv(base, 3))
+    obs, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    total = np.zeros(3)
+    for t in range(5):
+        obs, state, reward, term, trunc, info = step(jax.random.key(t + 1), state, jnp.ones((3, 1)), params)
+        total += np.asarray(reward)
+        ep = info["episode"]
+        if t < 4:
+            assert not bool(ep.done.any()) and all(float(jnp.abs(v).sum()) == 0 for v in ep.components.values())
+    # Episodes end on step 5 (truncation): components of each finished episode sum to its return.
+    assert bool(ep.done.all())
+    comp_sum = sum(np.asarray(v) for v in ep.components.values())
+    np.testing.assert_allclose(comp_sum, np.asarray(ep.return_), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ep.return_), total, rtol=1e-5)
+    assert all(float(v.min()) <= 0.0 for v in ep.components.values())
+    # The new episode's component sums restart at zero.
+    assert all(float(jnp.abs(v).sum()) == 0 for v in state.episode_components.values())

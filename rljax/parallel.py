@@ -1,0 +1,103 @@
+"""Data parallelism: one per-device program, mapped over devices by ``shard_map`` or ``pmap``.
+
+Agents are written once, pmap style: a function of one device's state that reduces across devices
+with collectives over the axis named :data:`AXIS`. :class:`DataParallel` maps such a function:
+
+* one device: plain ``jit``, and the axis name is ``None`` (collectives are the identity);
+* ``backend="shard_map"`` (default): ``jit`` of ``jax.shard_map`` over a 1-D mesh;
+* ``backend="pmap"``: ``jax.pmap``.
+
+Multi-device train states carry a leading ``[num_devices]`` axis on every leaf (params replicated,
+env batch and keys split); both backends use this layout, so they are interchangeable and give the
+same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from rljax.config import BACKENDS
+
+__all__ = ["AXIS", "DataParallel", "first_device"]
+
+AXIS = "devices"
+
+
+def first_device(tree: Any, num_devices: int) -> Any:
+    """The device-0 slice of a state or output (the identity on one device)."""
+    return tree if num_devices == 1 else jax.tree.map(lambda x: x[0], tree)
+
+
+class DataParallel:
+    """Maps a per-device function over ``num_devices`` local devices.
+
+    Args:
+        num_devices: devices to use (the first ``num_devices`` of ``jax.local_devices()``).
+        backend: ``"shard_map"`` or ``"pmap"``; ignored on one device.
+
+    Raises:
+        ValueError: more devices requested than exist (the message says how to get fake CPU
+            devices), or an unknown backend.
+    """
+
+    def __init__(self, num_devices: int = 1, backend: str = "shard_map"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+        available = jax.local_devices()
+        if not isinstance(num_devices, int) or num_devices < 1 or num_devices > len(available):
+            raise ValueError(
+                f"num_devices={num_devices!r} but this process has {len(available)} "
+                f"{jax.default_backend()} device(s): {available}. On a CPU, start the process with "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count=N, or call "
+                f"jax.config.update('jax_num_cpu_devices', N) before first using JAX (the experiment "
+                f"modules do this for --num-devices).")
+        self.num_devices = num_devices
+        self.backend = backend
+        self.devices = available[:num_devices]
+        self.axis_name: str | None = AXIS if num_devices > 1 else None
+        self.mesh = Mesh(np.array(self.devices), (AXIS,)) if num_devices > 1 else None
+
+    def map(self, fn: Callable[..., Any], donate: bool = False) -> Callable[..., Any]:
+        """Maps ``fn(state, *rest) -> out`` over devices (``rest`` is replicated).
+
+        On several devices every leaf of ``state`` and of the output has a leading
+        ``[num_devices]`` axis. Returns a jitted (or pmapped) function; with ``donate`` the state's
+        buffers are reused for the output.
+        """
+        donate_argnums = (0,) if donate else ()
+        if self.num_devices == 1:
+            return jax.jit(fn, donate_argnums=donate_argnums)
+        if self.backend == "pmap":
+            return jax.pmap(fn, axis_name=AXIS, donate_argnums=donate_argnums, devices=self.devices)
+
+        def local(state: Any, *rest: Any) -> Any:
+            # shard_map hands each device a [1, ...] block of the [D, ...] array.
+            out = fn(jax.tree.map(lambda x: x[0], state), *rest)
+            return jax.tree.map(lambda x: x[None], out)
+
+        # check_vma=False: per-device programs are written pmap style (carries start replicated and
+        # become device-varying inside scans), which the varying-axes type check would reject.
+        mapped = jax.shard_map(local, mesh=self.mesh, in_specs=P(AXIS), out_specs=P(AXIS),
+                               check_vma=False)
+        return jax.jit(mapped, donate_argnums=donate_argnums)
+
+    def init(self, init_fn: Callable[[jax.Array, Any], Any], key: jax.Array) -> Any:
+        """Builds the state on every device: ``init_fn(key, device_index)`` per device.
+
+        ``key`` is shared; the function must fold ``device_index`` into the keys that should
+        differ (env resets) and keep the ones that must agree (params).
+        """
+        if self.num_devices == 1:
+            return jax.jit(init_fn)(key, jnp.int32(0))
+        indices = jnp.arange(self.num_devices, dtype=jnp.int32)
+        if self.backend == "pmap":
+            return jax.pmap(lambda i: init_fn(key, i), axis_name=AXIS, devices=self.devices)(indices)
+        indices = jax.device_put(indices, NamedSharding(self.mesh, P(AXIS)))
+        return self.map(lambda i: init_fn(key, i))(indices)

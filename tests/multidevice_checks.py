@@ -1,0 +1,132 @@
+"""Multi-device checks, run in a subprocess with N fake CPU devices by tests/test_multidevice.py.
+
+Usage: python tests/multidevice_checks.py CHECK   (XLA_FLAGS=--xla_force_host_platform_device_count=4)
+Prints one JSON line with the measured quantities; the test asserts on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import envs
+import rljax
+from rljax.agents.ppo import PPOBatch, PPOConfig, _optimizer, ppo_learn
+from rljax.loop import DesyncError, _check_health, make_chunk, build_agent, plan_updates
+from rljax.networks import ActorCritic
+from rljax.parallel import AXIS, DataParallel
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in
+               zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def learn_equivalence(backend: str) -> dict:
+    """ppo_learn on D devices (per-device shards) == ppo_learn on 1 device (the global batch)."""
+    d = jax.device_count()
+    n = 64 * d
+    key = jax.random.key(0)
+    ks = jax.random.split(key, 6)
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(16, 16))
+    params = net.init(ks[0], jnp.zeros((1, 4)))
+    batch = PPOBatch(obs=jax.random.normal(ks[1], (n, 4)), action=jax.random.randint(ks[2], (n,), 0, 2),
+                     log_prob=jnp.full((n,), jnp.log(0.5)), value=jax.random.normal(ks[3], (n,)),
+                     advantage=jax.random.normal(ks[4], (n,)), target=jax.random.normal(ks[5], (n,)))
+    hp = PPOConfig().hyperparams()
+    opt_state = _optimizer(hp, hp.learning_rate).init(params)
+    kw = dict(num_epochs=3, num_minibatches=1)  # one minibatch: the same sample set on 1 and D devices
+
+    ref_params, _, ref_m = jax.jit(lambda p, o, b: ppo_learn(p, o, b, key, hp, hp.learning_rate, net.apply, **kw))(
+        params, opt_state, batch)
+
+    par = DataParallel(d, backend)
+    stack = lambda x: jnp.broadcast_to(x, (d,) + jnp.shape(x))  # noqa: E731
+    state = (jax.tree.map(stack, params), jax.tree.map(stack, opt_state),
+             jax.tree.map(lambda x: x.reshape((d, n // d) + x.shape[1:]), batch))
+    fn = par.map(lambda s: ppo_learn(s[0], s[1], s[2], key, hp, hp.learning_rate, net.apply,
+                                     axis_name=AXIS, **kw))
+    if backend == "shard_map":
+        state = jax.device_put(state, NamedSharding(par.mesh, P(AXIS)))
+    dp_params, _, dp_m = jax.block_until_ready(fn(state))
+    per_device = [jax.tree.map(lambda x: x[i], dp_params) for i in range(d)]
+    return {
+        "devices": d,
+        "max_param_diff_vs_single": _max_diff(ref_params, per_device[0]),
+        "max_param_diff_across_devices": max(_max_diff(per_device[0], p) for p in per_device[1:]),
+        "value_loss": [float(ref_m["value_loss"]), float(dp_m["value_loss"][0])],
+        "param_change": _max_diff(ref_params, params),
+    }
+
+
+SMALL = dict(num_envs=8, num_steps=16, num_epochs=2, num_minibatches=2, hidden_sizes=(32, 32),
+             total_timesteps=8 * 16 * 6, updates_per_chunk=3)
+
+
+def backends_agree() -> dict:
+    """The same run under shard_map and pmap gives the same params and metrics."""
+    out = {}
+    for backend in ("shard_map", "pmap"):
+        cfg = PPOConfig(num_devices=jax.device_count(), backend=backend, **SMALL)
+        out[backend] = rljax.train(cfg, quiet=True)
+    a, b = out["shard_map"], out["pmap"]
+    return {
+        "max_param_diff": _max_diff(a.state.params, b.state.params),
+        "returns": [[r["episode_return_mean"] for r in x.rows] for x in (a, b)],
+        "value_loss": [[r["value_loss"] for r in x.rows] for x in (a, b)],
+        "desync": [r["param_desync"] for r in a.rows + b.rows],
+        "params_shape0": int(jax.tree.leaves(a.state.params)[0].shape[0]),
+    }
+
+
+def learns() -> dict:
+    """A 4-device CartPole run improves far beyond a random policy."""
+    cfg = PPOConfig(num_devices=jax.device_count(), num_envs=8, num_steps=64, total_timesteps=150_000, seed=0)
+    result = rljax.train(cfg, quiet=True)
+    return {"final_return": result.final_return, "first_return": result.rows[0]["episode_return_mean"],
+            "desync": max(r["param_desync"] for r in result.rows)}
+
+
+def desync_detected() -> dict:
+    """Params perturbed on one device are caught at the next chunk boundary."""
+    d = jax.device_count()
+    cfg = PPOConfig(num_devices=d, **SMALL)
+    env, env_params = envs.make(cfg.env)
+    par = DataParallel(d, cfg.backend)
+    agent = build_agent(cfg, env, env_params, par.axis_name)
+    plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
+    state = par.init(lambda k, i: agent.init(k, i, plan.num_updates), jax.random.key(0))
+    chunk = par.map(make_chunk(agent.update, plan.updates_per_chunk, par.axis_name))
+    state, out = chunk(state)
+    clean = float(out.metrics["param_desync"][0])
+    jax.block_until_ready(state)
+    leaf0 = jax.tree.leaves(state.params)[0]
+    bumped = leaf0.at[d - 1].add(1e-3)
+    params = jax.tree.unflatten(jax.tree.structure(state.params),
+                                [bumped] + jax.tree.leaves(state.params)[1:])
+    state = state.replace(params=jax.device_put(params, leaf0.sharding))
+    state, out = chunk(state)
+    dirty = float(out.metrics["param_desync"][0])
+    jax.block_until_ready(state)
+    try:
+        _check_health({"param_desync": dirty, "env_steps": 0}, 1)
+        raised = ""
+    except DesyncError as err:
+        raised = str(err)
+    return {"clean": clean, "dirty": dirty, "error": raised}
+
+
+CHECKS = {"learn_shard_map": lambda: learn_equivalence("shard_map"),
+          "learn_pmap": lambda: learn_equivalence("pmap"),
+          "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected}
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    print("RESULT " + json.dumps(CHECKS[name]()), flush=True)
