@@ -96,6 +96,8 @@ class Acrobot(Environment[AcrobotState, AcrobotParams]):
     ``-cos θ1 - cos(θ1 + θ2) > 1``; the reward is -1 per step and 0 on the terminating step.
     """
 
+    stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+
     @property
     def name(self) -> str:
         """The Gymnasium id this environment reproduces."""

@@ -75,6 +75,8 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
     Terminates when ``|x| > x_threshold`` or ``|theta| > theta_threshold_radians``.
     """
 
+    stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+
     @property
     def name(self) -> str:
         """The Gymnasium id this environment reproduces."""

@@ -129,6 +129,8 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
     (push left, no push, push right). Reward -1 per step; terminates at the goal.
     """
 
+    stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+
     @property
     def name(self) -> str:
         """The Gymnasium id this environment reproduces."""
@@ -198,6 +200,8 @@ class MountainCarContinuous(Environment[MountainCarState, MountainCarContinuousP
     ``[min_action, max_action]`` for the dynamics. Reward: +100 on reaching the goal, minus
     ``0.1 * a**2`` of the unclipped action every step.
     """
+
+    stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
 
     @property
     def name(self) -> str:

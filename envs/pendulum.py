@@ -74,6 +74,8 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
     ``(1,)`` torque, clipped to ``±max_torque``. Never terminates.
     """
 
+    stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+
     @property
     def name(self) -> str:
         """The Gymnasium id this environment reproduces."""

@@ -62,6 +62,8 @@ class ProbeEnv(Environment[ProbeState, ProbeParams]):
     Observations have shape ``(1,)``, float32.
     """
 
+    stochastic_transitions = False  # only resets draw
+
     def __init__(self, kind: str, continuous: bool = False):
         if kind not in PROBE_KINDS:
             raise ValueError(f"unknown probe kind {kind!r}; valid kinds: {', '.join(PROBE_KINDS)}")

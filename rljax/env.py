@@ -196,7 +196,15 @@ class Environment(Generic[TState, TParams]):
 
     The class holds no mutable state: an instance is a bundle of pure functions, so it can be closed
     over by ``jit`` and shared between vmapped copies.
+
+    Attributes:
+        stochastic_transitions: whether ``step_env`` uses its key. When False (deterministic
+            dynamics, like the classic-control envs) ``step`` hands its whole key to the reset
+            instead of splitting it, which saves one key split per env step (on a CPU, random-number
+            work is a large share of raw env stepping). Leave it True if ``step_env`` draws anything.
     """
+
+    stochastic_transitions: bool = True
 
     @property
     def name(self) -> str:
@@ -245,7 +253,8 @@ class Environment(Generic[TState, TParams]):
         """Takes one step and auto-resets finished episodes.
 
         Args:
-            key: a PRNG key, consumed by the transition and (when done) the reset.
+            key: a PRNG key, split between the transition and (when done) the reset; whole to the
+                reset when ``stochastic_transitions`` is False.
             state: the current state.
             action: an element of ``action_space(params)``.
             params: env params; ``default_params`` when None.
@@ -258,7 +267,10 @@ class Environment(Generic[TState, TParams]):
         """
         if params is None:
             params = self.default_params
-        key_step, key_reset = jax.random.split(key)
+        if self.stochastic_transitions:
+            key_step, key_reset = jax.random.split(key)
+        else:
+            key_step = key_reset = key  # step_env ignores its key, so the reset may use all of it
         obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
         terminated = jnp.asarray(terminated, jnp.bool_)
         truncated = jnp.asarray(state_st.time >= params.max_steps_in_episode, jnp.bool_)
