@@ -28,11 +28,13 @@ with and without ``jax.jit``. They compute targets only; callers wrap them in
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import chex
 import jax
 import jax.numpy as jnp
 
-__all__ = ["gae", "n_step_targets"]
+__all__ = ["gae", "n_step_targets", "NStep", "n_step_transitions"]
 
 
 def _float_dtype(*arrays: jax.Array) -> jnp.dtype:
@@ -194,3 +196,79 @@ def n_step_targets(
 
     one_step = rewards + discount * next_values
     return jax.lax.fori_loop(0, n - 1, extend, one_step)
+
+
+class NStep(NamedTuple):
+    """n-step transitions for replay, computed when the data is collected.
+
+    Attributes:
+        returns: ``sum_{k<m} gamma^k r_{t+k}``, float ``[T - n + 1, ...]``.
+        discounts: ``gamma^m (1 - terminated_{t+m-1})``: what multiplies the bootstrap value, 0 after
+            a termination, ``gamma^m`` after a truncation or a full window.
+        bootstrap_index: int32, ``t + m - 1``: the step whose ``next_obs`` (its final observation on
+            truncation) is the bootstrap state.
+    """
+
+    returns: jax.Array
+    discounts: jax.Array
+    bootstrap_index: jax.Array
+
+
+def n_step_transitions(
+    rewards: jax.typing.ArrayLike,
+    terminated: jax.typing.ArrayLike,
+    truncated: jax.typing.ArrayLike,
+    gamma: float | jax.typing.ArrayLike,
+    n: int,
+) -> NStep:
+    """The n-step transitions ``(s_t, a_t, R_t, discount_t, s'_t)`` of a window, for replay buffers.
+
+    The replay counterpart of :func:`n_step_targets`: instead of folding in a value now, it returns
+    what is needed to bootstrap later with the current target network::
+
+        target_t = returns[t] + discounts[t] * V(next_obs[bootstrap_index[t]])
+
+    with ``m`` the steps used: ``n``, or fewer when an episode ends (terminated or truncated) within
+    the window. Only the ``T - n + 1`` windows that fit entirely in the ``T`` steps are returned (the
+    caller carries the last ``n - 1`` steps over to the next window, so nothing is lost).
+
+    Args:
+        rewards: float ``[T, ...]`` (time-major; any batch dims).
+        terminated: bool, same shape.
+        truncated: bool, same shape.
+        gamma: discount, scalar (may be traced).
+        n: a Python int ``>= 1``, at most ``T``.
+
+    Returns:
+        :class:`NStep` with leading dim ``T - n + 1``.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n_step_transitions: n must be a Python int >= 1, got {n!r}")
+    rewards = jnp.asarray(rewards)
+    terminated = jnp.asarray(terminated, jnp.bool_)
+    truncated = jnp.asarray(truncated, jnp.bool_)
+    chex.assert_equal_shape([rewards, terminated, truncated],
+                            custom_message="n_step_transitions: rewards, terminated, truncated")
+    big_t = rewards.shape[0]
+    if n > big_t:
+        raise ValueError(f"n_step_transitions: n={n} is larger than the window T={big_t}")
+    out_t = big_t - n + 1
+    dtype = _float_dtype(rewards)
+    gamma = jnp.asarray(gamma, dtype)
+    t_index = jnp.arange(out_t, dtype=jnp.int32).reshape((out_t,) + (1,) * (rewards.ndim - 1))
+    t_index = jnp.broadcast_to(t_index, (out_t,) + rewards.shape[1:])
+
+    alive = jnp.ones((out_t,) + rewards.shape[1:], jnp.bool_)
+    returns = jnp.zeros(alive.shape, dtype)
+    index = t_index
+    final_terminated = jnp.zeros(alive.shape, jnp.bool_)
+    steps = jnp.zeros(alive.shape, dtype)
+    for k in range(n):  # n is small and static: n vectorised passes
+        r_k = rewards[k:k + out_t].astype(dtype)
+        returns = returns + jnp.where(alive, gamma ** k * r_k, 0.0)
+        index = jnp.where(alive, t_index + k, index)
+        final_terminated = jnp.where(alive, terminated[k:k + out_t], final_terminated)
+        steps = steps + alive.astype(dtype)
+        alive = alive & ~(terminated[k:k + out_t] | truncated[k:k + out_t])
+    discounts = jnp.where(final_terminated, 0.0, gamma ** steps).astype(dtype)
+    return NStep(returns, discounts, index)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.returns import gae, n_step_targets
+from rljax.returns import gae, n_step_targets, n_step_transitions
 
 GAMMA = 0.9
 LAMBDA = 0.8  # gamma * lambda = 0.72
@@ -303,3 +303,49 @@ def test_n_step_errors():
             n_step_targets(x, x, x, x, 0.9, bad_n)
     with pytest.raises(AssertionError, match="same shape"):
         n_step_targets(x, x, x, np.zeros((4,)), 0.9, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# n_step_transitions (replay-side n-step)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_n_step_transitions_by_hand():
+    # T = 5, n = 3, gamma = 0.5. Rewards 1, 2, 3, 4, 5. Step 1 truncates, step 3 terminates.
+    r = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    term = jnp.array([False, False, False, True, False])
+    trunc = jnp.array([False, True, False, False, False])
+    ns = n_step_transitions(r, term, trunc, 0.5, 3)
+    # t=0: steps 0, 1 (truncated at 1): R = 1 + 0.5*2 = 2, m = 2, discount 0.25, bootstrap at 1.
+    # t=1: step 1 truncates: R = 2, m = 1, discount 0.5, bootstrap at 1.
+    # t=2: steps 2, 3 (terminated at 3): R = 3 + 0.5*4 = 5, discount 0 (no bootstrap), index 3.
+    np.testing.assert_allclose(ns.returns, [2.0, 2.0, 5.0])
+    np.testing.assert_allclose(ns.discounts, [0.25, 0.5, 0.0])
+    np.testing.assert_array_equal(ns.bootstrap_index, [1, 1, 3])
+    # n = 1 is the one-step transition: R = r, discount = gamma * (1 - terminated).
+    ns1 = n_step_transitions(r, term, trunc, 0.5, 1)
+    np.testing.assert_allclose(ns1.returns, r)
+    np.testing.assert_allclose(ns1.discounts, [0.5, 0.5, 0.5, 0.0, 0.5])
+    np.testing.assert_array_equal(ns1.bootstrap_index, [0, 1, 2, 3, 4])
+    # A full window with no episode end: R = 3 + 0.5*4 + 0.25*5, discount 0.125, index 4.
+    ns = n_step_transitions(r[2:], jnp.zeros(3, bool), jnp.zeros(3, bool), 0.5, 3)
+    np.testing.assert_allclose(ns.returns, [3 + 2 + 1.25])
+    np.testing.assert_allclose(ns.discounts, [0.125])
+    np.testing.assert_array_equal(ns.bootstrap_index, [2])
+
+
+def test_n_step_transitions_agree_with_n_step_targets():
+    """returns + discounts * V[bootstrap_index] == n_step_targets on every full window."""
+    key = jax.random.key(0)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    T, B, n, gamma = 12, 5, 4, 0.9
+    r = jax.random.normal(k1, (T, B))
+    term = jax.random.bernoulli(k2, 0.15, (T, B))
+    trunc = jax.random.bernoulli(k3, 0.15, (T, B))
+    v = jax.random.normal(k4, (T, B))
+    ns = jax.jit(n_step_transitions, static_argnums=4)(r, term, trunc, gamma, n)
+    boot = jnp.take_along_axis(v, ns.bootstrap_index, axis=0)
+    targets = n_step_targets(r, term, trunc, v, gamma, n)
+    np.testing.assert_allclose(ns.returns + ns.discounts * boot, targets[: T - n + 1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="larger than the window"):
+        n_step_transitions(r[:2], term[:2], trunc[:2], gamma, 3)
