@@ -228,9 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _algorithms() -> dict[str, Any]:
-    from rljax.agents.ppo import PPOConfig
+    """Command name -> config class, for every algorithm in ``rljax.loop.ALGORITHMS``."""
+    import importlib
 
-    return {"ppo": PPOConfig}
+    from rljax.loop import ALGORITHMS
+
+    out = {}
+    for cls_name, (module, _) in ALGORITHMS.items():
+        out[cls_name.removesuffix("Config").lower()] = getattr(importlib.import_module(module), cls_name)
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

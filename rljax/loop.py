@@ -127,16 +127,26 @@ class TrainResult:
         return float(np.mean(returns[-2:])) if returns else float("nan")
 
 
+# Algorithm registry: config class name -> (module, make function). Imported lazily, so a run only
+# loads the algorithm it uses.
+ALGORITHMS: dict[str, tuple[str, str]] = {
+    "PPOConfig": ("rljax.agents.ppo", "make_ppo"),
+    "DQNConfig": ("rljax.agents.dqn", "make_dqn"),
+    "SACConfig": ("rljax.agents.sac", "make_sac"),
+}
+
+
 def build_agent(config: Any, env: Any, env_params: Any, axis_name: str | None) -> Agent:
     """Dispatches on the config type to the algorithm's ``make_<algo>``."""
-    from rljax.agents.ppo import PPOConfig, make_ppo
+    import importlib
 
-    makers: dict[type, Callable[..., Agent]] = {PPOConfig: make_ppo}
-    for cls, maker in makers.items():
-        if isinstance(config, cls):
-            return maker(config, env, env_params, axis_name)
-    raise TypeError(f"no algorithm for config type {type(config).__name__}; "
-                    f"known: {[c.__name__ for c in makers]}")
+    entry = ALGORITHMS.get(type(config).__name__)
+    if entry is None:
+        raise TypeError(f"no algorithm for config type {type(config).__name__}; known: {sorted(ALGORITHMS)}")
+    module = importlib.import_module(entry[0])
+    if not isinstance(config, getattr(module, type(config).__name__)):
+        raise TypeError(f"{type(config).__name__} is not {entry[0]}.{type(config).__name__}")
+    return getattr(module, entry[1])(config, env, env_params, axis_name)
 
 
 def _row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> dict[str, Any]:

@@ -123,7 +123,45 @@ def desync_detected() -> dict:
     return {"clean": clean, "dirty": dirty, "error": raised}
 
 
-CHECKS = {"learn_shard_map": lambda: learn_equivalence("shard_map"),
+def dqn_learn_equivalence() -> dict:
+    """A DQN gradient step on 4 shards (pmean) equals the step on the whole batch; a 4-device
+    DQN run keeps params in sync under both backends and gives the same numbers."""
+    from rljax.agents.dqn import DQNConfig, dqn_loss
+    from rljax.agents.offpolicy import ReplayItem
+    from rljax.networks import QNetwork
+
+    d = jax.device_count()
+    n = 32 * d
+    ks = jax.random.split(jax.random.key(1), 6)
+    net = QNetwork(num_actions=3, hidden_sizes=(16,))
+    params = net.init(ks[0], jnp.zeros((1, 4)))
+    target = net.init(ks[1], jnp.zeros((1, 4)))
+    items = ReplayItem(obs=jax.random.normal(ks[2], (n, 4)), action=jax.random.randint(ks[3], (n,), 0, 3),
+                       reward=jax.random.normal(ks[4], (n,)), discount=jnp.full((n,), 0.9),
+                       next_obs=jax.random.normal(ks[5], (n, 4)), valid=jnp.ones((n,), bool))
+    grad = lambda p, it: jax.grad(lambda p: dqn_loss(p, target, net.apply, it, jnp.ones(it.reward.shape),  # noqa: E731
+                                                     double_q=True, loss="huber")[0])(p)
+    ref = jax.jit(grad)(params, items)
+    par = DataParallel(d, "shard_map")
+    sharded = jax.device_put(jax.tree.map(lambda x: x.reshape((d, n // d) + x.shape[1:]), items),
+                             NamedSharding(par.mesh, P(AXIS)))
+    dp = jax.block_until_ready(par.map(lambda it: jax.lax.pmean(grad(params, it), AXIS))(sharded))
+    out = {"max_grad_diff": _max_diff(ref, jax.tree.map(lambda x: x[0], dp)),
+           "grad_scale": max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(ref))}
+    runs = {}
+    for backend in ("shard_map", "pmap"):
+        cfg = DQNConfig(env="ProbeTwoStep-v0", num_devices=d, num_envs=8, batch_size=64, buffer_size=512,
+                        learning_starts=64, target_update_interval=32, hidden_sizes=(16,), n_step=2,
+                        prioritized=True, total_timesteps=8 * 60, updates_per_chunk=20, backend=backend)
+        runs[backend] = rljax.train(cfg, quiet=True)
+    a, b = runs["shard_map"], runs["pmap"]
+    out["backend_param_diff"] = _max_diff(a.state.learner.params, b.state.learner.params)
+    out["desync"] = max(r["param_desync"] for r in a.rows + b.rows)
+    out["td_loss"] = [[r["td_loss"] for r in x.rows] for x in (a, b)]
+    return out
+
+
+CHECKS = {"dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected}
 

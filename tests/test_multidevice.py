@@ -53,3 +53,10 @@ def test_desync_is_detected():
     r = run_check("desync_detected")
     assert r["clean"] == 0.0 and r["dirty"] > 0.0
     assert "params differ across devices" in r["error"]
+
+
+def test_dqn_four_devices():
+    r = run_check("dqn_learn")
+    assert r["max_grad_diff"] < 1e-5 * max(1.0, r["grad_scale"]), r
+    assert r["backend_param_diff"] < 1e-5 and r["desync"] == 0.0, r
+    assert r["td_loss"][0][-1] > 0.0
