@@ -120,6 +120,12 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run = parser.add_argument_group("run")
     run.add_argument("--run-dir", default=None,
                      help="run directory (default: runs/<experiment>-<time>); 'none' keeps no files")
+    run.add_argument("--resume", default=None, metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR from its newest valid checkpoint (its saved config "
+                          "is used; flags given explicitly override it where that is allowed)")
+    run.add_argument("--checkpoint-every", type=_parse_int, default=5, metavar="CHUNKS",
+                     help="save a checkpoint every this many chunks (always at the end and on SIGTERM/SIGINT)")
+    run.add_argument("--keep-checkpoints", type=_parse_int, default=3, help="recent checkpoints to keep")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
     run.add_argument("--no-compile-cache", action="store_true",
@@ -127,10 +133,36 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     return parser
 
 
-def config_from_args(config_cls: Any, args: argparse.Namespace) -> Any:
-    """Builds the config from parsed args (validation errors propagate as ``ValueError``)."""
+def config_from_args(config_cls: Any, args: argparse.Namespace, base: dict[str, Any] | None = None,
+                     explicit: set[str] | None = None) -> Any:
+    """Builds the config from parsed args (validation errors propagate as ``ValueError``).
+
+    With ``base`` (a saved ``config.json``), fields come from it except those in ``explicit``
+    (the flags the user actually typed).
+    """
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
+    if base is not None:
+        explicit = explicit or set()
+        for f in dataclasses.fields(config_cls):
+            if f.name in base and f.name not in explicit:
+                v = base[f.name]
+                values[f.name] = tuple(v) if isinstance(v, list) else v
     return config_cls(**values)
+
+
+def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The dests of the flags present on the command line (not filled from defaults)."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if isinstance(action, argparse.BooleanOptionalAction):
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif action.nargs == 0:
+                kwargs["action"] = "store_true"
+            probe.add_argument(*action.option_strings, **kwargs)
+    known, _ = probe.parse_known_args(argv)
+    return set(vars(known))
 
 
 def enable_compilation_cache(path: str | None = None) -> str:
@@ -174,14 +206,27 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     name = name or config_cls.__name__.lower()
     parser = build_parser(config_cls, defaults, description, prog=f"python -m experiments.{name}")
     args = parser.parse_args(argv)
+    base = None
+    if args.resume:
+        import json
+
+        config_path = os.path.join(args.resume, "config.json")
+        if not os.path.exists(config_path):
+            parser.error(f"--resume {args.resume}: not a run directory (no config.json)")
+        with open(config_path, encoding="utf-8") as f:
+            base = json.load(f)
+        if args.run_dir not in (None, args.resume):
+            parser.error(f"--resume {args.resume} continues that directory; do not also pass --run-dir {args.run_dir}")
+        args.run_dir = args.resume
     try:
-        config = config_from_args(config_cls, args)
+        config = config_from_args(config_cls, args, base, _explicit_flags(parser, argv))
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     request_cpu_devices(config.num_devices)
     if not args.no_compile_cache:
         enable_compilation_cache()
 
+    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
     from rljax.loop import train
 
     run_dir = args.run_dir
@@ -190,14 +235,22 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     elif run_dir.lower() == "none":
         run_dir = None
     try:
-        result = train(config, run_dir=run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard)
-    except (ValueError, FileExistsError) as err:
+        result = train(config, run_dir=run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard,
+                       resume=bool(args.resume), checkpoint_every=args.checkpoint_every,
+                       keep_checkpoints=args.keep_checkpoints)
+    except (ValueError, FileExistsError, NoCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if result.preempted:
+        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
+              f"rljax resume {result.run_dir}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
     t = result.timings
+    ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     print(f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "
           f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "
-          f"({t['total_env_steps'] / max(t['compute_s'], 1e-9):,.0f} steps/s), logging {t['logging_s']:.2f}s"
+          f"({ran / max(t['compute_s'], 1e-9):,.0f} steps/s), logging {t['logging_s']:.2f}s, "
+          f"checkpoints {t['checkpoint_s']:.2f}s"
           + (f"; run directory: {result.run_dir}" if result.run_dir else ""))
     return 0
 
@@ -207,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     algos = _algorithms()
     usage = ("usage: rljax envs\n"
-             f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)")
+             f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
+             "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0
@@ -223,6 +277,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0])
+    if cmd == "resume":
+        if not rest or rest[0].startswith("-"):
+            print(f"error: resume needs a run directory\n{usage}", file=sys.stderr)
+            return 2
+        run_dir = rest[0]
+        manifest_path = os.path.join(run_dir, "manifest.json")
+        if not os.path.exists(manifest_path):
+            print(f"error: {run_dir} is not a run directory (no manifest.json)", file=sys.stderr)
+            return 2
+        import json
+
+        with open(manifest_path, encoding="utf-8") as f:
+            algorithm = json.load(f).get("algorithm")
+        by_class = {cls.__name__: (name, cls) for name, cls in algos.items()}
+        if algorithm not in by_class:
+            print(f"error: {manifest_path} names algorithm {algorithm!r}; known: {sorted(by_class)}", file=sys.stderr)
+            return 2
+        name, cls = by_class[algorithm]
+        return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name)
     print(f"error: unknown command {cmd!r}\n{usage}", file=sys.stderr)
     return 2
 

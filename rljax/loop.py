@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import pathlib
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -24,7 +26,7 @@ from rljax.parallel import DataParallel, first_device
 from rljax.rollout import EpisodeSummary
 
 __all__ = ["ChunkOutput", "Plan", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
-           "build_agent"]
+           "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config"]
 
 
 class DesyncError(RuntimeError):
@@ -112,6 +114,7 @@ class TrainResult:
         run_dir: the run directory, or None when the run was not tracked.
         timings: seconds spent compiling, computing and logging, and the plan.
         agent: the agent that was trained (its ``act`` evaluates the final policy).
+        preempted: the signal (or request) that stopped the run early, or None if it finished.
     """
 
     state: Any
@@ -119,6 +122,7 @@ class TrainResult:
     run_dir: str | None
     timings: dict[str, float]
     agent: Agent
+    preempted: str | None = None
 
     @property
     def final_return(self) -> float:
@@ -169,8 +173,31 @@ def _row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: f
     return row
 
 
-def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | None = None,
-          quiet: bool = False, tensorboard: bool = True,
+RESUMABLE_FIELDS = ("total_timesteps",)
+"""Config fields that may differ when resuming (extending a run); every other difference is an error."""
+
+
+class ConfigMismatchError(ValueError):
+    """A resumed run's config differs from the saved one in fields that change the run."""
+
+
+def check_resume_config(saved: dict[str, Any], config: Any) -> None:
+    """Raises :class:`ConfigMismatchError` naming every field that differs from the saved config,
+    except :data:`RESUMABLE_FIELDS`."""
+    from rljax.tracking import config_to_dict
+
+    new = config_to_dict(config)
+    diffs = [f"{k}: saved {saved.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(saved) | set(new))
+             if saved.get(k) != new.get(k) and k not in RESUMABLE_FIELDS]
+    if diffs:
+        raise ConfigMismatchError(
+            "cannot resume with a different config; differing fields: " + "; ".join(diffs)
+            + f". Fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}")
+
+
+def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
+          resume: bool = False, checkpoint_every: int = 5, keep_checkpoints: int = 3, quiet: bool = False,
+          tensorboard: bool = True, handle_signals: bool = True,
           on_chunk: Callable[[int, Any, dict[str, Any]], None] | None = None) -> TrainResult:
     """Trains an agent; the Python entry point behind every experiment module.
 
@@ -179,22 +206,38 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         env: an env object (rljax or gymnax contract, e.g. one you just wrote); when None,
             ``envs.make(config.env)``.
         env_params: its params; ``env.default_params`` when None.
-        run_dir: where to write ``config.json``, ``manifest.json``, ``metrics.jsonl`` and ``tb/``;
-            None keeps the run in memory (rows are still returned).
+        run_dir: where to write ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
+            ``checkpoints/``; None keeps the run in memory (no checkpoints; rows are still returned).
+        resume: continue the run in ``run_dir`` from its newest valid checkpoint. The config must
+            match the saved one except for :data:`RESUMABLE_FIELDS`.
+        checkpoint_every: save every this many chunks (and always after the last one and on
+            preemption); 0 saves only at the end and on preemption.
+        keep_checkpoints: how many recent checkpoints to keep.
         quiet: no progress lines.
         tensorboard: write tensorboard events (with ``run_dir``).
-        on_chunk: called after each chunk as ``on_chunk(chunk_index, state, row)``.
+        handle_signals: turn SIGTERM/SIGINT into a clean stop at the next chunk boundary (save,
+            flush, return with ``result.preempted``).
+        on_chunk: called after each chunk as ``on_chunk(chunk_index, state, row)``; returning True
+            stops the run there as a preemption would (saved, ``result.preempted == "on_chunk"``).
 
     Returns:
         A :class:`TrainResult`.
 
     Raises:
         DesyncError: params diverged across devices.
-        FloatingPointError: a loss became NaN or infinite (the message names it and the chunk).
+        FloatingPointError: a loss became NaN or infinite (the message names it and the chunk; the
+            diverged state is not saved, the last checkpoint stays the newest).
+        ConfigMismatchError: ``resume`` with a config that changes the run.
+        rljax.checkpoint.NoCheckpointError: ``resume`` but nothing restorable in ``run_dir``.
     """
-    from rljax.tracking import Tracker
+    from rljax.checkpoint import Checkpointer, PreemptionGuard
+    from rljax.tracking import Tracker, config_to_dict, format_progress
 
     t_start = time.perf_counter()
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be an integer >= 0, got {checkpoint_every!r}")
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run_dir of the run to continue")
     if env is None:
         import envs
 
@@ -203,56 +246,116 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     elif env_params is None:
         env_params = env.default_params
 
+    saved_meta: dict[str, Any] | None = None
+    if resume:
+        import json
+
+        config_path = pathlib.Path(run_dir) / "config.json"
+        if not config_path.exists():
+            raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json) ; nothing to resume")
+        check_resume_config(json.loads(config_path.read_text()), config)
+
     par = DataParallel(config.num_devices, config.backend)
     agent = build_agent(config, env, env_params, par.axis_name)
-    plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
-
     key = jax.random.key(config.seed)
-    state = par.init(lambda k, i: agent.init(k, i, plan.num_updates), key)
+
+    if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):
+        raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
+                              f"(`rljax resume {run_dir}`) or choose a new run directory")
+    checkpointer = Checkpointer(run_dir, keep=keep_checkpoints) if run_dir is not None else None
+    if resume:
+        # The chunk size is part of the compiled program: keep the saved one so the continuation
+        # runs the same program (bit-exact), even when total_timesteps was extended.
+        probe = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
+        template = par.init(lambda k, i: agent.init(k, i, probe.num_updates), key)
+        state, saved_meta, _ = checkpointer.restore(template)
+        k_saved = int(saved_meta["plan"]["updates_per_chunk"])
+        plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, k_saved)
+        if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
+            plan = Plan(num_updates=k_saved * math.ceil(plan.num_updates / k_saved), updates_per_chunk=k_saved,
+                        num_chunks=math.ceil(plan.num_updates / k_saved), env_steps_per_update=agent.env_steps_per_update)
+        if plan.num_updates != int(saved_meta["plan"]["num_updates"]):
+            state = state.replace(num_updates=jax.device_put(
+                jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
+        start_chunk = int(saved_meta["chunk_index"]) + 1
+    else:
+        plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
+        state = par.init(lambda k, i: agent.init(k, i, plan.num_updates), key)
+        start_chunk = 0
     chunk_fn = par.map(make_chunk(agent.update, plan.updates_per_chunk, par.axis_name), donate=True)
 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(state).compile()
-    timings = {"compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0,
-               "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
-               "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps}
+    timings: dict[str, Any] = {
+        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0,
+        "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
+        "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk}
 
     tracker = None
+    wall_offset = 0.0
     if run_dir is not None:
+        resume_steps = None if saved_meta is None else int(saved_meta["env_steps"])
         tracker = Tracker(run_dir, config, seed=config.seed, tensorboard=tensorboard, quiet=quiet,
-                          total_env_steps=plan.total_env_steps,
-                          manifest_extra={"plan": dataclasses.asdict(plan)})
+                          total_env_steps=plan.total_env_steps, resume=resume, resume_env_steps=resume_steps,
+                          manifest_extra={"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__})
+        if saved_meta is not None:
+            wall_offset = float(saved_meta.get("wall_time_s", 0.0))
+
+    def save(chunk_index: int, row: dict[str, Any]) -> None:
+        t_ckpt = time.perf_counter()
+        meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
+                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(plan),
+                "algorithm": type(config).__name__, "config": config_to_dict(config)}
+        checkpointer.save(row["env_steps"], state, meta)
+        timings["checkpoint_s"] += time.perf_counter() - t_ckpt
+
     rows: list[dict[str, Any]] = []
+    preempted = None
     try:
-        for c in range(plan.num_chunks):
-            t_chunk = time.perf_counter()
-            state, out = compiled(state)
-            # Block before the next launch: reading metrics waits for the chunk, and waiting on the
-            # state too avoids XLA's CPU collective-rendezvous deadlock between chained programs.
-            out = jax.device_get(first_device(out, config.num_devices))
-            jax.block_until_ready(state)
-            chunk_s = time.perf_counter() - t_chunk
-            timings["compute_s"] += chunk_s
+        with PreemptionGuard(handle_signals) as guard:
+            for c in range(start_chunk, plan.num_chunks):
+                t_chunk = time.perf_counter()
+                state, out = compiled(state)
+                # Block before the next launch: reading metrics waits for the chunk, and waiting on
+                # the state too avoids XLA's CPU collective-rendezvous deadlock between programs.
+                out = jax.device_get(first_device(out, config.num_devices))
+                jax.block_until_ready(state)
+                chunk_s = time.perf_counter() - t_chunk
+                timings["compute_s"] += chunk_s
 
-            t_log = time.perf_counter()
-            row = _row(plan, c, out, time.perf_counter() - t_start, chunk_s)
-            _check_health(row, c)
-            rows.append(row)
-            if tracker is not None:
-                tracker.log(row)
-            elif not quiet:
-                from rljax.tracking import format_progress
+                t_log = time.perf_counter()
+                row = _row(plan, c, out, wall_offset + time.perf_counter() - t_start, chunk_s)
+                _check_health(row, c)
+                rows.append(row)
+                if tracker is not None:
+                    tracker.log(row)
+                elif not quiet:
+                    print(format_progress(row, plan.total_env_steps), flush=True)
+                if on_chunk is not None and on_chunk(c, state, row):
+                    guard.request("on_chunk")
+                timings["logging_s"] += time.perf_counter() - t_log
 
-                print(format_progress(row, plan.total_env_steps), flush=True)
-            if on_chunk is not None:
-                on_chunk(c, state, row)
-            timings["logging_s"] += time.perf_counter() - t_log
+                last = c == plan.num_chunks - 1
+                if checkpointer is not None and (
+                        last or guard.requested or (checkpoint_every and (c + 1) % checkpoint_every == 0)):
+                    save(c, row)
+                if guard.requested and not last:
+                    preempted = guard.signal_name
+                    break
     finally:
+        if checkpointer is not None:
+            t_ckpt = time.perf_counter()
+            checkpointer.close()  # waits for the pending save to commit
+            timings["checkpoint_s"] += time.perf_counter() - t_ckpt
         if tracker is not None:
             tracker.close()
     timings["total_s"] = time.perf_counter() - t_start
+    if preempted and not quiet:
+        where = f"; resume with: rljax resume {run_dir}" if run_dir is not None else ""
+        print(f"stopped by {preempted} after env step {rows[-1]['env_steps']:,}: checkpoint saved{where}",
+              flush=True)
     return TrainResult(state=state, rows=rows, run_dir=None if run_dir is None else str(run_dir),
-                       timings=timings, agent=agent)
+                       timings=timings, agent=agent, preempted=preempted)
 
 
 def _check_health(row: dict[str, Any], chunk_index: int) -> None:

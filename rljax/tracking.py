@@ -149,12 +149,16 @@ class Tracker:
         tensorboard: also write tensorboardX events.
         quiet: do not print progress lines.
         total_env_steps: for the progress line's percentage and ETA.
+        resume_env_steps: on resume, the env step of the checkpoint the run continues from. Rows
+            logged after it (by chunks that ran after the last checkpoint) are moved to
+            ``metrics.superseded.jsonl`` (kept, not deleted), and tensorboard is told to purge its
+            events after that step, so the continued curves neither overlap nor restart.
     """
 
     def __init__(self, run_dir: str | os.PathLike, config: Any, *, seed: int | None = None,
                  resume: bool = False, tensorboard: bool = True, quiet: bool = False,
                  total_env_steps: int = 0, manifest_extra: Mapping[str, Any] | None = None,
-                 stream: TextIO | None = None):
+                 stream: TextIO | None = None, resume_env_steps: int | None = None):
         self.run_dir = pathlib.Path(run_dir)
         self.quiet = quiet
         self.total_env_steps = total_env_steps
@@ -166,10 +170,33 @@ class Tracker:
                 f"(`rljax resume {self.run_dir}`) or choose a new --run-dir")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.last_env_steps = -1
+        purge_step = None
         if resume:
             rows = read_metrics(self.run_dir)
+            if resume_env_steps is not None:
+                kept = [r for r in rows if int(r["env_steps"]) <= resume_env_steps]
+                superseded = [r for r in rows if int(r["env_steps"]) > resume_env_steps]
+                if superseded or len(kept) != len(metrics_path.read_text().splitlines()):
+                    with open(self.run_dir / "metrics.superseded.jsonl", "a", encoding="utf-8") as f:
+                        for r in superseded:
+                            f.write(json.dumps(r) + "\n")
+                    tmp = metrics_path.with_suffix(".jsonl.tmp")
+                    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+                    os.replace(tmp, metrics_path)
+                rows = kept
+                purge_step = resume_env_steps + 1
             if rows:
                 self.last_env_steps = int(rows[-1]["env_steps"])
+            # The resolved config may differ in resumable fields (an extended total_timesteps);
+            # the manifest keeps the original provenance and records each resume.
+            _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
+            manifest_path = self.run_dir / "manifest.json"
+            record = json.loads(manifest_path.read_text()) if manifest_path.exists() else \
+                manifest(config, seed, manifest_extra)
+            record.setdefault("resumes", []).append({
+                "from_env_steps": resume_env_steps, "argv": list(sys.argv), "unix_time": time.time(),
+                "config_hash": config_hash(config), **_git_state()})
+            _atomic_write_json(manifest_path, record)
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
             _atomic_write_json(self.run_dir / "manifest.json", manifest(config, seed, manifest_extra))
@@ -178,7 +205,7 @@ class Tracker:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=30)
+            self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=30, purge_step=purge_step)
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Writes one metrics row (must have ``env_steps``; all values scalars or None)."""

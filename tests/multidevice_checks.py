@@ -161,7 +161,35 @@ def dqn_learn_equivalence() -> dict:
     return out
 
 
-CHECKS = {"dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
+def resume_bit_exact() -> dict:
+    """Interrupt + resume on 4 devices == uninterrupted, for PPO (shard_map) and DQN (pmap)."""
+    import tempfile
+
+    from rljax.agents.dqn import DQNConfig
+
+    d = jax.device_count()
+    configs = {
+        "ppo": PPOConfig(num_devices=d, normalize_obs=True, **{**SMALL, "updates_per_chunk": 1}),
+        "dqn": DQNConfig(num_devices=d, backend="pmap", num_envs=8, num_steps=2, batch_size=16 * d,
+                         buffer_size=64 * d, learning_starts=32, target_update_interval=16, hidden_sizes=(16,),
+                         n_step=2, prioritized=True, total_timesteps=8 * 2 * 60, updates_per_chunk=10),
+    }
+    out = {}
+    for name, cfg in configs.items():
+        root = tempfile.mkdtemp()
+        full = rljax.train(cfg, run_dir=f"{root}/full", quiet=True, checkpoint_every=1)
+        rljax.train(cfg, run_dir=f"{root}/cut", quiet=True, checkpoint_every=1, on_chunk=lambda c, s, r: c == 2)
+        rest = rljax.train(cfg, run_dir=f"{root}/cut", quiet=True, resume=True, checkpoint_every=1)
+        la = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+              for x in jax.tree.leaves(full.state)]
+        lb = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+              for x in jax.tree.leaves(rest.state)]
+        out[name] = {"equal": all(np.array_equal(x, y) for x, y in zip(la, lb)) and len(la) == len(lb),
+                     "leading_axis": int(la[0].shape[0]), "start_chunk": rest.timings["start_chunk"]}
+    return out
+
+
+CHECKS = {"resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected}
 

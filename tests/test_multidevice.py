@@ -60,3 +60,10 @@ def test_dqn_four_devices():
     assert r["max_grad_diff"] < 1e-5 * max(1.0, r["grad_scale"]), r
     assert r["backend_param_diff"] < 1e-5 and r["desync"] == 0.0, r
     assert r["td_loss"][0][-1] > 0.0
+
+
+def test_resume_is_bit_exact_on_four_devices():
+    r = run_check("resume")
+    for name in ("ppo", "dqn"):
+        assert r[name]["equal"], r
+        assert r[name]["start_chunk"] == 3 and r[name]["leading_axis"] == 4

@@ -195,3 +195,16 @@ def test_cartpole_learns_end_to_end(tmp_path):
     # A random policy scores about 22; PPO with the default config passes 200 by 1.5e5 steps.
     assert result.final_return > 200, [r["episode_return_mean"] for r in result.rows]
     assert result.rows[-1]["env_steps"] == result.timings["total_env_steps"]
+
+
+def test_value_bootstraps_through_truncation():
+    """A never-ending MDP cut by a time limit: V = 1 / (1 - gamma) = 2, not the 1.67 of a learner
+    that treats the cut as termination."""
+    from tests.endless import TRUE_VALUE, WRONG_VALUE, Endless
+
+    cfg = PPOConfig(**{**PROBE_CFG, "gamma": 0.5, "total_timesteps": 16 * 8 * 200})
+    result = rljax.train(cfg, env=Endless(), quiet=True)
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=cfg.hidden_sizes)
+    _, v = net.apply(result.state.params, jnp.ones((1, 1)))
+    np.testing.assert_allclose(np.asarray(v), [TRUE_VALUE], atol=0.1)
+    assert abs(float(v[0]) - WRONG_VALUE) > 0.2

@@ -1,0 +1,574 @@
+"""SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications") for Box actions.
+
+* Twin critics ``Q_1, Q_2`` on ``concat(obs, a_norm)`` (``a_norm``: the action rescaled to
+  ``[-1, 1]``) with Polyak-averaged targets; the TD target and the actor use their minimum (clipped
+  double Q, Fujimoto et al. 2018).
+* A tanh-squashed Gaussian actor (:class:`rljax.distributions.TanhGaussian`) whose bounds are the
+  env's ``Box`` ``[low, high]``; ``log_std`` is squashed smoothly into ``[log_std_min, log_std_max]``.
+* Automatic entropy tuning: ``log alpha`` is learned so the policy's entropy tracks
+  ``target_entropy = -target_entropy_scale * |A|``.
+* ``n_step``, ``prioritized`` replay and data parallelism come from the shared off-policy core
+  (:mod:`rljax.agents.offpolicy`): truncated episodes bootstrap from their final observation.
+
+One update collects ``num_steps`` steps from each of ``num_envs`` envs (uniformly random actions
+before ``learning_starts``), adds them to replay, then takes ``gradient_steps`` gradient steps; each
+gradient step updates the critics, then the actor (against the new critics), then ``alpha``, then
+Polyak-averages the target critics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
+from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, polyak,
+                                    replay_learning)
+from rljax.config import RunConfig, _require, field
+from rljax.distributions import TanhGaussian
+from rljax.networks import MLP
+
+__all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
+           "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss", "sac_alpha_loss",
+           "sac_learn_step", "sac_optimizers", "make_sac"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig(RunConfig):
+    """SAC's configuration (defaults: Pendulum-v1 to a return above -200 within 2e4 env steps)."""
+
+    env: str = field("Pendulum-v1", "environment name (needs a bounded Box action space)")
+    total_timesteps: int = field(20_000, "environment steps to train for (rounded to whole updates)")
+    num_envs: int = field(4, "parallel environments, over all devices")
+    # ----- structural -----
+    num_steps: int = field(1, "env steps per env between learning phases")
+    gradient_steps: int = field(2, "gradient steps per update (update-to-data ratio = this / (num_envs*num_steps))")
+    batch_size: int = field(256, "replay samples per gradient step, over all devices")
+    buffer_size: int = field(100_000, "replay capacity, over all devices (each device holds a shard)")
+    learning_starts: int = field(1_000, "env steps of uniformly random actions before learning begins")
+    hidden_sizes: tuple[int, ...] = field((64, 64), "actor and critic MLP widths")
+    activation: str = field("relu", "hidden activation")
+    log_std_min: float = field(-5.0, "lower bound of the actor's log std")
+    log_std_max: float = field(2.0, "upper bound of the actor's log std")
+    autotune: bool = field(True, "learn alpha towards the target entropy (else alpha stays initial_alpha)")
+    n_step: int = field(1, "n-step returns (1 = one-step TD)")
+    prioritized: bool = field(False, "proportional prioritised replay (weights the critic loss)")
+    normalize_obs: bool = field(False, "normalise observations by running mean/std")
+
+    # ----- sweepable hyperparameters (traced) -----
+    actor_learning_rate: float = field(1e-3, "actor Adam step size", sweepable=True)
+    critic_learning_rate: float = field(1e-3, "critic Adam step size", sweepable=True)
+    alpha_learning_rate: float = field(1e-3, "entropy-temperature Adam step size", sweepable=True)
+    gamma: float = field(0.99, "discount factor", sweepable=True)
+    tau: float = field(0.005, "Polyak rate of the target critics, applied every gradient step",
+                       sweepable=True)
+    initial_alpha: float = field(1.0, "entropy temperature at the start (fixed when autotune is off)",
+                                 sweepable=True)
+    target_entropy_scale: float = field(1.0, "target entropy = -target_entropy_scale * action_dim",
+                                        sweepable=True)
+    max_grad_norm: float = field(10.0, "global-norm gradient clipping of the actor and critic updates",
+                                 sweepable=True)
+    priority_alpha: float = field(0.6, "prioritisation exponent (prioritized replay)", sweepable=True)
+    priority_beta_start: float = field(0.4, "initial importance-sampling exponent, annealed to 1",
+                                       sweepable=True)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        self.validate_run()
+        for name in ("num_steps", "gradient_steps", "batch_size", "buffer_size", "n_step"):
+            v = getattr(self, name)
+            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                     f"{name} must be a positive integer, got {v!r}")
+        _require(isinstance(self.learning_starts, int) and self.learning_starts >= 0,
+                 f"learning_starts must be an integer >= 0, got {self.learning_starts!r}")
+        for name in ("batch_size", "buffer_size"):
+            v = getattr(self, name)
+            _require(v % self.num_devices == 0,
+                     f"{name}={v} is not divisible by num_devices={self.num_devices}")
+        _require(self.n_step <= self.num_steps or self.n_step == 1,
+                 f"n_step={self.n_step} must be <= num_steps={self.num_steps}")
+        _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
+                 f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
+                 f"{self.num_envs * self.num_steps} transitions")
+        sizes = tuple(self.hidden_sizes)
+        _require(len(sizes) > 0 and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes),
+                 f"hidden_sizes must be one or more positive ints, got {sizes!r}")
+        _require(self.log_std_min < self.log_std_max,
+                 f"log_std_min={self.log_std_min} must be < log_std_max={self.log_std_max}")
+        for name in ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha",
+                     "max_grad_norm"):
+            v = getattr(self, name)
+            _require(v > 0, f"{name} must be > 0, got {v!r}")
+        for name in ("gamma", "priority_beta_start"):
+            v = getattr(self, name)
+            _require(0.0 <= v <= 1.0, f"{name} must be in [0, 1], got {v!r}")
+        _require(0.0 < self.tau <= 1.0, f"tau must be in (0, 1], got {self.tau!r}")
+        _require(self.priority_alpha >= 0.0, f"priority_alpha must be >= 0, got {self.priority_alpha!r}")
+
+    @property
+    def env_steps_per_update(self) -> int:
+        return self.num_envs * self.num_steps
+
+    def hyperparams(self) -> "SACHyperParams":
+        return SACHyperParams(**{k: jnp.float32(getattr(self, k)) for k in SACHyperParams.__dataclass_fields__})
+
+
+class SACHyperParams(struct.PyTreeNode):
+    """Sweepable hyperparameters, float32 scalars in the train state (see :class:`SACConfig`)."""
+
+    actor_learning_rate: jax.Array
+    critic_learning_rate: jax.Array
+    alpha_learning_rate: jax.Array
+    gamma: jax.Array
+    tau: jax.Array
+    initial_alpha: jax.Array
+    target_entropy_scale: jax.Array
+    max_grad_norm: jax.Array
+    priority_alpha: jax.Array
+    priority_beta_start: jax.Array
+
+
+# ----------------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------------
+
+
+class SACActor(nn.Module):
+    """``obs -> (mean, log_std)`` of the pre-squash Gaussian, each ``[..., action_dim]``.
+
+    ``log_std = log_std_min + (log_std_max - log_std_min) * (tanh(x) + 1) / 2`` keeps it in range
+    with a gradient everywhere (a hard clip would stop learning at the bounds).
+    """
+
+    action_dim: int
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    @nn.compact
+    def __call__(self, obs: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
+        out = MLP(self.hidden_sizes, self.activation, output_dim=2 * self.action_dim, output_gain=0.01)(obs)
+        mean, raw = jnp.split(out, 2, axis=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1.0)
+        return mean, log_std
+
+
+class SACCritic(nn.Module):
+    """``(obs, a_norm) -> Q``: one critic, float ``[...]``; the twin pair is vmapped over params."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.typing.ArrayLike, action: jax.typing.ArrayLike) -> jax.Array:
+        x = jnp.concatenate([jnp.asarray(obs, jnp.float32), jnp.asarray(action, jnp.float32)], axis=-1)
+        return MLP(self.hidden_sizes, self.activation, output_dim=1, output_gain=1.0)(x)[..., 0]
+
+
+class SACNetworks(NamedTuple):
+    """The functions SAC's losses need, so a loss can be tested with fake networks.
+
+    Attributes:
+        init: ``init(key, obs[1, ...], action[1, A]) -> (actor_params, critic_params)``; the critic
+            params carry a leading ``[2]`` axis (the twin critics).
+        critic: ``critic(critic_params, obs[N, ...], action[N, A]) -> Q [2, N]``; ``action`` in env
+            units (``[low, high]``).
+        policy: ``policy(actor_params, obs[N, ...]) -> TanhGaussian`` over actions ``[N, A]``.
+        sample: ``sample(actor_params, obs[N, ...], key) -> (action [N, A], log_prob [N])``; the
+            reparameterised sample in env units and its log-density.
+        mode: ``mode(actor_params, obs[N, ...]) -> action [N, A]``, the deterministic action.
+    """
+
+    init: Callable[[jax.Array, Any, jax.Array], tuple[Any, Any]]
+    critic: Callable[[Any, Any, jax.Array], jax.Array]
+    policy: Callable[[Any, Any], TanhGaussian]
+    sample: Callable[[Any, Any, jax.Array], tuple[jax.Array, jax.Array]]
+    mode: Callable[[Any, Any], jax.Array]
+
+
+def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
+                      hidden_sizes: Sequence[int], activation: str = "relu", log_std_min: float = -5.0,
+                      log_std_max: float = 2.0) -> SACNetworks:
+    """SAC's actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``)."""
+    low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
+    high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
+    center, half = (high + low) / 2.0, (high - low) / 2.0
+    actor = SACActor(action_dim, tuple(hidden_sizes), activation, log_std_min, log_std_max)
+    critic = SACCritic(tuple(hidden_sizes), activation)
+
+    def init(key, obs, action):
+        k_actor, k_critic = jax.random.split(key)
+        actor_params = actor.init(k_actor, obs)
+        critic_params = jax.vmap(critic.init, in_axes=(0, None, None))(jax.random.split(k_critic, 2), obs, action)
+        return actor_params, critic_params
+
+    def critic_fn(params, obs, action):
+        # The critic sees the action rescaled to [-1, 1], whatever the env's units.
+        return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, (action - center) / half)
+
+    def policy(params, obs):
+        mean, log_std = actor.apply(params, obs)
+        return TanhGaussian(mean, log_std, low, high)
+
+    def sample(params, obs, key):
+        return policy(params, obs).sample_and_log_prob(key)
+
+    def mode(params, obs):
+        return policy(params, obs).mode()
+
+    return SACNetworks(init=init, critic=critic_fn, policy=policy, sample=sample, mode=mode)
+
+
+# ----------------------------------------------------------------------------------------------
+# Losses
+# ----------------------------------------------------------------------------------------------
+
+
+def _masked_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
+    """``sum(w * x) / #(w > 0)``: importance weights, averaged over the valid items."""
+    return jnp.sum(weights * x) / jnp.maximum(jnp.sum(weights > 0), 1.0)
+
+
+def soft_td_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array, next_log_prob: jax.Array,
+                   alpha: jax.Array) -> jax.Array:
+    """The soft (clipped double-Q) TD target.
+
+    ``y = r + discount * (min_i Q_targ_i(s', a') - alpha * log pi(a'|s'))``, ``a' ~ pi(.|s')``
+    (Haarnoja et al. 2018, eq. 3 with the soft value of eq. 3's ``V``; Fujimoto et al. 2018 for the
+    minimum). With n-step items ``r`` is the discounted n-step reward sum and ``discount`` is
+    ``gamma^m`` (0 after a termination, so nothing is bootstrapped past an episode's end).
+
+    Args:
+        reward: float ``[N]``.
+        discount: float ``[N]``.
+        next_q: float ``[2, N]``, the target critics at ``(s', a')``.
+        next_log_prob: float ``[N]``, ``log pi(a'|s')``.
+        alpha: float scalar, the entropy temperature.
+
+    Returns:
+        float ``[N]``.
+    """
+    return reward + discount * (jnp.min(next_q, axis=0) - alpha * next_log_prob)
+
+
+def sac_critic_loss(critic_params: Any, target_critic_params: Any, actor_params: Any, alpha: jax.Array,
+                    nets: SACNetworks, items: ReplayItem, weights: jax.Array, key: jax.Array
+                    ) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+    """The twin critics' soft Bellman residual (Haarnoja et al. 2018, eq. 5).
+
+    ``L_Q = mean_w( sum_{i=1,2} 0.5 (Q_i(s, a) - y)^2 )`` with ``y`` from :func:`soft_td_target`
+    (no gradient through ``y``) and ``mean_w`` the importance-weighted mean over valid items.
+
+    Args:
+        critic_params: online twin-critic params (differentiated).
+        target_critic_params: target twin-critic params.
+        actor_params: actor params (samples ``a' ~ pi(.|s')``).
+        alpha: entropy temperature, float scalar.
+        nets: the network functions.
+        items: a batch of :class:`ReplayItem` ``[N]``.
+        weights: float32 ``[N]`` importance weights (0 for invalid items).
+        key: PRNG key for ``a'``.
+
+    Returns:
+        ``(loss, (td_abs [N], metrics))``; ``td_abs`` is the mean over the two critics of ``|Q_i - y|``
+        (the priorities of prioritised replay).
+    """
+    next_action, next_log_prob = nets.sample(actor_params, items.next_obs, key)
+    next_q = nets.critic(target_critic_params, items.next_obs, next_action)
+    target = jax.lax.stop_gradient(soft_td_target(items.reward, items.discount, next_q, next_log_prob, alpha))
+    q = nets.critic(critic_params, items.obs, items.action)
+    td = q - target[None]
+    loss = _masked_mean(0.5 * jnp.sum(jnp.square(td), axis=0), weights)
+    td_abs = jnp.mean(jnp.abs(td), axis=0)
+    metrics = {"critic_loss": loss, "q_mean": jnp.mean(q), "td_abs_mean": jnp.mean(td_abs),
+               "target_mean": jnp.mean(target)}
+    return loss, (td_abs, metrics)
+
+
+def sac_actor_loss(actor_params: Any, critic_params: Any, alpha: jax.Array, nets: SACNetworks, obs: Any,
+                   mask: jax.Array, key: jax.Array) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+    """The policy's KL objective, reparameterised (Haarnoja et al. 2018, eq. 7).
+
+    ``L_pi = mean( alpha * log pi(a|s) - min_i Q_i(s, a) )``, ``a = f(eps; s)`` the squashed sample,
+    so the gradient flows through the critics into the action.
+
+    Args:
+        actor_params: actor params (differentiated).
+        critic_params: twin-critic params (held fixed).
+        alpha: entropy temperature, float scalar.
+        nets: the network functions.
+        obs: ``[N, ...]`` observations.
+        mask: float ``[N]``, 1 for valid items.
+        key: PRNG key for the sample.
+
+    Returns:
+        ``(loss, (log_prob [N], metrics))``.
+    """
+    action, log_prob = nets.sample(actor_params, obs, key)
+    q = jnp.min(nets.critic(critic_params, obs, action), axis=0)
+    loss = _masked_mean(alpha * log_prob - q, mask)
+    return loss, (log_prob, {"actor_loss": loss, "entropy": -_masked_mean(log_prob, mask)})
+
+
+def sac_alpha_loss(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: jax.Array,
+                   mask: jax.Array) -> jax.Array:
+    """The temperature objective (Haarnoja et al. 2018, eq. 18).
+
+    ``J(alpha) = mean( -alpha * (log pi(a|s) + H_target) )`` with ``alpha = exp(log_alpha)`` and
+    ``log pi`` held fixed: when the entropy ``-log pi`` is below the target, ``J`` decreases as
+    ``alpha`` grows, so gradient descent raises ``alpha`` (and lowers it when above the target).
+
+    Args:
+        log_alpha: float scalar (differentiated).
+        log_prob: float ``[N]``, ``log pi(a|s)`` of fresh samples.
+        target_entropy: float scalar ``H_target`` (``-|A|`` by default).
+        mask: float ``[N]``, 1 for valid items.
+    """
+    return _masked_mean(-jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# State and one gradient step
+# ----------------------------------------------------------------------------------------------
+
+
+class SACLearner(NamedTuple):
+    """What a gradient step changes.
+
+    Attributes:
+        actor_params: the policy's params.
+        critic_params: the twin critics' params (leading ``[2]`` axis).
+        target_critic_params: their Polyak average.
+        log_alpha: float32 scalar, log of the entropy temperature.
+        actor_opt: the actor's optimiser state.
+        critic_opt: the critics' optimiser state.
+        alpha_opt: the temperature's optimiser state.
+    """
+
+    actor_params: Any
+    critic_params: Any
+    target_critic_params: Any
+    log_alpha: jax.Array
+    actor_opt: Any
+    critic_opt: Any
+    alpha_opt: Any
+
+
+class SACState(struct.PyTreeNode):
+    """Everything a SAC run needs to continue (one device's view).
+
+    Attributes:
+        learner: params, targets, temperature and optimiser states.
+        collector: env state, observations and the n-step tail.
+        buffer: this device's replay shard.
+        key: this device's PRNG key.
+        hparams: traced hyperparameters.
+        updates: int32 updates done.
+        num_updates: int32 updates in the whole run (the importance-sampling schedule).
+    """
+
+    learner: SACLearner
+    collector: Collector
+    buffer: Any
+    key: jax.Array
+    hparams: SACHyperParams
+    updates: jax.Array
+    num_updates: jax.Array
+
+
+class SACOptimizers(NamedTuple):
+    """``optax`` transformations of the actor, the critics and ``log alpha``."""
+
+    actor: optax.GradientTransformation
+    critic: optax.GradientTransformation
+    alpha: optax.GradientTransformation
+
+
+def sac_optimizers(hp: SACHyperParams) -> SACOptimizers:
+    """Adam for all three; the actor's and critics' updates are clipped by global norm first."""
+    def adam(lr, clip):
+        parts = ([optax.clip_by_global_norm(hp.max_grad_norm)] if clip else []) + [optax.scale_by_adam(),
+                                                                                 optax.scale(-lr)]
+        return optax.chain(*parts)
+    return SACOptimizers(actor=adam(hp.actor_learning_rate, True), critic=adam(hp.critic_learning_rate, True),
+                         alpha=adam(hp.alpha_learning_rate, False))
+
+
+def init_learner(nets: SACNetworks, hp: SACHyperParams, key: jax.Array, obs: Any, action: jax.Array
+                 ) -> SACLearner:
+    """Fresh params (targets = online critics), ``log alpha = log initial_alpha``, optimiser states."""
+    actor_params, critic_params = nets.init(key, obs, action)
+    log_alpha = jnp.log(hp.initial_alpha).astype(jnp.float32)
+    tx = sac_optimizers(hp)
+    return SACLearner(actor_params=actor_params, critic_params=critic_params, target_critic_params=critic_params,
+                      log_alpha=log_alpha, actor_opt=tx.actor.init(actor_params),
+                      critic_opt=tx.critic.init(critic_params), alpha_opt=tx.alpha.init(log_alpha))
+
+
+def sac_learn_step(learner: SACLearner, items: ReplayItem, weights: jax.Array, key: jax.Array,
+                   hp: SACHyperParams, nets: SACNetworks, *, target_entropy: jax.Array, autotune: bool,
+                   axis_name: str | None = None) -> tuple[SACLearner, jax.Array, dict[str, jax.Array]]:
+    """One SAC gradient step: critics, then actor (against the new critics), then alpha, then targets.
+
+    Gradients are averaged over ``axis_name`` (data parallelism), so every device applies the same
+    update and params stay identical.
+
+    Args:
+        learner: the learning state.
+        items: a batch of this device's :class:`ReplayItem` ``[N]``.
+        weights: float32 ``[N]`` importance weights (0 for invalid items).
+        key: PRNG key.
+        hp: traced hyperparameters.
+        nets: the network functions.
+        target_entropy: float scalar.
+        autotune: learn ``log alpha`` (static).
+        axis_name: the device axis, or None.
+
+    Returns:
+        ``(learner, td_abs [N], metrics)``.
+    """
+    k_critic, k_actor = jax.random.split(key)
+    tx = sac_optimizers(hp)
+    alpha = jnp.exp(learner.log_alpha)
+    mask = (weights > 0).astype(jnp.float32)
+
+    c_grads, (td_abs, c_metrics) = jax.grad(sac_critic_loss, has_aux=True)(
+        learner.critic_params, learner.target_critic_params, learner.actor_params, alpha, nets, items, weights,
+        k_critic)
+    c_grads = pmean(c_grads, axis_name)
+    c_updates, critic_opt = tx.critic.update(c_grads, learner.critic_opt, learner.critic_params)
+    critic_params = optax.apply_updates(learner.critic_params, c_updates)
+
+    a_grads, (log_prob, a_metrics) = jax.grad(sac_actor_loss, has_aux=True)(
+        learner.actor_params, critic_params, alpha, nets, items.obs, mask, k_actor)
+    a_grads = pmean(a_grads, axis_name)
+    a_updates, actor_opt = tx.actor.update(a_grads, learner.actor_opt, learner.actor_params)
+    actor_params = optax.apply_updates(learner.actor_params, a_updates)
+
+    alpha_loss, alpha_grad = jax.value_and_grad(sac_alpha_loss)(learner.log_alpha, log_prob, target_entropy, mask)
+    log_alpha, alpha_opt = learner.log_alpha, learner.alpha_opt
+    if autotune:
+        alpha_grad = pmean(alpha_grad, axis_name)
+        al_update, alpha_opt = tx.alpha.update(alpha_grad, learner.alpha_opt, learner.log_alpha)
+        log_alpha = optax.apply_updates(learner.log_alpha, al_update)
+
+    target_critic_params = polyak(critic_params, learner.target_critic_params, hp.tau)
+    metrics = pmean({**c_metrics, **a_metrics, "alpha_loss": alpha_loss}, axis_name)
+    metrics = {**metrics, "critic_grad_norm": optax.tree.norm(c_grads), "actor_grad_norm": optax.tree.norm(a_grads)}
+    new = SACLearner(actor_params=actor_params, critic_params=critic_params,
+                     target_critic_params=target_critic_params, log_alpha=log_alpha, actor_opt=actor_opt,
+                     critic_opt=critic_opt, alpha_opt=alpha_opt)
+    return new, td_abs, metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# The agent
+# ----------------------------------------------------------------------------------------------
+
+
+def _box_bounds(env: Any, space: Any, action_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
+    high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+        raise ValueError(f"SAC needs a Box action space with finite bounds low < high; "
+                         f"{getattr(env, 'name', env)} has low={low.tolist()}, high={high.tolist()}")
+    return low, high
+
+
+def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
+    """Builds SAC's per-device program for a continuous-action (bounded ``Box``) ``env``."""
+    space = env.action_space(env_params)
+    discrete, action_dim = space_dims(space)
+    if discrete:
+        raise ValueError(f"SAC needs a Box action space; {getattr(env, 'name', env)} has {space} "
+                         f"(use DQN or PPO for Discrete actions)")
+    low, high = _box_bounds(env, space, action_dim)
+    d = config.num_devices
+    num_local = config.num_envs // d
+    nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
+                             config.log_std_max)
+    venv = make_env_stack(env, env_params, num_local, normalize_obs=config.normalize_obs, axis_name=axis_name)
+    replay = make_replay(config.buffer_size // d, config.prioritized)
+    steps_per_update = config.env_steps_per_update
+    low_j, high_j = jnp.asarray(low), jnp.asarray(high)
+
+    def uniform(key: jax.Array, batch: int) -> jax.Array:
+        return jax.random.uniform(key, (batch, action_dim), jnp.float32, low_j, high_j)
+
+    def behaviour(actor_params: Any, warmup: jax.Array):
+        def act(key: jax.Array, obs: jax.Array):
+            k_policy, k_uniform = jax.random.split(key)
+            action, _ = nets.sample(actor_params, obs, k_policy)
+            # Standard SAC warm-up: uniform actions until learning starts (selected, not branched).
+            return jnp.where(warmup, uniform(k_uniform, action.shape[0]), action), ()
+        return act
+
+    def shape_policy(key: jax.Array, obs: jax.Array):
+        return uniform(key, obs.shape[0]), ()
+
+    def init(key: jax.Array, device_index: Any, num_updates: int) -> SACState:
+        k_params, k_run = jax.random.split(key)
+        k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
+        hp = config.hyperparams()
+        collector = init_collector(venv, env_params, shape_policy, k_env, config.n_step)
+        action0 = jnp.zeros((action_dim,), jnp.float32)
+        learner = init_learner(nets, hp, k_params, collector.obs[:1], action0[None])
+        example = ReplayItem(obs=collector.obs[0], action=action0, reward=jnp.float32(0),
+                             discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
+        buffer = replay.init(example, hp.priority_alpha)
+        return SACState(learner=learner, collector=collector, buffer=buffer, key=k_state, hparams=hp,
+                        updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
+
+    def update(state: SACState) -> tuple[SACState, UpdateOutput]:
+        hp = state.hparams
+        key, k_collect, k_learn = jax.random.split(state.key, 3)
+        steps_before = state.updates * steps_per_update
+        steps_after = steps_before + steps_per_update
+        warmup = steps_before < config.learning_starts
+        collector, items, episodes = collect(venv, env_params, behaviour(state.learner.actor_params, warmup),
+                                             state.collector, k_collect, config.num_steps, config.n_step,
+                                             hp.gamma)
+        buffer = replay.add(state.buffer, items)
+
+        progress = jnp.clip(state.updates.astype(jnp.float32) / jnp.maximum(state.num_updates, 1), 0.0, 1.0)
+        beta = hp.priority_beta_start + progress * (1.0 - hp.priority_beta_start)
+        target_entropy = -hp.target_entropy_scale * action_dim
+
+        def learn_step(learner: SACLearner, batch: ReplayItem, weights: jax.Array, k: jax.Array):
+            return sac_learn_step(learner, batch, weights, k, hp, nets, target_entropy=target_entropy,
+                                  autotune=config.autotune, axis_name=axis_name)
+
+        active = steps_after >= config.learning_starts
+        learner, buffer, metrics = replay_learning(
+            learn_step, state.learner, replay, buffer, k_learn, gradient_steps=config.gradient_steps,
+            batch_size=config.batch_size // d, beta=beta, active=active)
+        metrics = {**metrics, "alpha": jnp.exp(learner.log_alpha),
+                   "buffer_size": replay.size(buffer).astype(jnp.float32) * d,
+                   "param_desync": desync(_synced(learner), axis_name)}
+        new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key,
+                                  updates=state.updates + 1)
+        return new_state, UpdateOutput(metrics, episodes)
+
+    def act(state: SACState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        del key
+        return nets.mode(state.learner.actor_params, obs)
+
+    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,
+                 params=lambda s: _synced(s.learner))
+
+
+def _synced(learner: SACLearner) -> Any:
+    """The learner's parts that must agree across devices."""
+    return (learner.actor_params, learner.critic_params, learner.log_alpha)
+

@@ -1,0 +1,211 @@
+"""Full-state checkpoints on Orbax, and preemption handling.
+
+A checkpoint is the *whole* train state pytree (params, target params, optimiser state, env states and
+observations, typed PRNG keys, normaliser statistics, the replay buffer with its cursor and priorities,
+counters, traced hyperparameters) plus a JSON record of where the loop stood (chunk, env steps, plan)
+and the config. Restoring it and running the same compiled chunk continues the run bit for bit.
+
+Layout: ``RUN_DIR/checkpoints/<env_steps>/{state,meta}``. Saves are asynchronous (Orbax writes in a
+background thread while the next chunk computes); the state is first copied to host memory, so the
+donated device buffers can be reused at once. Orbax deletes old steps beyond ``keep`` only after a
+newer one is committed, so the last valid checkpoint is never removed before its successor is
+complete.
+
+Resume walks the steps from newest to oldest and takes the first that restores; a step that fails
+(truncated or corrupt files: Orbax still lists it as ``latest_step``) is skipped with a warning naming
+it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["Checkpointer", "NoCheckpointError", "PreemptionGuard", "PREEMPTED_EXIT_CODE", "to_host", "from_host"]
+
+PREEMPTED_EXIT_CODE = 75
+"""Process exit status after a clean preemption (SIGTERM/SIGINT): EX_TEMPFAIL, "try again"."""
+
+
+class NoCheckpointError(FileNotFoundError):
+    """The run directory holds no checkpoint that can be restored."""
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def to_host(state: Any) -> list[np.ndarray]:
+    """The state's leaves as host numpy arrays (typed keys as their raw key data), in tree order."""
+    leaves = jax.tree.leaves(state)
+    return [np.asarray(jax.random.key_data(x)) if _is_key(x) else np.asarray(x) for x in leaves]
+
+
+def from_host(host_leaves: list[np.ndarray], template: Any) -> Any:
+    """Rebuilds a state shaped like ``template`` from host leaves, on the template's devices.
+
+    Typed keys are re-wrapped with the template's key implementation; every leaf is placed with
+    the template leaf's sharding, so a multi-device state restores onto the same layout.
+    """
+    t_leaves, treedef = jax.tree.flatten(template)
+    if len(t_leaves) != len(host_leaves):
+        raise ValueError(f"checkpoint has {len(host_leaves)} arrays but the train state has {len(t_leaves)}: "
+                         f"it was written by a different algorithm or config")
+    out = []
+    for h, t in zip(host_leaves, t_leaves):
+        if _is_key(t):
+            expected = np.asarray(jax.random.key_data(t)).shape
+            if h.shape != expected:
+                raise ValueError(f"checkpoint key data shape {h.shape} != train state's {expected}")
+            value = jax.random.wrap_key_data(h, impl=jax.random.key_impl(t))
+        else:
+            if h.shape != t.shape or h.dtype != t.dtype:
+                raise ValueError(f"checkpoint array {h.shape} {h.dtype} does not match the train state's "
+                                 f"{t.shape} {t.dtype}")
+            value = h
+        out.append(jax.device_put(value, t.sharding) if hasattr(t, "sharding") else value)
+    return jax.tree.unflatten(treedef, out)
+
+
+class Checkpointer:
+    """Saves and restores a run's train state under ``RUN_DIR/checkpoints``.
+
+    Args:
+        run_dir: the run directory.
+        keep: how many recent checkpoints to keep (older ones are deleted after a newer one commits).
+        async_save: write in a background thread (the default).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True):
+        import orbax.checkpoint as ocp
+
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive integer, got {keep!r}")
+        self._ocp = ocp
+        self.directory = pathlib.Path(run_dir).absolute() / "checkpoints"
+        # Orbax logs every save at INFO; the run's own progress line is enough.
+        logging.getLogger("absl").setLevel(logging.WARNING)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                               enable_async_checkpointing=async_save)
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def save(self, step: int, state: Any, meta: Mapping[str, Any]) -> None:
+        """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``."""
+        leaves = {f"{i:06d}": x for i, x in enumerate(to_host(state))}
+        ocp = self._ocp
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(leaves),
+                                                        meta=ocp.args.JsonSave(dict(meta))), force=True)
+
+    def wait(self) -> None:
+        """Blocks until every pending save is committed."""
+        self.manager.wait_until_finished()
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def read(self, step: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+        """The raw host leaves (tree order) and meta of checkpoint ``step``, without a template
+        (for inspecting or comparing checkpoints)."""
+        ocp = self._ocp
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                      meta=ocp.args.JsonRestore()))
+        leaves = restored["state"]
+        return [np.asarray(leaves[k]) for k in sorted(leaves)], dict(restored["meta"])
+
+    def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
+        """Restores the newest checkpoint that loads into ``template``'s structure.
+
+        Returns:
+            ``(state, meta, skipped)``: the state on the template's devices, the saved meta, and the
+            newer steps that could not be read (each also reported with a warning).
+
+        Raises:
+            NoCheckpointError: no step restores.
+        """
+        ocp = self._ocp
+        skipped: list[int] = []
+        n = len(jax.tree.leaves(template))
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                restored = self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+                leaves = [np.asarray(restored["state"][f"{i:06d}"]) for i in range(n)]
+                if len(restored["state"]) != n:
+                    raise ValueError(f"checkpoint has {len(restored['state'])} arrays, the state {n}")
+                state = from_host(leaves, template)
+            except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
+                warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
+                              f"({type(err).__name__}: {str(err)[:300]})", stacklevel=2)
+                skipped.append(step)
+                continue
+            if skipped:
+                self._set_aside(skipped)
+            return state, dict(restored["meta"]), skipped
+        raise NoCheckpointError(
+            f"no restorable checkpoint in {self.directory}" + (f" (skipped unreadable steps {skipped})" if skipped
+                                                               else " (it holds none)"))
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Moves unreadable steps to ``checkpoints_unreadable/`` (kept for inspection, never deleted)
+        so the resumed run can write those step numbers again."""
+        aside = self.directory.parent / "checkpoints_unreadable"
+        aside.mkdir(exist_ok=True)
+        for step in steps:
+            src = self.directory / str(step)
+            if src.exists():
+                dst = aside / f"{step}-{int(time.time())}"
+                os.replace(src, dst)
+                warnings.warn(f"moved unreadable checkpoint step {step} to {dst}", stacklevel=3)
+        self.manager.reload()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+class PreemptionGuard:
+    """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
+
+    Signals arrive while the host waits for a compiled chunk; Python runs the handler when the
+    chunk returns, so the current chunk always finishes. A second SIGINT (Ctrl-C twice) raises
+    ``KeyboardInterrupt`` at once. Handlers are installed only in the main thread and restored on
+    exit. :meth:`request` asks for the same stop from code (tests, notebooks).
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def request(self, reason: str = "request") -> None:
+        self.signal_name = reason
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.signal_name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+
+    def __enter__(self) -> "PreemptionGuard":
+        if self.enabled:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

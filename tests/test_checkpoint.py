@@ -1,0 +1,156 @@
+"""Checkpoints: bit-exact resume (PPO, DQN), preemption by signal, corrupt-checkpoint fallback,
+config mismatch, and continuous metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import rljax
+from rljax.agents.dqn import DQNConfig
+from rljax.agents.ppo import PPOConfig
+from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
+from rljax.loop import ConfigMismatchError
+from rljax.tracking import read_metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TIMING = ("wall_time_s", "sps")
+
+PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
+                      num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
+DQN_SMALL = DQNConfig(total_timesteps=4 * 2 * 60, updates_per_chunk=10, num_envs=4, num_steps=2, batch_size=16,
+                      buffer_size=64, learning_starts=32, target_update_interval=16, hidden_sizes=(16,),
+                      n_step=3, prioritized=True, double_q=True)
+
+
+def leaves(state):
+    return [np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+            else np.asarray(x) for x in jax.tree.leaves(state)]
+
+
+def assert_same_bits(a, b):
+    la, lb = leaves(a), leaves(b)
+    assert len(la) == len(lb)
+    for i, (x, y) in enumerate(zip(la, lb)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
+
+
+def strip(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL], ids=["ppo", "dqn"])
+def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
+    full = rljax.train(config, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
+    part = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,
+                       on_chunk=lambda c, state, row: c == 2)
+    assert part.preempted == "on_chunk" and len(part.rows) == 3
+    rest = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2, resume=True)
+    assert rest.timings["start_chunk"] == 3
+    assert_same_bits(full.state, rest.state)
+    rows_full, rows_cut = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
+    assert strip(rows_full) == strip(rows_cut)
+    steps = [r["env_steps"] for r in rows_cut]
+    assert steps == sorted(set(steps))  # monotonic, no duplicates
+
+
+def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):
+    run = tmp_path / "run"
+    full = rljax.train(PPO_SMALL, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=3,
+                on_chunk=lambda c, state, row: c == 3)
+    ckpt = Checkpointer(run)
+    steps = ckpt.steps()
+    ckpt.close()
+    newest = max(steps)
+    # Truncate every data file of the newest step: Orbax still lists it as the latest step.
+    for f in (run / "checkpoints" / str(newest)).rglob("*"):
+        if f.is_file() and f.stat().st_size > 0 and "state" in str(f):
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+    with pytest.warns(UserWarning, match=f"skipping checkpoint step {newest}"):
+        rest = rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+    assert rest.timings["start_chunk"] == 3  # resumed from the chunk-2 checkpoint
+    assert_same_bits(full.state, rest.state)
+    # The chunk-3 row logged before the (corrupted) save is kept aside, not lost, and not duplicated.
+    superseded = [json.loads(l) for l in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in superseded] == [newest]
+    assert strip(read_metrics(run)) == strip(read_metrics(tmp_path / "full"))
+
+
+def test_keep_last_n_checkpoints(tmp_path):
+    rljax.train(PPO_SMALL, run_dir=tmp_path, quiet=True, checkpoint_every=1, keep_checkpoints=2)
+    ckpt = Checkpointer(tmp_path)
+    assert ckpt.steps() == [8 * 16 * 10, 8 * 16 * 12]
+    leaves_, meta = ckpt.read(8 * 16 * 12)
+    ckpt.close()
+    assert meta["chunk_index"] == 5 and meta["config"]["num_envs"] == 8 and meta["algorithm"] == "PPOConfig"
+
+
+def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow(tmp_path):
+    rljax.train(PPO_SMALL, run_dir=tmp_path, quiet=True, checkpoint_every=2)
+    bad = PPOConfig(**{**PPO_SMALL.__dict__, "num_envs": 16, "learning_rate": 1e-3})
+    with pytest.raises(ConfigMismatchError, match="learning_rate: saved 0.00025, now 0.001.*num_envs: saved 8, now 16"):
+        rljax.train(bad, run_dir=tmp_path, quiet=True, resume=True)
+    longer = PPOConfig(**{**PPO_SMALL.__dict__, "total_timesteps": 8 * 16 * 16})
+    result = rljax.train(longer, run_dir=tmp_path, quiet=True, resume=True)
+    steps = [r["env_steps"] for r in read_metrics(tmp_path)]
+    assert steps == [8 * 16 * 2 * i for i in range(1, 9)]
+    assert int(result.state.num_updates) == 16
+    assert json.loads((tmp_path / "config.json").read_text())["total_timesteps"] == 8 * 16 * 16
+    assert json.loads((tmp_path / "manifest.json").read_text())["resumes"][0]["from_env_steps"] == 8 * 16 * 12
+
+
+def test_fresh_run_refuses_a_used_directory_and_resume_needs_checkpoints(tmp_path):
+    rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
+    with pytest.raises(FileExistsError, match="already holds"):
+        rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.json").write_text(json.dumps(json.loads((tmp_path / "a" / "config.json").read_text())))
+    with pytest.raises(NoCheckpointError, match="no restorable checkpoint"):
+        rljax.train(PPO_SMALL, run_dir=tmp_path / "b", quiet=True, resume=True)
+
+
+def _final_leaves(run_dir):
+    ckpt = Checkpointer(run_dir)
+    out = ckpt.read(max(ckpt.steps()))[0]
+    ckpt.close()
+    return out
+
+
+def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    flags = ["--total-timesteps", "150000", "--updates-per-chunk", "4", "--checkpoint-every", "3",
+             "--no-compile-cache", "--quiet"]
+    cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
+    ref = subprocess.run(cmd + flags + ["--run-dir", str(tmp_path / "ref")], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+
+    run = tmp_path / "cut"
+    proc = subprocess.Popen(cmd + flags + ["--run-dir", str(run)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and len(read_metrics(run)) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    assert "rljax resume" in err and str(run) in err
+    cut_rows = read_metrics(run)
+    assert 2 <= len(cut_rows) < 73  # stopped mid-run: 73 chunks in all
+
+    resumed = subprocess.run([sys.executable, "-m", "rljax.cli", "resume", str(run), "--quiet"], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert strip(read_metrics(run)) == strip(read_metrics(tmp_path / "ref"))
