@@ -204,6 +204,11 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         name: experiment name, used for the default run directory.
     """
     name = name or config_cls.__name__.lower()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sweep"]:
+        from rljax.sweep import sweep_main
+
+        return sweep_main(config_cls, defaults, argv[1:], name)
     parser = build_parser(config_cls, defaults, description, prog=f"python -m experiments.{name}")
     args = parser.parse_args(argv)
     base = None
@@ -261,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     algos = _algorithms()
     usage = ("usage: rljax envs\n"
              f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
+             f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
              "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
@@ -271,6 +277,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("\n".join(envs.registered() + envs.gymnax_registered()))
         return 0
+    if cmd == "sweep":
+        if not rest or rest[0] not in algos:
+            print(f"error: sweep needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
+                  file=sys.stderr)
+            return 2
+        return run_experiment(algos[rest[0]], None, ["sweep", *rest[1:]], name=rest[0])
     if cmd == "train":
         if not rest or rest[0] not in algos:
             print(f"error: train needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
@@ -295,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {manifest_path} names algorithm {algorithm!r}; known: {sorted(by_class)}", file=sys.stderr)
             return 2
         name, cls = by_class[algorithm]
+        if os.path.exists(os.path.join(run_dir, "sweep.json")):
+            return run_experiment(cls, None, ["sweep", *rest[1:], "--resume", run_dir], name=name)
         return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name)
     print(f"error: unknown command {cmd!r}\n{usage}", file=sys.stderr)
     return 2

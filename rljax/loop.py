@@ -25,7 +25,7 @@ from rljax.agents.base import Agent, psum
 from rljax.parallel import DataParallel, first_device
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["ChunkOutput", "Plan", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
+__all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
            "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config"]
 
 
@@ -65,6 +65,34 @@ class Plan:
     @property
     def total_env_steps(self) -> int:
         return self.num_updates * self.env_steps_per_update
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """The members of a sweep, trained together as one compiled program (vmapped over members).
+
+    Built by :mod:`rljax.sweep`; every member is a single-device run of the same config except for
+    its traced hyperparameters, env params and seed.
+
+    Attributes:
+        seeds: one seed per member, ``[P]``.
+        hparams: the algorithm's hyperparameter pytree with leaves ``[P]``.
+        env_params: env params with leaves ``[P]``.
+        names: one directory name per member (``RUN_DIR/members/<name>``).
+        configs: one resolved config per member (written to its ``config.json``).
+        num_devices: devices the population is split over (``P`` must be a multiple).
+    """
+
+    seeds: tuple[int, ...]
+    hparams: Any
+    env_params: Any
+    names: tuple[str, ...]
+    configs: tuple[Any, ...]
+    num_devices: int = 1
+
+    @property
+    def size(self) -> int:
+        return len(self.seeds)
 
 
 def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_chunk: int = 0) -> Plan:
@@ -115,6 +143,8 @@ class TrainResult:
         timings: seconds spent compiling, computing and logging, and the plan.
         agent: the agent that was trained (its ``act`` evaluates the final policy).
         preempted: the signal (or request) that stopped the run early, or None if it finished.
+        member_rows: for a sweep (``population``), each member's rows; ``rows`` then holds
+            member 0's.
     """
 
     state: Any
@@ -123,6 +153,7 @@ class TrainResult:
     timings: dict[str, float]
     agent: Agent
     preempted: str | None = None
+    member_rows: list[list[dict[str, Any]]] | None = None
 
     @property
     def final_return(self) -> float:
@@ -198,7 +229,8 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
 def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
           resume: bool = False, checkpoint_every: int = 5, keep_checkpoints: int = 3, quiet: bool = False,
           tensorboard: bool = True, handle_signals: bool = True,
-          on_chunk: Callable[[int, Any, dict[str, Any]], None] | None = None) -> TrainResult:
+          on_chunk: Callable[[int, Any, dict[str, Any]], None] | None = None,
+          population: Population | None = None) -> TrainResult:
     """Trains an agent; the Python entry point behind every experiment module.
 
     Args:
@@ -219,6 +251,9 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             flush, return with ``result.preempted``).
         on_chunk: called after each chunk as ``on_chunk(chunk_index, state, row)``; returning True
             stops the run there as a preemption would (saved, ``result.preempted == "on_chunk"``).
+        population: train a sweep's members together (see :mod:`rljax.sweep`): the state gets a
+            leading ``[P]`` axis, each member logs to ``RUN_DIR/members/<name>``, and a member whose
+            loss diverges is reported, not fatal.
 
     Returns:
         A :class:`TrainResult`.
@@ -255,9 +290,25 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json) ; nothing to resume")
         check_resume_config(json.loads(config_path.read_text()), config)
 
-    par = DataParallel(config.num_devices, config.backend)
-    agent = build_agent(config, env, env_params, par.axis_name)
-    key = jax.random.key(config.seed)
+    if population is None:
+        par = DataParallel(config.num_devices, config.backend)
+        agent = build_agent(config, env, env_params, par.axis_name)
+        key = jax.random.key(config.seed)
+
+        def init_state(num_updates: int) -> Any:
+            return par.init(lambda k, i: agent.init(k, i, num_updates, config.hyperparams(), env_params), key)
+    else:
+        if config.num_devices != 1:
+            raise ValueError(f"sweep members are single-device runs: num_devices={config.num_devices}; split "
+                             f"the population over devices instead (the sweep's --devices)")
+        par = DataParallel(population.num_devices, "shard_map")
+        agent = build_agent(config, env, env_params, None)
+        keys = jax.vmap(jax.random.key)(jnp.asarray(population.seeds, jnp.uint32))
+
+        def init_state(num_updates: int) -> Any:
+            members = jax.jit(jax.vmap(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep)))(
+                keys, population.hparams, population.env_params)
+            return par.place_population(members)
 
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):
         raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
@@ -267,8 +318,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         # The chunk size is part of the compiled program: keep the saved one so the continuation
         # runs the same program (bit-exact), even when total_timesteps was extended.
         probe = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
-        template = par.init(lambda k, i: agent.init(k, i, probe.num_updates), key)
-        state, saved_meta, _ = checkpointer.restore(template)
+        state, saved_meta, _ = checkpointer.restore(init_state(probe.num_updates))
         k_saved = int(saved_meta["plan"]["updates_per_chunk"])
         plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, k_saved)
         if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
@@ -280,9 +330,13 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         start_chunk = int(saved_meta["chunk_index"]) + 1
     else:
         plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
-        state = par.init(lambda k, i: agent.init(k, i, plan.num_updates), key)
+        state = init_state(plan.num_updates)
         start_chunk = 0
-    chunk_fn = par.map(make_chunk(agent.update, plan.updates_per_chunk, par.axis_name), donate=True)
+    chunk = make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None)
+    if population is None:
+        chunk_fn = par.map(chunk, donate=True)
+    else:
+        chunk_fn = par.map_population(jax.vmap(chunk), donate=True)
 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(state).compile()
@@ -291,13 +345,22 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
         "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk}
 
-    tracker = None
+    trackers: list[Any] = []
     wall_offset = 0.0
     if run_dir is not None:
         resume_steps = None if saved_meta is None else int(saved_meta["env_steps"])
-        tracker = Tracker(run_dir, config, seed=config.seed, tensorboard=tensorboard, quiet=quiet,
-                          total_env_steps=plan.total_env_steps, resume=resume, resume_env_steps=resume_steps,
-                          manifest_extra={"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__})
+        extra = {"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__}
+        if population is None:
+            trackers.append(Tracker(run_dir, config, seed=config.seed, tensorboard=tensorboard, quiet=quiet,
+                                    total_env_steps=plan.total_env_steps, resume=resume,
+                                    resume_env_steps=resume_steps, manifest_extra=extra))
+        else:
+            for i, name in enumerate(population.names):
+                trackers.append(Tracker(pathlib.Path(run_dir) / "members" / name, population.configs[i],
+                                        seed=population.seeds[i], tensorboard=tensorboard, quiet=True,
+                                        total_env_steps=plan.total_env_steps, resume=resume,
+                                        resume_env_steps=resume_steps,
+                                        manifest_extra={**extra, "sweep_member": i, "sweep_dir": str(run_dir)}))
         if saved_meta is not None:
             wall_offset = float(saved_meta.get("wall_time_s", 0.0))
 
@@ -310,6 +373,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         timings["checkpoint_s"] += time.perf_counter() - t_ckpt
 
     rows: list[dict[str, Any]] = []
+    member_rows: list[list[dict[str, Any]]] = [[] for _ in range(population.size if population else 0)]
     preempted = None
     try:
         with PreemptionGuard(handle_signals) as guard:
@@ -324,13 +388,26 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                 timings["compute_s"] += chunk_s
 
                 t_log = time.perf_counter()
-                row = _row(plan, c, out, wall_offset + time.perf_counter() - t_start, chunk_s)
-                _check_health(row, c)
-                rows.append(row)
-                if tracker is not None:
-                    tracker.log(row)
-                elif not quiet:
-                    print(format_progress(row, plan.total_env_steps), flush=True)
+                wall = wall_offset + time.perf_counter() - t_start
+                if population is None:
+                    row = _row(plan, c, out, wall, chunk_s)
+                    _check_health(row, c)
+                    rows.append(row)
+                    member = [row]
+                else:
+                    member = [_row(plan, c, jax.tree.map(lambda x: x[i], out), wall, chunk_s)
+                              for i in range(population.size)]
+                    row = member[0]
+                    for i, r in enumerate(member):
+                        member_rows[i].append(r)
+                    rows.append(row)
+                for tracker, r in zip(trackers, member):
+                    tracker.log(r)
+                if (population is not None or not trackers) and not quiet:
+                    shown = row if population is None else {**row, "sps": row["sps"] * population.size}
+                    print(format_progress(shown, plan.total_env_steps)
+                          + (f"  ({population.size} members; steps per member, sps in all)"
+                             if population is not None else ""), flush=True)
                 if on_chunk is not None and on_chunk(c, state, row):
                     guard.request("on_chunk")
                 timings["logging_s"] += time.perf_counter() - t_log
@@ -347,7 +424,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             t_ckpt = time.perf_counter()
             checkpointer.close()  # waits for the pending save to commit
             timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-        if tracker is not None:
+        for tracker in trackers:
             tracker.close()
     timings["total_s"] = time.perf_counter() - t_start
     if preempted and not quiet:
@@ -355,7 +432,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         print(f"stopped by {preempted} after env step {rows[-1]['env_steps']:,}: checkpoint saved{where}",
               flush=True)
     return TrainResult(state=state, rows=rows, run_dir=None if run_dir is None else str(run_dir),
-                       timings=timings, agent=agent, preempted=preempted)
+                       timings=timings, agent=agent, preempted=preempted,
+                       member_rows=member_rows if population is not None else None)
 
 
 def _check_health(row: dict[str, Any], chunk_index: int) -> None:

@@ -88,6 +88,25 @@ class DataParallel:
                                check_vma=False)
         return jax.jit(mapped, donate_argnums=donate_argnums)
 
+    def map_population(self, fn: Callable[[Any], Any], donate: bool = False) -> Callable[[Any], Any]:
+        """Maps ``fn`` (already vmapped over a population axis) with that axis split over devices.
+
+        Every leaf of the input and output has a leading ``[P]`` population axis; each device runs
+        ``fn`` on its ``P / num_devices`` members. Members never communicate, so there are no
+        collectives (and no rendezvous) between devices.
+        """
+        donate_argnums = (0,) if donate else ()
+        if self.num_devices == 1:
+            return jax.jit(fn, donate_argnums=donate_argnums)
+        mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
+        return jax.jit(mapped, donate_argnums=donate_argnums)
+
+    def place_population(self, tree: Any) -> Any:
+        """Puts a ``[P, ...]`` pytree on the devices, split along the population axis."""
+        if self.num_devices == 1:
+            return tree
+        return jax.device_put(tree, NamedSharding(self.mesh, P(AXIS)))
+
     def init(self, init_fn: Callable[[jax.Array, Any], Any], key: jax.Array) -> Any:
         """Builds the state on every device: ``init_fn(key, device_index)`` per device.
 

@@ -102,7 +102,7 @@ def desync_detected() -> dict:
     par = DataParallel(d, cfg.backend)
     agent = build_agent(cfg, env, env_params, par.axis_name)
     plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
-    state = par.init(lambda k, i: agent.init(k, i, plan.num_updates), jax.random.key(0))
+    state = par.init(lambda k, i: agent.init(k, i, plan.num_updates, cfg.hyperparams(), env_params), jax.random.key(0))
     chunk = par.map(make_chunk(agent.update, plan.updates_per_chunk, par.axis_name))
     state, out = chunk(state)
     clean = float(out.metrics["param_desync"][0])
@@ -189,7 +189,24 @@ def resume_bit_exact() -> dict:
     return out
 
 
-CHECKS = {"resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
+def sweep_two_devices() -> dict:
+    """A population split over the devices: members equal single runs, and the state is sharded."""
+    from rljax.sweep import SweepSpec, run_sweep
+
+    cfg = PPOConfig(**{**SMALL, "updates_per_chunk": 2})
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]}, seeds=(0, 1))
+    result, members, _ = run_sweep(cfg, spec, devices=jax.device_count(), quiet=True)
+    leaf = jax.tree.leaves(result.state.params)[0]
+    diffs = []
+    for idx in range(len(members)):
+        m = members[idx]
+        single = rljax.train(dataclasses.replace(cfg, learning_rate=m.values["learning_rate"], seed=m.seed), quiet=True)
+        diffs.append(max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)[idx]))) for a, b in
+                         zip(jax.tree.leaves(single.state.params), jax.tree.leaves(result.state.params))))
+    return {"max_diff": max(diffs), "devices_used": len(leaf.sharding.device_set), "members": len(members)}
+
+
+CHECKS = {"sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected}
 

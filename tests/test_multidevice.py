@@ -67,3 +67,9 @@ def test_resume_is_bit_exact_on_four_devices():
     for name in ("ppo", "dqn"):
         assert r[name]["equal"], r
         assert r[name]["start_chunk"] == 3 and r[name]["leading_axis"] == 4
+
+
+def test_sweep_split_over_two_devices_equals_single_runs():
+    r = run_check("sweep", devices=2)
+    assert r["devices_used"] == 2 and r["members"] == 4
+    assert r["max_diff"] < 1e-5, r

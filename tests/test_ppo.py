@@ -131,7 +131,7 @@ def test_update_jit_equals_no_jit():
                     hidden_sizes=(8,))
     env, params = envs.make("CartPole-v1")
     agent = make_ppo(cfg, env, params)
-    state = agent.init(jax.random.key(0), 0, 10)
+    state = agent.init(jax.random.key(0), 0, 10, cfg.hyperparams(), params)
     s_jit, out_jit = jax.jit(agent.update)(state)
     with jax.disable_jit():
         s_eager, out_eager = agent.update(state)

@@ -39,9 +39,11 @@ class Agent(NamedTuple):
 
     Attributes:
         config: the algorithm's frozen config.
-        init: ``init(key, device_index, num_updates) -> state``: the full train state of one
-            device for a run of ``num_updates`` updates. Params must be drawn from ``key`` alone
-            (identical on every device); env and rollout keys fold in ``device_index``.
+        init: ``init(key, device_index, num_updates, hparams, env_params) -> state``: the full
+            train state of one device for a run of ``num_updates`` updates, with the traced
+            hyperparameters ``hparams`` (``config.hyperparams()`` or a sweep member's) and env
+            params (both live in the state). Params must be drawn from ``key`` alone (identical on
+            every device); env and rollout keys fold in ``device_index``.
         update: ``update(state) -> (state, UpdateOutput)``: one update (collect + learn), per device.
         act: ``act(state, obs, key) -> action``: the deterministic (greedy/mean) policy for
             evaluation, on a batch of observations ``[N, ...]``.
@@ -50,7 +52,7 @@ class Agent(NamedTuple):
     """
 
     config: Any
-    init: Callable[[jax.Array, Any, int], Any]
+    init: Callable[[jax.Array, Any, int, Any, Any], Any]
     update: Callable[[Any], tuple[Any, UpdateOutput]]
     act: Callable[[Any, Any, jax.Array], jax.Array]
     env_steps_per_update: int

@@ -130,6 +130,7 @@ class DQNState(struct.PyTreeNode):
         buffer: this device's replay shard (cursor, size, and priorities when prioritised).
         key: this device's PRNG key.
         hparams: traced hyperparameters.
+        env_params: the env params (traced; a sweep may vary them per member).
         updates: int32 updates done.
         num_updates: int32 updates in the whole run (schedules).
     """
@@ -140,6 +141,7 @@ class DQNState(struct.PyTreeNode):
     buffer: Any
     key: jax.Array
     hparams: DQNHyperParams
+    env_params: Any
     updates: jax.Array
     num_updates: jax.Array
 
@@ -214,10 +216,9 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         done = state.updates.astype(jnp.float32) * steps_per_update
         return jnp.clip(done / jnp.maximum(span * total, 1.0), 0.0, 1.0)
 
-    def init(key: jax.Array, device_index: Any, num_updates: int) -> DQNState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hp: DQNHyperParams, env_params: Any) -> DQNState:
         k_params, k_run = jax.random.split(key)
         k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-        hp = config.hyperparams()
         collector = init_collector(venv, env_params, _shape_policy(num_actions), k_env, config.n_step)
         params = network.init(k_params, collector.obs[:1])
         opt_state = optimizer(hp, hp.learning_rate).init(params)
@@ -225,7 +226,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
                              discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
         buffer = replay.init(example, hp.priority_alpha)
         return DQNState(learner=DQNLearner(params, opt_state), target_params=params, collector=collector,
-                        buffer=buffer, key=k_state, hparams=hp, updates=jnp.int32(0),
+                        buffer=buffer, key=k_state, hparams=hp, env_params=env_params, updates=jnp.int32(0),
                         num_updates=jnp.int32(num_updates))
 
     def update(state: DQNState) -> tuple[DQNState, UpdateOutput]:
@@ -233,7 +234,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         key, k_collect, k_learn = jax.random.split(state.key, 3)
         frac = schedule_fraction(state, hp.exploration_fraction)
         epsilon = hp.epsilon_start + frac * (hp.epsilon_end - hp.epsilon_start)
-        collector, items, episodes = collect(venv, env_params, epsilon_greedy(state.learner.params, epsilon),
+        collector, items, episodes = collect(venv, state.env_params, epsilon_greedy(state.learner.params, epsilon),
                                              state.collector, k_collect, config.num_steps, config.n_step,
                                              hp.gamma)
         buffer = replay.add(state.buffer, items)

@@ -124,6 +124,7 @@ class PPOState(struct.PyTreeNode):
         obs: current observations ``[num_envs_local, *obs_shape]``.
         key: this device's PRNG key.
         hparams: traced hyperparameters.
+        env_params: the env params (traced, so a sweep can vary them per population member).
         updates: int32, updates done so far.
         num_updates: int32, updates in the whole run (for learning-rate annealing).
     """
@@ -134,6 +135,7 @@ class PPOState(struct.PyTreeNode):
     obs: Any
     key: jax.Array
     hparams: PPOHyperParams
+    env_params: Any
     updates: jax.Array
     num_updates: jax.Array
 
@@ -298,16 +300,16 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     apply_fn = network.apply
     local_batch = num_local * config.num_steps
 
-    def init(key: jax.Array, device_index: Any, num_updates: int) -> PPOState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hp: PPOHyperParams, env_params: Any) -> PPOState:
         k_params, k_run = jax.random.split(key)
         k_run = jax.random.fold_in(k_run, device_index)
         k_env, k_state = jax.random.split(k_run)
         obs, env_state = venv.reset(k_env, env_params)
         params = network.init(k_params, obs[:1])
-        hp = config.hyperparams()
         opt_state = _optimizer(hp, hp.learning_rate).init(params)
         return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                        hparams=hp, updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
+                        hparams=hp, env_params=env_params, updates=jnp.int32(0),
+                        num_updates=jnp.int32(num_updates))
 
     def policy(params: Any):
         def sample(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -322,7 +324,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     def update(state: PPOState) -> tuple[PPOState, UpdateOutput]:
         hp = state.hparams
         key, k_roll, k_learn = jax.random.split(state.key, 3)
-        carry, traj, episodes = rollout(venv, env_params, policy(state.params),
+        carry, traj, episodes = rollout(venv, state.env_params, policy(state.params),
                                         RolloutCarry(state.env_state, state.obs), k_roll, config.num_steps)
 
         # One batched critic pass over [T, B] for both V(s_t) and V(true s_{t+1}).

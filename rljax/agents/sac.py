@@ -374,6 +374,8 @@ class SACState(struct.PyTreeNode):
         buffer: this device's replay shard.
         key: this device's PRNG key.
         hparams: traced hyperparameters.
+        env_params: the env params (traced; a sweep may vary them per member; the action bounds
+            are read once, from the params given to :func:`make_sac`).
         updates: int32 updates done.
         num_updates: int32 updates in the whole run (the importance-sampling schedule).
     """
@@ -383,6 +385,7 @@ class SACState(struct.PyTreeNode):
     buffer: Any
     key: jax.Array
     hparams: SACHyperParams
+    env_params: Any
     updates: jax.Array
     num_updates: jax.Array
 
@@ -517,10 +520,10 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
     def shape_policy(key: jax.Array, obs: jax.Array):
         return uniform(key, obs.shape[0]), ()
 
-    def init(key: jax.Array, device_index: Any, num_updates: int) -> SACState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hp: SACHyperParams, env_params: Any
+             ) -> SACState:
         k_params, k_run = jax.random.split(key)
         k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-        hp = config.hyperparams()
         collector = init_collector(venv, env_params, shape_policy, k_env, config.n_step)
         action0 = jnp.zeros((action_dim,), jnp.float32)
         learner = init_learner(nets, hp, k_params, collector.obs[:1], action0[None])
@@ -528,7 +531,7 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
                              discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
         buffer = replay.init(example, hp.priority_alpha)
         return SACState(learner=learner, collector=collector, buffer=buffer, key=k_state, hparams=hp,
-                        updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
+                        env_params=env_params, updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
 
     def update(state: SACState) -> tuple[SACState, UpdateOutput]:
         hp = state.hparams
@@ -536,7 +539,7 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         steps_before = state.updates * steps_per_update
         steps_after = steps_before + steps_per_update
         warmup = steps_before < config.learning_starts
-        collector, items, episodes = collect(venv, env_params, behaviour(state.learner.actor_params, warmup),
+        collector, items, episodes = collect(venv, state.env_params, behaviour(state.learner.actor_params, warmup),
                                              state.collector, k_collect, config.num_steps, config.n_step,
                                              hp.gamma)
         buffer = replay.add(state.buffer, items)

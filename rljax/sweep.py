@@ -1,0 +1,436 @@
+"""Jit-compiled sweeps: seeds x hyperparameters x env params as ONE compiled program.
+
+Every member of a sweep is a single-device run of the same config, differing only in traced values:
+the config's sweepable hyperparameters (they live in the train state), the env params (also in the
+state) and the seed. The loop vmaps the chunk over the members and splits them over devices, so a
+64-member sweep compiles once and runs as one program::
+
+    python -m experiments.ppo_cartpole sweep --grid learning_rate=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 \\
+        --seeds 4 --run-dir runs/sweep1
+    python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 --seeds 2
+    python -m experiments.ppo_cartpole sweep --grid env.length=0.25,0.5,1.0 --seeds 3     # env params
+
+Output (``RUN_DIR``): ``sweep.json`` (the spec and members), ``config.json`` (the base config),
+``manifest.json``, ``members/<name>/`` (each member's ``config.json``, ``manifest.json``,
+``metrics.jsonl``, ``tb/``), ``checkpoints/`` (the whole population), ``summary.csv`` (one row per
+member), ``summary.md`` (configs ranked by mean final return over seeds) and ``plots/<config>.png``
+(learning curves, mean and spread over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import itertools
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rljax.config import sweepable_fields
+
+__all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
+           "run_sweep", "summarize", "sweep_main"]
+
+ENV_PREFIX = "env."
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One sweep member.
+
+    Attributes:
+        index: position in the population.
+        seed: its seed.
+        values: swept field -> value (config fields by name, env params as ``env.<name>``).
+        name: its directory name under ``members/``.
+        label: the config label (values without the seed), shared by a config's seeds.
+    """
+
+    index: int
+    seed: int
+    values: dict[str, float]
+    name: str
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep: a grid, a random sample, or both (their product), times seeds.
+
+    Attributes:
+        grid: field -> list of values; the cartesian product is taken.
+        sample: field -> (distribution, low, high) with distribution ``uniform`` or ``log``.
+        num_samples: points drawn from ``sample``.
+        seeds: the seeds each configuration runs with.
+        sample_seed: seed of the random sample (so a sweep is reproducible).
+    """
+
+    grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    sample: dict[str, tuple[str, float, float]] = dataclasses.field(default_factory=dict)
+    num_samples: int = 0
+    seeds: tuple[int, ...] = (0,)
+    sample_seed: int = 0
+
+
+def _number(text: str, field: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"sweep value {text!r} for {field} is not a number") from None
+
+
+def parse_grid(specs: Sequence[str]) -> dict[str, list[float]]:
+    """``["learning_rate=1e-4,3e-4", "env.length=0.5,1"]`` -> ``{field: [values]}``."""
+    out: dict[str, list[float]] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"--grid {spec!r}: expected FIELD=V1,V2,... (e.g. learning_rate=1e-4,3e-4)")
+        field, values = spec.split("=", 1)
+        field = field.strip().replace("-", "_") if not field.startswith(ENV_PREFIX) else field.strip()
+        parsed = [_number(v, field) for v in values.split(",") if v.strip()]
+        if not parsed:
+            raise ValueError(f"--grid {spec!r}: no values")
+        if field in out:
+            raise ValueError(f"--grid: {field} given twice")
+        out[field] = parsed
+    return out
+
+
+def parse_sample(specs: Sequence[str]) -> dict[str, tuple[str, float, float]]:
+    """``["learning_rate=log:1e-4:1e-2", "ent_coef=uniform:0:0.05"]`` -> ``{field: (dist, lo, hi)}``."""
+    out: dict[str, tuple[str, float, float]] = {}
+    for spec in specs:
+        m = re.fullmatch(r"\s*([\w.\-]+)\s*=\s*(uniform|log):([^:]+):([^:]+)\s*", spec)
+        if not m:
+            raise ValueError(f"--sample {spec!r}: expected FIELD=uniform:LOW:HIGH or FIELD=log:LOW:HIGH")
+        field = m.group(1) if m.group(1).startswith(ENV_PREFIX) else m.group(1).replace("-", "_")
+        lo, hi = _number(m.group(3), field), _number(m.group(4), field)
+        if not lo < hi or (m.group(2) == "log" and lo <= 0):
+            raise ValueError(f"--sample {spec!r}: need LOW < HIGH (and LOW > 0 for log)")
+        out[field] = (m.group(2), lo, hi)
+    return out
+
+
+def _env_param_names(env_params: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(env_params)] if dataclasses.is_dataclass(env_params) else []
+
+
+def validate_fields(config: Any, env_params: Any, fields: Sequence[str]) -> None:
+    """Raises ``ValueError`` for a field that cannot be swept, listing those that can."""
+    sweepable = sweepable_fields(type(config))
+    env_names = _env_param_names(env_params)
+    for field in fields:
+        if field.startswith(ENV_PREFIX):
+            if field[len(ENV_PREFIX):] not in env_names:
+                raise ValueError(f"{field!r} is not a param of env {config.env!r}; env params: "
+                                 + ", ".join(ENV_PREFIX + n for n in env_names))
+        elif field not in sweepable:
+            kind = "structural (it shapes the compiled program)" if hasattr(config, field) else "unknown"
+            raise ValueError(f"{field!r} is {kind} and cannot be swept; sweepable fields of "
+                             f"{type(config).__name__}: {', '.join(sweepable)}; env params as "
+                             f"{ENV_PREFIX}<name>: {', '.join(env_names)}")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def build_members(config: Any, env_params: Any, spec: SweepSpec) -> list[Member]:
+    """The members of ``spec``: (grid x sample points) x seeds, config-major order."""
+    validate_fields(config, env_params, list(spec.grid) + list(spec.sample))
+    if spec.sample and spec.num_samples < 1:
+        raise ValueError("--sample needs --num-samples >= 1")
+    if not spec.seeds:
+        raise ValueError("a sweep needs at least one seed")
+    grid_points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] or [{}]
+    rng = np.random.default_rng(spec.sample_seed)
+    sample_points: list[dict[str, float]] = [{}]
+    if spec.sample:
+        sample_points = []
+        for _ in range(spec.num_samples):
+            point = {}
+            for field, (dist, lo, hi) in spec.sample.items():
+                u = rng.uniform()
+                point[field] = float(math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))) if dist == "log" \
+                    else float(lo + u * (hi - lo))
+            sample_points.append(point)
+    members = []
+    for g in grid_points:
+        for smp in sample_points:
+            values = {**g, **smp}
+            label = ",".join(f"{k}={_fmt(v)}" for k, v in values.items()) or "base"
+            for seed in spec.seeds:
+                i = len(members)
+                safe = re.sub(r"[^\w.=,+-]", "_", label).replace(",", "_")
+                members.append(Member(index=i, seed=int(seed), values=values, label=label,
+                                      name=f"{i:03d}-{safe}-s{seed}"[:120]))
+    return members
+
+
+def _member_config(config: Any, member: Member) -> Any:
+    overrides = {k: v for k, v in member.values.items() if not k.startswith(ENV_PREFIX)}
+    for k, v in overrides.items():
+        if isinstance(getattr(config, k), int) and not isinstance(getattr(config, k), bool):
+            overrides[k] = int(v)
+    return dataclasses.replace(config, seed=member.seed, **overrides)  # validates the values
+
+
+def _member_env_params(env_params: Any, member: Member) -> Any:
+    env_over = {k[len(ENV_PREFIX):]: v for k, v in member.values.items() if k.startswith(ENV_PREFIX)}
+    for k, v in env_over.items():
+        if isinstance(getattr(env_params, k), int):
+            env_over[k] = int(v)
+    return env_params.replace(**env_over) if env_over else env_params
+
+
+def make_population(config: Any, env_params: Any, members: Sequence[Member], num_devices: int = 1):
+    """The :class:`rljax.loop.Population` for ``members``."""
+    import jax
+    import jax.numpy as jnp
+
+    from rljax.loop import Population
+
+    if len(members) % num_devices:
+        raise ValueError(f"{len(members)} sweep members cannot be split evenly over {num_devices} devices; "
+                         f"use a member count that is a multiple of {num_devices}")
+    configs = tuple(_member_config(config, m) for m in members)
+    stack = lambda *xs: jnp.stack([jnp.asarray(x) for x in xs])  # noqa: E731
+    hparams = jax.tree.map(stack, *[c.hyperparams() for c in configs])
+    env_list = [_member_env_params(env_params, m) for m in members]
+    env_batched = jax.tree.map(stack, *env_list)
+    return Population(seeds=tuple(m.seed for m in members), hparams=hparams, env_params=env_batched,
+                      names=tuple(m.name for m in members), configs=configs, num_devices=num_devices)
+
+
+def _final_and_auc(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    pts = [(r["env_steps"], r["episode_return_mean"]) for r in rows if r.get("episode_return_mean") is not None]
+    if not pts:
+        return float("nan"), float("nan")
+    tail = max(1, len(pts) // 10)
+    final = float(np.mean([v for _, v in pts[-tail:]]))
+    if len(pts) == 1:
+        return final, final
+    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+    auc = float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+    return final, auc
+
+
+def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows: Sequence[list[dict]],
+              plots: bool = True, stream: Any = None) -> list[dict[str, Any]]:
+    """Writes ``summary.csv``, ``summary.md`` and ``plots/``; prints the ranked table.
+
+    ``final_return`` is the mean episode return over the last 10 % of chunks; ``auc`` is the area
+    under the learning curve divided by its length in env steps (the run's average return).
+
+    Returns:
+        The per-config aggregate rows, best first.
+    """
+    run_dir = pathlib.Path(run_dir)
+    fields = list(dict.fromkeys(k for m in members for k in m.values))
+    per_member = []
+    for m, rows in zip(members, member_rows):
+        final, auc = _final_and_auc(rows)
+        diverged = any(r.get(k) is None or (isinstance(r.get(k), float) and not math.isfinite(r[k]))
+                       for r in rows for k in r if k.endswith("_loss"))
+        per_member.append({"member": m.index, "name": m.name, "seed": m.seed, **m.values,
+                           "final_return": final, "auc": auc, "diverged": diverged})
+    with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["member", "name", "seed", *fields, "final_return", "auc", "diverged"])
+        writer.writeheader()
+        writer.writerows(per_member)
+
+    by_label: dict[str, list[int]] = {}
+    for m in members:
+        by_label.setdefault(m.label, []).append(m.index)
+    agg = []
+    for label, idx in by_label.items():
+        finals = np.array([per_member[i]["final_return"] for i in idx], float)
+        aucs = np.array([per_member[i]["auc"] for i in idx], float)
+        agg.append({"config": label, "seeds": len(idx), "final_mean": float(np.nanmean(finals)) if np.isfinite(finals).any() else float("nan"),
+                    "final_std": float(np.nanstd(finals)) if np.isfinite(finals).any() else float("nan"),
+                    "auc_mean": float(np.nanmean(aucs)) if np.isfinite(aucs).any() else float("nan"),
+                    "auc_std": float(np.nanstd(aucs)) if np.isfinite(aucs).any() else float("nan"),
+                    "diverged": sum(per_member[i]["diverged"] for i in idx)})
+    agg.sort(key=lambda a: (-a["final_mean"] if math.isfinite(a["final_mean"]) else math.inf))
+    lines = ["| rank | config | seeds | final return (mean ± std) | AUC (mean ± std) | diverged |",
+             "|---|---|---|---|---|---|"]
+    for rank, a in enumerate(agg, 1):
+        lines.append(f"| {rank} | {a['config']} | {a['seeds']} | {a['final_mean']:.2f} ± {a['final_std']:.2f} | "
+                     f"{a['auc_mean']:.2f} ± {a['auc_std']:.2f} | {a['diverged']} |")
+    text = "\n".join(lines) + "\n"
+    (run_dir / "summary.md").write_text(text)
+    print(text, file=stream or sys.stdout, flush=True)
+    if plots:
+        _plot(run_dir, members, member_rows, by_label)
+    return agg
+
+
+def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = run_dir / "plots"
+    out.mkdir(exist_ok=True)
+    for label, idx in by_label.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        curves = []
+        for i in idx:
+            rows = [r for r in member_rows[i] if r.get("episode_return_mean") is not None]
+            x = np.array([r["env_steps"] for r in rows], float)
+            y = np.array([r["episode_return_mean"] for r in rows], float)
+            ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
+            curves.append((x, y))
+        common = [c for c in curves if len(c[0])]
+        if common:
+            grid_x = np.unique(np.concatenate([c[0] for c in common]))
+            ys = np.array([np.interp(grid_x, x, y) for x, y in common])
+            mean, std = ys.mean(0), ys.std(0)
+            ax.plot(grid_x, mean, color="k", linewidth=2, label="mean")
+            ax.fill_between(grid_x, mean - std, mean + std, color="k", alpha=0.15)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("episode return")
+        ax.set_title(label, fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        safe = re.sub(r"[^\w.=,+-]", "_", label).replace(",", "_")[:120]
+        fig.savefig(out / f"{safe}.png", dpi=90)
+        plt.close(fig)
+
+
+def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any = None,
+              run_dir: str | os.PathLike | None = None, devices: int = 1, resume: bool = False,
+              quiet: bool = False, plots: bool = True, **train_kwargs: Any):
+    """Trains every member of ``spec`` as one compiled program and summarises the results.
+
+    Args:
+        config: the base config (``num_devices`` must be 1: members are single-device runs).
+        spec: what to sweep.
+        env: an env object (default ``envs.make(config.env)``).
+        env_params: base env params (default ``env.default_params``).
+        run_dir: the sweep directory (None: in memory, no files).
+        devices: devices to split the population over (the member count must be a multiple).
+        resume: continue the sweep in ``run_dir`` from its newest checkpoint.
+        quiet: no progress lines or summary print.
+        plots: write learning-curve PNGs.
+        **train_kwargs: passed to :func:`rljax.loop.train` (checkpoint_every, ...).
+
+    Returns:
+        ``(result, members, aggregate)``: the :class:`~rljax.loop.TrainResult` (with
+        ``member_rows``), the members, and the ranked per-config aggregate.
+    """
+    from rljax.loop import train
+    from rljax.tracking import config_to_dict, manifest
+
+    if env is None:
+        import envs
+
+        env, default = envs.make(config.env)
+        env_params = default if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    members = build_members(config, env_params, spec)
+    population = make_population(config, env_params, members, devices)
+    if run_dir is not None:
+        run_dir = pathlib.Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        sweep_record = {"spec": dataclasses.asdict(spec), "devices": devices,
+                        "members": [dataclasses.asdict(m) for m in members]}
+        if resume:
+            saved = json.loads((run_dir / "sweep.json").read_text())
+            if saved["members"] != sweep_record["members"]:
+                raise ValueError(f"cannot resume {run_dir}: the sweep's members differ from the saved sweep.json")
+        else:
+            if (run_dir / "sweep.json").exists():
+                raise FileExistsError(f"{run_dir} already holds a sweep; resume it or choose a new --run-dir")
+            (run_dir / "sweep.json").write_text(json.dumps(sweep_record, indent=2))
+            (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
+            (run_dir / "manifest.json").write_text(json.dumps(
+                manifest(config, config.seed, {"algorithm": type(config).__name__, "sweep": True,
+                                                "members": len(members)}), indent=2, default=str))
+    t0 = time.perf_counter()
+    result = train(config, env, env_params, run_dir=run_dir, resume=resume, quiet=quiet, population=population,
+                   **train_kwargs)
+    agg = []
+    if result.preempted is None:
+        if run_dir is not None:
+            agg = summarize(run_dir, members, result.member_rows, plots=plots, stream=open(os.devnull, "w") if quiet else None)
+        t = result.timings
+        ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"]) * len(members)
+        result.timings["population_sps"] = ran / max(t["compute_s"], 1e-9)
+        if not quiet:
+            print(f"sweep: {len(members)} members, {ran:,} env steps in {t['compute_s']:.1f}s "
+                  f"({result.timings['population_sps']:,.0f} env steps/s in all), compile {t['compile_s']:.1f}s, "
+                  f"total {time.perf_counter() - t0:.1f}s" + (f"; results in {run_dir}" if run_dir else ""))
+    return result, members, agg
+
+
+def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str) -> int:
+    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
+    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    from rljax.cli import _explicit_flags, build_parser, config_from_args, enable_compilation_cache, request_cpu_devices
+
+    parser = build_parser(config_cls, defaults, description=__doc__, prog=f"python -m experiments.{name} sweep")
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                       help="values of a sweepable field (or env.<param>); repeat for a grid")
+    group.add_argument("--sample", action="append", default=[], metavar="FIELD=uniform|log:LOW:HIGH",
+                       help="random-search range of a field; with --num-samples")
+    group.add_argument("--num-samples", type=int, default=0, help="random configurations to draw")
+    group.add_argument("--sample-seed", type=int, default=0, help="seed of the random draw")
+    group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
+    group.add_argument("--devices", type=int, default=1, help="devices to split the population over")
+    group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
+    args = parser.parse_args(argv)
+    base = None
+    if args.resume:
+        saved_path = pathlib.Path(args.resume) / "sweep.json"
+        if not saved_path.exists():
+            parser.error(f"--resume {args.resume}: no sweep.json there")
+        saved = json.loads(saved_path.read_text())
+        base = json.loads((pathlib.Path(args.resume) / "config.json").read_text())
+        args.run_dir = args.resume
+        spec = SweepSpec(grid=saved["spec"]["grid"], sample={k: tuple(v) for k, v in saved["spec"]["sample"].items()},
+                         num_samples=saved["spec"]["num_samples"], seeds=tuple(saved["spec"]["seeds"]),
+                         sample_seed=saved["spec"]["sample_seed"])
+        args.devices = saved["devices"]
+    try:
+        config = config_from_args(config_cls, args, base, _explicit_flags(parser, argv))
+        if not args.resume:
+            if args.seeds < 1:
+                raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+            spec = SweepSpec(grid=parse_grid(args.grid), sample=parse_sample(args.sample),
+                             num_samples=args.num_samples, seeds=tuple(config.seed + i for i in range(args.seeds)),
+                             sample_seed=args.sample_seed)
+            if not spec.grid and not spec.sample and args.seeds == 1:
+                raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
+    except ValueError as err:
+        parser.error(str(err))
+    request_cpu_devices(args.devices)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    if str(run_dir).lower() == "none":
+        run_dir = None
+    try:
+        result, _, _ = run_sweep(config, spec, run_dir=run_dir, devices=args.devices, resume=bool(args.resume),
+                                 quiet=args.quiet, plots=not args.no_plots, checkpoint_every=args.checkpoint_every,
+                                 keep_checkpoints=args.keep_checkpoints, tensorboard=not args.no_tensorboard)
+    except (ValueError, FileExistsError, NoCheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if result.preempted:
+        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
+              f"rljax resume {run_dir}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
+    return 0
