@@ -101,7 +101,9 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: Mapping[str, Any]) -> None:
         """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``."""
-        leaves = {f"{i:06d}": x for i, x in enumerate(to_host(state))}
+        # Orbax refuses zero-size arrays (e.g. the empty n-step tail of a 1-step off-policy
+        # collector); they carry no data, so they are left out and rebuilt from the template.
+        leaves = {f"{i:06d}": x for i, x in enumerate(to_host(state)) if x.size}
         ocp = self._ocp
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(leaves),
                                                         meta=ocp.args.JsonSave(dict(meta))), force=True)
@@ -119,7 +121,7 @@ class Checkpointer:
         ocp = self._ocp
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                                       meta=ocp.args.JsonRestore()))
-        leaves = restored["state"]
+        leaves = restored["state"]  # zero-size leaves are not stored (see save)
         return [np.asarray(leaves[k]) for k in sorted(leaves)], dict(restored["meta"])
 
     def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
@@ -134,14 +136,16 @@ class Checkpointer:
         """
         ocp = self._ocp
         skipped: list[int] = []
-        n = len(jax.tree.leaves(template))
+        template_host = to_host(template)
+        n = sum(1 for t in template_host if t.size)
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
                 restored = self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-                leaves = [np.asarray(restored["state"][f"{i:06d}"]) for i in range(n)]
                 if len(restored["state"]) != n:
                     raise ValueError(f"checkpoint has {len(restored['state'])} arrays, the state {n}")
+                leaves = [np.asarray(restored["state"][f"{i:06d}"]) if t.size else t
+                          for i, t in enumerate(template_host)]
                 state = from_host(leaves, template)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "

@@ -123,9 +123,13 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run.add_argument("--resume", default=None, metavar="RUN_DIR",
                      help="continue the run in RUN_DIR from its newest valid checkpoint (its saved config "
                           "is used; flags given explicitly override it where that is allowed)")
-    run.add_argument("--checkpoint-every", type=_parse_int, default=5, metavar="CHUNKS",
-                     help="save a checkpoint every this many chunks (always at the end and on SIGTERM/SIGINT)")
+    run.add_argument("--checkpoint-every", type=_parse_int, default=0, metavar="CHUNKS",
+                     help="save a checkpoint every this many chunks; 0: every --checkpoint-interval seconds "
+                          "(always at the end and on SIGTERM/SIGINT)")
+    run.add_argument("--checkpoint-interval", type=_parse_float, default=60.0, metavar="SECONDS",
+                     help="time between checkpoints when --checkpoint-every is 0")
     run.add_argument("--keep-checkpoints", type=_parse_int, default=3, help="recent checkpoints to keep")
+    run.add_argument("--no-checkpoints", action="store_true", help="never save (the run cannot be resumed)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
     run.add_argument("--no-compile-cache", action="store_true",
@@ -242,7 +246,8 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     try:
         result = train(config, run_dir=run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard,
                        resume=bool(args.resume), checkpoint_every=args.checkpoint_every,
-                       keep_checkpoints=args.keep_checkpoints)
+                       checkpoint_interval_s=args.checkpoint_interval, keep_checkpoints=args.keep_checkpoints,
+                       checkpoints=not args.no_checkpoints)
     except (ValueError, FileExistsError, NoCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

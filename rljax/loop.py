@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.agents.base import Agent, psum
-from rljax.parallel import DataParallel, first_device
+from rljax.parallel import DataParallel, first_device, run_once
 from rljax.rollout import EpisodeSummary
 
 __all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
@@ -227,7 +227,8 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
 
 
 def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
-          resume: bool = False, checkpoint_every: int = 5, keep_checkpoints: int = 3, quiet: bool = False,
+          resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
+          keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False,
           tensorboard: bool = True, handle_signals: bool = True,
           on_chunk: Callable[[int, Any, dict[str, Any]], None] | None = None,
           population: Population | None = None) -> TrainResult:
@@ -242,9 +243,12 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             ``checkpoints/``; None keeps the run in memory (no checkpoints; rows are still returned).
         resume: continue the run in ``run_dir`` from its newest valid checkpoint. The config must
             match the saved one except for :data:`RESUMABLE_FIELDS`.
-        checkpoint_every: save every this many chunks (and always after the last one and on
-            preemption); 0 saves only at the end and on preemption.
+        checkpoint_every: save every this many chunks; 0 (the default) saves instead when
+            ``checkpoint_interval_s`` seconds have passed since the last save. Either way a
+            checkpoint is always saved after the last chunk and on preemption.
+        checkpoint_interval_s: the time-based interval used when ``checkpoint_every`` is 0.
         keep_checkpoints: how many recent checkpoints to keep.
+        checkpoints: False disables checkpointing entirely (the run cannot be resumed).
         quiet: no progress lines.
         tensorboard: write tensorboard events (with ``run_dir``).
         handle_signals: turn SIGTERM/SIGINT into a clean stop at the next chunk boundary (save,
@@ -270,7 +274,10 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
 
     t_start = time.perf_counter()
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every must be an integer >= 0, got {checkpoint_every!r}")
+        raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
+                         f"got {checkpoint_every!r}")
+    if not checkpoint_interval_s > 0:
+        raise ValueError(f"checkpoint_interval_s must be > 0, got {checkpoint_interval_s!r}")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if env is None:
@@ -306,14 +313,16 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         keys = jax.vmap(jax.random.key)(jnp.asarray(population.seeds, jnp.uint32))
 
         def init_state(num_updates: int) -> Any:
-            members = jax.jit(jax.vmap(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep)))(
-                keys, population.hparams, population.env_params)
+            members = run_once(jax.jit(jax.vmap(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep))),
+                               keys, population.hparams, population.env_params)
             return par.place_population(members)
 
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):
         raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
                               f"(`rljax resume {run_dir}`) or choose a new run directory")
-    checkpointer = Checkpointer(run_dir, keep=keep_checkpoints) if run_dir is not None else None
+    checkpointer = (Checkpointer(run_dir, keep=keep_checkpoints)
+                    if run_dir is not None and checkpoints else None)
+    last_save = time.perf_counter()
     if resume:
         # The chunk size is part of the compiled program: keep the saved one so the continuation
         # runs the same program (bit-exact), even when total_timesteps was extended.
@@ -372,6 +381,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         checkpointer.save(row["env_steps"], state, meta)
         timings["checkpoint_s"] += time.perf_counter() - t_ckpt
 
+    timings["setup_s"] = time.perf_counter() - t_start - timings["compile_s"]
+    t_loop = time.perf_counter()
     rows: list[dict[str, Any]] = []
     member_rows: list[list[dict[str, Any]]] = [[] for _ in range(population.size if population else 0)]
     preempted = None
@@ -413,9 +424,11 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                 timings["logging_s"] += time.perf_counter() - t_log
 
                 last = c == plan.num_chunks - 1
-                if checkpointer is not None and (
-                        last or guard.requested or (checkpoint_every and (c + 1) % checkpoint_every == 0)):
+                due = ((c + 1) % checkpoint_every == 0 if checkpoint_every
+                       else time.perf_counter() - last_save >= checkpoint_interval_s)
+                if checkpointer is not None and (last or guard.requested or due):
                     save(c, row)
+                    last_save = time.perf_counter()
                 if guard.requested and not last:
                     preempted = guard.signal_name
                     break
@@ -426,6 +439,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             timings["checkpoint_s"] += time.perf_counter() - t_ckpt
         for tracker in trackers:
             tracker.close()
+    timings["loop_s"] = time.perf_counter() - t_loop
     timings["total_s"] = time.perf_counter() - t_start
     if preempted and not quiet:
         where = f"; resume with: rljax resume {run_dir}" if run_dir is not None else ""

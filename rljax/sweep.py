@@ -425,7 +425,8 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     try:
         result, _, _ = run_sweep(config, spec, run_dir=run_dir, devices=args.devices, resume=bool(args.resume),
                                  quiet=args.quiet, plots=not args.no_plots, checkpoint_every=args.checkpoint_every,
-                                 keep_checkpoints=args.keep_checkpoints, tensorboard=not args.no_tensorboard)
+                                 checkpoint_interval_s=args.checkpoint_interval, keep_checkpoints=args.keep_checkpoints,
+                                 checkpoints=not args.no_checkpoints, tensorboard=not args.no_tensorboard)
     except (ValueError, FileExistsError, NoCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

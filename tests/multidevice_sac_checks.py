@@ -56,8 +56,6 @@ def learn_equivalence() -> dict:
                        next_obs=next_obs, valid=jnp.ones((n,), bool))
     weights = jax.random.uniform(ks[5], (n,), minval=0.5, maxval=1.5)  # importance weights
     hp = SACConfig(critic_learning_rate=3e-3, actor_learning_rate=3e-3, alpha_learning_rate=3e-2).hyperparams()
-    # One jitted init: eager flax init compiles each initialiser separately (seconds on 4 devices).
-    learner = jax.jit(lambda k: init_learner(nets, hp, k, obs[:1], items.action[:1]))(ks[6])
     key = ks[7]
 
     def steps(learner, items, weights, axis_name):
@@ -69,7 +67,12 @@ def learn_equivalence() -> dict:
         learner, (td_abs, metrics) = jax.lax.scan(step, learner, jax.random.split(key, 3))
         return learner, td_abs[-1], metrics
 
-    ref, ref_td, ref_m = jax.block_until_ready(jax.jit(lambda l, b, w: steps(l, b, w, None))(learner, items, weights))
+    def init_and_steps(k, items, weights):
+        # Init inside the same program: eager flax init compiles every initialiser on its own.
+        learner = init_learner(nets, hp, k, items.obs[:1], items.action[:1])
+        return learner, steps(learner, items, weights, None)
+
+    learner, (ref, ref_td, ref_m) = jax.block_until_ready(jax.jit(init_and_steps)(ks[6], items, weights))
 
     par = DataParallel(d, "shard_map")
     stack = lambda x: jnp.broadcast_to(x, (d,) + jnp.shape(x))  # noqa: E731

@@ -48,7 +48,10 @@ def strip(rows):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
-@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL], ids=["ppo", "dqn"])
+DQN_ONE_STEP = DQNConfig(**{**DQN_SMALL.__dict__, "n_step": 1, "prioritized": False})  # empty n-step tail
+
+
+@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP], ids=["ppo", "dqn", "dqn-1step"])
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
     full = rljax.train(config, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
     part = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,

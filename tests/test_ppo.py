@@ -127,7 +127,7 @@ def test_same_seed_same_bits_and_no_recompile():
 
 
 def test_update_jit_equals_no_jit():
-    cfg = PPOConfig(total_timesteps=4 * 4, num_envs=4, num_steps=4, num_epochs=2, num_minibatches=2,
+    cfg = PPOConfig(total_timesteps=4 * 4, num_envs=4, num_steps=4, num_epochs=1, num_minibatches=2,
                     hidden_sizes=(8,))
     env, params = envs.make("CartPole-v1")
     agent = make_ppo(cfg, env, params)

@@ -103,9 +103,12 @@ def test_actor_loss_by_hand_and_its_gradient():
 
     real = SACNetworks(init=None, policy=None, mode=None, sample=sample,
                        critic=lambda p, o, a: jnp.stack([-(a[:, 0] - 0.5) ** 2, -(a[:, 0] - 0.5) ** 2 + 0.1]))
-    grad = lambda m0: jax.grad(lambda p: sac_actor_loss(p, None, jnp.float32(0.01), real, jnp.zeros((256, 1)),  # noqa: E731
-                                                        jnp.ones(256), jax.random.key(1))[0])(jnp.float32(m0))
-    assert grad(0.0) < 0 < grad(1.5)
+    def grad(mean):
+        loss = lambda p: sac_actor_loss(p, None, jnp.float32(0.01), real, jnp.zeros((256, 1)),  # noqa: E731
+                                        jnp.ones(256), jax.random.key(1))[0]
+        return jax.grad(loss)(jnp.float32(mean))
+
+    assert grad(0.0) < 0 < grad(1.5)  # tanh(0) = 0 < 0.5 < tanh(1.5) = 0.91
 
 
 def test_alpha_loss_by_hand_and_gradient_sign():
@@ -120,29 +123,44 @@ def test_alpha_loss_by_hand_and_gradient_sign():
     g_high = jax.grad(sac_alpha_loss)(jnp.log(2.0), jnp.array([-3.0, -3.0]), jnp.float32(-1.0), mask)
     assert g_high > 0
     # Invalid items (mask 0) do not count.
-    g_masked = jax.grad(sac_alpha_loss)(jnp.log(2.0), jnp.array([1.0, -30.0]), jnp.float32(-1.0), jnp.array([1.0, 0.0]))
+    g_masked = jax.grad(sac_alpha_loss)(jnp.log(2.0), jnp.array([1.0, -30.0]), jnp.float32(-1.0),
+                                        jnp.array([1.0, 0.0]))
     np.testing.assert_allclose(g_masked, 0.0, atol=1e-7)
 
 
 def test_networks_respect_the_box_and_the_log_std_range():
     nets = make_sac_networks(2, jnp.array([-2.0, 0.0]), jnp.array([2.0, 1.0]), (8,), log_std_min=-5.0,
                              log_std_max=2.0)
-    obs = 10.0 * jax.random.normal(jax.random.key(0), (64, 3))
-    actor, critic = nets.init(jax.random.key(1), obs[:1], jnp.zeros((1, 2)))
-    a, log_prob = nets.sample(actor, obs, jax.random.key(2))
-    assert a.shape == (64, 2) and log_prob.shape == (64,)
+
+    @jax.jit  # one program: eager flax init compiles every initialiser on its own
+    def run(key):
+        k_obs, k_init, k_sample = jax.random.split(key, 3)
+        obs = 10.0 * jax.random.normal(k_obs, (64, 3))
+        actor, critic = nets.init(k_init, obs[:1], jnp.zeros((1, 2)))
+        a, log_prob = nets.sample(actor, obs, k_sample)
+        dist = nets.policy(actor, obs)
+        return a, log_prob, dist.log_std, nets.mode(actor, obs), dist.mode(), nets.critic(critic, obs, a)
+
+    a, log_prob, log_std, mode, dist_mode, q = run(jax.random.key(0))
+    assert a.shape == (64, 2) and log_prob.shape == (64,) and q.shape == (2, 64)
     assert np.all((np.asarray(a) >= [-2.0, 0.0]) & (np.asarray(a) <= [2.0, 1.0]))
     assert np.all(np.isfinite(np.asarray(log_prob)))
-    dist = nets.policy(actor, obs)
-    assert np.all((np.asarray(dist.log_std) >= -5.0) & (np.asarray(dist.log_std) <= 2.0))
-    np.testing.assert_allclose(nets.mode(actor, obs), dist.mode())
-    assert nets.critic(critic, obs, a).shape == (2, 64)
+    assert np.all((np.asarray(log_std) >= -5.0) & (np.asarray(log_std) <= 2.0))
+    np.testing.assert_allclose(mode, dist_mode)
 
 
 def test_discrete_env_is_rejected_with_the_space_named():
     env, params = envs.make("CartPole-v1")
     with pytest.raises(ValueError, match=r"SAC needs a Box action space; CartPole-v1 has Discrete"):
         make_sac(SACConfig(env="CartPole-v1"), env, params)
+
+
+def test_unreachable_target_entropy_is_rejected():
+    # On Box(-1, 1) the largest entropy is log 2; a target of +1 would drive alpha to infinity.
+    env, params = envs.make("ProbeActionRewardContinuous-v0")
+    with pytest.raises(ValueError, match=r"target entropy .* = 1 is not below the largest entropy"):
+        make_sac(SACConfig(target_entropy_scale=-1.0), env, params)
+    make_sac(SACConfig(target_entropy_scale=-1.0, autotune=False), env, params)  # fixed alpha: fine
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -164,7 +182,7 @@ def test_config_validation_names_the_values(kw, match):
 
 
 # Probes: 8 envs of one-step (or two-step) episodes, small nets, a fast learning rate.
-PROBE_CFG = dict(num_envs=8, num_steps=1, gradient_steps=2, batch_size=64, buffer_size=4096, hidden_sizes=(32, 32),
+PROBE_CFG = dict(num_envs=8, num_steps=1, gradient_steps=2, batch_size=64, buffer_size=1024, hidden_sizes=(32, 32),
                  learning_starts=256, actor_learning_rate=3e-3, critic_learning_rate=3e-3, alpha_learning_rate=3e-3,
                  initial_alpha=0.1, total_timesteps=2000, updates_per_chunk=250)
 
@@ -201,11 +219,11 @@ def test_probe_two_step_values_with_prioritized_replay():
     np.testing.assert_allclose(r.rows[-1]["alpha"], 0.01, rtol=1e-5)  # autotune off: alpha fixed
 
 
-def test_pendulum_learns_end_to_end(tmp_path):
+def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1; with one gradient step per
     # env step SAC passes -600 within 5000 steps.
     cfg = SACConfig(total_timesteps=5000, gradient_steps=4, learning_starts=500, updates_per_chunk=125, seed=0)
-    result = rljax.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    result = rljax.train(cfg, quiet=True)
     returns = [r["episode_return_mean"] for r in result.rows if r["episode_return_mean"] is not None]
     assert returns[0] < -900, returns
     assert result.final_return > -600, returns
@@ -216,7 +234,6 @@ def test_pendulum_learns_end_to_end(tmp_path):
     assert last["param_desync"] == 0.0
     assert 0 < last["alpha"] < 1.0  # tuned down from 1 as the policy sharpens
     assert last["buffer_size"] <= 5000
-    assert (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 SCRIPT = pathlib.Path(__file__).with_name("multidevice_sac_checks.py")

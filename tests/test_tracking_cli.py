@@ -130,7 +130,7 @@ def test_experiment_module_end_to_end(tmp_path):
     assert len(read_metrics(run)) >= 1
     # A second run into the same directory is refused rather than mixing two runs' metrics.
     proc = _run_module("--total-timesteps", "2048", "--num-steps", "64", "--run-dir", str(run))
-    assert proc.returncode == 2 and "already holds metrics" in proc.stderr
+    assert proc.returncode == 2 and "already holds" in proc.stderr and "rljax resume" in proc.stderr
     assert len(read_metrics(run)) >= 1
 
 

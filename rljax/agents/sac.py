@@ -38,7 +38,7 @@ from rljax.networks import MLP
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
            "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss", "sac_alpha_loss",
-           "sac_learn_step", "sac_optimizers", "make_sac"]
+           "sac_learn_step", "sac_optimizers", "SACOptimizers", "init_learner", "make_sac"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,6 +497,14 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         raise ValueError(f"SAC needs a Box action space; {getattr(env, 'name', env)} has {space} "
                          f"(use DQN or PPO for Discrete actions)")
     low, high = _box_bounds(env, space, action_dim)
+    # A squashed policy's entropy is at most that of the uniform distribution on the box; a target
+    # above it can never be met, so alpha would grow without bound (and the critics diverge).
+    max_entropy = float(np.sum(np.log(high - low)))
+    target_entropy = -config.target_entropy_scale * action_dim
+    if config.autotune and target_entropy >= max_entropy:
+        raise ValueError(f"target entropy -target_entropy_scale * action_dim = {target_entropy:g} is not below the "
+                         f"largest entropy a policy on this Box can have ({max_entropy:g}, uniform on "
+                         f"[low, high]): alpha would grow without bound; use a larger target_entropy_scale")
     d = config.num_devices
     num_local = config.num_envs // d
     nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
@@ -531,7 +539,9 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
                              discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
         buffer = replay.init(example, hp.priority_alpha)
         return SACState(learner=learner, collector=collector, buffer=buffer, key=k_state, hparams=hp,
-                        env_params=env_params, updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
+                        # As arrays: Python-scalar params leaves cannot leave a shard_map'd init.
+                        env_params=jax.tree.map(jnp.asarray, env_params), updates=jnp.int32(0),
+                        num_updates=jnp.int32(num_updates))
 
     def update(state: SACState) -> tuple[SACState, UpdateOutput]:
         hp = state.hparams

@@ -1,0 +1,183 @@
+"""PPO on CartPole-v1 with PureJaxRL's default configuration, beside rejax in the same run.
+
+    python -m benchmarks.ppo_cartpole                 # everything (about 5 minutes on 2 CPU cores)
+    python -m benchmarks.ppo_cartpole --only seeds    # one section: seeds | envs64 | vmap | overhead | rejax
+
+Sections:
+  seeds     5 seeds, one process each run in turn: compile s, training-phase steps/s, final return.
+            rljax's logging is on (metrics.jsonl + tensorboard in a temp run directory).
+  envs64    the same with 64 envs (fewer, larger updates).
+  vmap      8 seeds vmapped in one compiled program: total env steps/s.
+  overhead  the chunked host loop with logging vs one monolithic jit of the same updates.
+  rejax     rejax's PPO with the same configuration (its own venv: ../shared/peers/setup.sh).
+
+"Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
+PureJaxRL's and rejax's figures are. PureJaxRL cannot run here beside rljax (no pip package); its
+figures measured on this machine are in ../shared/BENCHMARKS.md and printed for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import envs
+import rljax
+from rljax.agents.ppo import PPOConfig
+from rljax.loop import build_agent, make_chunk, plan_updates
+
+PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
+                 anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+                 max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", total_timesteps=500_000)
+PEERS_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"
+REFERENCE = ("PureJaxRL on this machine (../shared/BENCHMARKS.md): 1 seed compile 6.4 s, 86k steps/s "
+             "(114k best), return 500; 8 seeds vmapped 148k steps/s total; 64 envs 117k steps/s")
+
+
+def run_seeds(cfg_kw: dict, seeds: list[int], label: str) -> dict:
+    rows = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = PPOConfig(seed=seed, **cfg_kw)
+            r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True)
+        t = r.timings
+        rows.append(dict(seed=seed, compile_s=t["compile_s"], sps=t["total_env_steps"] / t["compute_s"],
+                         logging_s=t["logging_s"], final_return=r.final_return))
+        print(f"  {label} seed {seed}: compile {t['compile_s']:.2f}s  {rows[-1]['sps']:,.0f} steps/s  "
+              f"return {r.final_return:.1f}", flush=True)
+    out = dict(label=label, compile_s=statistics.median(x["compile_s"] for x in rows),
+               sps_median=statistics.median(x["sps"] for x in rows), sps_best=max(x["sps"] for x in rows),
+               returns=[round(x["final_return"], 1) for x in rows],
+               solved=sum(x["final_return"] >= 475 for x in rows))
+    print(f"{label}: compile {out['compile_s']:.2f}s (median), {out['sps_median']:,.0f} steps/s median "
+          f"({out['sps_best']:,.0f} best), returns {out['returns']}, >=475: {out['solved']}/{len(rows)}",
+          flush=True)
+    return out
+
+
+def vmapped_seeds(cfg_kw: dict, num_seeds: int) -> dict:
+    """All seeds' full runs as one program: vmap over the population, one compile, one launch."""
+    cfg = PPOConfig(**cfg_kw)
+    env, params = envs.make(cfg.env)
+    agent = build_agent(cfg, env, params, None)
+    plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
+    keys = jax.vmap(jax.random.key)(jnp.arange(num_seeds))
+    init = jax.jit(jax.vmap(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params)))
+    run = make_chunk(agent.update, plan.num_updates, None)
+    fn = jax.jit(jax.vmap(run), donate_argnums=0)
+    state = init(keys)
+    t0 = time.perf_counter()
+    compiled = fn.lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, out = jax.block_until_ready(compiled(state))
+    run_s = time.perf_counter() - t0
+    steps = plan.total_env_steps * num_seeds
+    res = dict(label=f"{num_seeds} seeds vmapped", compile_s=compile_s, run_s=run_s, sps_total=steps / run_s)
+    print(f"{res['label']}: compile {compile_s:.2f}s, run {run_s:.2f}s, {res['sps_total']:,.0f} env steps/s "
+          f"total", flush=True)
+    return res
+
+
+def overhead(cfg_kw: dict, repeats: int = 3) -> dict:
+    """Chunked loop with logging and checkpoints vs one jit of all updates (same updates).
+
+    The loop time runs from the first chunk's launch to the last checkpoint's commit (every chunk's
+    metrics read, JSONL + tensorboard rows, progress, checkpoints at the default interval: every 60 s
+    and at the end). One-time set-up
+    (run directory, manifest, Orbax manager) is reported separately as ``setup_s``.
+    """
+    cfg = PPOConfig(**cfg_kw)
+    env, params = envs.make(cfg.env)
+    agent = build_agent(cfg, env, params, None)
+    plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
+    init = jax.jit(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params))
+    mono = jax.jit(make_chunk(agent.update, plan.num_updates, None), donate_argnums=0)
+    compiled = mono.lower(init(jax.random.key(0))).compile()
+    mono_s, chunk_s, setup_s, ckpt_s, nockpt_s = [], [], [], [], []
+    for i in range(repeats):  # interleaved
+        state = init(jax.random.key(i))
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(state))
+        mono_s.append(time.perf_counter() - t0)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = rljax.train(dataclasses.replace(cfg, seed=i), run_dir=os.path.join(tmp, "run"), quiet=True)
+            r0 = rljax.train(dataclasses.replace(cfg, seed=i), run_dir=os.path.join(tmp, "run0"), quiet=True,
+                             checkpoints=False)
+        chunk_s.append(r.timings["loop_s"])
+        setup_s.append(r.timings["setup_s"])
+        ckpt_s.append(r.timings["checkpoint_s"])
+        nockpt_s.append(r0.timings["loop_s"])
+    res = dict(monolithic_s=min(mono_s), chunked_loop_s=min(chunk_s), chunked_loop_no_checkpoints_s=min(nockpt_s),
+               checkpoint_s=min(ckpt_s), setup_s=min(setup_s), chunks=plan.num_chunks)
+    res["overhead_pct"] = 100.0 * (res["chunked_loop_s"] / res["monolithic_s"] - 1.0)
+    res["checkpoint_pct"] = 100.0 * (res["chunked_loop_s"] / res["chunked_loop_no_checkpoints_s"] - 1.0)
+    print(f"overhead: monolithic {res['monolithic_s']:.2f}s vs chunked loop with logging and checkpoints "
+          f"({plan.num_chunks} chunks) {res['chunked_loop_s']:.2f}s -> {res['overhead_pct']:+.1f}%; "
+          f"checkpoints (default interval + final, async) {res['checkpoint_s']:.3f}s host time, loop "
+          f"{res['checkpoint_pct']:+.1f}% vs no checkpoints; one-time set-up {res['setup_s']:.2f}s", flush=True)
+    return res
+
+
+def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
+    setup = PEERS_DIR / "setup.sh"
+    if not setup.exists():
+        print("rejax: ../shared/peers/setup.sh not found; skipped")
+        return None
+    python = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=True).stdout.split()[-1]
+    keys = ["num_envs", "num_steps", "num_epochs", "num_minibatches", "learning_rate", "total_timesteps",
+            "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm"]
+    sets = [f"{k}={cfg_kw[k]}" for k in keys]
+    proc = subprocess.run([python, str(PEERS_DIR / "rejax_run.py"), "--algo", "ppo", "--env", "CartPole-v1",
+                           "--seeds", str(seeds), "--set", *sets], capture_output=True, text=True)
+    line = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    if proc.returncode or not line:
+        print(f"rejax failed: {proc.stderr[-2000:]}")
+        return None
+    res = json.loads(line[-1])
+    print(f"rejax ({seeds} seed): compile {res['compile_s']:.2f}s, {res['sps']:,.0f} steps/s, "
+          f"return {res['final_return']:.1f}", flush=True)
+    return res
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="*", default=["seeds", "envs64", "vmap", "overhead", "rejax"])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--json", default=None, help="also write the results here")
+    a = ap.parse_args(argv)
+    print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}, "
+          f"{os.cpu_count()} cores; {REFERENCE}", flush=True)
+    results = {}
+    if "rejax" in a.only:
+        results["rejax"] = rejax(PUREJAXRL)
+    if "seeds" in a.only:
+        results["seeds"] = run_seeds(PUREJAXRL, list(range(a.seeds)), "PureJaxRL config")
+    if "envs64" in a.only:
+        results["envs64"] = run_seeds({**PUREJAXRL, "num_envs": 64}, [0], "64 envs")
+    if "vmap" in a.only:
+        results["vmap"] = vmapped_seeds(PUREJAXRL, 8)
+    if "overhead" in a.only:
+        results["overhead"] = overhead(PUREJAXRL)
+    if results.get("rejax") and results.get("seeds"):
+        rj, ours = results["rejax"], results["seeds"]
+        print(f"ratio rljax/rejax: steps/s {ours['sps_median'] / rj['sps']:.2f}x, "
+              f"compile {ours['compile_s'] / rj['compile_s']:.2f}x (lower is better)")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
