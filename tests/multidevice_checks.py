@@ -166,6 +166,7 @@ def resume_bit_exact() -> dict:
     import tempfile
 
     from rljax.agents.dqn import DQNConfig
+    from rljax.agents.sac import SACConfig
 
     d = jax.device_count()
     configs = {
@@ -173,6 +174,8 @@ def resume_bit_exact() -> dict:
         "dqn": DQNConfig(num_devices=d, backend="pmap", num_envs=8, num_steps=2, batch_size=16 * d,
                          buffer_size=64 * d, learning_starts=32, target_update_interval=16, hidden_sizes=(16,),
                          n_step=2, prioritized=True, total_timesteps=8 * 2 * 60, updates_per_chunk=10),
+        "sac": SACConfig(num_devices=d, num_envs=8, num_steps=1, batch_size=16 * d, buffer_size=64 * d,
+                         learning_starts=32, hidden_sizes=(16,), total_timesteps=8 * 60, updates_per_chunk=10),
     }
     out = {}
     for name, cfg in configs.items():

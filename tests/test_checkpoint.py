@@ -18,6 +18,7 @@ import pytest
 import rljax
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
+from rljax.agents.sac import SACConfig
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
 from rljax.loop import ConfigMismatchError
 from rljax.tracking import read_metrics
@@ -49,9 +50,12 @@ def strip(rows):
 
 
 DQN_ONE_STEP = DQNConfig(**{**DQN_SMALL.__dict__, "n_step": 1, "prioritized": False})  # empty n-step tail
+SAC_SMALL = SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_steps=1, batch_size=16,
+                      buffer_size=128, learning_starts=32, hidden_sizes=(16,), gradient_steps=2)
 
 
-@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP], ids=["ppo", "dqn", "dqn-1step"])
+@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP, SAC_SMALL],
+                         ids=["ppo", "dqn", "dqn-1step", "sac"])
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
     full = rljax.train(config, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
     part = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,

@@ -64,7 +64,7 @@ def test_dqn_four_devices():
 
 def test_resume_is_bit_exact_on_four_devices():
     r = run_check("resume")
-    for name in ("ppo", "dqn"):
+    for name in ("ppo", "dqn", "sac"):
         assert r[name]["equal"], r
         assert r[name]["start_chunk"] == 3 and r[name]["leading_axis"] == 4
 

@@ -263,3 +263,17 @@ def test_four_device_learning_step_equals_single_device():
     assert all(d == 0.0 for d in t["desync"])
     assert all(math.isfinite(x) for x in t["critic_loss"]) and t["critic_loss"][-1] > 0
     assert t["buffer_size"][-1] == 256.0  # 4 shards of 64, full
+
+
+def test_truncation_bootstraps_from_final_observation():
+    """Never-ending MDP cut by a time limit: Q = 1 / (1 - gamma) = 2, not the 1.67 of a learner
+    that stops bootstrapping at the cut (tiny fixed alpha keeps soft values near the plain ones)."""
+    from tests.endless import TRUE_VALUE, WRONG_VALUE, Endless
+
+    cfg = SACConfig(**{**PROBE_CFG, "autotune": False, "initial_alpha": 0.001, "gamma": 0.5, "tau": 0.05,
+                       "total_timesteps": 4000})
+    r = rljax.train(cfg, env=Endless(continuous=True), quiet=True)
+    nets = make_sac_networks(1, -1.0, 1.0, PROBE_CFG["hidden_sizes"])
+    q = np.asarray(nets.critic(r.state.learner.critic_params, jnp.ones((3, 1)), jnp.array([[-0.5], [0.0], [0.5]])))
+    np.testing.assert_allclose(q, TRUE_VALUE, atol=0.12)
+    assert abs(float(q.mean()) - WRONG_VALUE) > 0.2

@@ -18,6 +18,7 @@ import envs
 import rljax
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
+from rljax.agents.sac import SACConfig
 from rljax.sweep import SweepSpec, build_members, parse_grid, parse_sample, run_sweep
 from rljax.tracking import read_metrics
 
@@ -60,15 +61,19 @@ def _leaves(params, index=None):
     return [np.asarray(x) if index is None else np.asarray(x)[index] for x in jax.tree.leaves(params)]
 
 
-@pytest.mark.parametrize("config", [PPO, DQN], ids=["ppo", "dqn"])
-def test_member_equals_single_run(config):
-    spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]}, seeds=(0, 1))
+SAC = SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_steps=1, batch_size=16,
+                buffer_size=128, learning_starts=32, hidden_sizes=(16,))
+
+
+@pytest.mark.parametrize("config, field", [(PPO, "learning_rate"), (DQN, "learning_rate"), (SAC, "critic_learning_rate")],
+                         ids=["ppo", "dqn", "sac"])
+def test_member_equals_single_run(config, field):
+    spec = SweepSpec(grid={field: [1e-4, 1e-3]}, seeds=(0, 1))
     result, members, _ = run_sweep(config, spec, quiet=True)
     assert result.timings["num_chunks"] == len(result.member_rows[0])
     for idx in (0, 3):
         m = members[idx]
-        single = rljax.train(dataclasses.replace(config, learning_rate=m.values["learning_rate"], seed=m.seed),
-                             quiet=True)
+        single = rljax.train(dataclasses.replace(config, **{field: m.values[field]}, seed=m.seed), quiet=True)
         for a, b in zip(_leaves(single.agent.params(single.state)), _leaves(result.agent.params(result.state), idx)):
             np.testing.assert_allclose(a, b, atol=1e-5)
         assert [r["episode_return_mean"] for r in single.rows] == [r["episode_return_mean"] for r in result.member_rows[idx]]
