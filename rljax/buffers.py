@@ -430,13 +430,18 @@ def _set_leaves(sum_tree: jax.Array, min_tree: jax.Array, slots: jax.Array, valu
     write_at = jnp.where(keep, nodes, 2 * num_leaves)
     sum_tree = sum_tree.at[write_at].set(values, mode="drop")
     min_tree = min_tree.at[write_at].set(jnp.where(values > 0, values, jnp.inf), mode="drop")
-    for _ in range(depth):  # static: log2(num_leaves) levels, leaves' parents first
+    def level(_: int, carry: tuple[jax.Array, jax.Array, jax.Array]):
+        nodes, sum_tree, min_tree = carry
         nodes = nodes // 2
         left, right = 2 * nodes, 2 * nodes + 1
-        sum_tree = sum_tree.at[nodes].set(sum_tree[left] + sum_tree[right],
-                                          mode="promise_in_bounds")
+        sum_tree = sum_tree.at[nodes].set(sum_tree[left] + sum_tree[right], mode="promise_in_bounds")
         min_tree = min_tree.at[nodes].set(jnp.minimum(min_tree[left], min_tree[right]),
                                           mode="promise_in_bounds")
+        return nodes, sum_tree, min_tree
+
+    # log2(num_leaves) levels, leaves' parents first. A fori_loop (not a Python loop) keeps the
+    # program the same size for any capacity: compile time no longer grows with the tree depth.
+    _, sum_tree, min_tree = jax.lax.fori_loop(0, depth, level, (nodes, sum_tree, min_tree))
     return sum_tree, min_tree
 
 
@@ -526,13 +531,14 @@ def _descend(sum_tree: jax.Array, targets: jax.Array) -> jax.Array:
     """
     num_leaves = sum_tree.shape[0] // 2
     depth = num_leaves.bit_length() - 1
-    nodes = jnp.ones(targets.shape, jnp.int32)
-    for _ in range(depth):
+    def level(_: int, carry: tuple[jax.Array, jax.Array]):
+        nodes, targets = carry
         left = sum_tree[2 * nodes]
         right = sum_tree[2 * nodes + 1]
         go_right = (targets >= left) & (right > 0)
-        targets = jnp.where(go_right, targets - left, targets)
-        nodes = 2 * nodes + go_right.astype(jnp.int32)
+        return 2 * nodes + go_right.astype(jnp.int32), jnp.where(go_right, targets - left, targets)
+
+    nodes, _ = jax.lax.fori_loop(0, depth, level, (jnp.ones(targets.shape, jnp.int32), targets))
     return nodes - num_leaves
 
 
