@@ -169,6 +169,36 @@ def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
     return set(vars(known))
 
 
+def train_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``rljax.loop.train`` keyword arguments given by the run flags of :func:`build_parser`."""
+    return dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
+                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints)
+
+
+def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
+    """Calls ``run()`` and maps its outcome to an exit status for the command line.
+
+    Returns:
+        ``(result, None)`` when training finished; ``(None, 2)`` after printing a usage error
+        (bad config, used directory, nothing to resume); ``(result, 75)`` after printing how to
+        resume a preempted run.
+    """
+    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+
+    try:
+        out = run()
+    except (ValueError, FileExistsError, NoCheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, 2
+    result = out[0] if isinstance(out, tuple) else out
+    if result.preempted:
+        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
+              f"rljax resume {run_dir}", file=sys.stderr)
+        return out, PREEMPTED_EXIT_CODE
+    return out, None
+
+
 def enable_compilation_cache(path: str | None = None) -> str:
     """Turns on JAX's persistent compilation cache (a repeat run's compile drops from seconds to
     a fraction of a second). Experiment entry points call this; the library never does."""
@@ -235,7 +265,6 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     if not args.no_compile_cache:
         enable_compilation_cache()
 
-    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
     from rljax.loop import train
 
     run_dir = args.run_dir
@@ -243,18 +272,9 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
     elif run_dir.lower() == "none":
         run_dir = None
-    try:
-        result = train(config, run_dir=run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard,
-                       resume=bool(args.resume), checkpoint_every=args.checkpoint_every,
-                       checkpoint_interval_s=args.checkpoint_interval, keep_checkpoints=args.keep_checkpoints,
-                       checkpoints=not args.no_checkpoints)
-    except (ValueError, FileExistsError, NoCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if result.preempted:
-        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
-              f"rljax resume {result.run_dir}", file=sys.stderr)
-        return PREEMPTED_EXIT_CODE
+    result, status = call_training(lambda: train(config, run_dir=run_dir, **train_kwargs(args)), run_dir)
+    if status is not None:
+        return status
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     print(f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "

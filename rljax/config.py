@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["field", "sweepable_fields", "structural_fields", "field_help", "RunConfig", "BACKENDS"]
+__all__ = ["field", "make_hyperparams", "sweepable_fields", "structural_fields", "field_help", "RunConfig", "BACKENDS"]
 
 BACKENDS = ("shard_map", "pmap")
 
@@ -34,6 +34,21 @@ def structural_fields(config_cls: Any) -> tuple[str, ...]:
 
 def field_help(config_cls: Any) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(config_cls)}
+
+
+def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
+    """The traced hyperparameters of ``config``: one float32 scalar per sweepable field.
+
+    ``hyperparams_cls`` (a ``flax.struct.PyTreeNode``) must have exactly the config's sweepable
+    fields, so the two declarations cannot drift apart.
+    """
+    import jax.numpy as jnp
+
+    names = tuple(hyperparams_cls.__dataclass_fields__)
+    if set(names) != set(sweepable_fields(type(config))):
+        raise TypeError(f"{hyperparams_cls.__name__} fields {sorted(names)} differ from the sweepable fields of "
+                        f"{type(config).__name__} {sorted(sweepable_fields(type(config)))}")
+    return hyperparams_cls(**{k: jnp.float32(getattr(config, k)) for k in names})
 
 
 def _require(cond: bool, message: str) -> None:

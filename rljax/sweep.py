@@ -377,8 +377,8 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
 
 def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str) -> int:
     """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
-    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
-    from rljax.cli import _explicit_flags, build_parser, config_from_args, enable_compilation_cache, request_cpu_devices
+    from rljax.cli import (_explicit_flags, build_parser, call_training, config_from_args, enable_compilation_cache,
+                           request_cpu_devices, train_kwargs)
 
     parser = build_parser(config_cls, defaults, description=__doc__, prog=f"python -m experiments.{name} sweep")
     group = parser.add_argument_group("sweep")
@@ -422,16 +422,6 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     if str(run_dir).lower() == "none":
         run_dir = None
-    try:
-        result, _, _ = run_sweep(config, spec, run_dir=run_dir, devices=args.devices, resume=bool(args.resume),
-                                 quiet=args.quiet, plots=not args.no_plots, checkpoint_every=args.checkpoint_every,
-                                 checkpoint_interval_s=args.checkpoint_interval, keep_checkpoints=args.keep_checkpoints,
-                                 checkpoints=not args.no_checkpoints, tensorboard=not args.no_tensorboard)
-    except (ValueError, FileExistsError, NoCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if result.preempted:
-        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
-              f"rljax resume {run_dir}", file=sys.stderr)
-        return PREEMPTED_EXIT_CODE
-    return 0
+    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
+                                                plots=not args.no_plots, **train_kwargs(args)), run_dir)
+    return status or 0

@@ -25,7 +25,7 @@ from flax import struct
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
 from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, periodic,
                                     polyak, replay_learning)
-from rljax.config import RunConfig, _require, field
+from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.networks import QNetwork
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNState", "dqn_loss", "make_dqn"]
@@ -96,7 +96,7 @@ class DQNConfig(RunConfig):
         return self.num_envs * self.num_steps
 
     def hyperparams(self) -> "DQNHyperParams":
-        return DQNHyperParams(**{k: jnp.float32(getattr(self, k)) for k in DQNHyperParams.__dataclass_fields__})
+        return make_hyperparams(self, DQNHyperParams)
 
 
 class DQNHyperParams(struct.PyTreeNode):

@@ -17,7 +17,7 @@ import optax
 from flax import struct
 
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.config import RunConfig, _require, field
+from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.networks import ActorCritic
 from rljax.returns import gae
 from rljax.rollout import RolloutCarry, rollout
@@ -99,7 +99,7 @@ class PPOConfig(RunConfig):
         return self.batch_size // self.num_devices // self.num_minibatches
 
     def hyperparams(self) -> "PPOHyperParams":
-        return PPOHyperParams(**{k: jnp.float32(getattr(self, k)) for k in PPOHyperParams.__dataclass_fields__})
+        return make_hyperparams(self, PPOHyperParams)
 
 
 class PPOHyperParams(struct.PyTreeNode):

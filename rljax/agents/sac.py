@@ -32,7 +32,7 @@ from flax import struct
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
 from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, polyak,
                                     replay_learning)
-from rljax.config import RunConfig, _require, field
+from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
 
@@ -120,7 +120,7 @@ class SACConfig(RunConfig):
         return self.num_envs * self.num_steps
 
     def hyperparams(self) -> "SACHyperParams":
-        return SACHyperParams(**{k: jnp.float32(getattr(self, k)) for k in SACHyperParams.__dataclass_fields__})
+        return make_hyperparams(self, SACHyperParams)
 
 
 class SACHyperParams(struct.PyTreeNode):
