@@ -873,7 +873,41 @@ class ActionWrapperState(Generic[TInnerState]):
     env_state: TInnerState
 
 
-class ClipAction(Wrapper[TInnerState]):
+class _ActionTransform(Wrapper[TInnerState]):
+    """Base of the action wrappers: steps the inner env with ``transform(action, params)``.
+
+    Subclasses implement only :meth:`transform`; reset, state wrapping and the step plumbing are
+    shared.
+    """
+
+    def transform(self, action: jax.Array, params: Any) -> jax.Array:
+        raise NotImplementedError
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, ActionWrapperState]:
+        """Resets the inner env. Returns ``(obs, ActionWrapperState)``."""
+        obs, env_state = self.env.reset(key, params)
+        return obs, ActionWrapperState(env_state=env_state)
+
+    def step(self, key: jax.Array, state: ActionWrapperState, action: jax.Array,
+             params: Any = None) -> StepResult:
+        """Steps the inner env with the transformed action.
+
+        Args:
+            key: a PRNG key, passed to the inner env.
+            state: the ``ActionWrapperState``.
+            action: ``[*batch_shape, *action_shape]``.
+            params: env params (bounds are read from the inner ``action_space(params)``).
+
+        Returns:
+            The inner step's tuple with the state wrapped.
+        """
+        params = _resolve_params(self.env, params)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key, state.env_state, self.transform(action, params), params)
+        return obs, ActionWrapperState(env_state=env_state), reward, terminated, truncated, info
+
+
+class ClipAction(_ActionTransform[TInnerState]):
     """Clips Box actions to the inner action space's bounds before stepping.
 
     Elementwise, so it works inside or outside :class:`VecEnv` (outside, bounds broadcast over the
@@ -890,33 +924,13 @@ class ClipAction(Wrapper[TInnerState]):
         super().__init__(env)
         _box_bounds(env.action_space(env.default_params), "ClipAction")
 
-    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, ActionWrapperState]:
-        """Resets the inner env. Returns ``(obs, ActionWrapperState)``."""
-        obs, env_state = self.env.reset(key, params)
-        return obs, ActionWrapperState(env_state=env_state)
-
-    def step(self, key: jax.Array, state: ActionWrapperState, action: jax.Array,
-             params: Any = None) -> StepResult:
-        """Steps the inner env with ``clip(action, low, high)``.
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            state: the ``ActionWrapperState``.
-            action: ``[*batch_shape, *action_shape]``, any real values.
-            params: env params (the bounds are read from ``action_space(params)``).
-
-        Returns:
-            The inner step's tuple with the state wrapped.
-        """
-        params = _resolve_params(self.env, params)
+    def transform(self, action: jax.Array, params: Any) -> jax.Array:
+        """``clip(action, low, high)`` with the inner Box's bounds for ``params``."""
         low, high = _box_bounds(self.env.action_space(params), "ClipAction")
-        action = jnp.clip(action, low, high)
-        obs, env_state, reward, terminated, truncated, info = self.env.step(
-            key, state.env_state, action, params)
-        return obs, ActionWrapperState(env_state=env_state), reward, terminated, truncated, info
+        return jnp.clip(action, low, high)
 
 
-class RescaleAction(Wrapper[TInnerState]):
+class RescaleAction(_ActionTransform[TInnerState]):
     """Lets the agent act in ``[low, high]``, mapped affinely onto the inner Box's bounds.
 
     ``a_env = env_low * (1 - t) + env_high * t`` with ``t = (a - low) / (high - low)``; written as a
@@ -954,30 +968,10 @@ class RescaleAction(Wrapper[TInnerState]):
         """``Box(low, high)`` of the inner action shape and dtype."""
         return Box(self.low, self.high, self._shape, self._dtype)
 
-    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, ActionWrapperState]:
-        """Resets the inner env. Returns ``(obs, ActionWrapperState)``."""
-        obs, env_state = self.env.reset(key, params)
-        return obs, ActionWrapperState(env_state=env_state)
-
-    def step(self, key: jax.Array, state: ActionWrapperState, action: jax.Array,
-             params: Any = None) -> StepResult:
-        """Steps the inner env with the action mapped to its bounds.
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            state: the ``ActionWrapperState``.
-            action: ``[*batch_shape, *action_shape]`` in ``[low, high]``.
-            params: env params (the env bounds are read from ``action_space(params)``).
-
-        Returns:
-            The inner step's tuple with the state wrapped.
-        """
-        params = _resolve_params(self.env, params)
+    def transform(self, action: jax.Array, params: Any) -> jax.Array:
+        """Maps ``action`` in ``[low, high]`` affinely onto the inner Box's bounds for ``params``."""
         env_low, env_high = _box_bounds(self.env.action_space(params), "RescaleAction")
         low = jnp.asarray(self.low, self._dtype)
         high = jnp.asarray(self.high, self._dtype)
         t = (jnp.asarray(action, self._dtype) - low) / (high - low)
-        action = env_low * (1 - t) + env_high * t
-        obs, env_state, reward, terminated, truncated, info = self.env.step(
-            key, state.env_state, action, params)
-        return obs, ActionWrapperState(env_state=env_state), reward, terminated, truncated, info
+        return env_low * (1 - t) + env_high * t
