@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["field", "make_hyperparams", "sweepable_fields", "structural_fields", "field_help", "RunConfig", "BACKENDS"]
+__all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS"]
 
 BACKENDS = ("shard_map", "pmap")
 
@@ -25,15 +25,6 @@ def field(default: Any, help: str, *, sweepable: bool = False) -> Any:  # noqa: 
 def sweepable_fields(config_cls: Any) -> tuple[str, ...]:
     """Names of the fields a sweep may vary (traced hyperparameters), in declaration order."""
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweepable"))
-
-
-def structural_fields(config_cls: Any) -> tuple[str, ...]:
-    """Names of the fields that shape the compiled program (not sweepable)."""
-    return tuple(f.name for f in dataclasses.fields(config_cls) if not f.metadata.get("sweepable"))
-
-
-def field_help(config_cls: Any) -> dict[str, str]:
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(config_cls)}
 
 
 def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
