@@ -37,6 +37,7 @@ import envs
 import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.loop import build_agent, make_chunk, plan_updates
+from rljax.parallel import serial_map
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
                  anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
@@ -74,7 +75,7 @@ def vmapped_seeds(cfg_kw: dict, num_seeds: int) -> dict:
     agent = build_agent(cfg, env, params, None)
     plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
     keys = jax.vmap(jax.random.key)(jnp.arange(num_seeds))
-    init = jax.jit(jax.vmap(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params)))
+    init = jax.jit(lambda ks: serial_map(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params), ks))
     run = make_chunk(agent.update, plan.num_updates, None)
     fn = jax.jit(jax.vmap(run), donate_argnums=0)
     state = init(keys)

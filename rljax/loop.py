@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.agents.base import Agent, psum
-from rljax.parallel import DataParallel, first_device, run_once
+from rljax.parallel import DataParallel, first_device, run_once, serial_map
 from rljax.rollout import EpisodeSummary
 
 __all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
@@ -204,6 +204,15 @@ def _row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: f
     return row
 
 
+def population_init(agent: Any, num_updates: int) -> Callable[[Any, Any, Any], Any]:
+    """The jitted initialiser of a population: ``(keys [P], hparams [P], env_params [P]) -> state [P]``.
+
+    Members are initialised one after another (:func:`rljax.parallel.serial_map`), never vmapped: a
+    vmapped network init can deadlock XLA's CPU thread pool.
+    """
+    return jax.jit(lambda *xs: serial_map(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep), *xs))
+
+
 RESUMABLE_FIELDS = ("total_timesteps",)
 """Config fields that may differ when resuming (extending a run); every other difference is an error."""
 
@@ -313,8 +322,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         keys = jax.vmap(jax.random.key)(jnp.asarray(population.seeds, jnp.uint32))
 
         def init_state(num_updates: int) -> Any:
-            members = run_once(jax.jit(jax.vmap(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep))),
-                               keys, population.hparams, population.env_params)
+            members = run_once(population_init(agent, num_updates), keys, population.hparams,
+                               population.env_params)
             return par.place_population(members)
 
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):

@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from rljax.config import BACKENDS
 
-__all__ = ["AXIS", "DataParallel", "first_device", "run_once"]
+__all__ = ["AXIS", "DataParallel", "first_device", "run_once", "serial_map"]
 
 AXIS = "devices"
 
@@ -39,6 +39,26 @@ RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 def run_once(fn: Any, *args: Any) -> Any:
     """Compiles ``fn`` (a jitted function) for ``args`` with :data:`RUN_ONCE_OPTIONS` and calls it."""
     return fn.lower(*args).compile(compiler_options=RUN_ONCE_OPTIONS)(*args)
+
+
+def serial_map(fn: Callable[..., Any], *xs: Any) -> Any:
+    """``jax.vmap(fn)(*xs)``'s result, computed one slice at a time with ``lax.map``.
+
+    Use it, not ``vmap``, for anything that initialises networks. A vmapped orthogonal initialiser
+    becomes a *batched* LAPACK QR, and jaxlib's CPU kernel for batched LAPACK calls
+    (``ParallelBatchMap``) blocks an XLA intra-op thread while it waits for work it queued on that
+    same pool. Two such kernels running at once (two layers) then deadlock a pool with two
+    threads: on this 2-core machine (jax 0.10.2) a vmapped 4-layer orthogonal init hangs within a
+    few hundred calls, forever, with an idle CPU. Unbatched QRs run inline and cannot hang.
+
+    Args:
+        fn: a function of one slice of each of ``xs``.
+        *xs: pytrees with a shared leading axis ``[N, ...]``.
+
+    Returns:
+        ``fn``'s outputs stacked along a new leading axis ``[N, ...]``.
+    """
+    return jax.lax.map(lambda args: fn(*args), xs)
 
 
 def first_device(tree: Any, num_devices: int) -> Any:

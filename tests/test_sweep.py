@@ -79,6 +79,26 @@ def test_member_equals_single_run(config, field):
         assert [r["episode_return_mean"] for r in single.rows] == [r["episode_return_mean"] for r in result.member_rows[idx]]
 
 
+@pytest.mark.parametrize("config", [PPO, DQN, SAC], ids=["ppo", "dqn", "sac"])
+def test_population_init_has_no_batched_lapack_call(config):
+    """A batched LAPACK QR (a vmapped orthogonal init) can deadlock XLA's CPU pool (it hung CI):
+    every LAPACK call in the population's init program must be unbatched."""
+    import re
+
+    from rljax.loop import build_agent, population_init
+    from rljax.sweep import make_population
+
+    env, params = envs.make(config.env)
+    members = build_members(config, params, SweepSpec(seeds=(0, 1, 2)))
+    population = make_population(config, params, members, 1)
+    agent = build_agent(config, env, params, None)
+    keys = jax.vmap(jax.random.key)(np.asarray(population.seeds, np.uint32))
+    text = population_init(agent, 4).lower(keys, population.hparams, population.env_params).as_text()
+    calls = [line for line in text.splitlines() if re.search(r"custom_call @lapack_", line)]
+    assert calls, "expected the orthogonal initialiser's QR in the init program"
+    assert all('num_batch_dims = "0"' in line or "num_batch_dims" not in line for line in calls), calls[0][:400]
+
+
 def test_env_param_sweep_changes_the_physics():
     spec = SweepSpec(grid={"env.length": [0.1, 2.0]}, seeds=(0,))
     result, members, _ = run_sweep(PPO, spec, quiet=True)

@@ -35,6 +35,7 @@ from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collect
 from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
+from rljax.parallel import serial_map
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
            "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss", "sac_alpha_loss",
@@ -210,7 +211,7 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     def init(key, obs, action):
         k_actor, k_critic = jax.random.split(key)
         actor_params = actor.init(k_actor, obs)
-        critic_params = jax.vmap(critic.init, in_axes=(0, None, None))(jax.random.split(k_critic, 2), obs, action)
+        critic_params = serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
         return actor_params, critic_params
 
     def critic_fn(params, obs, action):
