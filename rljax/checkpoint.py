@@ -177,19 +177,30 @@ class Checkpointer:
         self.manager.close()
 
 
+FORCED_EXIT_GRACE_S = 10.0
+"""After a second SIGTERM/SIGINT, how long the process gets to stop by itself before it is ended."""
+
+
 class PreemptionGuard:
     """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
 
     Signals arrive while the host waits for a compiled chunk; Python runs the handler when the
     chunk returns, so the current chunk always finishes. A second SIGINT (Ctrl-C twice) raises
-    ``KeyboardInterrupt`` at once. Handlers are installed only in the main thread and restored on
-    exit. :meth:`request` asks for the same stop from code (tests, notebooks).
+    ``KeyboardInterrupt`` as soon as Python runs again. A second signal of either kind is also seen
+    by a watcher thread (through :func:`signal.set_wakeup_fd`, which works while the main thread is
+    blocked inside XLA): if the process has not ended :data:`FORCED_EXIT_GRACE_S` seconds later, it
+    exits with status ``128 + signum`` without saving, so a stuck job always obeys a repeated
+    signal. The newest committed checkpoint stays valid. Handlers are installed only in the main
+    thread and restored on exit. :meth:`request` asks for the same stop from code (tests, notebooks).
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.grace_s = grace_s
         self.signal_name: str | None = None
         self._previous: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._previous_wakeup_fd = -1
 
     @property
     def requested(self) -> bool:
@@ -203,13 +214,53 @@ class PreemptionGuard:
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
 
+    def _watch(self, read_fd: int) -> None:
+        try:
+            self._watch_until_eof(read_fd)
+        finally:
+            os.close(read_fd)
+
+    def _watch_until_eof(self, read_fd: int) -> None:
+        seen = 0
+        while True:
+            data = os.read(read_fd, 64)
+            if not data:
+                return
+            seen += sum(b in (signal.SIGTERM, signal.SIGINT) for b in data)
+            if seen >= 2:
+                signum = next(b for b in reversed(data) if b in (signal.SIGTERM, signal.SIGINT))
+                deadline = time.monotonic() + self.grace_s
+                while time.monotonic() < deadline:
+                    if self._pipe is None:  # the guard exited: the process is stopping by itself
+                        return
+                    time.sleep(0.1)
+                os.write(2, (f"\nrljax: second {signal.Signals(signum).name} and the run did not stop within "
+                             f"{self.grace_s:g} s: exiting without saving; the newest committed checkpoint "
+                             f"is intact\n").encode())
+                os._exit(128 + signum)
+
     def __enter__(self) -> "PreemptionGuard":
         if self.enabled:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handler)
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            if previous != -1:  # someone else (an asyncio loop) listens: leave theirs in place
+                signal.set_wakeup_fd(previous)
+                os.close(read_fd), os.close(write_fd)
+            else:
+                self._pipe = (read_fd, write_fd)
+                threading.Thread(target=self._watch, args=(read_fd,), name="rljax-signal-watcher",
+                                 daemon=True).start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._pipe is not None:
+            signal.set_wakeup_fd(-1)
+            read_fd, write_fd = self._pipe
+            self._pipe = None
+            os.close(write_fd)  # the watcher reads EOF and ends
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()

@@ -161,3 +161,26 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(run)) == strip(read_metrics(tmp_path / "ref"))
+
+
+def test_a_second_signal_ends_a_stuck_run():
+    """One SIGTERM waits for the chunk; a second one ends a process that cannot get back to Python
+    (here: stuck in a long sleep standing in for a hung XLA call) after the grace period."""
+    script = ("import sys, time\n"
+              "from rljax.checkpoint import PreemptionGuard\n"
+              "with PreemptionGuard(grace_s=0.5) as guard:\n"
+              "    print('ready', flush=True)\n"
+              "    time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=pathlib.Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.5)
+        assert proc.poll() is None, "a single SIGTERM must let the current chunk finish"
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert rc == 128 + signal.SIGTERM
+    assert "second SIGTERM" in proc.stderr.read()
