@@ -92,13 +92,19 @@ def vmapped_seeds(cfg_kw: dict, num_seeds: int) -> dict:
     return res
 
 
-def overhead(cfg_kw: dict, repeats: int = 3) -> dict:
-    """Chunked loop with logging and checkpoints vs one jit of all updates (same updates).
+def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
+    """What the chunked host loop costs against one jit of all updates, phase by phase.
 
-    The loop time runs from the first chunk's launch to the last checkpoint's commit (every chunk's
-    metrics read, JSONL + tensorboard rows, progress, checkpoints at the default interval: every 60 s
-    and at the end). One-time set-up
-    (run directory, manifest, Orbax manager) is reported separately as ``setup_s``.
+    Interleaved, best of ``repeats``, all runs doing the same updates:
+
+    * ``monolithic``: one compiled program of all updates (PureJaxRL's and rejax's way);
+    * ``bare chunks``: the compiled chunk called once per chunk, blocking on each, no host work;
+    * ``train, no run dir``: ``rljax.train`` keeping rows in memory (metrics read every chunk);
+    * ``train + logging``: with a run directory: metrics.jsonl, tensorboard, no checkpoints;
+    * ``train + logging + checkpoints``: the default (every 60 s and at the end, async).
+
+    Loop times run from the first chunk's launch to the end of the loop, including the final
+    checkpoint's commit; one-time set-up (run directory, manifest, Orbax manager) is ``setup_s``.
     """
     cfg = PPOConfig(**cfg_kw)
     env, params = envs.make(cfg.env)
@@ -106,29 +112,46 @@ def overhead(cfg_kw: dict, repeats: int = 3) -> dict:
     plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, cfg.updates_per_chunk)
     init = jax.jit(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params))
     mono = jax.jit(make_chunk(agent.update, plan.num_updates, None), donate_argnums=0)
-    compiled = mono.lower(init(jax.random.key(0))).compile()
-    mono_s, chunk_s, setup_s, ckpt_s, nockpt_s = [], [], [], [], []
-    for i in range(repeats):  # interleaved
+    mono = mono.lower(init(jax.random.key(0))).compile()
+    chunk = jax.jit(make_chunk(agent.update, plan.updates_per_chunk, None), donate_argnums=0)
+    chunk = chunk.lower(init(jax.random.key(0))).compile()
+    t: dict[str, list[float]] = {k: [] for k in ("monolithic", "bare_chunks", "train_in_memory", "train_logging",
+                                                 "train_logging_checkpoints", "checkpoint_host", "setup")}
+    for i in range(repeats):
         state = init(jax.random.key(i))
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state))
-        mono_s.append(time.perf_counter() - t0)
+        jax.block_until_ready(mono(state))
+        t["monolithic"].append(time.perf_counter() - t0)
+        state = init(jax.random.key(i))
+        t0 = time.perf_counter()
+        for _ in range(plan.num_chunks):
+            state, out = chunk(state)
+            jax.device_get(out)
+            jax.block_until_ready(state)
+        t["bare_chunks"].append(time.perf_counter() - t0)
+        cfg_i = dataclasses.replace(cfg, seed=i)
+        t["train_in_memory"].append(rljax.train(cfg_i, quiet=True).timings["loop_s"])
         with tempfile.TemporaryDirectory() as tmp:
-            r = rljax.train(dataclasses.replace(cfg, seed=i), run_dir=os.path.join(tmp, "run"), quiet=True)
-            r0 = rljax.train(dataclasses.replace(cfg, seed=i), run_dir=os.path.join(tmp, "run0"), quiet=True,
-                             checkpoints=False)
-        chunk_s.append(r.timings["loop_s"])
-        setup_s.append(r.timings["setup_s"])
-        ckpt_s.append(r.timings["checkpoint_s"])
-        nockpt_s.append(r0.timings["loop_s"])
-    res = dict(monolithic_s=min(mono_s), chunked_loop_s=min(chunk_s), chunked_loop_no_checkpoints_s=min(nockpt_s),
-               checkpoint_s=min(ckpt_s), setup_s=min(setup_s), chunks=plan.num_chunks)
-    res["overhead_pct"] = 100.0 * (res["chunked_loop_s"] / res["monolithic_s"] - 1.0)
-    res["checkpoint_pct"] = 100.0 * (res["chunked_loop_s"] / res["chunked_loop_no_checkpoints_s"] - 1.0)
-    print(f"overhead: monolithic {res['monolithic_s']:.2f}s vs chunked loop with logging and checkpoints "
-          f"({plan.num_chunks} chunks) {res['chunked_loop_s']:.2f}s -> {res['overhead_pct']:+.1f}%; "
-          f"checkpoints (default interval + final, async) {res['checkpoint_s']:.3f}s host time, loop "
-          f"{res['checkpoint_pct']:+.1f}% vs no checkpoints; one-time set-up {res['setup_s']:.2f}s", flush=True)
+            r = rljax.train(cfg_i, run_dir=os.path.join(tmp, "log"), quiet=True, checkpoints=False)
+            t["train_logging"].append(r.timings["loop_s"])
+            r = rljax.train(cfg_i, run_dir=os.path.join(tmp, "ckpt"), quiet=True)
+            t["train_logging_checkpoints"].append(r.timings["loop_s"])
+            t["checkpoint_host"].append(r.timings["checkpoint_s"])
+            t["setup"].append(r.timings["setup_s"])
+    res = {f"{k}_s": min(v) for k, v in t.items()}
+    res["chunks"] = plan.num_chunks
+    base = res["monolithic_s"]
+    for k in ("bare_chunks", "train_in_memory", "train_logging", "train_logging_checkpoints"):
+        res[f"{k}_pct"] = 100.0 * (res[f"{k}_s"] / base - 1.0)
+    res["overhead_pct"] = res["train_logging_pct"]
+    res["checkpoint_pct"] = 100.0 * (res["train_logging_checkpoints_s"] / res["train_logging_s"] - 1.0)
+    print(f"overhead ({plan.num_chunks} chunks of {plan.updates_per_chunk} updates, best of {repeats}): "
+          f"monolithic {base:.2f}s; " + "; ".join(
+              f"{k.replace('_', ' ')} {res[k + '_s']:.2f}s ({res[k + '_pct']:+.1f}%)"
+              for k in ("bare_chunks", "train_in_memory", "train_logging", "train_logging_checkpoints")), flush=True)
+    print(f"  chunked loop + logging vs monolithic: {res['overhead_pct']:+.1f}%; checkpoints (default interval, "
+          f"async, final save committed) {res['checkpoint_pct']:+.1f}% of the logged loop "
+          f"({res['checkpoint_host_s']:.3f}s host time); one-time set-up {res['setup_s']:.2f}s", flush=True)
     return res
 
 
