@@ -1,7 +1,7 @@
 """PPO on CartPole-v1 with PureJaxRL's default configuration, beside rejax in the same run.
 
     python -m benchmarks.ppo_cartpole                 # everything (about 5 minutes on 2 CPU cores)
-    python -m benchmarks.ppo_cartpole --only seeds    # one section: seeds | envs64 | vmap | overhead | rejax
+    python -m benchmarks.ppo_cartpole --only seeds    # one section: seeds | envs64 | vmap | overhead | checkpoint | rejax
 
 Sections:
   seeds     5 seeds, one process each run in turn: compile s, training-phase steps/s, final return.
@@ -9,6 +9,7 @@ Sections:
   envs64    the same with 64 envs (fewer, larger updates).
   vmap      8 seeds vmapped in one compiled program: total env steps/s.
   overhead  the chunked host loop with logging vs one monolithic jit of the same updates.
+  checkpoint  run time with checkpoints (default interval; every 5 s) vs none, on a ~20 s run.
   rejax     rejax's PPO with the same configuration (its own venv: ../shared/peers/setup.sh).
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
@@ -92,6 +93,41 @@ def vmapped_seeds(cfg_kw: dict, num_seeds: int) -> dict:
     return res
 
 
+def shared_executables() -> None:
+    """Routes compiles through a fresh persistent cache, so repeated ``rljax.train`` calls of the same
+    config load the same executable instead of compiling a new one."""
+    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="rljax-bench-cache-"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
+    """Run time with checkpoints at the default interval (60 s, plus the final save) and at a 5 s
+    interval, against no checkpoints, on a run of about 20 s; one shared executable, interleaved,
+    best of ``repeats``. Times are whole ``train`` calls after compile: set-up, loop and the final
+    save's commit."""
+    shared_executables()
+    cfg = PPOConfig(**cfg_kw)
+    variants = {"none": dict(checkpoints=False), "default": {}, "every 5 s": dict(checkpoint_interval_s=5.0)}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    saves: dict[str, int] = {}
+    rljax.train(cfg, quiet=True)  # fills the cache
+    for i in range(repeats):
+        for name, kw in variants.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True, **kw)
+                times[name].append(r.timings["total_s"] - r.timings["compile_s"])
+                saves[name] = len(list(pathlib.Path(tmp, "run", "checkpoints").glob("[0-9]*")))
+    res = {f"{k}_s": min(v) for k, v in times.items()}
+    for k in ("default", "every 5 s"):
+        res[f"{k}_pct"] = 100.0 * (res[f"{k}_s"] / res["none_s"] - 1.0)
+    print(f"checkpoint cost ({cfg.total_timesteps:,} steps, best of {repeats}): none {res['none_s']:.2f}s; "
+          f"default interval {res['default_s']:.2f}s ({res['default_pct']:+.1f}%); every 5 s "
+          f"{res['every 5 s_s']:.2f}s ({res['every 5 s_pct']:+.1f}%, {saves['every 5 s']} kept of keep=3)",
+          flush=True)
+    return res
+
+
 def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
     """What the chunked host loop costs against one jit of all updates, phase by phase.
 
@@ -105,7 +141,13 @@ def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
 
     Loop times run from the first chunk's launch to the end of the loop, including the final
     checkpoint's commit; one-time set-up (run directory, manifest, Orbax manager) is ``setup_s``.
+
+    On this CPU, XLA runs programs with identical HLO up to ~20 % apart from one compile to the next
+    (and the monolithic program is not slower than 61-update chunks when pinned to one core), so
+    the chunked runs share one executable through a persistent compilation cache: their
+    differences are then the host loop's, not the compiler's.
     """
+    shared_executables()
     cfg = PPOConfig(**cfg_kw)
     env, params = envs.make(cfg.env)
     agent = build_agent(cfg, env, params, None)
@@ -178,7 +220,7 @@ def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", nargs="*", default=["seeds", "envs64", "vmap", "overhead", "rejax"])
+    ap.add_argument("--only", nargs="*", default=["seeds", "envs64", "vmap", "overhead", "checkpoint", "rejax"])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args(argv)
@@ -195,6 +237,8 @@ def main(argv=None) -> None:
         results["vmap"] = vmapped_seeds(PUREJAXRL, 8)
     if "overhead" in a.only:
         results["overhead"] = overhead(PUREJAXRL)
+    if "checkpoint" in a.only:
+        results["checkpoint"] = checkpoint_cost({**PUREJAXRL, "total_timesteps": 2_500_000})
     if results.get("rejax") and results.get("seeds"):
         rj, ours = results["rejax"], results["seeds"]
         print(f"ratio rljax/rejax: steps/s {ours['sps_median'] / rj['sps']:.2f}x, "
