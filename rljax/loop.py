@@ -10,6 +10,7 @@ shapes, dtypes and shardings, so the compiled executable is reused for every chu
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import pathlib
@@ -81,6 +82,7 @@ class Population:
         names: one directory name per member (``RUN_DIR/members/<name>``).
         configs: one resolved config per member (written to its ``config.json``).
         num_devices: devices the population is split over (``P`` must be a multiple).
+        pbt: a :class:`rljax.pbt.PBTSpec` to evolve the population during training, or None.
     """
 
     seeds: tuple[int, ...]
@@ -89,6 +91,7 @@ class Population:
     names: tuple[str, ...]
     configs: tuple[Any, ...]
     num_devices: int = 1
+    pbt: Any = None
 
     @property
     def size(self) -> int:
@@ -299,8 +302,6 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
 
     saved_meta: dict[str, Any] | None = None
     if resume:
-        import json
-
         config_path = pathlib.Path(run_dir) / "config.json"
         if not config_path.exists():
             raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json) ; nothing to resume")
@@ -390,6 +391,38 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         checkpointer.save(row["env_steps"], state, meta)
         timings["checkpoint_s"] += time.perf_counter() - t_ckpt
 
+    pbt_step = None
+    if population is not None and population.pbt is not None:
+        import functools
+
+        from rljax.pbt import exploit_explore
+
+        pbt_step = jax.jit(functools.partial(exploit_explore, spec=population.pbt), donate_argnums=0)
+        pbt_log = None if run_dir is None else pathlib.Path(run_dir) / "pbt.jsonl"
+        if pbt_log is not None and resume and pbt_log.exists():  # drop steps after the restored chunk
+            kept = [line for line in pbt_log.read_text().splitlines()
+                    if line.strip() and json.loads(line)["chunk"] < start_chunk]
+            pbt_log.write_text("".join(line + "\n" for line in kept))
+
+    def evolve(chunk_index: int, member: list[dict[str, Any]]) -> Any:
+        from rljax.pbt import scores_from_rows
+
+        scores = scores_from_rows(member)
+        new, source = pbt_step(state, jnp.asarray(scores), jnp.int32(chunk_index))
+        new = par.place_population(new)
+        source = np.asarray(jax.device_get(source))
+        jax.block_until_ready(new)
+        if pbt_log is not None:
+            hp = jax.device_get(new.hparams)
+            record = {"chunk": chunk_index, "env_steps": member[0]["env_steps"],
+                      "scores": [None if not np.isfinite(x) else float(x) for x in scores],
+                      "copies": {population.names[i]: population.names[int(j)]
+                                 for i, j in enumerate(source) if int(j) != i},
+                      "hparams": {k: np.asarray(getattr(hp, k)).tolist() for k in sorted(population.pbt.fields)}}
+            with open(pbt_log, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return new
+
     timings["setup_s"] = time.perf_counter() - t_start - timings["compile_s"]
     t_loop = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -433,6 +466,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                 timings["logging_s"] += time.perf_counter() - t_log
 
                 last = c == plan.num_chunks - 1
+                if pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last:
+                    state = evolve(c, member)
                 due = ((c + 1) % checkpoint_every == 0 if checkpoint_every
                        else time.perf_counter() - last_save >= checkpoint_interval_s)
                 if checkpointer is not None and (last or guard.requested or due):

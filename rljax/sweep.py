@@ -14,7 +14,8 @@ Output (``RUN_DIR``): ``sweep.json`` (the spec and members), ``config.json`` (th
 ``manifest.json``, ``members/<name>/`` (each member's ``config.json``, ``manifest.json``,
 ``metrics.jsonl``, ``tb/``), ``checkpoints/`` (the whole population), ``summary.csv`` (one row per
 member), ``summary.md`` (configs ranked by mean final return over seeds) and ``plots/<config>.png``
-(learning curves, mean and spread over seeds).
+(learning curves, mean and spread over seeds). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
+population evolves while it trains (population-based training, :mod:`rljax.pbt`; ``pbt.jsonl``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class SweepSpec:
         num_samples: points drawn from ``sample``.
         seeds: the seeds each configuration runs with.
         sample_seed: seed of the random sample (so a sweep is reproducible).
+        pbt: evolve the population while it trains (:class:`rljax.pbt.PBTSpec`), or None.
     """
 
     grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)
@@ -79,6 +81,19 @@ class SweepSpec:
     num_samples: int = 0
     seeds: tuple[int, ...] = (0,)
     sample_seed: int = 0
+    pbt: Any = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SweepSpec":
+        """The spec saved in ``sweep.json``."""
+        from rljax.pbt import PBTSpec
+
+        pbt = d.get("pbt")
+        if pbt is not None:
+            pbt = PBTSpec(interval=pbt["interval"], fields={k: tuple(v) for k, v in pbt["fields"].items()},
+                          fraction=pbt["fraction"], factors=tuple(pbt["factors"]), seed=pbt["seed"])
+        return cls(grid=d["grid"], sample={k: tuple(v) for k, v in d["sample"].items()},
+                   num_samples=d["num_samples"], seeds=tuple(d["seeds"]), sample_seed=d["sample_seed"], pbt=pbt)
 
 
 def _number(text: str, field: str) -> float:
@@ -341,6 +356,11 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         env_params = env.default_params
     members = build_members(config, env_params, spec)
     population = make_population(config, env_params, members, devices)
+    if spec.pbt is not None:
+        from rljax.pbt import validate_pbt
+
+        validate_pbt(spec.pbt, config, len(members))
+        population = dataclasses.replace(population, pbt=spec.pbt)
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -365,6 +385,11 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
     if result.preempted is None:
         if run_dir is not None:
             agg = summarize(run_dir, members, result.member_rows, plots=plots, stream=open(os.devnull, "w") if quiet else None)
+            if spec.pbt is not None:
+                with open(run_dir / "summary.md", "a") as f:
+                    f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
+                            "replaced by copies of better ones and their hyperparameters perturbed during training "
+                            "(every step, with the resulting values, is in `pbt.jsonl`).\n")
         t = result.timings
         ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"]) * len(members)
         result.timings["population_sps"] = ran / max(t["compute_s"], 1e-9)
@@ -391,6 +416,12 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
     group.add_argument("--devices", type=int, default=1, help="devices to split the population over")
     group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
+    group.add_argument("--pbt-interval", type=int, default=0, metavar="CHUNKS",
+                       help="population-based training: exploit/explore every this many chunks (with --pbt)")
+    group.add_argument("--pbt", action="append", default=[], metavar="FIELD=LOW:HIGH",
+                       help="a hyperparameter PBT perturbs, and its allowed range; repeat for several")
+    group.add_argument("--pbt-fraction", type=float, default=0.25,
+                       help="share of members replaced (bottom) by copies of the best (top) each PBT step")
     args = parser.parse_args(argv)
     base = None
     if args.resume:
@@ -400,18 +431,21 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         saved = json.loads(saved_path.read_text())
         base = json.loads((pathlib.Path(args.resume) / "config.json").read_text())
         args.run_dir = args.resume
-        spec = SweepSpec(grid=saved["spec"]["grid"], sample={k: tuple(v) for k, v in saved["spec"]["sample"].items()},
-                         num_samples=saved["spec"]["num_samples"], seeds=tuple(saved["spec"]["seeds"]),
-                         sample_seed=saved["spec"]["sample_seed"])
+        spec = SweepSpec.from_dict(saved["spec"])
         args.devices = saved["devices"]
     try:
         config = config_from_args(config_cls, args, base, _explicit_flags(parser, argv))
         if not args.resume:
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+            pbt = None
+            if args.pbt_interval or args.pbt:
+                from rljax.pbt import PBTSpec, parse_pbt
+
+                pbt = PBTSpec(interval=args.pbt_interval, fields=parse_pbt(args.pbt), fraction=args.pbt_fraction)
             spec = SweepSpec(grid=parse_grid(args.grid), sample=parse_sample(args.sample),
                              num_samples=args.num_samples, seeds=tuple(config.seed + i for i in range(args.seeds)),
-                             sample_seed=args.sample_seed)
+                             sample_seed=args.sample_seed, pbt=pbt)
             if not spec.grid and not spec.sample and args.seeds == 1:
                 raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
     except ValueError as err:

@@ -206,7 +206,18 @@ def sweep_two_devices() -> dict:
         single = rljax.train(dataclasses.replace(cfg, learning_rate=m.values["learning_rate"], seed=m.seed), quiet=True)
         diffs.append(max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)[idx]))) for a, b in
                          zip(jax.tree.leaves(single.state.params), jax.tree.leaves(result.state.params))))
-    return {"max_diff": max(diffs), "devices_used": len(leaf.sharding.device_set), "members": len(members)}
+    # Population-based training over the split population equals it on one device.
+    from rljax.pbt import PBTSpec
+
+    pbt = SweepSpec(grid={"learning_rate": [1e-4, 3e-4, 1e-3, 3e-3]}, seeds=(0,),
+                    pbt=PBTSpec(interval=1, fields={"learning_rate": (1e-5, 1e-2)}))
+    split, _, _ = run_sweep(cfg, pbt, devices=jax.device_count(), quiet=True)
+    one, _, _ = run_sweep(cfg, pbt, devices=1, quiet=True)
+    pbt_diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                   for a, b in zip(jax.tree.leaves((split.state.params, split.state.hparams)),
+                                   jax.tree.leaves((one.state.params, one.state.hparams))))
+    return {"max_diff": max(diffs), "devices_used": len(leaf.sharding.device_set), "members": len(members),
+            "pbt_max_diff": pbt_diff, "pbt_devices_used": len(jax.tree.leaves(split.state.params)[0].sharding.device_set)}
 
 
 CHECKS = {"sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),

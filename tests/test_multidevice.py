@@ -73,3 +73,4 @@ def test_sweep_split_over_two_devices_equals_single_runs():
     r = run_check("sweep", devices=2)
     assert r["devices_used"] == 2 and r["members"] == 4
     assert r["max_diff"] < 1e-5, r
+    assert r["pbt_devices_used"] == 2 and r["pbt_max_diff"] < 1e-5, r
