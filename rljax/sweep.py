@@ -384,7 +384,12 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
     agg = []
     if result.preempted is None:
         if run_dir is not None:
-            agg = summarize(run_dir, members, result.member_rows, plots=plots, stream=open(os.devnull, "w") if quiet else None)
+            # From the members' metrics.jsonl, not this process's rows: a resumed sweep summarises
+            # its whole history.
+            from rljax.tracking import read_metrics
+
+            history = [read_metrics(run_dir / "members" / m.name) for m in members]
+            agg = summarize(run_dir, members, history, plots=plots, stream=open(os.devnull, "w") if quiet else None)
             if spec.pbt is not None:
                 with open(run_dir / "summary.md", "a") as f:
                     f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
