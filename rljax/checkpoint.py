@@ -186,15 +186,18 @@ class Checkpointer:
     def read(self, step: int) -> tuple[list[np.ndarray], dict[str, Any]]:
         """The raw host leaves (tree order) and meta of checkpoint ``step``, without a template
         (for inspecting or comparing checkpoints)."""
+        arrays, layout, meta = self._load(step)
+        if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
+            return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
+        return unpack(arrays, layout), meta
+
+    def _load(self, step: int) -> tuple[Mapping[str, Any], list[dict[str, Any]] | None, dict[str, Any]]:
+        """Checkpoint ``step``'s saved arrays, their layout (None in the earlier per-leaf layout) and meta."""
         ocp = self._ocp
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                                       meta=ocp.args.JsonRestore()))
         meta = dict(restored["meta"])
-        layout = meta.pop(LAYOUT_KEY, None)
-        if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
-            leaves = restored["state"]
-            return [np.asarray(leaves[k]) for k in sorted(leaves)], meta
-        return unpack(restored["state"], layout), meta
+        return restored["state"], meta.pop(LAYOUT_KEY, None), meta
 
     def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
         """Restores the newest checkpoint that loads into ``template``'s structure.
@@ -206,23 +209,18 @@ class Checkpointer:
         Raises:
             NoCheckpointError: no step restores.
         """
-        ocp = self._ocp
         skipped: list[int] = []
         template_host = to_host(template)
         n = sum(1 for t in template_host if t.size)
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                restored = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-                meta = dict(restored["meta"])
-                layout = meta.pop(LAYOUT_KEY, None)
+                arrays, layout, meta = self._load(step)
                 if layout is not None:
-                    leaves = unpack(restored["state"], layout)
+                    leaves = unpack(arrays, layout)
                 else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
-                    if len(restored["state"]) != n:
-                        raise ValueError(f"checkpoint has {len(restored['state'])} arrays, the state {n}")
-                    leaves = [np.asarray(restored["state"][f"{i:06d}"]) if t.size else t
-                              for i, t in enumerate(template_host)]
+                    if len(arrays) != n:
+                        raise ValueError(f"checkpoint has {len(arrays)} arrays, the state {n}")
+                    leaves = [np.asarray(arrays[f"{i:06d}"]) if t.size else t for i, t in enumerate(template_host)]
                 state = from_host(leaves, template)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
@@ -277,7 +275,6 @@ class PreemptionGuard:
         self.signal_name: str | None = None
         self._previous: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None
-        self._previous_wakeup_fd = -1
 
     @property
     def requested(self) -> bool:
@@ -335,7 +332,7 @@ class PreemptionGuard:
     def __exit__(self, *exc: Any) -> None:
         if self._pipe is not None:
             signal.set_wakeup_fd(-1)
-            read_fd, write_fd = self._pipe
+            _, write_fd = self._pipe
             self._pipe = None
             os.close(write_fd)  # the watcher reads EOF and ends
         for sig, handler in self._previous.items():

@@ -404,7 +404,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                     if line.strip() and json.loads(line)["chunk"] < start_chunk]
             pbt_log.write_text("".join(line + "\n" for line in kept))
 
-    def evolve(chunk_index: int, member: list[dict[str, Any]]) -> Any:
+    def evolve(state: Any, chunk_index: int, member: list[dict[str, Any]]) -> Any:
         from rljax.pbt import scores_from_rows
 
         scores = scores_from_rows(member)
@@ -467,7 +467,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
 
                 last = c == plan.num_chunks - 1
                 if pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last:
-                    state = evolve(c, member)
+                    state = evolve(state, c, member)
                 due = ((c + 1) % checkpoint_every == 0 if checkpoint_every
                        else time.perf_counter() - last_save >= checkpoint_interval_s)
                 if checkpointer is not None and (last or guard.requested or due):
