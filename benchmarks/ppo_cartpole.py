@@ -8,7 +8,8 @@ Sections:
             rljax's logging is on (metrics.jsonl + tensorboard in a temp run directory).
   envs64    the same with 64 envs (fewer, larger updates).
   vmap      8 seeds vmapped in one compiled program: total env steps/s.
-  overhead  the chunked host loop with logging vs one monolithic jit of the same updates.
+  overhead  the chunked host loop with logging vs one monolithic jit of the same updates, with a
+            one-thread XLA CPU pool (NPROC=1) and with the default pool, each in its own process.
   checkpoint  run time with checkpoints (default interval; every 5 s) vs none, on a ~20 s run.
   rejax     rejax's PPO with the same configuration (its own venv: ../shared/peers/setup.sh).
 
@@ -128,24 +129,27 @@ def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
     return res
 
 
-def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
+def overhead(cfg_kw: dict, repeats: int = 7) -> dict:
     """What the chunked host loop costs against one jit of all updates, phase by phase.
 
-    Interleaved, best of ``repeats``, all runs doing the same updates:
+    Interleaved, ``repeats`` times, all runs doing the same updates:
 
     * ``monolithic``: one compiled program of all updates (PureJaxRL's and rejax's way);
-    * ``bare chunks``: the compiled chunk called once per chunk, blocking on each, no host work;
+    * ``bare chunks``: the compiled chunk called once per chunk as the loop does (the next chunk
+      launched before the previous one's metrics are read), no other host work;
     * ``train, no run dir``: ``rljax.train`` keeping rows in memory (metrics read every chunk);
     * ``train + logging``: with a run directory: metrics.jsonl, tensorboard, no checkpoints;
     * ``train + logging + checkpoints``: the default (every 60 s and at the end, async).
 
     Loop times run from the first chunk's launch to the end of the loop, including the final
     checkpoint's commit; one-time set-up (run directory, manifest, Orbax manager) is ``setup_s``.
+    Medians are the headline figures: on a 2-core CPU, XLA's two-thread pool runs one execution
+    of these small programs either single-threaded (fast) or on both threads (~40 % slower), at
+    random, so a best-of-N favours the one-execution monolithic run. ``NPROC=1`` (a one-thread
+    pool) removes the coin flip; the printout says which pool ran.
 
-    On this CPU, XLA runs programs with identical HLO up to ~20 % apart from one compile to the next
-    (and the monolithic program is not slower than 61-update chunks when pinned to one core), so
-    the chunked runs share one executable through a persistent compilation cache: their
-    differences are then the host loop's, not the compiler's.
+    The chunked runs share one executable through a persistent compilation cache, so their
+    differences are the host loop's, not the compiler's.
     """
     shared_executables()
     cfg = PPOConfig(**cfg_kw)
@@ -159,17 +163,24 @@ def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
     chunk = chunk.lower(init(jax.random.key(0))).compile()
     t: dict[str, list[float]] = {k: [] for k in ("monolithic", "bare_chunks", "train_in_memory", "train_logging",
                                                  "train_logging_checkpoints", "checkpoint_host", "setup")}
+    rljax.train(cfg, quiet=True)  # fills the cache
     for i in range(repeats):
         state = init(jax.random.key(i))
+        jax.block_until_ready(state)
         t0 = time.perf_counter()
         jax.block_until_ready(mono(state))
         t["monolithic"].append(time.perf_counter() - t0)
         state = init(jax.random.key(i))
+        jax.block_until_ready(state)
         t0 = time.perf_counter()
+        previous = None
         for _ in range(plan.num_chunks):
             state, out = chunk(state)
-            jax.device_get(out)
-            jax.block_until_ready(state)
+            if previous is not None:
+                jax.device_get(previous)
+            previous = out
+        jax.device_get(previous)
+        jax.block_until_ready(state)
         t["bare_chunks"].append(time.perf_counter() - t0)
         cfg_i = dataclasses.replace(cfg, seed=i)
         t["train_in_memory"].append(rljax.train(cfg_i, quiet=True).timings["loop_s"])
@@ -180,21 +191,48 @@ def overhead(cfg_kw: dict, repeats: int = 5) -> dict:
             t["train_logging_checkpoints"].append(r.timings["loop_s"])
             t["checkpoint_host"].append(r.timings["checkpoint_s"])
             t["setup"].append(r.timings["setup_s"])
-    res = {f"{k}_s": min(v) for k, v in t.items()}
-    res["chunks"] = plan.num_chunks
-    base = res["monolithic_s"]
-    for k in ("bare_chunks", "train_in_memory", "train_logging", "train_logging_checkpoints"):
-        res[f"{k}_pct"] = 100.0 * (res[f"{k}_s"] / base - 1.0)
+    res: dict = {"chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
+                 "xla_cpu_pool": os.environ.get("NPROC", "default")}
+    for k, v in t.items():
+        res[f"{k}_s"] = statistics.median(v)
+        res[f"{k}_best_s"] = min(v)
+    variants = ("bare_chunks", "train_in_memory", "train_logging", "train_logging_checkpoints")
+    for k in variants:
+        # Median of the paired ratios (each run against the monolithic run of the same round):
+        # the machine's speed drifts over minutes, and pairing cancels the drift.
+        res[f"{k}_pct"] = 100.0 * (statistics.median(x / m for x, m in zip(t[k], t["monolithic"])) - 1.0)
+        res[f"{k}_best_pct"] = 100.0 * (res[f"{k}_best_s"] / res["monolithic_best_s"] - 1.0)
     res["overhead_pct"] = res["train_logging_pct"]
     res["checkpoint_pct"] = 100.0 * (res["train_logging_checkpoints_s"] / res["train_logging_s"] - 1.0)
-    print(f"overhead ({plan.num_chunks} chunks of {plan.updates_per_chunk} updates, best of {repeats}): "
-          f"monolithic {base:.2f}s; " + "; ".join(
-              f"{k.replace('_', ' ')} {res[k + '_s']:.2f}s ({res[k + '_pct']:+.1f}%)"
-              for k in ("bare_chunks", "train_in_memory", "train_logging", "train_logging_checkpoints")), flush=True)
-    print(f"  chunked loop + logging vs monolithic: {res['overhead_pct']:+.1f}%; checkpoints (default interval, "
-          f"async, final save committed) {res['checkpoint_pct']:+.1f}% of the logged loop "
-          f"({res['checkpoint_host_s']:.3f}s host time); one-time set-up {res['setup_s']:.2f}s", flush=True)
+    pool = "NPROC=" + res["xla_cpu_pool"] if res["xla_cpu_pool"] != "default" else "default XLA CPU pool"
+    print(f"overhead ({plan.num_chunks} chunks of {plan.updates_per_chunk} updates, {repeats} interleaved rounds, "
+          f"{pool}; median (median paired ratio) [best (best vs best)]): monolithic {res['monolithic_s']:.2f}s [{res['monolithic_best_s']:.2f}s]; "
+          + "; ".join(f"{k.replace('_', ' ')} {res[k + '_s']:.2f}s ({res[k + '_pct']:+.1f}%) "
+                      f"[{res[k + '_best_s']:.2f}s ({res[k + '_best_pct']:+.1f}%)]" for k in variants), flush=True)
+    print(f"  chunked loop + logging vs monolithic: {res['overhead_pct']:+.1f}% (median paired "
+          f"ratio; {res['train_logging_best_pct']:+.1f}% best vs best); checkpoints (default interval, async, final "
+          f"save committed) {res['checkpoint_pct']:+.1f}% of the logged loop ({res['checkpoint_host_s']:.3f}s "
+          f"host time); one-time set-up {res['setup_s']:.2f}s", flush=True)
     return res
+
+
+def overhead_pools() -> dict:
+    """:func:`overhead` in a fresh process per XLA CPU pool: one thread (``NPROC=1``), then the
+    default. The pool size is fixed when JAX creates its CPU client, hence the subprocesses."""
+    out = {}
+    for name, nproc in (("one_thread", "1"), ("default", None)):
+        env = {k: v for k, v in os.environ.items() if k != "NPROC"}
+        if nproc is not None:
+            env["NPROC"] = nproc
+        with tempfile.TemporaryDirectory() as tmp:
+            report = pathlib.Path(tmp, "overhead.json")
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.ppo_cartpole", "--only", "overhead",
+                                   "--worker", "overhead", "--json", str(report)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            print("".join(line + "\n" for line in proc.stdout.splitlines() if not line.startswith("#")),
+                  end="", flush=True)
+            out[name] = json.loads(report.read_text())["overhead"] if proc.returncode == 0 else None
+    return out
 
 
 def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
@@ -223,6 +261,7 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", default=["seeds", "envs64", "vmap", "overhead", "checkpoint", "rejax"])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}, "
           f"{os.cpu_count()} cores; {REFERENCE}", flush=True)
@@ -236,7 +275,7 @@ def main(argv=None) -> None:
     if "vmap" in a.only:
         results["vmap"] = vmapped_seeds(PUREJAXRL, 8)
     if "overhead" in a.only:
-        results["overhead"] = overhead(PUREJAXRL)
+        results["overhead"] = overhead(PUREJAXRL) if a.worker == "overhead" else overhead_pools()
     if "checkpoint" in a.only:
         results["checkpoint"] = checkpoint_cost({**PUREJAXRL, "total_timesteps": 2_500_000})
     if results.get("rejax") and results.get("seeds"):

@@ -58,7 +58,7 @@ class RunConfig:
     num_devices: int = field(1, "devices for the data-parallel learner; the env batch is split over them")
     backend: str = field("shard_map", "multi-device backend: 'shard_map' (jit + shard_map) or 'pmap'")
     updates_per_chunk: int = field(0, "updates compiled into one chunk between host-loop visits "
-                                      "(0: about 1/20 of the run, at most 100)")
+                                      "(0: about 1/10 of the run, at most 200)")
 
     def validate_run(self) -> None:
         """Checks the shared fields; raises ``ValueError`` naming the bad value and what is valid."""

@@ -98,19 +98,26 @@ class Population:
         return len(self.seeds)
 
 
+# The automatic chunk size: about AUTO_CHUNKS chunks of at most MAX_AUTO_CHUNK updates.
+AUTO_CHUNKS = 10
+MAX_AUTO_CHUNK = 200
+
+
 def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_chunk: int = 0) -> Plan:
     """Cuts ``total_timesteps`` into whole chunks of whole updates.
 
     The run does ``n = total_timesteps // env_steps_per_update`` updates (as PureJaxRL does). With
-    ``updates_per_chunk = 0`` the chunk size K aims at ~20 chunks of at most 100 updates. When K does
-    not divide n, a divisor of n within a factor 2 of K is preferred; otherwise n is rounded up to
-    a whole number of chunks (fewer than one update per chunk extra), so every chunk runs the same
-    compiled program.
+    ``updates_per_chunk = 0`` the chunk size K aims at ~10 chunks of at most 200 updates: each
+    chunk boundary costs the host a few milliseconds (more on virtual machines whose idle memory is
+    slow to touch again), so chunks of well under a second would show in the run time, while
+    longer runs still log a row at least every 200 updates. When K does not divide n, a divisor
+    of n within a factor 2 of K is preferred; otherwise n is rounded up to a whole number of
+    chunks (fewer than one update per chunk extra), so every chunk runs the same compiled program.
     """
     if env_steps_per_update <= 0:
         raise ValueError(f"env_steps_per_update must be positive, got {env_steps_per_update}")
     n = max(1, total_timesteps // env_steps_per_update)
-    target = updates_per_chunk if updates_per_chunk > 0 else max(1, min(100, math.ceil(n / 20)))
+    target = updates_per_chunk if updates_per_chunk > 0 else max(1, min(MAX_AUTO_CHUNK, math.ceil(n / AUTO_CHUNKS)))
     target = min(target, n)
     if n % target:
         divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target) + 1) if n % d == 0]
@@ -362,7 +369,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     timings: dict[str, Any] = {
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
-        "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk}
+        "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk,
+        "launched_ahead": 0}
 
     trackers: list[Any] = []
     wall_offset = 0.0
@@ -430,14 +438,37 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     preempted = None
     try:
         with PreemptionGuard(handle_signals) as guard:
+            # A chunk is launched before the previous one's metrics are read whenever nothing needs
+            # that chunk's state on the host (no checkpoint, PBT step, on_chunk or stop is due):
+            # the host's logging and the next launch then overlap the device's work. Programs over
+            # several CPU devices always wait, which avoids XLA's CPU collective-rendezvous
+            # deadlock between programs.
+            launch_ahead = par.can_launch_ahead and on_chunk is None
+            ahead: tuple[Any, Any, float] | None = None  # (state, out, launch time) of the next chunk
+            t_done = -math.inf
             for c in range(start_chunk, plan.num_chunks):
-                t_chunk = time.perf_counter()
-                state, out = compiled(state)
-                # Block before the next launch: reading metrics waits for the chunk, and waiting on
-                # the state too avoids XLA's CPU collective-rendezvous deadlock between programs.
-                out = jax.device_get(first_device(out, config.num_devices))
-                jax.block_until_ready(state)
-                chunk_s = time.perf_counter() - t_chunk
+                if ahead is None:
+                    t_launch = time.perf_counter()
+                    state, out = compiled(state)
+                else:
+                    state, out, t_launch = ahead
+                    ahead = None
+                last = c == plan.num_chunks - 1
+                pbt_due = pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last
+                ckpt_due = checkpointer is not None and (
+                    (c + 1) % checkpoint_every == 0 if checkpoint_every
+                    else time.perf_counter() - last_save >= checkpoint_interval_s)
+                if launch_ahead and not (last or pbt_due or ckpt_due or guard.requested):
+                    t_next = time.perf_counter()
+                    ahead = (*compiled(state), t_next)
+                    timings["launched_ahead"] += 1
+                out = jax.device_get(first_device(out, config.num_devices))  # waits for chunk c
+                if ahead is None:
+                    jax.block_until_ready(state)
+                # Device time of chunk c: from its launch, or from the previous chunk's end when it
+                # was queued behind it.
+                chunk_s = time.perf_counter() - max(t_launch, t_done)
+                t_done = time.perf_counter()
                 timings["compute_s"] += chunk_s
 
                 t_log = time.perf_counter()
@@ -464,9 +495,10 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                 if on_chunk is not None and on_chunk(c, state, row):
                     guard.request("on_chunk")
                 timings["logging_s"] += time.perf_counter() - t_log
+                if ahead is not None:
+                    continue  # chunk c + 1 is running; its boundary handles what became due
 
-                last = c == plan.num_chunks - 1
-                if pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last:
+                if pbt_due:
                     state = evolve(state, c, member)
                 due = ((c + 1) % checkpoint_every == 0 if checkpoint_every
                        else time.perf_counter() - last_save >= checkpoint_interval_s)

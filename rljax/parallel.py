@@ -95,6 +95,15 @@ class DataParallel:
         self.axis_name: str | None = AXIS if num_devices > 1 else None
         self.mesh = Mesh(np.array(self.devices), (AXIS,)) if num_devices > 1 else None
 
+    @property
+    def can_launch_ahead(self) -> bool:
+        """Whether a program may be launched before the previous one has finished.
+
+        False for programs spanning several CPU devices: XLA's CPU collective rendezvous can
+        deadlock when a program with collectives starts before the previous one has finished.
+        """
+        return self.num_devices == 1 or self.devices[0].platform != "cpu"
+
     def map(self, fn: Callable[..., Any], donate: bool = False) -> Callable[..., Any]:
         """Maps ``fn(state, *rest) -> out`` over devices (``rest`` is replicated).
 

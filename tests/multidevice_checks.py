@@ -83,6 +83,7 @@ def backends_agree() -> dict:
         "value_loss": [[r["value_loss"] for r in x.rows] for x in (a, b)],
         "desync": [r["param_desync"] for r in a.rows + b.rows],
         "params_shape0": int(jax.tree.leaves(a.state.params)[0].shape[0]),
+        "launched_ahead": [x.timings["launched_ahead"] for x in (a, b)],
     }
 
 

@@ -41,6 +41,9 @@ def test_shard_map_and_pmap_backends_agree():
     assert r["max_param_diff"] < 1e-5, r
     assert r["returns"][0] == r["returns"][1]
     assert all(d == 0.0 for d in r["desync"])
+    # Programs over several CPU devices wait for each chunk before launching the next (XLA's CPU
+    # collective rendezvous can deadlock otherwise).
+    assert r["launched_ahead"] == [0, 0]
 
 
 def test_four_device_run_learns():

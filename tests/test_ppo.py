@@ -88,9 +88,12 @@ def test_config_validation_names_the_values(kw, match):
 
 
 def test_plan_updates():
-    # PureJaxRL's CartPole: 5e5 // 512 = 976 updates = 16 chunks of 61 (a divisor near 49).
+    # PureJaxRL's CartPole: 5e5 // 512 = 976 updates = 8 chunks of 122 (a divisor near 98).
     p = plan_updates(500_000, 512)
-    assert (p.num_updates, p.updates_per_chunk, p.num_chunks) == (976, 61, 16)
+    assert (p.num_updates, p.updates_per_chunk, p.num_chunks) == (976, 122, 8)
+    # Long runs: at most 200 updates per chunk (1e7 // 512 = 19531 updates, a prime: rounded up).
+    p = plan_updates(10_000_000, 512)
+    assert (p.updates_per_chunk, p.num_chunks, p.num_updates) == (200, 98, 19600)
     # An explicit chunk size that does not divide: rounded up to whole chunks.
     p = plan_updates(10 * 512, 512, updates_per_chunk=3)
     assert (p.num_updates, p.updates_per_chunk, p.num_chunks) == (12, 3, 4)
@@ -119,6 +122,9 @@ def test_same_seed_same_bits_and_no_recompile():
     assert b.timings["num_chunks"] == 4
     # No program is compiled between the first chunk and the last: one compile per run.
     assert counted[0] == counted[-1], f"compiles during chunks: {counted}"
+    # Run a launched every chunk but the first before reading the previous one's metrics; an
+    # on_chunk callback needs each state, so run b waited at every boundary: same bits.
+    assert (a.timings["launched_ahead"], b.timings["launched_ahead"]) == (3, 0)
     for x, y in zip(_params_leaves(a), _params_leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert [r["episode_return_mean"] for r in a.rows] == [r["episode_return_mean"] for r in b.rows]
