@@ -1,10 +1,12 @@
 """Vmapped env steps per second: rljax's built-in envs beside gymnax's implementation of the same env.
 
-    python -m benchmarks.env_throughput                    # N in {1, 64, 1024, 8192}, 1000 steps
+    python -m benchmarks.env_throughput                    # N in {1, 64, 1024, 8192}
     python -m benchmarks.env_throughput --envs CartPole-v1 --num-envs 1024 --repeats 5
 
-Each measurement is a jitted ``lax.scan`` of ``--steps`` steps of ``vmap(env.step)`` (auto-reset
-included) with actions pre-generated outside the timed program, as in ../shared/BENCHMARKS.md. Both
+Each measurement is a jitted ``lax.scan`` of ``vmap(env.step)`` (auto-reset included) with actions
+pre-generated outside the timed program, as in ../shared/BENCHMARKS.md: ``--steps`` steps, or more
+at small N so that every measurement covers at least ``--min-env-steps`` env steps (1000 steps of
+one env take ~4 ms, too short to time on a VM whose launches cost milliseconds). Both
 implementations run in the same process, interleaved, best of ``--repeats``; the ratio column is
 rljax / gymnax (> 1 means rljax is faster).
 """
@@ -61,6 +63,7 @@ def main(argv=None) -> None:
     ap.add_argument("--envs", nargs="*", default=BUILTINS, choices=BUILTINS)
     ap.add_argument("--num-envs", nargs="*", type=int, default=[1, 64, 1024, 8192])
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--min-env-steps", type=int, default=2**18)
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args(argv)
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {jax.device_count()} "
@@ -71,13 +74,14 @@ def main(argv=None) -> None:
         ours, ours_params = envs.make(name)
         theirs, theirs_params = gymnax.make(name)
         for n in a.num_envs:
-            f1, args1 = make_runner(ours, ours_params, n, a.steps)
-            f2, args2 = make_runner(theirs, theirs_params, n, a.steps)
+            steps = max(a.steps, -(-a.min_env_steps // n))
+            f1, args1 = make_runner(ours, ours_params, n, steps)
+            f2, args2 = make_runner(theirs, theirs_params, n, steps)
             t1 = t2 = float("inf")
             for _ in range(a.repeats):  # interleave, so machine noise hits both alike
                 t1 = min(t1, measure(f1, args1, 1))
                 t2 = min(t2, measure(f2, args2, 1))
-            s1, s2 = n * a.steps / t1, n * a.steps / t2
+            s1, s2 = n * steps / t1, n * steps / t2
             print(f"| {name} | {n} | {s1:,.0f} | {s2:,.0f} | {s1 / s2:.2f} |", flush=True)
 
 

@@ -359,10 +359,20 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         state = init_state(plan.num_updates)
         start_chunk = 0
     chunk = make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None)
+    out_tree: list[Any] = []  # the ChunkOutput's structure, recorded while tracing
+
+    def packed_chunk(state: Any) -> tuple[Any, jax.Array]:
+        # The chunk's scalars leave the device as one float32 vector: one transfer per chunk
+        # instead of one per metric.
+        state, out = chunk(state)
+        leaves, treedef = jax.tree.flatten(out)
+        out_tree[:] = [treedef]
+        return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in leaves], axis=-1)
+
     if population is None:
-        chunk_fn = par.map(chunk, donate=True)
+        chunk_fn = par.map(packed_chunk, donate=True)
     else:
-        chunk_fn = par.map_population(jax.vmap(chunk), donate=True)
+        chunk_fn = par.map_population(jax.vmap(packed_chunk), donate=True)
 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(state).compile()
@@ -462,7 +472,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                     t_next = time.perf_counter()
                     ahead = (*compiled(state), t_next)
                     timings["launched_ahead"] += 1
-                out = jax.device_get(first_device(out, config.num_devices))  # waits for chunk c
+                vec = np.asarray(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
+                out = jax.tree.unflatten(out_tree[0], [vec[..., i] for i in range(vec.shape[-1])])
                 if ahead is None:
                     jax.block_until_ready(state)
                 # Device time of chunk c: from its launch, or from the previous chunk's end when it
