@@ -219,9 +219,12 @@ class Tracker:
         self._jsonl.write(json.dumps(clean) + "\n")
         self._jsonl.flush()
         if self._tb is not None:
-            for k, v in clean.items():
-                if k != "env_steps" and isinstance(v, (int, float)) and v is not None and math.isfinite(v):
-                    self._tb.add_scalar(k, v, global_step=steps)
+            # One event holding every scalar of the row: the writer thread wakes once per chunk.
+            from tensorboardX.proto.summary_pb2 import Summary
+
+            values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in clean.items()
+                      if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)]
+            self._tb._get_file_writer().add_summary(Summary(value=values), global_step=steps)
         self.last_env_steps = steps
         if not self.quiet:
             print(format_progress(clean, self.total_env_steps), file=self.stream, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -55,7 +56,7 @@ def test_tensorboard_has_the_same_scalars(tmp_path):
 
     cfg = PPOConfig(total_timesteps=4 * 32 * 4, updates_per_chunk=2, **TINY)
     rljax.train(cfg, run_dir=tmp_path / "r", quiet=True)
-    tags, steps = set(), set()
+    logged = {}
     for path in (tmp_path / "r" / "tb").glob("events.out.tfevents.*"):
         data = path.read_bytes()
         pos = 0
@@ -64,10 +65,16 @@ def test_tensorboard_has_the_same_scalars(tmp_path):
             ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
             pos += 16 + n
             for v in ev.summary.value:
-                tags.add(v.tag)
-                steps.add(ev.step)
-    assert {"value_loss", "sps", "episode_return_mean", "approx_kl"} <= tags
-    assert steps == {4 * 32 * 2, 4 * 32 * 4}
+                logged[(v.tag, ev.step)] = v.simple_value
+    assert {"value_loss", "sps", "episode_return_mean", "approx_kl"} <= {tag for tag, _ in logged}
+    assert {step for _, step in logged} == {4 * 32 * 2, 4 * 32 * 4}
+    # Every finite scalar of every metrics.jsonl row, at that row's env step, with its value.
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    expected = {(k, r["env_steps"]): v for r in rows for k, v in r.items()
+                if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)}
+    assert expected.keys() == logged.keys()
+    for key, v in expected.items():
+        assert logged[key] == pytest.approx(v, rel=1e-6), key
 
 
 def test_tracker_refuses_to_overwrite_or_go_backwards(tmp_path):
