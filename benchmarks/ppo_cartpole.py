@@ -38,7 +38,7 @@ import numpy as np
 import envs
 import rljax
 from rljax.agents.ppo import PPOConfig
-from rljax.loop import build_agent, make_chunk, plan_updates
+from rljax.loop import build_agent, make_chunk, pack_output, plan_updates
 from rljax.parallel import serial_map
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
@@ -159,8 +159,8 @@ def overhead(cfg_kw: dict, repeats: int = 7) -> dict:
     init = jax.jit(lambda k: agent.init(k, 0, plan.num_updates, cfg.hyperparams(), params))
     mono = jax.jit(make_chunk(agent.update, plan.num_updates, None), donate_argnums=0)
     mono = mono.lower(init(jax.random.key(0))).compile()
-    chunk = jax.jit(make_chunk(agent.update, plan.updates_per_chunk, None), donate_argnums=0)
-    chunk = chunk.lower(init(jax.random.key(0))).compile()
+    packed_chunk, unpack = pack_output(make_chunk(agent.update, plan.updates_per_chunk, None))
+    chunk = jax.jit(packed_chunk, donate_argnums=0).lower(init(jax.random.key(0))).compile()
     t: dict[str, list[float]] = {k: [] for k in ("monolithic", "bare_chunks", "train_in_memory", "train_logging",
                                                  "train_logging_checkpoints", "checkpoint_host", "setup")}
     rljax.train(cfg, quiet=True)  # fills the cache
@@ -177,9 +177,9 @@ def overhead(cfg_kw: dict, repeats: int = 7) -> dict:
         for _ in range(plan.num_chunks):
             state, out = chunk(state)
             if previous is not None:
-                jax.device_get(previous)
+                unpack(jax.device_get(previous))
             previous = out
-        jax.device_get(previous)
+        unpack(jax.device_get(previous))
         jax.block_until_ready(state)
         t["bare_chunks"].append(time.perf_counter() - t0)
         cfg_i = dataclasses.replace(cfg, seed=i)

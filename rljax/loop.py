@@ -129,6 +129,30 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
                 env_steps_per_update=env_steps_per_update)
 
 
+def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]
+                ) -> tuple[Callable[[Any], tuple[Any, jax.Array]], Callable[[Any], ChunkOutput]]:
+    """Makes a chunk return its :class:`ChunkOutput` as one float32 vector ``[..., n]``.
+
+    One device-to-host transfer per chunk instead of one per metric. Returns ``(packed_chunk,
+    unpack)``: ``unpack`` turns the fetched vector back into a ``ChunkOutput`` of numpy values
+    (with the vector's leading axes, e.g. ``[P]`` for a population); the structure is recorded
+    when ``packed_chunk`` is traced, so call ``unpack`` after compiling.
+    """
+    tree: list[Any] = []
+
+    def packed_chunk(state: Any) -> tuple[Any, jax.Array]:
+        state, out = chunk(state)
+        leaves, treedef = jax.tree.flatten(out)
+        tree[:] = [treedef]
+        return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in leaves], axis=-1)
+
+    def unpack(vec: Any) -> ChunkOutput:
+        vec = np.asarray(vec)
+        return jax.tree.unflatten(tree[0], [vec[..., i] for i in range(vec.shape[-1])])
+
+    return packed_chunk, unpack
+
+
 def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | None
                ) -> Callable[[Any], tuple[Any, ChunkOutput]]:
     """Scans ``update`` ``num_updates`` times and reduces its outputs to a :class:`ChunkOutput`."""
@@ -358,17 +382,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
         state = init_state(plan.num_updates)
         start_chunk = 0
-    chunk = make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None)
-    out_tree: list[Any] = []  # the ChunkOutput's structure, recorded while tracing
-
-    def packed_chunk(state: Any) -> tuple[Any, jax.Array]:
-        # The chunk's scalars leave the device as one float32 vector: one transfer per chunk
-        # instead of one per metric.
-        state, out = chunk(state)
-        leaves, treedef = jax.tree.flatten(out)
-        out_tree[:] = [treedef]
-        return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in leaves], axis=-1)
-
+    packed_chunk, unpack_output = pack_output(
+        make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None))
     if population is None:
         chunk_fn = par.map(packed_chunk, donate=True)
     else:
@@ -400,6 +415,15 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                                         manifest_extra={**extra, "sweep_member": i, "sweep_dir": str(run_dir)}))
         if saved_meta is not None:
             wall_offset = float(saved_meta.get("wall_time_s", 0.0))
+
+    def save_due(chunk_index: int) -> bool:
+        """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
+        always save)."""
+        if checkpointer is None:
+            return False
+        if checkpoint_every:
+            return (chunk_index + 1) % checkpoint_every == 0
+        return time.perf_counter() - last_save >= checkpoint_interval_s
 
     def save(chunk_index: int, row: dict[str, Any]) -> None:
         t_ckpt = time.perf_counter()
@@ -465,21 +489,18 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                     ahead = None
                 last = c == plan.num_chunks - 1
                 pbt_due = pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last
-                ckpt_due = checkpointer is not None and (
-                    (c + 1) % checkpoint_every == 0 if checkpoint_every
-                    else time.perf_counter() - last_save >= checkpoint_interval_s)
-                if launch_ahead and not (last or pbt_due or ckpt_due or guard.requested):
+                if launch_ahead and not (last or pbt_due or save_due(c) or guard.requested):
                     t_next = time.perf_counter()
                     ahead = (*compiled(state), t_next)
                     timings["launched_ahead"] += 1
-                vec = np.asarray(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
-                out = jax.tree.unflatten(out_tree[0], [vec[..., i] for i in range(vec.shape[-1])])
+                out = unpack_output(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
                 if ahead is None:
                     jax.block_until_ready(state)
                 # Device time of chunk c: from its launch, or from the previous chunk's end when it
                 # was queued behind it.
-                chunk_s = time.perf_counter() - max(t_launch, t_done)
-                t_done = time.perf_counter()
+                now = time.perf_counter()
+                chunk_s = now - max(t_launch, t_done)
+                t_done = now
                 timings["compute_s"] += chunk_s
 
                 t_log = time.perf_counter()
@@ -511,9 +532,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
 
                 if pbt_due:
                     state = evolve(state, c, member)
-                due = ((c + 1) % checkpoint_every == 0 if checkpoint_every
-                       else time.perf_counter() - last_save >= checkpoint_interval_s)
-                if checkpointer is not None and (last or guard.requested or due):
+                if checkpointer is not None and (last or guard.requested or save_due(c)):
                     save(c, row)
                     last_save = time.perf_counter()
                 if guard.requested and not last:
