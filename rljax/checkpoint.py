@@ -260,19 +260,26 @@ class PreemptionGuard:
     """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
 
     Signals arrive while the host waits for a compiled chunk; Python runs the handler when the
-    chunk returns, so the current chunk always finishes. A second SIGINT (Ctrl-C twice) raises
-    ``KeyboardInterrupt`` as soon as Python runs again. A second signal of either kind is also seen
-    by a watcher thread (through :func:`signal.set_wakeup_fd`, which works while the main thread is
-    blocked inside XLA): if the process has not ended :data:`FORCED_EXIT_GRACE_S` seconds later, it
-    exits with status ``128 + signum`` without saving, so a stuck job always obeys a repeated
-    signal. The newest committed checkpoint stays valid. Handlers are installed only in the main
-    thread and restored on exit. :meth:`request` asks for the same stop from code (tests, notebooks).
+    chunk returns, so the current chunk always finishes. The guard is entered before anything is
+    built (a signal during initialisation or compilation stops the run before its first chunk)
+    and left only after the final checkpoint has committed, so a second signal during the stop's
+    save never kills the process with its default action.
+
+    A second SIGINT (Ctrl-C twice) raises ``KeyboardInterrupt`` as soon as Python runs, unless the
+    run is already :attr:`finishing` (saving after a stop), which it lets complete. A second
+    signal of either kind is also seen by a watcher thread (through :func:`signal.set_wakeup_fd`,
+    which works while the main thread is blocked inside XLA): if the process has not left the
+    guard :data:`FORCED_EXIT_GRACE_S` seconds later, it exits with status ``128 + signum`` without
+    saving, so a stuck job always obeys a repeated signal. The newest committed checkpoint stays
+    valid. Handlers are installed only in the main thread and restored on exit. :meth:`request`
+    asks for the same stop from code (tests, notebooks).
     """
 
     def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.grace_s = grace_s
         self.signal_name: str | None = None
+        self.finishing = False
         self._previous: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None
 
@@ -284,7 +291,7 @@ class PreemptionGuard:
         self.signal_name = reason
 
     def _handler(self, signum: int, frame: Any) -> None:
-        if self.signal_name is not None and signum == signal.SIGINT:
+        if self.signal_name is not None and signum == signal.SIGINT and not self.finishing:
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
 

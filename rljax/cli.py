@@ -169,32 +169,99 @@ def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
     return set(vars(known))
 
 
-def train_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``rljax.loop.train`` keyword arguments given by the run flags of :func:`build_parser`."""
-    return dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
-                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
-                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints)
+# Run flags (dest) -> ``rljax.loop.train`` option, for the options a run saves and a resume keeps.
+_RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s",
+                     "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
+                     "no_tensorboard": "tensorboard"}
+
+
+def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
+                 explicit: set[str] | None = None) -> dict[str, Any]:
+    """The ``rljax.loop.train`` keyword arguments given by the run flags of :func:`build_parser`.
+
+    With ``saved`` (the run options a resumed run was started with), an option keeps its saved
+    value unless its flag is in ``explicit`` (typed on this command line).
+    """
+    out = dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
+               checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints)
+    for dest, option in _RUN_OPTION_FLAGS.items():
+        if saved and option in saved and dest not in (explicit or set()):
+            out[option] = saved[option]
+    return out
+
+
+EXIT_USAGE = 2
+"""Exit status of a usage error: a bad flag or config, a used or locked run directory, nothing to resume."""
+EXIT_DIVERGED = 65
+"""Exit status (EX_DATAERR) of a run stopped because it diverged (non-finite loss or state)."""
+EXIT_SOFTWARE = 70
+"""Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync."""
+EXIT_IO = 74
+"""Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The first :class:`OSError` in ``err``'s chain (Orbax wraps them), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and not isinstance(err, (FileExistsError, FileNotFoundError)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     """Calls ``run()`` and maps its outcome to an exit status for the command line.
 
     Returns:
-        ``(result, None)`` when training finished; ``(None, 2)`` after printing a usage error
-        (bad config, used directory, nothing to resume); ``(result, 75)`` after printing how to
-        resume a preempted run.
+        ``(result, None)`` when training finished; ``(None, status)`` after printing one line for
+        a usage error (2: bad config, used or locked directory, nothing to resume), a diverged run
+        (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
+        after printing how to resume a preempted run. From the moment training starts, SIGTERM
+        is held off until the process exits: a second SIGTERM after the stop's checkpoint
+        committed cannot turn status 75 into death by signal.
     """
-    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    import signal
+    import threading
 
+    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    from rljax.loop import DesyncError, NonFiniteError
+    from rljax.rundir import RunDirError
+    from rljax.runlock import RunLockedError
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None) if main_thread else None
+    resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
     try:
         out = run()
-    except (ValueError, FileExistsError, NoCheckpointError) as err:
+    except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
-        return None, 2
+        return None, EXIT_DIVERGED
+    except DesyncError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_SOFTWARE
+    except (ValueError, FileExistsError, FileNotFoundError, NoCheckpointError, RunDirError, RunLockedError) as err:
+        io = _os_error(err)
+        if io is not None:
+            print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+                  f"intact)", file=sys.stderr)
+            return None, EXIT_IO
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except OSError as err:
+        print(f"error: I/O error: {err}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+              f"intact)", file=sys.stderr)
+        return None, EXIT_IO
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     result = out[0] if isinstance(out, tuple) else out
     if result.preempted:
-        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}. Resume with: "
-              f"rljax resume {run_dir}", file=sys.stderr)
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already: a repeat cannot change the status
+        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
         return out, PREEMPTED_EXIT_CODE
     return out, None
 
@@ -246,19 +313,23 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     parser = build_parser(config_cls, defaults, description, prog=f"python -m experiments.{name}")
     args = parser.parse_args(argv)
     base = None
+    saved_options: dict[str, Any] = {}
+    explicit = _explicit_flags(parser, argv)
     if args.resume:
-        import json
+        from rljax.rundir import RunDirError, run_record
 
-        config_path = os.path.join(args.resume, "config.json")
-        if not os.path.exists(config_path):
-            parser.error(f"--resume {args.resume}: not a run directory (no config.json)")
-        with open(config_path, encoding="utf-8") as f:
-            base = json.load(f)
+        try:
+            record = run_record(args.resume)
+        except RunDirError as err:
+            parser.error(f"--resume {args.resume}: {err}")
+        if record.algorithm not in (None, config_cls.__name__):
+            parser.error(f"--resume {args.resume}: that run trained {record.algorithm}, not {config_cls.__name__}")
+        base, saved_options = record.config, record.run_options
         if args.run_dir not in (None, args.resume):
             parser.error(f"--resume {args.resume} continues that directory; do not also pass --run-dir {args.run_dir}")
         args.run_dir = args.resume
     try:
-        config = config_from_args(config_cls, args, base, _explicit_flags(parser, argv))
+        config = config_from_args(config_cls, args, base, explicit)
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     request_cpu_devices(config.num_devices)
@@ -272,7 +343,8 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
     elif run_dir.lower() == "none":
         run_dir = None
-    result, status = call_training(lambda: train(config, run_dir=run_dir, **train_kwargs(args)), run_dir)
+    result, status = call_training(
+        lambda: train(config, run_dir=run_dir, **train_kwargs(args, saved_options, explicit)), run_dir)
     if status is not None:
         return status
     t = result.timings
@@ -319,20 +391,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: resume needs a run directory\n{usage}", file=sys.stderr)
             return 2
         run_dir = rest[0]
-        manifest_path = os.path.join(run_dir, "manifest.json")
-        if not os.path.exists(manifest_path):
-            print(f"error: {run_dir} is not a run directory (no manifest.json)", file=sys.stderr)
-            return 2
-        import json
+        from rljax.rundir import RunDirError, run_record
 
-        with open(manifest_path, encoding="utf-8") as f:
-            algorithm = json.load(f).get("algorithm")
+        try:
+            record = run_record(run_dir)
+        except RunDirError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        algorithm = record.algorithm
         by_class = {cls.__name__: (name, cls) for name, cls in algos.items()}
         if algorithm not in by_class:
-            print(f"error: {manifest_path} names algorithm {algorithm!r}; known: {sorted(by_class)}", file=sys.stderr)
+            print(f"error: cannot tell which algorithm {run_dir} trained (its checkpoints and manifest.json name "
+                  f"{algorithm!r}; known: {sorted(by_class)}); resume it with its experiment module: "
+                  f"python -m experiments.<name> --resume {run_dir}", file=sys.stderr)
             return 2
         name, cls = by_class[algorithm]
-        if os.path.exists(os.path.join(run_dir, "sweep.json")):
+        if record.sweep:
             return run_experiment(cls, None, ["sweep", *rest[1:], "--resume", run_dir], name=name)
         return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name)
     print(f"error: unknown command {cmd!r}\n{usage}", file=sys.stderr)

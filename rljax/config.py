@@ -15,6 +15,7 @@ from typing import Any
 __all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS"]
 
 BACKENDS = ("shard_map", "pmap")
+NONFINITE_ACTIONS = ("stop", "rollback")
 
 
 def field(default: Any, help: str, *, sweepable: bool = False) -> Any:  # noqa: A002 - mirrors argparse
@@ -59,6 +60,12 @@ class RunConfig:
     backend: str = field("shard_map", "multi-device backend: 'shard_map' (jit + shard_map) or 'pmap'")
     updates_per_chunk: int = field(0, "updates compiled into one chunk between host-loop visits "
                                       "(0: about 1/10 of the run, at most 200)")
+    on_nonfinite: str = field("stop", "when a loss or the train state becomes NaN/inf: 'stop' (exit, the last "
+                                      "checkpoint intact) or 'rollback' (restore the last checkpoint with a "
+                                      "lower learning rate)")
+    max_rollbacks: int = field(3, "with on_nonfinite='rollback': rollbacks before giving up")
+    rollback_lr_factor: float = field(0.5, "with on_nonfinite='rollback': each rollback multiplies every "
+                                           "learning rate by this factor")
 
     def validate_run(self) -> None:
         """Checks the shared fields; raises ``ValueError`` naming the bad value and what is valid."""
@@ -74,3 +81,10 @@ class RunConfig:
                  f"updates_per_chunk must be >= 0 (0 = automatic), got {self.updates_per_chunk!r}")
         _require(isinstance(self.seed, int) and not isinstance(self.seed, bool),
                  f"seed must be an integer, got {self.seed!r}")
+        _require(self.on_nonfinite in NONFINITE_ACTIONS,
+                 f"on_nonfinite={self.on_nonfinite!r} is not one of {NONFINITE_ACTIONS}")
+        _require(isinstance(self.max_rollbacks, int) and not isinstance(self.max_rollbacks, bool)
+                 and self.max_rollbacks >= 0, f"max_rollbacks must be an integer >= 0, got {self.max_rollbacks!r}")
+        _require(isinstance(self.rollback_lr_factor, (int, float)) and not isinstance(self.rollback_lr_factor, bool)
+                 and 0 < self.rollback_lr_factor <= 1,
+                 f"rollback_lr_factor must be a number in (0, 1], got {self.rollback_lr_factor!r}")

@@ -27,7 +27,8 @@ from rljax.parallel import DataParallel, first_device, run_once, serial_map
 from rljax.rollout import EpisodeSummary
 
 __all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
-           "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config"]
+           "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config", "NonFiniteError",
+           "nonfinite_count", "RUN_OPTIONS"]
 
 
 class DesyncError(RuntimeError):
@@ -153,13 +154,36 @@ def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]
     return packed_chunk, unpack
 
 
+def nonfinite_count(state: Any) -> jax.Array:
+    """The number of NaN/inf values in the floating leaves of ``state`` outside its replay buffer.
+
+    Params, optimiser state, normaliser statistics, env states and observations are watched; the
+    replay storage (any leaf under an attribute named ``buffer``) is not, to keep the check cheap
+    for large buffers: non-finite data in it shows up in the params it trains within a chunk.
+    Returns a float32 scalar (exactly 0 for a healthy state).
+    """
+    total = jnp.zeros((), jnp.float32)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        if any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == "buffer" for k in path):
+            continue
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            total = total + jnp.sum(~jnp.isfinite(leaf)).astype(jnp.float32)
+    return total
+
+
 def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | None
                ) -> Callable[[Any], tuple[Any, ChunkOutput]]:
-    """Scans ``update`` ``num_updates`` times and reduces its outputs to a :class:`ChunkOutput`."""
+    """Scans ``update`` ``num_updates`` times and reduces its outputs to a :class:`ChunkOutput`.
+
+    Besides the update's metrics (means over the chunk; ``param_desync``: the max), the output
+    holds ``nonfinite_state``: :func:`nonfinite_count` of the chunk's final state, summed over
+    devices.
+    """
 
     def chunk(state: Any) -> tuple[Any, ChunkOutput]:
         state, outs = jax.lax.scan(lambda s, _: update(s), state, None, length=num_updates)
         metrics = {k: (jnp.max(v) if k == "param_desync" else jnp.mean(v)) for k, v in outs.metrics.items()}
+        metrics["nonfinite_state"] = psum(nonfinite_count(state), axis_name)
         episodes = psum(jax.tree.map(jnp.sum, outs.episodes), axis_name)
         return state, ChunkOutput(metrics, episodes)
 
@@ -247,8 +271,13 @@ def population_init(agent: Any, num_updates: int) -> Callable[[Any, Any, Any], A
     return jax.jit(lambda *xs: serial_map(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep), *xs))
 
 
-RESUMABLE_FIELDS = ("total_timesteps",)
-"""Config fields that may differ when resuming (extending a run); every other difference is an error."""
+RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor")
+"""Config fields that may differ when resuming (extending a run, changing how divergence is met);
+every other difference is an error."""
+
+
+class NonFiniteError(FloatingPointError):
+    """The run diverged (a NaN/inf loss or train state) and ``on_nonfinite`` could not recover it."""
 
 
 class ConfigMismatchError(ValueError):
@@ -269,6 +298,10 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
             + f". Fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}")
 
 
+RUN_OPTIONS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard")
+"""The :func:`train` options saved with a run (checkpoint meta and manifest) and kept on resume."""
+
+
 def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
           resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
           keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False,
@@ -278,14 +311,20 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     """Trains an agent; the Python entry point behind every experiment module.
 
     Args:
-        config: an algorithm config, e.g. :class:`rljax.agents.ppo.PPOConfig`.
+        config: an algorithm config, e.g. :class:`rljax.agents.ppo.PPOConfig`. Its
+            ``on_nonfinite``, ``max_rollbacks`` and ``rollback_lr_factor`` say how a diverged run
+            is met (see Raises).
         env: an env object (rljax or gymnax contract, e.g. one you just wrote); when None,
             ``envs.make(config.env)``.
         env_params: its params; ``env.default_params`` when None.
         run_dir: where to write ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
             ``checkpoints/``; None keeps the run in memory (no checkpoints; rows are still returned).
+            The directory is locked for the run (:mod:`rljax.runlock`): a second run or resume on
+            it is refused while this one lives.
         resume: continue the run in ``run_dir`` from its newest valid checkpoint. The config must
-            match the saved one except for :data:`RESUMABLE_FIELDS`.
+            match the checkpoint's except for :data:`RESUMABLE_FIELDS`. A run that stopped before
+            its first checkpoint committed starts over from scratch (its earlier metrics rows are
+            kept in ``metrics.superseded.jsonl``).
         checkpoint_every: save every this many chunks; 0 (the default) saves instead when
             ``checkpoint_interval_s`` seconds have passed since the last save. Either way a
             checkpoint is always saved after the last chunk and on preemption.
@@ -295,34 +334,68 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         quiet: no progress lines.
         tensorboard: write tensorboard events (with ``run_dir``).
         handle_signals: turn SIGTERM/SIGINT into a clean stop at the next chunk boundary (save,
-            flush, return with ``result.preempted``).
+            flush, return with ``result.preempted``); a signal during set-up or compilation stops
+            the run before its first chunk.
         on_chunk: called after each chunk as ``on_chunk(chunk_index, state, row)``; returning True
             stops the run there as a preemption would (saved, ``result.preempted == "on_chunk"``).
         population: train a sweep's members together (see :mod:`rljax.sweep`): the state gets a
             leading ``[P]`` axis, each member logs to ``RUN_DIR/members/<name>``, and a member whose
-            loss diverges is reported, not fatal.
+            loss or state diverges is reported, not fatal.
 
     Returns:
         A :class:`TrainResult`.
 
     Raises:
         DesyncError: params diverged across devices.
-        FloatingPointError: a loss became NaN or infinite (the message names it and the chunk; the
-            diverged state is not saved, the last checkpoint stays the newest).
+        NonFiniteError: a loss or the train state became NaN/inf (``nonfinite_state`` in the row
+            counts the bad values) and ``config.on_nonfinite`` is ``"stop"``, or ``"rollback"`` gave
+            up after ``config.max_rollbacks`` rollbacks. A rollback restores the newest checkpoint
+            (or the initial state when none was saved), multiplies every learning rate by
+            ``config.rollback_lr_factor``, moves the rows after it to ``metrics.superseded.jsonl``
+            and records an incident in the manifest; rows carry the ``rollbacks`` so far. No
+            checkpoint is ever written from a non-finite state.
         ConfigMismatchError: ``resume`` with a config that changes the run.
-        rljax.checkpoint.NoCheckpointError: ``resume`` but nothing restorable in ``run_dir``.
+        rljax.checkpoint.NoCheckpointError: ``resume`` but every checkpoint in ``run_dir`` is
+            unreadable.
+        rljax.runlock.RunLockedError: another live process holds ``run_dir``.
     """
-    from rljax.checkpoint import Checkpointer, PreemptionGuard
+    import contextlib
+
+    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
+                         f"got {checkpoint_every!r}")
+    if not (isinstance(checkpoint_interval_s, (int, float)) and math.isfinite(checkpoint_interval_s)
+            and checkpoint_interval_s > 0):
+        raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {checkpoint_interval_s!r}")
+    if not isinstance(keep_checkpoints, int) or isinstance(keep_checkpoints, bool) or keep_checkpoints < 1:
+        raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep_checkpoints!r}")
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run_dir of the run to continue")
+    options = dict(checkpoint_every=checkpoint_every, checkpoint_interval_s=float(checkpoint_interval_s),
+                   keep_checkpoints=keep_checkpoints, checkpoints=checkpoints, tensorboard=tensorboard)
+    from rljax.checkpoint import PreemptionGuard
+
+    with contextlib.ExitStack() as stack:
+        if run_dir is not None:
+            from rljax.runlock import RunLock
+
+            stack.enter_context(RunLock(run_dir))
+        guard = stack.enter_context(PreemptionGuard(handle_signals))
+        return _train(config, env, env_params, run_dir=run_dir, resume=resume, options=options, quiet=quiet,
+                      on_chunk=on_chunk, population=population, guard=guard)
+
+
+def _train(config: Any, env: Any, env_params: Any, *, run_dir: Any, resume: bool, options: dict[str, Any],
+           quiet: bool, on_chunk: Any, population: Population | None, guard: Any) -> TrainResult:
+    """:func:`train` inside its run-directory lock and signal guard."""
+    import warnings
+
+    from rljax.checkpoint import Checkpointer
+    from rljax.rundir import RunDirError, checkpoint_steps, newest_checkpoint_meta, read_json
     from rljax.tracking import Tracker, config_to_dict, format_progress
 
     t_start = time.perf_counter()
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
-                         f"got {checkpoint_every!r}")
-    if not checkpoint_interval_s > 0:
-        raise ValueError(f"checkpoint_interval_s must be > 0, got {checkpoint_interval_s!r}")
-    if resume and run_dir is None:
-        raise ValueError("resume=True needs the run_dir of the run to continue")
+    checkpoint_every = options["checkpoint_every"]
     if env is None:
         import envs
 
@@ -331,12 +404,27 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     elif env_params is None:
         env_params = env.default_params
 
-    saved_meta: dict[str, Any] | None = None
+    restart = False  # resume of a run that has no committed checkpoint: start it over
     if resume:
-        config_path = pathlib.Path(run_dir) / "config.json"
-        if not config_path.exists():
-            raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json) ; nothing to resume")
-        check_resume_config(json.loads(config_path.read_text()), config)
+        root = pathlib.Path(run_dir)
+        newest = newest_checkpoint_meta(root)
+        if newest is not None:  # before restoring: a changed config must not make every step look unreadable
+            check_resume_config(newest[1]["config"], config)
+        if not checkpoint_steps(root):
+            config_path = root / "config.json"
+            if not config_path.exists():
+                raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json and no checkpoint); "
+                                        f"nothing to resume")
+            try:
+                saved_config = read_json(config_path)
+            except RunDirError:
+                saved_config = None
+            if isinstance(saved_config, dict):
+                check_resume_config(saved_config, config)
+            restart = True
+            warnings.warn(f"{run_dir} has no committed checkpoint (the run stopped before its first save): "
+                          f"starting it over from scratch; its earlier metrics rows move to "
+                          f"metrics.superseded.jsonl", stacklevel=3)
 
     if population is None:
         par = DataParallel(config.num_devices, config.backend)
@@ -361,14 +449,18 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):
         raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
                               f"(`rljax resume {run_dir}`) or choose a new run directory")
-    checkpointer = (Checkpointer(run_dir, keep=keep_checkpoints)
-                    if run_dir is not None and checkpoints else None)
-    last_save = time.perf_counter()
-    if resume:
+    checkpointer = (Checkpointer(run_dir, keep=options["keep_checkpoints"])
+                    if run_dir is not None and (options["checkpoints"] or (resume and not restart)) else None)
+    saved_meta: dict[str, Any] | None = None
+    rollbacks = 0
+    if resume and not restart:
         # The chunk size is part of the compiled program: keep the saved one so the continuation
         # runs the same program (bit-exact), even when total_timesteps was extended.
         probe = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
         state, saved_meta, _ = checkpointer.restore(init_state(probe.num_updates))
+        if isinstance(saved_meta.get("config"), dict):  # the checkpoint is the record of the run
+            check_resume_config(saved_meta["config"], config)
+        rollbacks = int(saved_meta.get("rollbacks", 0))
         k_saved = int(saved_meta["plan"]["updates_per_chunk"])
         plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, k_saved)
         if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
@@ -382,6 +474,35 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
         state = init_state(plan.num_updates)
         start_chunk = 0
+    if not options["checkpoints"]:
+        if checkpointer is not None:
+            checkpointer.close()
+        checkpointer = None
+
+    # The run directory's files exist before compiling, so a run stopped during compilation can be
+    # resumed (from scratch) like any other.
+    trackers: list[Any] = []
+    wall_offset = 0.0
+    if run_dir is not None:
+        resume_steps = None if not resume else (0 if restart else int(saved_meta["env_steps"]))
+        extra = {"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__, "run_options": options}
+        saved_rows = (saved_meta or {}).get("rows") or [None] * (population.size if population else 1)
+        if population is None:
+            trackers.append(Tracker(run_dir, config, seed=config.seed, tensorboard=options["tensorboard"],
+                                    quiet=quiet, total_env_steps=plan.total_env_steps, resume=resume,
+                                    resume_env_steps=resume_steps, manifest_extra=extra,
+                                    recovered_rows=[r for r in saved_rows[:1] if r]))
+        else:
+            for i, name in enumerate(population.names):
+                trackers.append(Tracker(pathlib.Path(run_dir) / "members" / name, population.configs[i],
+                                        seed=population.seeds[i], tensorboard=options["tensorboard"], quiet=True,
+                                        total_env_steps=plan.total_env_steps, resume=resume,
+                                        resume_env_steps=resume_steps,
+                                        manifest_extra={**extra, "sweep_member": i, "sweep_dir": str(run_dir)},
+                                        recovered_rows=[r for r in saved_rows[i:i + 1] if r]))
+        if saved_meta is not None:
+            wall_offset = float(saved_meta.get("wall_time_s", 0.0))
+
     packed_chunk, unpack_output = pack_output(
         make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None))
     if population is None:
@@ -389,32 +510,20 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     else:
         chunk_fn = par.map_population(jax.vmap(packed_chunk), donate=True)
 
+    if not quiet:
+        what = "resuming" if resume and not restart else "training"
+        print(f"rljax: {what} {type(config).__name__.removesuffix('Config')} on {config.env}"
+              + (f" ({population.size} members)" if population is not None else "")
+              + (f", run directory {run_dir}" if run_dir is not None else "")
+              + f"; compiling {plan.updates_per_chunk} updates per chunk ...", flush=True)
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(state).compile()
     timings: dict[str, Any] = {
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
         "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk,
-        "launched_ahead": 0}
-
-    trackers: list[Any] = []
-    wall_offset = 0.0
-    if run_dir is not None:
-        resume_steps = None if saved_meta is None else int(saved_meta["env_steps"])
-        extra = {"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__}
-        if population is None:
-            trackers.append(Tracker(run_dir, config, seed=config.seed, tensorboard=tensorboard, quiet=quiet,
-                                    total_env_steps=plan.total_env_steps, resume=resume,
-                                    resume_env_steps=resume_steps, manifest_extra=extra))
-        else:
-            for i, name in enumerate(population.names):
-                trackers.append(Tracker(pathlib.Path(run_dir) / "members" / name, population.configs[i],
-                                        seed=population.seeds[i], tensorboard=tensorboard, quiet=True,
-                                        total_env_steps=plan.total_env_steps, resume=resume,
-                                        resume_env_steps=resume_steps,
-                                        manifest_extra={**extra, "sweep_member": i, "sweep_dir": str(run_dir)}))
-        if saved_meta is not None:
-            wall_offset = float(saved_meta.get("wall_time_s", 0.0))
+        "launched_ahead": 0, "rollbacks": 0}
+    last_save = time.perf_counter()
 
     def save_due(chunk_index: int) -> bool:
         """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
@@ -423,14 +532,21 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             return False
         if checkpoint_every:
             return (chunk_index + 1) % checkpoint_every == 0
-        return time.perf_counter() - last_save >= checkpoint_interval_s
+        return time.perf_counter() - last_save >= options["checkpoint_interval_s"]
 
-    def save(chunk_index: int, row: dict[str, Any]) -> None:
+    def save(chunk_index: int, member: list[dict[str, Any]]) -> None:
+        from rljax.tracking import _scalar
+
         t_ckpt = time.perf_counter()
+        row = member[0]
         meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
                 "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(plan),
-                "algorithm": type(config).__name__, "config": config_to_dict(config)}
-        checkpointer.save(row["env_steps"], state, meta)
+                "algorithm": type(config).__name__, "config": config_to_dict(config), "run_options": options,
+                "rollbacks": rollbacks, "rows": [{k: _scalar(v) for k, v in r.items()} for r in member]}
+        if population is None:
+            checkpointer.save(row["env_steps"], state, meta)
+        else:  # a diverged member is that member's result; it must not stop the others' checkpoints
+            checkpointer.save(row["env_steps"], state, meta, nonfinite_ok=True)
         timings["checkpoint_s"] += time.perf_counter() - t_ckpt
 
     pbt_step = None
@@ -465,104 +581,186 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
                 f.write(json.dumps(record) + "\n")
         return new
 
+    def roll_back(chunk_index: int, row: dict[str, Any], reason: str) -> int:
+        """Meets a diverged chunk as ``config.on_nonfinite`` says; returns the chunk to run next."""
+        nonlocal state, rollbacks
+        mode = getattr(config, "on_nonfinite", "stop")
+        limit = getattr(config, "max_rollbacks", 0)
+        where = f"after chunk {chunk_index} (env step {row['env_steps']:,})"
+        incident = {"kind": "nonfinite", "chunk": chunk_index, "env_steps": row["env_steps"], "reason": reason}
+        if mode != "rollback" or rollbacks >= limit:
+            for tracker in trackers:
+                tracker.record_incident({**incident, "action": "stop"})
+            newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (
+                checkpointer is not None and checkpointer.steps()) else ""
+            if mode == "rollback":
+                raise NonFiniteError(f"{reason} {where}, and {rollbacks} rollback(s) (max_rollbacks={limit}) did not "
+                                     f"help: giving up.{newest} Lower the learning rate or look for non-finite "
+                                     f"observations or rewards in the env")
+            raise NonFiniteError(f"{reason} {where}: the run diverged.{newest} on_nonfinite='rollback' restores the "
+                                 f"last good checkpoint with a lower learning rate instead of stopping")
+        rollbacks += 1
+        timings["rollbacks"] = timings.get("rollbacks", 0) + 1
+        if checkpointer is not None:
+            checkpointer.wait()
+        if checkpointer is not None and checkpointer.steps():
+            state, meta, _ = checkpointer.restore(state)
+            back_chunk, back_steps = int(meta["chunk_index"]), int(meta["env_steps"])
+            recovered = meta.get("rows") or []
+            state = _scale_learning_rates(state, config.rollback_lr_factor ** (rollbacks - int(meta.get("rollbacks", 0))))
+        else:
+            state = init_state(plan.num_updates)
+            back_chunk, back_steps, recovered = -1, 0, []
+            state = _scale_learning_rates(state, config.rollback_lr_factor ** rollbacks)
+        record = {**incident, "action": "rollback", "rollback": rollbacks, "to_env_steps": back_steps,
+                  "lr_factor": config.rollback_lr_factor ** rollbacks}
+        for tracker in trackers:
+            tracker.rewind(back_steps, recovered[:1])
+            tracker.record_incident(record)
+        rows[:] = [r for r in rows if r["env_steps"] <= back_steps]
+        warnings.warn(f"{reason} {where}: rolled back to env step {back_steps:,} with the learning rate scaled by "
+                      f"{config.rollback_lr_factor ** rollbacks:g} (rollback {rollbacks} of at most {limit})",
+                      stacklevel=4)
+        return back_chunk + 1
+
     timings["setup_s"] = time.perf_counter() - t_start - timings["compile_s"]
     t_loop = time.perf_counter()
     rows: list[dict[str, Any]] = []
     member_rows: list[list[dict[str, Any]]] = [[] for _ in range(population.size if population else 0)]
-    preempted = None
+    diverged: set[int] = set()
+    preempted = guard.signal_name if guard.requested else None  # a signal during set-up or compilation
     try:
-        with PreemptionGuard(handle_signals) as guard:
-            # A chunk is launched before the previous one's metrics are read whenever nothing needs
-            # that chunk's state on the host (no checkpoint, PBT step, on_chunk or stop is due):
-            # the host's logging and the next launch then overlap the device's work. Programs over
-            # several CPU devices always wait, which avoids XLA's CPU collective-rendezvous
-            # deadlock between programs.
-            launch_ahead = par.can_launch_ahead and on_chunk is None
-            ahead: tuple[Any, Any, float] | None = None  # (state, out, launch time) of the next chunk
-            t_done = -math.inf
-            for c in range(start_chunk, plan.num_chunks):
-                if ahead is None:
-                    t_launch = time.perf_counter()
-                    state, out = compiled(state)
-                else:
-                    state, out, t_launch = ahead
+        # A chunk is launched before the previous one's metrics are read whenever nothing needs
+        # that chunk's state on the host (no checkpoint, PBT step, on_chunk or stop is due):
+        # the host's logging and the next launch then overlap the device's work. Programs over
+        # several CPU devices always wait, which avoids XLA's CPU collective-rendezvous
+        # deadlock between programs.
+        launch_ahead = par.can_launch_ahead and on_chunk is None
+        ahead: tuple[Any, Any, float] | None = None  # (state, out, launch time) of the next chunk
+        t_done = -math.inf
+        c = start_chunk
+        while preempted is None and c < plan.num_chunks:
+            if ahead is None:
+                t_launch = time.perf_counter()
+                state, out = compiled(state)
+            else:
+                state, out, t_launch = ahead
+                ahead = None
+            last = c == plan.num_chunks - 1
+            pbt_due = pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last
+            if launch_ahead and not (last or pbt_due or save_due(c) or guard.requested):
+                t_next = time.perf_counter()
+                ahead = (*compiled(state), t_next)
+                timings["launched_ahead"] += 1
+            out = unpack_output(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
+            if ahead is None:
+                jax.block_until_ready(state)
+            # Device time of chunk c: from its launch, or from the previous chunk's end when it
+            # was queued behind it.
+            now = time.perf_counter()
+            chunk_s = now - max(t_launch, t_done)
+            t_done = now
+            timings["compute_s"] += chunk_s
+
+            t_log = time.perf_counter()
+            wall = wall_offset + time.perf_counter() - t_start
+            if population is None:
+                row = _row(plan, c, out, wall, chunk_s)
+                _check_desync(row, c)
+                row["rollbacks"] = rollbacks
+                rows.append(row)
+                member = [row]
+            else:
+                member = [_row(plan, c, jax.tree.map(lambda x: x[i], out), wall, chunk_s)
+                          for i in range(population.size)]
+                row = member[0]
+                for i, r in enumerate(member):
+                    member_rows[i].append(r)
+                    if i not in diverged and _nonfinite_reason(r):
+                        diverged.add(i)
+                        warnings.warn(f"sweep member {population.names[i]} diverged after chunk {c}: "
+                                      f"{_nonfinite_reason(r)}; the others go on", stacklevel=3)
+                rows.append(row)
+            for tracker, r in zip(trackers, member):
+                tracker.log(r)
+            if (population is not None or not trackers) and not quiet:
+                shown = row if population is None else {**row, "sps": row["sps"] * population.size}
+                print(format_progress(shown, plan.total_env_steps)
+                      + (f"  ({population.size} members; steps per member, sps in all)"
+                         if population is not None else ""), flush=True)
+            timings["logging_s"] += time.perf_counter() - t_log
+            reason = _nonfinite_reason(row) if population is None else None
+            if reason:
+                if ahead is not None:  # chunk c + 1 ran on the diverged state: discard it
+                    state = ahead[0]
                     ahead = None
-                last = c == plan.num_chunks - 1
-                pbt_due = pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last
-                if launch_ahead and not (last or pbt_due or save_due(c) or guard.requested):
-                    t_next = time.perf_counter()
-                    ahead = (*compiled(state), t_next)
-                    timings["launched_ahead"] += 1
-                out = unpack_output(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
-                if ahead is None:
                     jax.block_until_ready(state)
-                # Device time of chunk c: from its launch, or from the previous chunk's end when it
-                # was queued behind it.
-                now = time.perf_counter()
-                chunk_s = now - max(t_launch, t_done)
-                t_done = now
-                timings["compute_s"] += chunk_s
+                c = roll_back(c, row, reason)
+                continue
+            if on_chunk is not None and on_chunk(c, state, row):
+                guard.request("on_chunk")
+            if ahead is not None:
+                c += 1
+                continue  # chunk c + 1 is running; its boundary handles what became due
 
-                t_log = time.perf_counter()
-                wall = wall_offset + time.perf_counter() - t_start
-                if population is None:
-                    row = _row(plan, c, out, wall, chunk_s)
-                    _check_health(row, c)
-                    rows.append(row)
-                    member = [row]
-                else:
-                    member = [_row(plan, c, jax.tree.map(lambda x: x[i], out), wall, chunk_s)
-                              for i in range(population.size)]
-                    row = member[0]
-                    for i, r in enumerate(member):
-                        member_rows[i].append(r)
-                    rows.append(row)
-                for tracker, r in zip(trackers, member):
-                    tracker.log(r)
-                if (population is not None or not trackers) and not quiet:
-                    shown = row if population is None else {**row, "sps": row["sps"] * population.size}
-                    print(format_progress(shown, plan.total_env_steps)
-                          + (f"  ({population.size} members; steps per member, sps in all)"
-                             if population is not None else ""), flush=True)
-                if on_chunk is not None and on_chunk(c, state, row):
-                    guard.request("on_chunk")
-                timings["logging_s"] += time.perf_counter() - t_log
-                if ahead is not None:
-                    continue  # chunk c + 1 is running; its boundary handles what became due
-
-                if pbt_due:
-                    state = evolve(state, c, member)
-                if checkpointer is not None and (last or guard.requested or save_due(c)):
-                    save(c, row)
-                    last_save = time.perf_counter()
-                if guard.requested and not last:
-                    preempted = guard.signal_name
-                    break
+            if pbt_due:
+                state = evolve(state, c, member)
+            if checkpointer is not None and (last or guard.requested or save_due(c)):
+                guard.finishing = guard.requested or last
+                save(c, member)
+                last_save = time.perf_counter()
+            if guard.requested and not last:
+                preempted = guard.signal_name
+            c += 1
     finally:
-        if checkpointer is not None:
-            t_ckpt = time.perf_counter()
-            checkpointer.close()  # waits for the pending save to commit
-            timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-        for tracker in trackers:
-            tracker.close()
+        guard.finishing = True
+        try:
+            if checkpointer is not None:
+                t_ckpt = time.perf_counter()
+                checkpointer.close()  # waits for the pending save to commit
+                timings["checkpoint_s"] += time.perf_counter() - t_ckpt
+        finally:
+            for tracker in trackers:
+                tracker.close()
     timings["loop_s"] = time.perf_counter() - t_loop
     timings["total_s"] = time.perf_counter() - t_start
     if preempted and not quiet:
         where = f"; resume with: rljax resume {run_dir}" if run_dir is not None else ""
-        print(f"stopped by {preempted} after env step {rows[-1]['env_steps']:,}: checkpoint saved{where}",
-              flush=True)
+        at = f"after env step {rows[-1]['env_steps']:,}: checkpoint saved" if rows else "before its first chunk"
+        print(f"stopped by {preempted} {at}{where}", flush=True)
     return TrainResult(state=state, rows=rows, run_dir=None if run_dir is None else str(run_dir),
                        timings=timings, agent=agent, preempted=preempted,
                        member_rows=member_rows if population is not None else None)
 
 
 def _check_health(row: dict[str, Any], chunk_index: int) -> None:
+    """Raises :class:`DesyncError` or :class:`NonFiniteError` when ``row`` shows either."""
+    _check_desync(row, chunk_index)
+    reason = _nonfinite_reason(row)
+    if reason:
+        raise NonFiniteError(f"{reason} after chunk {chunk_index} (env step {row['env_steps']})")
+
+
+def _nonfinite_reason(row: dict[str, Any]) -> str | None:
+    """What in ``row`` shows a diverged run (a non-finite loss or train state), or None."""
+    bad = [f"{k} is {v}" for k, v in row.items() if k.endswith("_loss") and (v is None or not math.isfinite(v))]
+    count = row.get("nonfinite_state", 0.0)
+    if count is None or not math.isfinite(count) or count > 0:
+        bad.append(f"the train state holds {count} non-finite values")
+    return "; ".join(bad) or None
+
+
+def _scale_learning_rates(state: Any, factor: float) -> Any:
+    """``state`` with every traced hyperparameter named ``*learning_rate*`` multiplied by ``factor``."""
+    hp = state.hparams
+    names = [n for n in hp.__dataclass_fields__ if "learning_rate" in n]
+    return state.replace(hparams=hp.replace(**{n: getattr(hp, n) * jnp.float32(factor) for n in names}))
+
+
+def _check_desync(row: dict[str, Any], chunk_index: int) -> None:
     desync = row.get("param_desync", 0.0)
     if desync != 0.0:
         raise DesyncError(
             f"params differ across devices after chunk {chunk_index} (checksum spread {desync!r}); "
             f"a data-parallel update must keep them identical: check that every gradient and "
             f"statistic is averaged over the device axis")
-    for k, v in row.items():
-        if k.endswith("_loss") and (v is None or not math.isfinite(v)):
-            raise FloatingPointError(f"{k} is {v} after chunk {chunk_index} (env step {row['env_steps']})")

@@ -361,6 +361,21 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
 
         validate_pbt(spec.pbt, config, len(members))
         population = dataclasses.replace(population, pbt=spec.pbt)
+    import contextlib
+
+    from rljax.runlock import RunLock
+
+    with RunLock(run_dir) if run_dir is not None else contextlib.nullcontext():
+        return _run_sweep(config, spec, env, env_params, members, population, run_dir, resume, quiet, plots,
+                          train_kwargs)
+
+
+def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members: Any, population: Any,
+               run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any]):
+    """:func:`run_sweep` inside the sweep directory's lock."""
+    from rljax.loop import train
+    from rljax.tracking import config_to_dict, manifest
+
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -429,17 +444,25 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                        help="share of members replaced (bottom) by copies of the best (top) each PBT step")
     args = parser.parse_args(argv)
     base = None
+    saved_options: dict[str, Any] = {}
+    explicit = _explicit_flags(parser, argv)
     if args.resume:
+        from rljax.rundir import RunDirError, read_json, run_record
+
         saved_path = pathlib.Path(args.resume) / "sweep.json"
         if not saved_path.exists():
             parser.error(f"--resume {args.resume}: no sweep.json there")
-        saved = json.loads(saved_path.read_text())
-        base = json.loads((pathlib.Path(args.resume) / "config.json").read_text())
+        try:
+            saved = read_json(saved_path)
+            record = run_record(args.resume)
+        except RunDirError as err:
+            parser.error(f"--resume {args.resume}: {err}")
+        base, saved_options = record.config, record.run_options
         args.run_dir = args.resume
         spec = SweepSpec.from_dict(saved["spec"])
         args.devices = saved["devices"]
     try:
-        config = config_from_args(config_cls, args, base, _explicit_flags(parser, argv))
+        config = config_from_args(config_cls, args, base, explicit)
         if not args.resume:
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
@@ -462,5 +485,6 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     if str(run_dir).lower() == "none":
         run_dir = None
     _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
-                                                plots=not args.no_plots, **train_kwargs(args)), run_dir)
+                                                plots=not args.no_plots,
+                                                **train_kwargs(args, saved_options, explicit)), run_dir)
     return status or 0

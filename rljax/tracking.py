@@ -26,6 +26,7 @@ import platform
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -106,11 +107,13 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     path = pathlib.Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return rows
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict) and "env_steps" in row:
+            rows.append(row)
     return rows
 
 
@@ -136,10 +139,10 @@ def _fmt_s(seconds: float) -> str:
 class Tracker:
     """Owns a run directory: writes config and manifest once, then one metrics row per chunk.
 
-    Rows go to ``metrics.jsonl`` (flushed per row, so a crash loses at most the row being written)
-    and to tensorboard under ``tb/``. On resume, pass ``resume=True``: files are appended, never
-    truncated, and rows whose ``env_steps`` is not beyond the last logged one are refused so curves
-    never overlap.
+    Rows go to ``metrics.jsonl`` (flushed per row; a row that cannot be written whole, say on a
+    full disk, is cut back off so the file never ends in a partial row) and to tensorboard under
+    ``tb/``. On resume, pass ``resume=True``: files are appended, never truncated, and rows whose
+    ``env_steps`` is not beyond the last logged one are refused so curves never overlap.
 
     Args:
         run_dir: the run directory; created if missing.
@@ -149,66 +152,141 @@ class Tracker:
         tensorboard: also write tensorboardX events.
         quiet: do not print progress lines.
         total_env_steps: for the progress line's percentage and ETA.
-        resume_env_steps: on resume, the env step of the checkpoint the run continues from. Rows
-            logged after it (by chunks that ran after the last checkpoint) are moved to
-            ``metrics.superseded.jsonl`` (kept, not deleted), and tensorboard is told to purge its
-            events after that step, so the continued curves neither overlap nor restart.
+        resume_env_steps: on resume, the env step of the checkpoint the run continues from (0: the
+            run starts over from scratch). Rows logged after it (by chunks that ran after the last
+            checkpoint) are moved to ``metrics.superseded.jsonl`` (kept, not deleted), and
+            tensorboard is told to purge its events after that step, so the continued curves
+            neither overlap nor restart.
+        recovered_rows: rows saved with the checkpoint (its own chunk's row): any of them missing
+            from ``metrics.jsonl`` (a deleted file, a last line cut short by a crash) is put back.
     """
 
     def __init__(self, run_dir: str | os.PathLike, config: Any, *, seed: int | None = None,
                  resume: bool = False, tensorboard: bool = True, quiet: bool = False,
                  total_env_steps: int = 0, manifest_extra: Mapping[str, Any] | None = None,
-                 stream: TextIO | None = None, resume_env_steps: int | None = None):
+                 stream: TextIO | None = None, resume_env_steps: int | None = None,
+                 recovered_rows: list[Mapping[str, Any]] | None = None):
         self.run_dir = pathlib.Path(run_dir)
         self.quiet = quiet
         self.total_env_steps = total_env_steps
         self.stream = stream or sys.stdout
+        self._tensorboard = tensorboard
         metrics_path = self.run_dir / "metrics.jsonl"
+        self._metrics_path = metrics_path
         if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
             raise FileExistsError(
                 f"run directory {str(self.run_dir)!r} already holds metrics; resume it "
-                f"(`rljax resume {self.run_dir}`) or choose a new --run-dir")
+                f"(`rljax resume {self.run_dir}`: from its newest checkpoint, or from scratch if it has none) "
+                f"or choose a new --run-dir")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.last_env_steps = -1
         purge_step = None
         if resume:
-            rows = read_metrics(self.run_dir)
             if resume_env_steps is not None:
-                kept = [r for r in rows if int(r["env_steps"]) <= resume_env_steps]
-                superseded = [r for r in rows if int(r["env_steps"]) > resume_env_steps]
-                if superseded or len(kept) != len(metrics_path.read_text().splitlines()):
-                    with open(self.run_dir / "metrics.superseded.jsonl", "a", encoding="utf-8") as f:
-                        for r in superseded:
-                            f.write(json.dumps(r) + "\n")
-                    tmp = metrics_path.with_suffix(".jsonl.tmp")
-                    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-                    os.replace(tmp, metrics_path)
-                rows = kept
+                self._rewrite_metrics(resume_env_steps, recovered_rows or [])
                 purge_step = resume_env_steps + 1
+            rows = read_metrics(self.run_dir)
             if rows:
                 self.last_env_steps = int(rows[-1]["env_steps"])
             # The resolved config may differ in resumable fields (an extended total_timesteps);
             # the manifest keeps the original provenance and records each resume.
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
-            manifest_path = self.run_dir / "manifest.json"
-            record = json.loads(manifest_path.read_text()) if manifest_path.exists() else \
-                manifest(config, seed, manifest_extra)
+            record = self._read_manifest()
+            if record is None:
+                record = manifest(config, seed, manifest_extra)
             record.setdefault("resumes", []).append({
                 "from_env_steps": resume_env_steps, "argv": list(sys.argv), "unix_time": time.time(),
                 "config_hash": config_hash(config), **_git_state()})
-            _atomic_write_json(manifest_path, record)
+            _atomic_write_json(self.run_dir / "manifest.json", record)
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
             _atomic_write_json(self.run_dir / "manifest.json", manifest(config, seed, manifest_extra))
         self._jsonl = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb = None
-        if tensorboard:
+        self._open_tensorboard(purge_step)
+
+    def _open_tensorboard(self, purge_step: int | None) -> None:
+        if self._tensorboard:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=30, purge_step=purge_step)
 
+    def _read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when it is missing; a damaged one is moved aside (kept) with a warning."""
+        path = self.run_dir / "manifest.json"
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict):
+                raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+            return record
+        except (ValueError, UnicodeDecodeError) as err:
+            aside = _aside_name(path)
+            os.replace(path, aside)
+            warnings.warn(f"{path} is not valid JSON ({err}); moved it to {aside.name} and wrote a new "
+                          f"manifest (the run's provenance before this resume is in the damaged file)",
+                          stacklevel=3)
+            return None
+
+    def _rewrite_metrics(self, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
+        """Keeps the rows up to ``keep_env_steps`` (moving later ones to ``metrics.superseded.jsonl``),
+        drops undecodable lines (kept in the superseded file) and puts back recovered rows."""
+        path = self._metrics_path
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+        if not path.exists() and recovered_rows:
+            warnings.warn(f"{path} is missing: starting a new one from the checkpoint's row; earlier rows are "
+                          f"lost", stacklevel=3)
+        kept: list[dict[str, Any]] = []
+        superseded: list[str] = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+                steps = int(row["env_steps"])
+            except (ValueError, TypeError, KeyError):
+                if line.strip():
+                    superseded.append(line)  # a partial line from a crash: kept aside, never lost
+                continue
+            if steps <= keep_env_steps:
+                kept.append(row)
+            else:
+                superseded.append(json.dumps(row))
+        have = {int(r["env_steps"]) for r in kept}
+        recovered = [dict(r) for r in recovered_rows
+                     if int(r["env_steps"]) <= keep_env_steps and int(r["env_steps"]) not in have]
+        if not (superseded or recovered) and len(kept) == len(lines):
+            return
+        kept = sorted(kept + recovered, key=lambda r: int(r["env_steps"]))
+        if superseded:
+            with open(self.run_dir / "metrics.superseded.jsonl", "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in superseded))
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]] | None = None) -> None:
+        """Takes the run back to ``env_steps`` (a rollback to a checkpoint, or 0): later rows move to
+        ``metrics.superseded.jsonl`` and tensorboard purges the events after that step."""
+        self.close()
+        self._rewrite_metrics(env_steps, list(recovered_rows or []))
+        rows = read_metrics(self.run_dir)
+        self.last_env_steps = int(rows[-1]["env_steps"]) if rows else -1
+        self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._open_tensorboard(env_steps + 1)
+
+    def record_incident(self, incident: Mapping[str, Any]) -> None:
+        """Appends ``incident`` (JSON-able) to the manifest's ``incidents`` list."""
+        record = self._read_manifest() or {}
+        record.setdefault("incidents", []).append({"unix_time": time.time(), **dict(incident)})
+        _atomic_write_json(self.run_dir / "manifest.json", record)
+
     def log(self, row: Mapping[str, Any]) -> None:
-        """Writes one metrics row (must have ``env_steps``; all values scalars or None)."""
+        """Writes one metrics row (must have ``env_steps``; all values scalars or None).
+
+        Raises:
+            OSError: the row could not be written (e.g. a full disk); the file is cut back to
+                its last complete row first.
+        """
         missing = [k for k in REQUIRED_KEYS if k not in row]
         if missing:
             raise ValueError(f"metrics row lacks required keys {missing}; has {sorted(row)}")
@@ -216,8 +294,15 @@ class Tracker:
         if steps <= self.last_env_steps:
             raise ValueError(f"env_steps {steps} does not advance past the last logged {self.last_env_steps}")
         clean = {k: _scalar(v) for k, v in row.items()}
-        self._jsonl.write(json.dumps(clean) + "\n")
-        self._jsonl.flush()
+        line = json.dumps(clean) + "\n"
+        offset = self._jsonl.tell()
+        try:
+            self._jsonl.write(line)
+            self._jsonl.flush()
+        except OSError as err:
+            self._discard_partial_row(offset)
+            raise OSError(err.errno, f"cannot write a metrics row to {self._metrics_path}: {err.strerror or err}"
+                          ) from err
         if self._tb is not None:
             # One event holding every scalar of the row: the writer thread wakes once per chunk.
             from tensorboardX.proto.summary_pb2 import Summary
@@ -229,6 +314,18 @@ class Tracker:
         if not self.quiet:
             print(format_progress(clean, self.total_env_steps), file=self.stream, flush=True)
 
+    def _discard_partial_row(self, offset: int) -> None:
+        """After a failed write: drops whatever part of the row reached the file (best effort)."""
+        try:
+            self._jsonl.close()
+        except OSError:
+            pass  # the buffered bytes could not be flushed either; truncating below removes any part
+        try:
+            os.truncate(self._metrics_path, offset)
+        except OSError:
+            pass
+        self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
     def flush(self) -> None:
         self._jsonl.flush()
         if self._tb is not None:
@@ -237,16 +334,30 @@ class Tracker:
     def close(self) -> None:
         if self._jsonl.closed:
             return
-        self.flush()
-        self._jsonl.close()
-        if self._tb is not None:
-            self._tb.close()
+        try:
+            self.flush()
+        finally:
+            self._jsonl.close()
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = None
 
     def __enter__(self) -> "Tracker":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _aside_name(path: pathlib.Path) -> pathlib.Path:
+    """A free name beside ``path`` for keeping a damaged file: ``NAME.damaged-<unix time>[-k]``."""
+    stamp = int(time.time())
+    candidate = path.with_name(f"{path.name}.damaged-{stamp}")
+    k = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.damaged-{stamp}-{k}")
+        k += 1
+    return candidate
 
 
 def _scalar(v: Any) -> Any:

@@ -4,6 +4,7 @@ config mismatch, and continuous metrics."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import pathlib
 import signal
@@ -116,14 +117,23 @@ def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow(tmp_path)
     assert json.loads((tmp_path / "manifest.json").read_text())["resumes"][0]["from_env_steps"] == 8 * 16 * 12
 
 
-def test_fresh_run_refuses_a_used_directory_and_resume_needs_checkpoints(tmp_path):
+def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoints(tmp_path):
     rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
     with pytest.raises(FileExistsError, match="already holds"):
         rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "config.json").write_text(json.dumps(json.loads((tmp_path / "a" / "config.json").read_text())))
+    # Every committed step unreadable: refused, not silently restarted (that would throw progress
+    # away); the unreadable steps are kept aside for inspection. (A run with no committed step at
+    # all restarts from scratch: tests/test_reliability.py.)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    steps = [p for p in (tmp_path / "b" / "checkpoints").iterdir() if p.name.isdigit()]
+    for step in steps:
+        shutil.rmtree(step / "state")
     with pytest.raises(NoCheckpointError, match="no restorable checkpoint"):
         rljax.train(PPO_SMALL, run_dir=tmp_path / "b", quiet=True, resume=True)
+    kept = [p for d in ("checkpoints", "checkpoints_unreadable") if (tmp_path / "b" / d).exists()
+            for p in (tmp_path / "b" / d).iterdir() if p.name.split("-")[0].isdigit()]
+    assert len(kept) == len(steps)  # nothing deleted
+    assert not (tmp_path / "b" / "metrics.superseded.jsonl").exists()  # and nothing restarted
 
 
 def _final_leaves(run_dir):

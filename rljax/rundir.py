@@ -1,0 +1,131 @@
+"""Reading a run directory back: what a resume continues from, without compiling anything.
+
+A run directory's ``config.json`` and ``manifest.json`` are for people; the checkpoints are the
+record of what the run actually trained with. Each checkpoint's meta holds the resolved config,
+the algorithm, the run options (checkpoint cadence, tensorboard, ...) and the chunk's metrics row,
+so a resume takes them from the newest committed checkpoint, and ``config.json`` only when there
+is no checkpoint yet (a run stopped before its first save starts over from scratch). A
+``config.json`` that disagrees with the checkpoint (edited by hand) is refused, naming the fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any, NamedTuple
+
+__all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record"]
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be resumed as it is; the message names the file and what to do."""
+
+
+class RunRecord(NamedTuple):
+    """What a resume of a run directory continues with.
+
+    Attributes:
+        config: the resolved config (a dict, as in ``config.json``).
+        algorithm: the config class name (``"PPOConfig"``, ...).
+        run_options: the saved run options (``checkpoint_every``, ...); empty when unknown.
+        source: where ``config`` came from: ``"checkpoint <step>"`` or ``"config.json"``.
+        sweep: whether the directory holds a sweep (``sweep.json``).
+    """
+
+    config: dict[str, Any]
+    algorithm: str | None
+    run_options: dict[str, Any]
+    source: str
+    sweep: bool
+
+
+def read_json(path: str | os.PathLike, what: str = "") -> Any:
+    """Parses a JSON file; raises :class:`RunDirError` naming the file when it is unreadable."""
+    path = pathlib.Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path} is missing{' (' + what + ')' if what else ''}") from None
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{path} cannot be read as JSON ({type(err).__name__}: {err})") from None
+
+
+def checkpoint_steps(run_dir: str | os.PathLike) -> list[int]:
+    """The committed checkpoint steps in ``RUN_DIR/checkpoints`` (temporaries excluded), ascending."""
+    directory = pathlib.Path(run_dir) / "checkpoints"
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def newest_checkpoint_meta(run_dir: str | os.PathLike) -> tuple[int, dict[str, Any]] | None:
+    """``(step, meta)`` of the newest committed checkpoint whose meta reads, or None.
+
+    Only the small JSON meta is read (not the arrays); whether the arrays restore is decided when
+    the run restores them (and an unreadable step is then skipped).
+    """
+    for step in reversed(checkpoint_steps(run_dir)):
+        path = pathlib.Path(run_dir) / "checkpoints" / str(step) / "meta" / "metadata"
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
+            return step, meta
+    return None
+
+
+def _config_diffs(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
+    return [f"{k}: checkpoint {a.get(k)!r}, config.json {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and k not in ignore]
+
+
+def run_record(run_dir: str | os.PathLike) -> RunRecord:
+    """What ``rljax resume RUN_DIR`` continues with.
+
+    Raises:
+        RunDirError: the directory is not a run directory, or its ``config.json`` is unreadable
+            while no checkpoint holds the config, or ``config.json`` was edited so that it no
+            longer matches the checkpoint (only ``total_timesteps`` may differ: an extension).
+    """
+    run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory; nothing to resume")
+    sweep = (run_dir / "sweep.json").exists()
+    newest = newest_checkpoint_meta(run_dir)
+    config_path = run_dir / "config.json"
+    if newest is None:
+        if not config_path.exists():
+            raise RunDirError(f"{run_dir} is not a run directory (no config.json and no checkpoint); nothing to "
+                              f"resume")
+        config = read_json(config_path)
+        if not isinstance(config, dict):
+            raise RunDirError(f"{config_path} holds {type(config).__name__}, not a config object")
+        algorithm = None
+        manifest_path = run_dir / "manifest.json"
+        if manifest_path.exists():
+            try:
+                algorithm = read_json(manifest_path).get("algorithm")
+            except (RunDirError, AttributeError):
+                algorithm = None
+        return RunRecord(config, algorithm, {}, "config.json", sweep)
+    step, meta = newest
+    config = meta["config"]
+    if config_path.exists():
+        try:
+            on_disk = read_json(config_path)
+        except RunDirError:
+            on_disk = None  # damaged: the checkpoint's config is used and config.json rewritten on resume
+        if isinstance(on_disk, dict):
+            diffs = _config_diffs(config, on_disk, ("total_timesteps",))
+            if diffs:
+                raise RunDirError(
+                    f"{config_path} differs from the config of checkpoint {step}, which is what the run trained "
+                    f"with: {'; '.join(diffs)}. Editing config.json does not change a run: restore the file "
+                    f"(or delete it; resume rewrites it from the checkpoint), and pass --total-timesteps to extend "
+                    f"the run; other changes need a new run")
+            # An extension given to an earlier resume that stopped before its first save.
+            config = {**config, "total_timesteps": on_disk.get("total_timesteps", config.get("total_timesteps"))}
+    return RunRecord(config, meta.get("algorithm"), dict(meta.get("run_options") or {}), f"checkpoint {step}",
+                     sweep)
