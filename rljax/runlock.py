@@ -37,6 +37,8 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
+import functools
+import inspect
 import json
 import os
 import pathlib
@@ -47,10 +49,13 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["RunLock", "RunLockError", "RunLockedError", "RunLockWarning", "LOCK_FILE", "DISABLE_ENV",
-           "read_holder"]
+           "read_holder", "holds_run_dir"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 LOCK_FILE = ".lock"
 """The lock file's name inside the run directory."""
@@ -354,3 +359,24 @@ class RunLock:
             pass
         finally:
             os.close(fd)
+
+
+def holds_run_dir(fn: F) -> F:
+    """Decorates a function with a ``run_dir`` parameter so that each call holds that directory's
+    :class:`RunLock` (none when ``run_dir`` is None) for as long as it runs::
+
+        @holds_run_dir
+        def train(config, env=None, env_params=None, *, run_dir=None, ...): ...
+    """
+    signature = inspect.signature(fn)
+    if "run_dir" not in signature.parameters:
+        raise TypeError(f"{fn.__qualname__} has no run_dir parameter to lock")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        with RunLock(bound.arguments["run_dir"]):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
