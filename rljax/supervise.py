@@ -182,6 +182,17 @@ class Supervisor:
     def _say(self, text: str) -> None:
         print(f"{_PREFIX} {text}", file=self.stream or sys.stderr, flush=True)
 
+    def _say_now(self, text: str) -> None:
+        """:meth:`_say` for signal handlers: one unbuffered write, which cannot re-enter a buffered
+        stream that the handler interrupted."""
+        if self.stream is not None:
+            self._say(text)
+            return
+        try:
+            os.write(sys.stderr.fileno(), f"{_PREFIX} {text}\n".encode())
+        except (OSError, ValueError):
+            pass
+
     def _record(self, record: dict[str, Any]) -> None:
         """Appends one line to ``RUN_DIR/supervisor.jsonl`` (one write: lines never interleave)."""
         path = pathlib.Path(self.run_dir) / LOG_FILE
@@ -210,10 +221,10 @@ class Supervisor:
                 pass
         name = signal.Signals(signum).name
         if child is not None:
-            self._say(f"got {name}: forwarded {forwarded.name} to the training process group {child.pid}; "
-                      f"waiting for it to stop (it is not restarted)")
+            self._say_now(f"got {name}: forwarded {forwarded.name} to the training process group {child.pid}; "
+                          f"waiting for it to stop (it is not restarted)")
         else:
-            self._say(f"got {name}: stopping (no restart)")
+            self._say_now(f"got {name}: stopping (no restart)")
 
     def _install_handlers(self) -> dict[int, Any]:
         previous = {}
