@@ -176,6 +176,7 @@ class Supervisor:
         self.stream = stream
         self.stop_signal: int | None = None
         self._child: subprocess.Popen | None = None
+        self._unforwarded: int | None = None
         self._log_failed = False
 
     # -- reporting -----------------------------------------------------------------------------
@@ -210,8 +211,8 @@ class Supervisor:
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        first = self.stop_signal is None
-        self.stop_signal = signum if first else self.stop_signal
+        if self.stop_signal is None:
+            self.stop_signal = signum
         child = self._child
         forwarded = _FORWARDED.get(signal.Signals(signum), signal.SIGTERM)
         if child is not None:
@@ -219,6 +220,8 @@ class Supervisor:
                 os.killpg(child.pid, forwarded)
             except (ProcessLookupError, PermissionError):
                 pass
+        else:
+            self._unforwarded = signum  # a child being started gets it as soon as it is known
         name = signal.Signals(signum).name
         if child is not None:
             self._say_now(f"got {name}: forwarded {forwarded.name} to the training process group {child.pid}; "
@@ -287,9 +290,10 @@ class Supervisor:
                 return status
             child = self._child
             self._say(f"attempt {attempt} ({budget}), pid {child.pid}: {shlex.join(argv)}")
-            if self.stop_signal is not None:  # arrived while the child was starting
+            if self._unforwarded is not None:  # arrived while the child was starting: forward it now
+                signum, self._unforwarded = self._unforwarded, None
                 try:
-                    os.killpg(child.pid, _FORWARDED.get(signal.Signals(self.stop_signal), signal.SIGTERM))
+                    os.killpg(child.pid, _FORWARDED.get(signal.Signals(signum), signal.SIGTERM))
                 except ProcessLookupError:
                     pass
             returncode = child.wait()
