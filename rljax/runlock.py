@@ -269,11 +269,12 @@ class RunLock:
                 record, _ = _parse_record(_read_fd(fd))
                 raise RunLockedError(self._locked_message(record), str(run_dir), record) from None
             except OSError as err:
+                code = errno.errorcode.get(err.errno, err.errno)
                 raise RunLockError(
-                    f"cannot lock {str(path)!r}: the filesystem refused a file lock ({errno.errorcode.get(err.errno, err.errno)}: "
-                    f"{err.strerror}); two runs on this directory would not be stopped. Mount it with locking "
-                    f"(NFS without 'nolock', Lustre with 'flock') or, at your own risk, set {DISABLE_ENV}=0 "
-                    f"to run without the lock") from None
+                    f"cannot lock {str(path)!r}: the filesystem refused a file lock ({code}: {err.strerror}); "
+                    f"two runs on this directory would not be stopped. Mount it with locking (NFS without "
+                    f"'nolock', Lustre with 'flock') or, at your own risk, set {DISABLE_ENV}=0 to run without "
+                    f"the lock") from None
             previous, problem = _parse_record(_read_fd(fd))
             if previous is not None or problem is not None:
                 warnings.warn(self._takeover_message(previous, problem), RunLockWarning, stacklevel=3)

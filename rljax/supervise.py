@@ -52,7 +52,8 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["supervise_main", "find_run_dir", "attempt_command", "backoff_delay", "newest_checkpoint",
-           "Supervisor", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS", "DEFAULT_BACKOFF_S", "DEFAULT_MAX_BACKOFF_S"]
+           "Supervisor", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS",
+           "DEFAULT_BACKOFF_S", "DEFAULT_MAX_BACKOFF_S"]
 
 LOG_FILE = "supervisor.jsonl"
 """The attempt record, one JSON object per line, in the run directory."""
