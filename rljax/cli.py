@@ -229,7 +229,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
     from rljax.loop import DesyncError, NonFiniteError
     from rljax.rundir import RunDirError
-    from rljax.runlock import RunLockedError
+    from rljax.runlock import RunLockError
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None) if main_thread else None
@@ -242,7 +242,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     except DesyncError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, EXIT_SOFTWARE
-    except (ValueError, FileExistsError, FileNotFoundError, NoCheckpointError, RunDirError, RunLockedError) as err:
+    except (ValueError, FileExistsError, FileNotFoundError, NoCheckpointError, RunDirError, RunLockError) as err:
         io = _os_error(err)
         if io is not None:
             print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
@@ -364,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     usage = ("usage: rljax envs\n"
              f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
              f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
-             "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]")
+             "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]\n"
+             "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0
@@ -386,6 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0])
+    if cmd == "supervise":
+        from rljax.supervise import supervise_main
+
+        return supervise_main(rest)
     if cmd == "resume":
         if not rest or rest[0].startswith("-"):
             print(f"error: resume needs a run directory\n{usage}", file=sys.stderr)

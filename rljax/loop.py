@@ -371,6 +371,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep_checkpoints!r}")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
+    if resume and not pathlib.Path(run_dir).is_dir():
+        raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     options = dict(checkpoint_every=checkpoint_every, checkpoint_interval_s=float(checkpoint_interval_s),
                    keep_checkpoints=keep_checkpoints, checkpoints=checkpoints, tensorboard=tensorboard)
     from rljax.checkpoint import PreemptionGuard

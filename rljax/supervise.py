@@ -8,7 +8,8 @@ When it ends:
 
 - status 0 (done): the supervisor exits 0;
 - status 2 (usage error: a bad flag or config, a run directory in use by another run, nothing to
-  resume): restarting cannot help, so it exits 2;
+  resume), 65 (the run diverged and its ``on_nonfinite`` policy gave up) or 70 (data-parallel
+  devices out of sync): a restart would meet the same end, so it exits with that status;
 - status 75 (preempted: the run stopped cleanly after a SIGTERM/SIGINT that the supervisor did not
   send), any other status (a crash) or death by a signal (SIGKILL, the OOM killer): it is
   restarted after a back-off, until ``--max-restarts`` restarts are spent; then the supervisor
@@ -60,6 +61,15 @@ LOG_FILE = "supervisor.jsonl"
 
 USAGE_EXIT_CODE = 2
 """Exit status of a usage error (``rljax.cli``): the supervisor never restarts it."""
+
+FINAL_EXIT_CODES = {
+    USAGE_EXIT_CODE: "a usage error (a bad flag or config, a run directory in use by another run, nothing to "
+                     "resume): restarting cannot help",
+    65: "the run diverged (a NaN/inf loss or state) and its on_nonfinite policy gave up: a restart from the same "
+        "checkpoint would diverge again; resume it by hand with --on-nonfinite rollback or a lower learning rate",
+    70: "the data-parallel devices fell out of sync: a restart cannot help",
+}
+"""Exit statuses of ``rljax.cli`` that the supervisor never restarts, with the reason it prints."""
 
 PREEMPTED_EXIT_CODE = 75
 """Exit status of a run stopped cleanly by SIGTERM/SIGINT (``rljax.checkpoint.PREEMPTED_EXIT_CODE``;
@@ -319,10 +329,9 @@ class Supervisor:
                 action = "stop"
                 note = (f"stopped by {signal.Signals(self.stop_signal).name} sent to the supervisor; not restarted; "
                         f"exit status {status}")
-            elif status == USAGE_EXIT_CODE:
+            elif signame is None and status in FINAL_EXIT_CODES:
                 action = "stop"
-                note = ("a usage error (a bad flag or config, a run directory in use by another run, nothing to "
-                        "resume): restarting cannot help; exit status 2")
+                note = f"{FINAL_EXIT_CODES[status]}; exit status {status}"
             elif restarts >= self.max_restarts:
                 action = "give up"
                 note = (f"restart budget spent ({self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}); "

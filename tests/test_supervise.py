@@ -173,6 +173,17 @@ def test_stops_on_a_usage_error(fake, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_stops_on_a_divergence_that_a_restart_would_repeat(fake, tmp_path):
+    script, state = fake
+    run = tmp_path / "run"
+    proc = supervise(fake, run, "65,0")
+    assert proc.returncode == 65
+    assert (state / "count").read_text() == "1"
+    assert [r["action"] for r in records(run)] == ["stop"]
+    assert "diverged" in proc.stderr
+
+
+@pytest.mark.timeout(60)
 def test_gives_up_with_the_last_status_when_the_budget_is_spent(fake, tmp_path):
     script, state = fake
     run = tmp_path / "run"
