@@ -204,6 +204,16 @@ def test_sweep_members_are_validated():
         make_population(base, None, members)
 
 
+def test_pbt_ranges_must_be_valid_values_of_the_field():
+    from rljax.agents.ppo import PPOConfig
+    from rljax.pbt import PBTSpec, validate_pbt
+
+    cfg = PPOConfig()
+    validate_pbt(PBTSpec(interval=1, fields={"gamma": (0.9, 1.0)}), cfg, 4)
+    with pytest.raises(ValueError, match=r"PBT range of gamma.*gamma must be in \[0, 1\], got 1.5"):
+        validate_pbt(PBTSpec(interval=1, fields={"gamma": (0.9, 1.5)}), cfg, 4)
+
+
 # ----- the command line: exit status 2, one line naming the field, no traceback -----
 
 def _run_in_process(argv, capsys):
