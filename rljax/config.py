@@ -192,8 +192,8 @@ class RunConfig:
     """Fields every algorithm's config starts with: what to run, for how long, on what."""
 
     env: str = field("CartPole-v1", "environment name: a registered rljax env or 'gymnax/<id>'")
-    seed: int = field(0, "PRNG seed; every key in the run is split from jax.random.key(seed)")
-    total_timesteps: int = field(500_000, "environment steps to train for (rounded to whole updates)")
+    seed: int = field(0, "PRNG seed in [0, 2**32 - 1]; every key in the run is split from jax.random.key(seed)")
+    total_timesteps: int = field(500_000, "environment steps to train for, at most 2**30 (rounded to whole updates)")
     num_envs: int = field(4, "parallel environments, over all devices")
     num_devices: int = field(1, "devices for the data-parallel learner; the env batch is split over them")
     backend: str = field("shard_map", "multi-device backend: 'shard_map' (jit + shard_map) or 'pmap'")
