@@ -5,17 +5,46 @@ help line (shown by ``--help`` and in the docs) and whether the field is **sweep
 hyperparameter that lives in the train state, so one compiled program can vmap over its values.
 Everything else is **structural** (shapes, loop lengths, network sizes): changing it changes the
 program. :class:`RunConfig` holds the fields every algorithm shares (env, seed, budget, devices).
+
+Validation is in two steps, both raising one ``ValueError`` (a single line naming the field, the
+bad value and what is valid). First :func:`check_types` checks every field against its declared
+type; then each config's ``validate()`` checks the ranges, with :func:`check_ints`,
+:func:`check_floats`, :func:`check_choice` and :func:`check_sizes`. The type check runs first, so a
+range check never meets a string, None or NaN.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
+from collections.abc import Callable, Collection
 from typing import Any
 
-__all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS"]
+__all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED", "MAX_ENV_STEPS",
+           "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats", "check_choice", "check_sizes",
+           "check_env_steps_per_update"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
+
+MAX_SEED = 2**32 - 1
+"""The largest seed. ``jax.random.key`` keeps only the low 32 bits of a seed (``key(2**32)`` is
+``key(0)``) and a sweep stacks its members' seeds as uint32, so 0 .. 2**32 - 1 are the seeds that
+give distinct keys, the same in a single run and in a sweep."""
+
+MAX_ENV_STEPS = 2**30
+"""The most env steps a run (``total_timesteps``) or one update may take. The train state counts
+updates in int32 and the off-policy agents compute env steps as ``updates * env_steps_per_update``
+in int32; the loop's plan rounds a run up to whole chunks, which less than doubles it, so runs of
+at most 2**30 env steps keep every counter below 2**31. Replay capacities and the step thresholds
+compared with those counters (``learning_starts``, ``target_update_interval``) share the bound."""
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: hyperparameters become float32 scalars, so larger values would be inf."""
+
+_WHY_STEPS = "(2**30: larger runs would overflow the train state's int32 step counters)"
+_WHY_SEED = "(jax.random.key keeps a seed's low 32 bits and sweep seeds are uint32)"
 
 
 def field(default: Any, help: str, *, sweepable: bool = False) -> Any:  # noqa: A002 - mirrors argparse
@@ -48,13 +77,124 @@ def _require(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_float(v: Any) -> bool:
+    # abs(v) <= FLOAT32_MAX is False for NaN and inf, and compares huge ints exactly.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= FLOAT32_MAX
+
+
+def _type_rule(declared: Any) -> tuple[Callable[[Any], bool], str] | None:
+    """``(accepts, description)`` for a declared field type, or None for a type with no rule."""
+    if declared is bool:
+        return (lambda v: isinstance(v, bool)), "a bool (True or False)"
+    if declared is int:
+        return _is_int, "an integer (not a bool or float)"
+    if declared is float:
+        return _is_float, f"a finite number (an int or float, |x| <= {FLOAT32_MAX:.4g}, the float32 range)"
+    if declared is str:
+        return (lambda v: isinstance(v, str)), "a string"
+    if typing.get_origin(declared) is tuple and typing.get_args(declared) == (int, ...):
+        return (lambda v: isinstance(v, tuple) and all(_is_int(h) for h in v)), "a tuple of integers, e.g. (64, 64)"
+    return None
+
+
+@functools.cache
+def _field_rules(config_cls: type) -> tuple[tuple[str, Callable[[Any], bool], str], ...]:
+    hints = typing.get_type_hints(config_cls)
+    rules = []
+    for f in dataclasses.fields(config_cls):
+        rule = _type_rule(hints.get(f.name))
+        if rule is None:
+            raise TypeError(f"{config_cls.__name__}.{f.name} is declared as {hints.get(f.name)!r}; config fields "
+                            "must be bool, int, float, str or tuple[int, ...] (rljax.config.check_types)")
+        rules.append((f.name, *rule))
+    return tuple(rules)
+
+
+def check_types(config: Any) -> None:
+    """Checks every field of ``config`` against its declared type.
+
+    ``int`` fields take ints (not bools or floats); ``float`` fields take finite ints or floats
+    within the float32 range (not bools, strings, None, NaN or inf); ``bool`` fields take bools;
+    ``str`` fields take strings; ``tuple[int, ...]`` fields take tuples of ints. A field of any
+    other declared type is a ``TypeError`` in the config class itself.
+
+    Raises:
+        ValueError: naming the first bad field, its value and type, and what it must be.
+    """
+    for name, accepts, description in _field_rules(type(config)):
+        value = getattr(config, name)
+        _require(accepts(value), f"{name} must be {description}, got {value!r} ({type(value).__name__})")
+
+
+def check_ints(config: Any, names: Collection[str], low: int = 1, high: int | None = None, why: str = "") -> None:
+    """Checks that each int field in ``names`` lies in ``[low, high]`` (``high=None``: no upper bound).
+
+    ``why`` (e.g. where the upper bound comes from) is appended to the message of a value above it.
+    """
+    for name in names:
+        v = getattr(config, name)
+        if v < low:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}" if low == 1
+                             else f"{name} must be an integer >= {low}, got {v!r}")
+        _require(high is None or v <= high,
+                 f"{name} must be an integer in [{low}, {high}], got {v!r}" + (f" {why}" if why else ""))
+
+
+def check_floats(config: Any, names: Collection[str], low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """Checks that each (finite) float field in ``names`` lies between ``low`` and ``high``.
+
+    ``low_open`` / ``high_open`` exclude the bound itself: ``low=0, low_open=True`` is ``> 0``.
+    """
+    for name in names:
+        v = getattr(config, name)
+        above = low is None or (v > low if low_open else v >= low)
+        below = high is None or (v < high if high_open else v <= high)
+        if above and below:
+            continue
+        if high is None:
+            raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {v!r}")
+        if low is None:
+            raise ValueError(f"{name} must be {'<' if high_open else '<='} {high:g}, got {v!r}")
+        raise ValueError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}, "
+                         f"got {v!r}")
+
+
+def check_choice(config: Any, name: str, choices: Collection[str]) -> None:
+    """Checks that the str field ``name`` is one of ``choices``."""
+    v = getattr(config, name)
+    _require(v in choices, f"{name}={v!r} is not one of {tuple(choices)}")
+
+
+def check_sizes(config: Any, name: str, *, allow_empty: bool = True) -> None:
+    """Checks that the tuple-of-int field ``name`` holds positive sizes (and at least one, unless
+    ``allow_empty``: for hidden layers, ``()`` is a linear model)."""
+    v = getattr(config, name)
+    if allow_empty:
+        _require(all(h > 0 for h in v), f"{name} must be a tuple of positive ints (or ()), got {v!r}")
+    else:
+        _require(len(v) > 0 and all(h > 0 for h in v), f"{name} must be one or more positive ints, got {v!r}")
+
+
+def check_env_steps_per_update(env_steps_per_update: int, expression: str) -> None:
+    """Checks that one update's env steps (``expression``, e.g. ``"num_envs * num_steps"``) fit
+    :data:`MAX_ENV_STEPS`, so that even a one-update run keeps the int32 counters from overflowing."""
+    _require(env_steps_per_update <= MAX_ENV_STEPS,
+             f"{expression} = {env_steps_per_update} env steps per update is more than {MAX_ENV_STEPS} "
+             f"{_WHY_STEPS}")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Fields every algorithm's config starts with: what to run, for how long, on what."""
 
     env: str = field("CartPole-v1", "environment name: a registered rljax env or 'gymnax/<id>'")
-    seed: int = field(0, "PRNG seed; every key in the run is split from jax.random.key(seed)")
-    total_timesteps: int = field(500_000, "environment steps to train for (rounded to whole updates)")
+    seed: int = field(0, "PRNG seed in [0, 2**32 - 1]; every key in the run is split from jax.random.key(seed)")
+    total_timesteps: int = field(500_000, "environment steps to train for, at most 2**30 (rounded to whole updates)")
     num_envs: int = field(4, "parallel environments, over all devices")
     num_devices: int = field(1, "devices for the data-parallel learner; the env batch is split over them")
     backend: str = field("shard_map", "multi-device backend: 'shard_map' (jit + shard_map) or 'pmap'")
@@ -68,23 +208,18 @@ class RunConfig:
                                            "learning rate by this factor")
 
     def validate_run(self) -> None:
-        """Checks the shared fields; raises ``ValueError`` naming the bad value and what is valid."""
-        for name in ("total_timesteps", "num_envs", "num_devices"):
-            value = getattr(self, name)
-            _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                     f"{name} must be a positive integer, got {value!r}")
+        """Checks the type of every field (of the concrete config class, not only these), then the
+        ranges of the shared fields; raises ``ValueError`` naming the bad value and what is valid."""
+        check_types(self)
+        _require(self.env != "", "env must be a non-empty string (a registered rljax env or 'gymnax/<id>'), got ''")
+        check_ints(self, ("seed",), 0, MAX_SEED, why=_WHY_SEED)
+        check_ints(self, ("total_timesteps",), 1, MAX_ENV_STEPS, why=_WHY_STEPS)
+        check_ints(self, ("num_envs", "num_devices"))
+        check_ints(self, ("updates_per_chunk",), 0)
+        check_choice(self, "backend", BACKENDS)
         _require(self.num_envs % self.num_devices == 0,
                  f"num_envs={self.num_envs} is not divisible by num_devices={self.num_devices}; "
                  f"use a multiple of {self.num_devices}")
-        _require(self.backend in BACKENDS, f"backend={self.backend!r} is not one of {BACKENDS}")
-        _require(isinstance(self.updates_per_chunk, int) and self.updates_per_chunk >= 0,
-                 f"updates_per_chunk must be >= 0 (0 = automatic), got {self.updates_per_chunk!r}")
-        _require(isinstance(self.seed, int) and not isinstance(self.seed, bool),
-                 f"seed must be an integer, got {self.seed!r}")
-        _require(self.on_nonfinite in NONFINITE_ACTIONS,
-                 f"on_nonfinite={self.on_nonfinite!r} is not one of {NONFINITE_ACTIONS}")
-        _require(isinstance(self.max_rollbacks, int) and not isinstance(self.max_rollbacks, bool)
-                 and self.max_rollbacks >= 0, f"max_rollbacks must be an integer >= 0, got {self.max_rollbacks!r}")
-        _require(isinstance(self.rollback_lr_factor, (int, float)) and not isinstance(self.rollback_lr_factor, bool)
-                 and 0 < self.rollback_lr_factor <= 1,
-                 f"rollback_lr_factor must be a number in (0, 1], got {self.rollback_lr_factor!r}")
+        check_choice(self, "on_nonfinite", NONFINITE_ACTIONS)
+        check_ints(self, ("max_rollbacks",), 0)
+        check_floats(self, ("rollback_lr_factor",), 0.0, 1.0, low_open=True)

@@ -120,9 +120,9 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     n = max(1, total_timesteps // env_steps_per_update)
     target = updates_per_chunk if updates_per_chunk > 0 else max(1, min(MAX_AUTO_CHUNK, math.ceil(n / AUTO_CHUNKS)))
     target = min(target, n)
-    if n % target:
+    if n % target and updates_per_chunk == 0:
         divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target) + 1) if n % d == 0]
-        if divisors and updates_per_chunk == 0:
+        if divisors:
             target = min(divisors, key=lambda d: (abs(d - target), -d))
     num_chunks = math.ceil(n / target)
     k = math.ceil(n / num_chunks)

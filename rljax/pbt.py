@@ -81,6 +81,13 @@ def validate_pbt(spec: PBTSpec, config: Any, population_size: int) -> None:
                              f"PBT can explore: {', '.join(allowed)}")
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
             raise ValueError(f"PBT range of {name} must satisfy 0 < low < high, got ({low}, {high})")
+        # Explore clips to [low, high]: both ends must be valid values of the field (its valid set
+        # is an interval, so everything in between is too).
+        for bound in (low, high):
+            try:
+                dataclasses.replace(config, **{name: bound})
+            except ValueError as err:
+                raise ValueError(f"PBT range of {name} ({low}, {high}) reaches an invalid value: {err}") from None
     if not 0 < spec.fraction <= 0.5:
         raise ValueError(f"PBT fraction must be in (0, 0.5], got {spec.fraction!r}")
     if not spec.factors or any(not (f > 0 and math.isfinite(f)) for f in spec.factors):

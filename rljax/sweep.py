@@ -466,6 +466,8 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         if not args.resume:
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+            if args.devices < 1:
+                raise ValueError(f"--devices must be >= 1, got {args.devices}")
             pbt = None
             if args.pbt_interval or args.pbt:
                 from rljax.pbt import PBTSpec, parse_pbt

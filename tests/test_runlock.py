@@ -281,8 +281,6 @@ def test_no_directory_means_no_lock():
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=True, reason="needs the lock in rljax.loop.train and RunLockError -> status 2 in "
-                                       "rljax.cli.call_training (the lead's integration)")
 def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path):
     """The reported bug: a second run on a live run's --run-dir, or `rljax resume` of it, must exit 2
     naming the holder instead of writing into the directory."""

@@ -383,9 +383,6 @@ def test_a_real_run_killed_after_its_first_checkpoint_is_resumed_to_completion(t
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.xfail(strict=True, reason="`--resume` of a run directory without a committed checkpoint is refused "
-                                       "(NoCheckpointError, status 2) until `--resume` restarts such a run from "
-                                       "scratch")
 def test_a_real_run_killed_before_its_first_checkpoint_is_restarted_to_completion(tmp_path):
     proc, run, command = _supervised_ppo(tmp_path, "before")
     _assert_completed(proc, run, command)

@@ -69,13 +69,21 @@ class DQNConfig(RunConfig):
         self.validate()
 
     def validate(self) -> None:
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
+
+        Every field's type first (:func:`~rljax.config.check_types`), then its range.
+        """
+        from rljax.config import (MAX_ENV_STEPS, check_choice, check_env_steps_per_update, check_floats, check_ints,
+                                  check_sizes)
+        from rljax.networks import ACTIVATIONS
+
         self.validate_run()
-        for name in ("num_steps", "gradient_steps", "batch_size", "buffer_size", "target_update_interval",
-                     "n_step"):
-            v = getattr(self, name)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                     f"{name} must be a positive integer, got {v!r}")
-        _require(self.learning_starts >= 0, f"learning_starts must be >= 0, got {self.learning_starts}")
+        check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
+        # Replay slots and thresholds compared with the int32 env-step counters share their bound.
+        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
+        check_ints(self, ("buffer_size", "target_update_interval"), 1, MAX_ENV_STEPS, why=why)
+        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
+        check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
         for name in ("batch_size", "buffer_size"):
             v = getattr(self, name)
             _require(v % self.num_devices == 0,
@@ -83,13 +91,14 @@ class DQNConfig(RunConfig):
         _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
                  f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
                  f"{self.num_envs * self.num_steps} transitions")
-        _require(self.loss in ("mse", "huber"), f"loss={self.loss!r} is not one of ('mse', 'huber')")
-        _require(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        for name in ("gamma", "tau", "epsilon_start", "epsilon_end", "exploration_fraction",
-                     "priority_beta_start"):
-            v = getattr(self, name)
-            _require(0.0 <= v <= 1.0, f"{name} must be in [0, 1], got {v!r}")
-        _require(self.tau > 0, f"tau must be in (0, 1], got {self.tau}")
+        check_sizes(self, "hidden_sizes")
+        check_choice(self, "activation", ACTIVATIONS)
+        check_choice(self, "loss", ("mse", "huber"))
+        check_floats(self, ("learning_rate", "max_grad_norm"), 0, low_open=True)
+        check_floats(self, ("gamma", "epsilon_start", "epsilon_end", "exploration_fraction", "priority_beta_start"),
+                     0, 1)
+        check_floats(self, ("tau",), 0, 1, low_open=True)
+        check_floats(self, ("priority_alpha",), 0)
 
     @property
     def env_steps_per_update(self) -> int:

@@ -61,13 +61,17 @@ class PPOConfig(RunConfig):
         self.validate()
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid."""
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
+
+        Every field's type first (:func:`~rljax.config.check_types`), then its range.
+        """
+        from rljax.config import check_choice, check_env_steps_per_update, check_floats, check_ints, check_sizes
+        from rljax.networks import ACTIVATIONS
+
         self.validate_run()
-        for name in ("num_steps", "num_epochs", "num_minibatches"):
-            v = getattr(self, name)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                     f"{name} must be a positive integer, got {v!r}")
+        check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
         batch = self.num_envs * self.num_steps
+        check_env_steps_per_update(batch, "num_envs * num_steps")
         local = batch // self.num_devices
         _require(local % self.num_minibatches == 0,
                  f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
@@ -76,17 +80,11 @@ class PPOConfig(RunConfig):
         _require(self.total_timesteps >= batch,
                  f"total_timesteps={self.total_timesteps} is less than one update "
                  f"(num_envs * num_steps = {batch})")
-        for name in ("learning_rate", "clip_eps", "max_grad_norm"):
-            v = getattr(self, name)
-            _require(isinstance(v, (int, float)) and v > 0, f"{name} must be > 0, got {v!r}")
-        for name in ("gamma", "gae_lambda"):
-            v = getattr(self, name)
-            _require(isinstance(v, (int, float)) and 0.0 <= v <= 1.0, f"{name} must be in [0, 1], got {v!r}")
-        for name in ("ent_coef", "vf_coef"):
-            v = getattr(self, name)
-            _require(isinstance(v, (int, float)) and v >= 0, f"{name} must be >= 0, got {v!r}")
-        _require(isinstance(self.hidden_sizes, tuple) and all(isinstance(h, int) and h > 0 for h in self.hidden_sizes),
-                 f"hidden_sizes must be a tuple of positive ints, got {self.hidden_sizes!r}")
+        check_sizes(self, "hidden_sizes")
+        check_choice(self, "activation", ACTIVATIONS)
+        check_floats(self, ("learning_rate", "clip_eps", "max_grad_norm"), 0, low_open=True)
+        check_floats(self, ("gamma", "gae_lambda"), 0, 1)
+        check_floats(self, ("ent_coef", "vf_coef"), 0)
 
     @property
     def batch_size(self) -> int:

@@ -85,13 +85,21 @@ class SACConfig(RunConfig):
         self.validate()
 
     def validate(self) -> None:
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
+
+        Every field's type first (:func:`~rljax.config.check_types`), then its range.
+        """
+        from rljax.config import (MAX_ENV_STEPS, check_choice, check_env_steps_per_update, check_floats, check_ints,
+                                  check_sizes)
+        from rljax.networks import ACTIVATIONS
+
         self.validate_run()
-        for name in ("num_steps", "gradient_steps", "batch_size", "buffer_size", "n_step"):
-            v = getattr(self, name)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                     f"{name} must be a positive integer, got {v!r}")
-        _require(isinstance(self.learning_starts, int) and self.learning_starts >= 0,
-                 f"learning_starts must be an integer >= 0, got {self.learning_starts!r}")
+        check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
+        # Replay slots and the threshold compared with the int32 env-step counters share their bound.
+        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
+        check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
+        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
+        check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
         for name in ("batch_size", "buffer_size"):
             v = getattr(self, name)
             _require(v % self.num_devices == 0,
@@ -101,20 +109,15 @@ class SACConfig(RunConfig):
         _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
                  f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
                  f"{self.num_envs * self.num_steps} transitions")
-        sizes = tuple(self.hidden_sizes)
-        _require(len(sizes) > 0 and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes),
-                 f"hidden_sizes must be one or more positive ints, got {sizes!r}")
+        check_sizes(self, "hidden_sizes", allow_empty=False)
+        check_choice(self, "activation", ACTIVATIONS)
         _require(self.log_std_min < self.log_std_max,
                  f"log_std_min={self.log_std_min} must be < log_std_max={self.log_std_max}")
-        for name in ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha",
-                     "max_grad_norm"):
-            v = getattr(self, name)
-            _require(v > 0, f"{name} must be > 0, got {v!r}")
-        for name in ("gamma", "priority_beta_start"):
-            v = getattr(self, name)
-            _require(0.0 <= v <= 1.0, f"{name} must be in [0, 1], got {v!r}")
-        _require(0.0 < self.tau <= 1.0, f"tau must be in (0, 1], got {self.tau!r}")
-        _require(self.priority_alpha >= 0.0, f"priority_alpha must be >= 0, got {self.priority_alpha!r}")
+        check_floats(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha",
+                            "max_grad_norm"), 0, low_open=True)
+        check_floats(self, ("gamma", "priority_beta_start"), 0, 1)
+        check_floats(self, ("tau",), 0, 1, low_open=True)
+        check_floats(self, ("priority_alpha",), 0)
 
     @property
     def env_steps_per_update(self) -> int:
