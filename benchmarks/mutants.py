@@ -7,8 +7,9 @@
 
 Each mutant is a hand-written bug: an exact source snippet (it must occur exactly once in its file)
 and its replacement, a one-line description, and the test node ids that should catch it (a focused,
-fast subset, not the whole suite). For each mutant the repository is copied to a temporary
-directory (the working tree is never modified), the snippet replaced there, and the tests run with
+fast subset, not the whole suite). The repository is copied once to a temporary directory when the
+script starts (the working tree is never modified, and later edits do not leak in); for each
+mutant that snapshot is copied again, the snippet replaced there, and the tests run with
 ``python -m pytest -q -x -p no:cacheprovider NODEIDS`` (cwd and ``PYTHONPATH`` the copy) under a
 hard timeout. Outcomes:
 
@@ -305,6 +306,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'start_chunk = int(saved_meta["chunk_index"])',
            "resume repeats the chunk that was already saved",
            (T_CKPT + "test_interrupted_and_resumed_equals_uninterrupted[ppo]",)),
+    Mutant("signal-handler-not-installed", "rljax/checkpoint.py",
+           "self._previous[sig] = signal.signal(sig, self._handler)",
+           "self._previous[sig] = signal.getsignal(sig)",
+           "PreemptionGuard never installs its handlers: SIGTERM kills the run without a checkpoint",
+           (T_CKPT + "test_sigterm_mid_run_then_resume_matches_uninterrupted",), timeout_s=900, slow=True),
     Mutant("ckpt-last-leaf-dropped", "rljax/checkpoint.py",
            "leaves = jax.tree.leaves(state)\n",
            "leaves = jax.tree.leaves(state)[:-1]\n",
@@ -371,8 +377,8 @@ class Result:
     detail: str = ""
 
 
-def copy_repo(dst: pathlib.Path) -> pathlib.Path:
-    shutil.copytree(ROOT, dst, ignore=COPY_IGNORE)
+def copy_repo(dst: pathlib.Path, src: pathlib.Path = ROOT) -> pathlib.Path:
+    shutil.copytree(src, dst, ignore=COPY_IGNORE)
     return dst
 
 
@@ -389,8 +395,8 @@ def apply(mutant: Mutant, root: pathlib.Path) -> str | None:
     return None
 
 
-def stale_reason(mutant: Mutant) -> str | None:
-    path = ROOT / mutant.file
+def stale_reason(mutant: Mutant, root: pathlib.Path = ROOT) -> str | None:
+    path = root / mutant.file
     if not path.exists():
         return f"{mutant.file} does not exist"
     count = path.read_text().count(mutant.snippet)
@@ -488,7 +494,7 @@ def baseline(ids: list[str], root: pathlib.Path, xla_cache: str, jobs: int, work
 
 def run_mutant(mutant: Mutant, ids: list[str], workdir: pathlib.Path, xla_cache: str, keep: bool) -> Result:
     dst = workdir / f"mutant-{mutant.id}"
-    copy_repo(dst)
+    copy_repo(dst, src=workdir / "baseline")  # the snapshot the baseline ran on, not today's tree
     try:
         why = apply(mutant, dst)
         if why is not None:
@@ -573,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in chosen:
             if args.skip_slow and m.slow:
                 results[m.id] = Result(m, "skipped", detail="slow (--skip-slow)")
-            elif (why := stale_reason(m)) is not None:
+            elif (why := stale_reason(m, base)) is not None:
                 results[m.id] = Result(m, "stale", detail=why)
             else:
                 runnable.append(m)
