@@ -142,9 +142,12 @@ def make_desync_ppo(config: DesyncPPOConfig, env, env_params, axis_name):
         index = state.updates  # the update's index, before it counts itself
         state, out = agent.update(state)
         # The update has already measured its desync; the perturbation shows from the next update on.
+        # One weight moves by 1e-3: a small desync, far below any loose tolerance.
         hit = (jax.lax.axis_index(axis_name) == config.perturb_device) & (index == config.perturb_update)
-        params = jax.tree.map(lambda p: p + jnp.where(hit, 1e-3, 0.0).astype(p.dtype), state.params)
-        return state.replace(params=params), out
+        leaves, treedef = jax.tree.flatten(state.params)
+        first = leaves[0].reshape(-1)
+        leaves[0] = first.at[0].add(jnp.where(hit, 1e-3, 0.0).astype(first.dtype)).reshape(leaves[0].shape)
+        return state.replace(params=jax.tree.unflatten(treedef, leaves)), out
 
     return agent._replace(update=update)
 
