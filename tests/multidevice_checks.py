@@ -124,6 +124,54 @@ def desync_detected() -> dict:
     return {"clean": clean, "dirty": dirty, "error": raised}
 
 
+@dataclasses.dataclass(frozen=True)
+class DesyncPPOConfig(PPOConfig):
+    """PPO whose update, once, perturbs the params of one device only (a deliberately broken
+    data-parallel update), registered in ``rljax.loop.ALGORITHMS`` so ``train()`` builds it."""
+
+    perturb_device: int = 1
+    perturb_update: int = 4
+
+
+def make_desync_ppo(config: DesyncPPOConfig, env, env_params, axis_name):
+    from rljax.agents.ppo import make_ppo
+
+    agent = make_ppo(config, env, env_params, axis_name)
+
+    def update(state):
+        index = state.updates  # the update's index, before it counts itself
+        state, out = agent.update(state)
+        # The update has already measured its desync; the perturbation shows from the next update on.
+        # One weight moves by 1e-3: a small desync, far below any loose tolerance.
+        hit = (jax.lax.axis_index(axis_name) == config.perturb_device) & (index == config.perturb_update)
+        leaves, treedef = jax.tree.flatten(state.params)
+        first = leaves[0].reshape(-1)
+        leaves[0] = first.at[0].add(jnp.where(hit, 1e-3, 0.0).astype(first.dtype)).reshape(leaves[0].shape)
+        return state.replace(params=jax.tree.unflatten(treedef, leaves)), out
+
+    return agent._replace(update=update)
+
+
+def desync_through_train() -> dict:
+    """``train()`` itself stops a data-parallel run whose params drift apart on one device."""
+    from rljax.loop import ALGORITHMS
+
+    ALGORITHMS[DesyncPPOConfig.__name__] = ("__main__", "make_desync_ppo")
+    d = jax.device_count()
+    small = {**SMALL, "total_timesteps": 8 * 16 * 8, "updates_per_chunk": 2}
+    out = {"devices": d}
+    # Control: the same wrapper perturbing a device index that does not exist changes nothing.
+    clean = rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d, **small), quiet=True)
+    out["clean_rows"] = len(clean.rows)
+    out["clean_desync"] = max(r["param_desync"] for r in clean.rows)
+    try:
+        rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d - 1, **small), quiet=True)
+        out["error"] = None
+    except DesyncError as err:
+        out["error"] = str(err)
+    return out
+
+
 def dqn_learn_equivalence() -> dict:
     """A DQN gradient step on 4 shards (pmean) equals the step on the whole batch; a 4-device
     DQN run keeps params in sync under both backends and gives the same numbers."""
@@ -223,7 +271,8 @@ def sweep_two_devices() -> dict:
 
 CHECKS = {"sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
-          "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected}
+          "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected,
+          "desync_train": desync_through_train}
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -3,6 +3,7 @@ config mismatch, and continuous metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import os
@@ -117,6 +118,31 @@ def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow(tmp_path)
     assert json.loads((tmp_path / "manifest.json").read_text())["resumes"][0]["from_env_steps"] == 8 * 16 * 12
 
 
+def test_resume_with_a_longer_run_keeps_the_saved_auto_chunk_size(tmp_path):
+    """The automatic chunk size depends on the run's length; a resumed run keeps the saved one.
+
+    32 env steps per update: 40 updates plan ~10 chunks of ceil(40 / 10) = 4 updates; stopped after
+    3 chunks and resumed with 100 updates in all, a fresh plan would take chunks of 10 (and its
+    chunk 3 would end at update 40), but the continuation keeps chunks of 4: rows every 4 updates
+    up to exactly 100.
+    """
+    steps_per_update = 4 * 8
+    short = PPOConfig(total_timesteps=steps_per_update * 40, num_envs=4, num_steps=8, num_epochs=1,
+                      num_minibatches=1, hidden_sizes=(8,))
+    assert short.updates_per_chunk == 0  # automatic
+    part = rljax.train(short, run_dir=tmp_path, quiet=True, tensorboard=False, checkpoint_every=1,
+                       on_chunk=lambda c, state, row: c == 2)
+    assert part.preempted == "on_chunk" and part.timings["updates_per_chunk"] == 4
+    longer = dataclasses.replace(short, total_timesteps=steps_per_update * 100)
+    rest = rljax.train(longer, run_dir=tmp_path, quiet=True, tensorboard=False, checkpoint_every=1, resume=True)
+    assert rest.timings["start_chunk"] == 3 and rest.timings["updates_per_chunk"] == 4
+    updates = [4 * (i + 1) for i in range(100 // 4)]
+    rows = read_metrics(tmp_path)
+    assert [r["updates"] for r in rows] == updates
+    assert [r["env_steps"] for r in rows] == [u * steps_per_update for u in updates]
+    assert int(rest.state.updates) == int(rest.state.num_updates) == 100
+
+
 def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoints(tmp_path):
     rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
     with pytest.raises(FileExistsError, match="already holds"):
@@ -143,34 +169,59 @@ def _final_leaves(run_dir):
     return out
 
 
+@pytest.mark.timeout(900)
 def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
+    """SIGTERM stops a CLI run cleanly (exit 75, checkpoint saved); resuming it gives the bits and
+    rows of a run that was never stopped.
+
+    The run that gets the signal is planned for 10**8 env steps, so it cannot finish before the
+    signal however fast the machine, and the signal is sent on its second progress line. The
+    reference run is then planned to end 3 chunks after the point the run actually stopped, and the
+    stopped run is resumed with that shorter total (``total_timesteps`` may change on resume). The
+    learning rate is not annealed, so the total does not enter the computation.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    flags = ["--total-timesteps", "150000", "--updates-per-chunk", "4", "--checkpoint-every", "3",
-             "--no-compile-cache", "--quiet"]
+    steps_per_chunk = 4 * 128 * 4  # num_envs * num_steps * updates_per_chunk
+    flags = ["--updates-per-chunk", "4", "--checkpoint-every", "3", "--no-anneal-lr", "--no-compile-cache",
+             "--no-tensorboard"]
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
-    ref = subprocess.run(cmd + flags + ["--run-dir", str(tmp_path / "ref")], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert ref.returncode == 0, ref.stderr[-2000:]
 
     run = tmp_path / "cut"
-    proc = subprocess.Popen(cmd + flags + ["--run-dir", str(run)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and len(read_metrics(run)) < 2:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    stderr_path = tmp_path / "cut.stderr"
+    with open(stderr_path, "w") as stderr:  # a file, not a pipe nobody reads while we wait
+        proc = subprocess.Popen(cmd + flags + ["--total-timesteps", str(10**8), "--run-dir", str(run)], env=env,
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            progress = 0
+            while progress < 2:
+                line = proc.stdout.readline()  # the test's timeout ends a run that never prints
+                assert line, f"the run ended before its second progress line: {proc.wait()} " \
+                             f"{stderr_path.read_text()[-2000:]}"
+                progress += line.startswith("[")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    err = stderr_path.read_text()
     assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
     assert "rljax resume" in err and str(run) in err
     cut_rows = read_metrics(run)
-    assert 2 <= len(cut_rows) < 73  # stopped mid-run: 73 chunks in all
+    planned = 10**8 // steps_per_chunk
+    assert 2 <= len(cut_rows) < planned  # preempted: stopped after the signal, long before the end
+    assert [r["env_steps"] for r in cut_rows] == [steps_per_chunk * (i + 1) for i in range(len(cut_rows))]
 
-    resumed = subprocess.run([sys.executable, "-m", "rljax.cli", "resume", str(run), "--quiet"], env=env,
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    total = steps_per_chunk * (len(cut_rows) + 3)
+    ref = subprocess.run(cmd + flags + ["--total-timesteps", str(total), "--quiet", "--run-dir", str(tmp_path / "ref")],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    resumed = subprocess.run([sys.executable, "-m", "rljax.cli", "resume", str(run), "--total-timesteps", str(total),
+                              "--quiet"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert strip(read_metrics(run)) == strip(read_metrics(tmp_path / "ref"))
+    rows = read_metrics(run)
+    assert len(rows) == len(cut_rows) + 3
+    assert strip(rows) == strip(read_metrics(tmp_path / "ref"))
 
 
 def test_a_second_signal_ends_a_stuck_run():

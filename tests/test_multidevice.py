@@ -58,6 +58,19 @@ def test_desync_is_detected():
     assert "params differ across devices" in r["error"]
 
 
+@pytest.mark.timeout(400)
+def test_train_raises_desync_error_on_two_devices():
+    """The health check runs inside train(): an update that perturbs device 1's params once (at
+    update 4, after measuring its own desync) makes train() raise DesyncError at the end of the
+    chunk holding update 5, the first to see different params: chunk 5 // 2 = 2 (2 updates per
+    chunk), whose first update is still in sync: a chunk must report the max desync of its
+    updates, not the min."""
+    r = run_check("desync_train", devices=2, timeout=360)
+    assert r["devices"] == 2
+    assert r["clean_rows"] == 4 and r["clean_desync"] == 0.0, r
+    assert r["error"] is not None and "params differ across devices after chunk 2 " in r["error"], r
+
+
 def test_dqn_four_devices():
     r = run_check("dqn_learn")
     assert r["max_grad_diff"] < 1e-5 * max(1.0, r["grad_scale"]), r
