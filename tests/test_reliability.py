@@ -176,6 +176,22 @@ def test_damaged_config_manifest_and_a_cut_metrics_row_resume_losslessly(tmp_pat
     assert "resumes" in json.loads((run / "manifest.json").read_text())
 
 
+def test_resume_sets_aside_exactly_the_rows_after_the_checkpoint(tmp_path, reference):
+    run = tmp_path / "run"
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=2, on_chunk=lambda c, s, r: c == 2)
+    # Saved after chunks 1 and 2 (the stop); drop the newest so chunk 2's row is after the checkpoint.
+    ckpt = Checkpointer(run)
+    steps = ckpt.steps()
+    ckpt.close()
+    assert steps == [512, 768]
+    os.replace(run / "checkpoints" / "768", tmp_path / "768-moved")
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=2)
+    superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in superseded] == [768]
+    _, ref_rows = reference
+    assert strip(read_metrics(run)) == ref_rows
+
+
 def test_a_deleted_metrics_file_is_restarted_from_the_checkpoint_row(tmp_path, reference):
     run = tmp_path / "run"
     _partial_run(run)
