@@ -19,6 +19,7 @@ it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pathlib
 import signal
@@ -255,6 +256,10 @@ class Checkpointer:
 FORCED_EXIT_GRACE_S = 10.0
 """After a second SIGTERM/SIGINT, how long the process gets to stop by itself before it is ended."""
 
+DUPLICATE_SIGTERM_S = 1.0
+"""SIGTERMs closer together than this count as one for the forced exit (a job-wide signal that also
+reaches the process through a supervisor)."""
+
 
 class PreemptionGuard:
     """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
@@ -271,7 +276,9 @@ class PreemptionGuard:
     which works while the main thread is blocked inside XLA): if the process has not left the
     guard :data:`FORCED_EXIT_GRACE_S` seconds later, it exits with status ``128 + signum`` without
     saving, so a stuck job always obeys a repeated signal. The newest committed checkpoint stays
-    valid. Handlers are installed only in the main thread and restored on exit. :meth:`request`
+    valid. SIGTERMs less than :data:`DUPLICATE_SIGTERM_S` apart count as one there (a scheduler
+    that signals the whole job and a supervisor that forwards it). Handlers are installed only in
+    the main thread and restored on exit. :meth:`request`
     asks for the same stop from code (tests, notebooks).
     """
 
@@ -303,11 +310,21 @@ class PreemptionGuard:
 
     def _watch_until_eof(self, read_fd: int) -> None:
         seen = 0
+        last_term = -math.inf
         while True:
             data = os.read(read_fd, 64)
             if not data:
                 return
-            seen += sum(b in (signal.SIGTERM, signal.SIGINT) for b in data)
+            now = time.monotonic()
+            for b in data:
+                if b == signal.SIGINT:
+                    seen += 1
+                elif b == signal.SIGTERM:
+                    # A scheduler that signals every process of a job (plain scancel, systemd's
+                    # control-group kill) and a supervisor forwarding it deliver one SIGTERM twice
+                    # within moments: that is one request, not a second one.
+                    seen += now - last_term >= DUPLICATE_SIGTERM_S
+                    last_term = now
             if seen >= 2:
                 signum = next(b for b in reversed(data) if b in (signal.SIGTERM, signal.SIGINT))
                 deadline = time.monotonic() + self.grace_s

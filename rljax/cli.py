@@ -242,7 +242,10 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     except DesyncError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, EXIT_SOFTWARE
-    except (ValueError, FileExistsError, FileNotFoundError, NoCheckpointError, RunDirError, RunLockError) as err:
+    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except ValueError as err:
         io = _os_error(err)
         if io is not None:
             print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "

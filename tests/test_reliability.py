@@ -379,3 +379,27 @@ def test_run_options_are_kept_on_resume(tmp_path):
     assert cli_main(["resume", str(run), "--total-timesteps", str(8 * 16 * 14), "--keep-checkpoints", "2",
                      "--quiet"]) == 0
     assert len([p for p in (run / "checkpoints").iterdir() if p.name.isdigit()]) == 2
+
+
+@pytest.mark.timeout(60)
+def test_one_sigterm_delivered_twice_is_one_request():
+    """A job-wide SIGTERM (plain scancel) reaches a supervised run directly and forwarded; the two
+    copies must not count as the 'second signal' that ends the run without its save."""
+    script = ("import time\n"
+              "from rljax.checkpoint import PreemptionGuard\n"
+              "with PreemptionGuard(grace_s=0.5) as guard:\n"
+              "    print('ready', flush=True)\n"
+              "    time.sleep(4)\n"
+              "print('stopped cleanly' if guard.requested else 'not requested', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in out
