@@ -10,7 +10,8 @@ Sections:
   vmap      8 seeds vmapped in one compiled program: total env steps/s.
   overhead  the chunked host loop with logging vs one monolithic jit of the same updates, with a
             one-thread XLA CPU pool (NPROC=1) and with the default pool, each in its own process.
-  checkpoint  run time with checkpoints (default interval; every 5 s) vs none, on a ~20 s run.
+  checkpoint  run time with checkpoints (default interval; every 5 s, with and without checksums)
+            vs none, on a ~20 s run.
   rejax     rejax's PPO with the same configuration (its own venv: ../shared/peers/setup.sh).
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
@@ -37,6 +38,7 @@ import numpy as np
 
 import envs
 import rljax
+import rljax.checkpoint
 from rljax.agents.ppo import PPOConfig
 from rljax.loop import build_agent, make_chunk, pack_output, plan_updates
 from rljax.parallel import serial_map
@@ -102,29 +104,47 @@ def shared_executables() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+class _NoChecksumCheckpointer(rljax.checkpoint.Checkpointer):
+    """The checkpointer without checksums, to measure what they cost inside a run."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, checksums=False, **kwargs)
+
+
 def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
     """Run time with checkpoints at the default interval (60 s, plus the final save) and at a 5 s
-    interval, against no checkpoints, on a run of about 20 s; one shared executable, interleaved,
-    best of ``repeats``. Times are whole ``train`` calls after compile: set-up, loop and the final
-    save's commit."""
+    interval, against no checkpoints, on a run of about 20 s; and at a 5 s interval without
+    checksums, to isolate their cost. One shared executable, interleaved, best of ``repeats``.
+    Times are whole ``train`` calls after compile: set-up, loop and the final save's commit."""
     shared_executables()
     cfg = PPOConfig(**cfg_kw)
-    variants = {"none": dict(checkpoints=False), "default": {}, "every 5 s": dict(checkpoint_interval_s=5.0)}
+    variants = {"none": dict(checkpoints=False), "default": {}, "every 5 s": dict(checkpoint_interval_s=5.0),
+                "every 5 s, no checksums": dict(checkpoint_interval_s=5.0)}
     times: dict[str, list[float]] = {k: [] for k in variants}
     saves: dict[str, int] = {}
     rljax.train(cfg, quiet=True)  # fills the cache
+    real = rljax.checkpoint.Checkpointer
     for i in range(repeats):
         for name, kw in variants.items():
             with tempfile.TemporaryDirectory() as tmp:
-                r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True, **kw)
+                # train() imports the class from rljax.checkpoint when it is called
+                rljax.checkpoint.Checkpointer = _NoChecksumCheckpointer if "no checksums" in name else real
+                try:
+                    r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True, **kw)
+                finally:
+                    rljax.checkpoint.Checkpointer = real
                 times[name].append(r.timings["total_s"] - r.timings["compile_s"])
                 saves[name] = len(list(pathlib.Path(tmp, "run", "checkpoints").glob("[0-9]*")))
     res = {f"{k}_s": min(v) for k, v in times.items()}
-    for k in ("default", "every 5 s"):
+    for k in ("default", "every 5 s", "every 5 s, no checksums"):
         res[f"{k}_pct"] = 100.0 * (res[f"{k}_s"] / res["none_s"] - 1.0)
+    res["checksums_pct"] = 100.0 * (res["every 5 s_s"] / res["every 5 s, no checksums_s"] - 1.0)
     print(f"checkpoint cost ({cfg.total_timesteps:,} steps, best of {repeats}): none {res['none_s']:.2f}s; "
           f"default interval {res['default_s']:.2f}s ({res['default_pct']:+.1f}%); every 5 s "
-          f"{res['every 5 s_s']:.2f}s ({res['every 5 s_pct']:+.1f}%, {saves['every 5 s']} kept of keep=3)",
+          f"{res['every 5 s_s']:.2f}s ({res['every 5 s_pct']:+.1f}%, {saves['every 5 s']} kept of keep=3); "
+          f"every 5 s without checksums {res['every 5 s, no checksums_s']:.2f}s "
+          f"({res['every 5 s, no checksums_pct']:+.1f}%): checksums {res['checksums_pct']:+.1f}%", flush=True)
+    print(f"  all times (s): " + "; ".join(f"{k} " + ", ".join(f"{t:.2f}" for t in v) for k, v in times.items()),
           flush=True)
     return res
 

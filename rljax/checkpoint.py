@@ -11,28 +11,36 @@ donated device buffers can be reused at once. Orbax deletes old steps beyond ``k
 newer one is committed, so the last valid checkpoint is never removed before its successor is
 complete.
 
-Resume walks the steps from newest to oldest and takes the first that restores; a step that fails
-(truncated or corrupt files: Orbax still lists it as ``latest_step``) is skipped with a warning naming
-it.
+Integrity: every save records a CRC-32 of each array handed to Orbax and of the JSON meta, and is
+refused when a floating leaf holds NaN/inf (:class:`NonFiniteStateError`; ``nonfinite_ok=True``
+records per-leaf counts instead). Resume walks the steps from newest to oldest and takes the first
+that restores and verifies; a step that fails (truncated or corrupt files: Orbax still lists it as
+``latest_step``; a checksum mismatch; NaN/inf its meta does not record) is skipped with a warning
+naming it and why, then set aside. Uncommitted partial writes left by a killed save are removed
+when a :class:`Checkpointer` is created.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import pathlib
+import shutil
 import signal
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["Checkpointer", "NoCheckpointError", "PreemptionGuard", "PREEMPTED_EXIT_CODE", "to_host", "from_host"]
+__all__ = ["Checkpointer", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError", "PreemptionGuard",
+           "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
 
 PREEMPTED_EXIT_CODE = 75
 """Process exit status after a clean preemption (SIGTERM/SIGINT): EX_TEMPFAIL, "try again"."""
@@ -147,34 +155,262 @@ def unpack(arrays: Mapping[str, Any], layout: list[dict[str, Any]]) -> list[np.n
     return out
 
 
+CHECKSUM_KEY = "_checksums"
+"""Meta entry holding a CRC-32 of every saved array (its bytes, shape and dtype) and of the meta itself."""
+
+NONFINITE_KEY = "_nonfinite_leaves"
+"""Meta entry of a save with ``nonfinite_ok=True`` whose state held NaN/inf: one ``{leaf, path, count}``
+per such leaf (``leaf``: its index in tree order). Restored with the meta, so a resumed sweep can see
+which leaves had diverged."""
+
+INF_SENTINEL_FIELDS = frozenset({"min_tree"})
+"""Leaf names whose ``+inf`` entries are sentinels, not divergence: the prioritized replay's min-tree
+holds ``+inf`` for empty slots (:mod:`rljax.buffers`). NaN and ``-inf`` there still count."""
+
+ORBAX_TMP_MARK = ".orbax-checkpoint-tmp"
+"""In the name of a step directory Orbax has not committed: ``<step>.orbax-checkpoint-tmp`` (Orbax
+0.12), ``<step>.orbax-checkpoint-tmp-<timestamp>`` (earlier versions)."""
+
+_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY)
+
+
+class NonFiniteStateError(FloatingPointError):
+    """A save was refused because floating leaves of the state hold NaN or inf; nothing was written.
+
+    Attributes:
+        counts: ``{leaf path: number of non-finite values}`` for every such leaf.
+    """
+
+    def __init__(self, message: str, counts: dict[str, int]):
+        super().__init__(message)
+        self.counts = counts
+
+
+class CheckpointIntegrityError(ValueError):
+    """A checkpoint's data is not what was saved: a checksum, shape or dtype differs, or it holds
+    non-finite values that its meta does not record."""
+
+
+def _is_sentinel_path(path: tuple[Any, ...]) -> bool:
+    if not path:
+        return False
+    last = path[-1]
+    return getattr(last, "name", getattr(last, "key", None)) in INF_SENTINEL_FIELDS
+
+
+def _nonfinite_count(path: tuple[Any, ...], x: np.ndarray) -> int:
+    """NaN/inf values in host array ``x`` (0 for integer, bool and key data; sentinel ``+inf`` excluded)."""
+    if not jax.dtypes.issubdtype(x.dtype, jax.numpy.inexact):
+        return 0
+    finite = np.isfinite(x)
+    if finite.all():  # the common case: one pass, no counting
+        return 0
+    count = x.size - int(np.count_nonzero(finite))
+    if _is_sentinel_path(path):
+        count -= int(np.count_nonzero(x == np.inf))
+    return count
+
+
+def _nonfinite_by_leaf(paths: list[tuple[Any, ...]], host_leaves: list[np.ndarray]) -> dict[int, int]:
+    counts = {}
+    for i, (path, x) in enumerate(zip(paths, host_leaves)):
+        n = _nonfinite_count(path, x)
+        if n:
+            counts[i] = n
+    return counts
+
+
+def nonfinite_summary(state: Any) -> dict[str, int]:
+    """``{leaf path: number of NaN/inf values}`` for every floating leaf of ``state`` that holds any.
+
+    Paths are :func:`jax.tree_util.keystr` strings. Integer and boolean leaves and typed PRNG keys
+    cannot be non-finite and are not read; floating leaves are copied to the host (one pass each).
+    The ``+inf`` sentinels of :data:`INF_SENTINEL_FIELDS` leaves are not counted. An empty dict
+    means the state is finite, which is what :meth:`Checkpointer.save` requires by default.
+    """
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        if not hasattr(leaf, "dtype"):  # a Python number
+            leaf = np.asarray(leaf)
+        if not jax.dtypes.issubdtype(leaf.dtype, jax.numpy.inexact):
+            continue
+        n = _nonfinite_count(path, np.asarray(leaf))
+        if n:
+            out[jax.tree_util.keystr(path)] = n
+    return out
+
+
+def _crc32(x: np.ndarray) -> int:
+    """CRC-32 of an array's dtype, shape and bytes (C order)."""
+    x = np.ascontiguousarray(x)
+    head = zlib.crc32(f"{x.dtype.name}{list(x.shape)}".encode())
+    return zlib.crc32(x.reshape(-1).view(np.uint8), head)
+
+
+def _meta_crc32(meta: Mapping[str, Any]) -> int:
+    """CRC-32 of the meta's canonical JSON, without its checksum entry.
+
+    The meta is first put through a JSON round trip (int keys become strings, tuples lists), so
+    the meta as saved and as read back give the same text; JSON floats round-trip exactly.
+    """
+    body = json.loads(json.dumps({k: v for k, v in meta.items() if k != CHECKSUM_KEY}))
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+def checksums(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`CHECKSUM_KEY` entry for saved ``arrays`` (after :func:`pack`) and ``meta``.
+
+    CRC-32 (``zlib.crc32``): as fast as anything in the standard library on CPUs, releases the GIL,
+    and certain to catch any error confined to 32 consecutive bits (every flipped byte); for wider
+    damage a mismatch is missed with probability 2**-32. It guards against accidental corruption
+    (disk, copy, truncation), not against deliberate tampering.
+    """
+    return {"algorithm": "crc32",
+            "arrays": {k: {"shape": list(v.shape), "dtype": v.dtype.name, "crc32": _crc32(v)}
+                       for k, v in sorted(arrays.items())},
+            "meta": _meta_crc32(meta)}
+
+
+def verify(arrays: Mapping[str, Any], meta: Mapping[str, Any], step: int | str = "?") -> bool:
+    """Checks restored ``arrays`` and ``meta`` against the checksums saved in the meta.
+
+    Returns:
+        True when verified, False when the checkpoint has no checksums (written before they existed).
+
+    Raises:
+        CheckpointIntegrityError: an array or the meta differs from what was saved, naming which.
+    """
+    record = meta.get(CHECKSUM_KEY)
+    if record is None:
+        return False
+    if record.get("algorithm") != "crc32":
+        raise CheckpointIntegrityError(f"step {step}: unknown checksum algorithm {record.get('algorithm')!r} "
+                                       f"(this rljax knows 'crc32')")
+    if _meta_crc32(meta) != record["meta"]:
+        raise CheckpointIntegrityError(f"step {step}: the checkpoint's JSON meta fails its CRC-32 check")
+    expected = record["arrays"]
+    if sorted(arrays) != sorted(expected):
+        raise CheckpointIntegrityError(f"step {step}: restored arrays {sorted(arrays)} but "
+                                       f"{sorted(expected)} were saved")
+    for name, want in expected.items():
+        x = np.asarray(arrays[name])
+        if list(x.shape) != want["shape"] or x.dtype.name != want["dtype"]:
+            raise CheckpointIntegrityError(f"step {step}: array {name!r} restored as {x.shape} {x.dtype.name}, "
+                                           f"saved as {tuple(want['shape'])} {want['dtype']}")
+        got = _crc32(x)
+        if got != want["crc32"]:
+            raise CheckpointIntegrityError(f"step {step}: array {name!r} ({tuple(want['shape'])} "
+                                           f"{want['dtype']}) fails its CRC-32 check (saved {want['crc32']:#010x}, "
+                                           f"read {got:#010x}): its data is damaged")
+    return True
+
+
 class Checkpointer:
     """Saves and restores a run's train state under ``RUN_DIR/checkpoints``.
+
+    Every save carries a CRC-32 of each saved array and of its meta (:func:`checksums`), and is
+    refused if the state holds NaN/inf (:class:`NonFiniteStateError`) unless ``nonfinite_ok``.
+    Restore verifies both before building the state and falls back to the next older step. At
+    creation, uncommitted partial writes (``*.orbax-checkpoint-tmp*`` step directories, left by a
+    killed save) are removed with a warning.
 
     Args:
         run_dir: the run directory.
         keep: how many recent checkpoints to keep (older ones are deleted after a newer one commits).
         async_save: write in a background thread (the default).
+        checksums: write checksums with every save (the default). Restores verify checksums
+            whenever a checkpoint has them, whatever this says.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True):
+    def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True,
+                 checksums: bool = True):
         import orbax.checkpoint as ocp
 
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive integer, got {keep!r}")
         self._ocp = ocp
+        self.checksums = bool(checksums)
         self.directory = pathlib.Path(run_dir).absolute() / "checkpoints"
+        self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
+        self._warned_unverified = False
+        self._remove_orphans()
         # Orbax logs every save at INFO; the run's own progress line is enough.
         logging.getLogger("absl").setLevel(logging.WARNING)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                                enable_async_checkpointing=async_save)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
-    def save(self, step: int, state: Any, meta: Mapping[str, Any]) -> None:
-        """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``."""
-        arrays, layout = pack(to_host(state))
+    def _remove_orphans(self) -> None:
+        """Deletes uncommitted step directories: partial writes of a save that never finished.
+
+        Orbax's own ``cleanup_tmp_directories`` option does the same, but in a background task and
+        silently; here it happens before anything else and says what it removed. Only safe while no
+        other process writes to this directory (the run directory is one run's).
+        """
+        if not self.directory.is_dir():
+            return
+        removed, failed = [], []
+        for path in sorted(self.directory.iterdir()):
+            if ORBAX_TMP_MARK not in path.name:
+                continue
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                removed.append(path.name)
+            except OSError as err:
+                failed.append(f"{path.name} ({type(err).__name__}: {err})")
+        if removed:
+            warnings.warn(f"removed {len(removed)} uncommitted partial checkpoint write(s) in {self.directory} "
+                          f"(a save interrupted before its commit): {', '.join(removed)}", stacklevel=3)
+        if failed:
+            warnings.warn(f"could not remove uncommitted partial checkpoint write(s) in {self.directory}: "
+                          f"{'; '.join(failed)}", stacklevel=3)
+
+    def save(self, step: int, state: Any, meta: Mapping[str, Any], *, nonfinite_ok: bool = False) -> None:
+        """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``.
+
+        Args:
+            step: the step number (the loop uses env steps).
+            state: the train state pytree.
+            meta: JSON-able record saved beside it; keys starting ``_`` that this module uses
+                (:data:`LAYOUT_KEY`, :data:`CHECKSUM_KEY`, :data:`NONFINITE_KEY`) are reserved.
+            nonfinite_ok: save even if floating leaves hold NaN/inf, recording per-leaf counts in
+                the meta (:data:`NONFINITE_KEY`), e.g. for a sweep whose diverged member must not
+                stop the others from being checkpointed. By default such a save is refused.
+
+        Raises:
+            NonFiniteStateError: the state holds NaN/inf and not ``nonfinite_ok``; nothing is written.
+            ValueError: ``meta`` uses a reserved key.
+        """
+        clash = [k for k in _RESERVED_META_KEYS if k in meta]
+        if clash:
+            raise ValueError(f"meta keys {clash} are reserved for the checkpointer; rename them")
+        if step in self._stuck and not self._clear_stuck(step):
+            return
+        flat = jax.tree_util.tree_flatten_with_path(state)[0]
+        host = to_host([x for _, x in flat])
+        counts = _nonfinite_by_leaf([p for p, _ in flat], host)
+        if counts and not nonfinite_ok:
+            named = {jax.tree_util.keystr(flat[i][0]): n for i, n in counts.items()}
+            shown = ", ".join(f"{jax.tree_util.keystr(flat[i][0])}: {n} of {host[i].size}"
+                              for i, n in list(counts.items())[:5])
+            more = f" and {len(named) - 5} more leaves" if len(named) > 5 else ""
+            raise NonFiniteStateError(
+                f"not saving checkpoint step {step}: the state holds NaN/inf values in {len(named)} leaves "
+                f"({shown}{more}); the newest saved checkpoint is left as it was. Pass nonfinite_ok=True to "
+                f"save it anyway (a sweep with a diverged member)", named)
+        arrays, layout = pack(host)
+        full = {**meta, LAYOUT_KEY: layout}
+        if counts:
+            full[NONFINITE_KEY] = [{"leaf": i, "path": jax.tree_util.keystr(flat[i][0]), "count": n}
+                                   for i, n in sorted(counts.items())]
+        if self.checksums:
+            full[CHECKSUM_KEY] = checksums(arrays, full)
         ocp = self._ocp
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
-                                                        meta=ocp.args.JsonSave({**meta, LAYOUT_KEY: layout})),
+                                                        meta=ocp.args.JsonSave(full)),
                           force=True)
 
     def wait(self) -> None:
@@ -186,22 +422,38 @@ class Checkpointer:
 
     def read(self, step: int) -> tuple[list[np.ndarray], dict[str, Any]]:
         """The raw host leaves (tree order) and meta of checkpoint ``step``, without a template
-        (for inspecting or comparing checkpoints)."""
-        arrays, layout, meta = self._load(step)
+        (for inspecting or comparing checkpoints).
+
+        Raises:
+            CheckpointIntegrityError: the step's checksums do not match its data.
+        """
+        arrays, meta = self._load(step)
+        self._verify(step, arrays, meta)
+        layout = meta.pop(LAYOUT_KEY, None)
+        meta.pop(CHECKSUM_KEY, None)
         if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
             return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
         return unpack(arrays, layout), meta
 
-    def _load(self, step: int) -> tuple[Mapping[str, Any], list[dict[str, Any]] | None, dict[str, Any]]:
-        """Checkpoint ``step``'s saved arrays, their layout (None in the earlier per-leaf layout) and meta."""
+    def _load(self, step: int) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """Checkpoint ``step``'s saved arrays and its whole meta (layout and checksums included)."""
         ocp = self._ocp
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
                                                                       meta=ocp.args.JsonRestore()))
-        meta = dict(restored["meta"])
-        return restored["state"], meta.pop(LAYOUT_KEY, None), meta
+        return restored["state"], dict(restored["meta"])
+
+    def _verify(self, step: int, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        if not verify(arrays, meta, step) and not self._warned_unverified:
+            self._warned_unverified = True
+            warnings.warn(f"checkpoint step {step} in {self.directory} has no checksums (written by an "
+                          f"earlier rljax): its data cannot be verified", stacklevel=3)
 
     def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
         """Restores the newest checkpoint that loads into ``template``'s structure.
+
+        A step is skipped (with a warning naming it and why) when Orbax cannot read it, its
+        checksums do not match, it holds NaN/inf its meta does not record, or it does not fit the
+        template. Once an older step restores, the skipped ones are set aside (:meth:`_set_aside`).
 
         Returns:
             ``(state, meta, skipped)``: the state on the template's devices, the saved meta, and the
@@ -211,17 +463,27 @@ class Checkpointer:
             NoCheckpointError: no step restores.
         """
         skipped: list[int] = []
+        flat = jax.tree_util.tree_flatten_with_path(template)[0]
+        paths = [p for p, _ in flat]
         template_host = to_host(template)
         n = sum(1 for t in template_host if t.size)
         for step in sorted(self.manager.all_steps(), reverse=True):
+            if step in self._stuck:  # reported when it was first skipped
+                skipped.append(step)
+                continue
             try:
-                arrays, layout, meta = self._load(step)
+                arrays, meta = self._load(step)
+                self._verify(step, arrays, meta)
+                layout = meta.pop(LAYOUT_KEY, None)
+                meta.pop(CHECKSUM_KEY, None)
                 if layout is not None:
                     leaves = unpack(arrays, layout)
                 else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
                     if len(arrays) != n:
                         raise ValueError(f"checkpoint has {len(arrays)} arrays, the state {n}")
                     leaves = [np.asarray(arrays[f"{i:06d}"]) if t.size else t for i, t in enumerate(template_host)]
+                if len(leaves) == len(paths):  # else from_host names the mismatch
+                    _check_recorded_nonfinite(step, paths, leaves, meta.get(NONFINITE_KEY) or [])
                 state = from_host(leaves, template)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
@@ -229,28 +491,93 @@ class Checkpointer:
                 skipped.append(step)
                 continue
             if skipped:
-                self._set_aside(skipped)
+                self._set_aside([s for s in skipped if s not in self._stuck])
             return state, meta, skipped
         raise NoCheckpointError(
             f"no restorable checkpoint in {self.directory}" + (f" (skipped unreadable steps {skipped})" if skipped
                                                                else " (it holds none)"))
 
     def _set_aside(self, steps: list[int]) -> None:
-        """Moves unreadable steps to ``checkpoints_unreadable/`` (kept for inspection, never deleted)
-        so the resumed run can write those step numbers again."""
-        aside = self.directory.parent / "checkpoints_unreadable"
-        aside.mkdir(exist_ok=True)
+        """Moves unreadable steps out of Orbax's sight (kept for inspection, never deleted) so the
+        resumed run can write those step numbers again. Never raises.
+
+        First choice: ``RUN_DIR/checkpoints_unreadable/<step>-<time>``. If that fails (no permission
+        on the run directory, ``checkpoints/`` on another file system), the step is renamed in place
+        to ``<step>.unreadable-<time>``, a name Orbax does not list. If that fails too, the step is
+        left where it is and remembered: restores skip it, and a save of the same step number first
+        tries again to move it and, failing, is skipped with a warning instead of colliding with it.
+        """
         for step in steps:
             src = self.directory / str(step)
-            if src.exists():
-                dst = aside / f"{step}-{int(time.time())}"
+            if not src.exists():
+                continue
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            reasons = []
+            try:
+                aside = self.directory.parent / "checkpoints_unreadable"
+                aside.mkdir(exist_ok=True)
+                dst = _unused(aside, f"{step}-{stamp}")
                 os.replace(src, dst)
                 warnings.warn(f"moved unreadable checkpoint step {step} to {dst}", stacklevel=3)
-        self.manager.reload()
+                continue
+            except OSError as err:
+                reasons.append(f"{type(err).__name__}: {err}")
+            try:
+                dst = _unused(self.directory, f"{step}.unreadable-{stamp}")
+                os.replace(src, dst)
+                warnings.warn(f"moved unreadable checkpoint step {step} to {dst} (could not move it to "
+                              f"checkpoints_unreadable/: {reasons[0]})", stacklevel=3)
+                continue
+            except OSError as err:
+                reasons.append(f"{type(err).__name__}: {err}")
+            self._stuck.add(step)
+            warnings.warn(f"could not move unreadable checkpoint step {step} out of {self.directory} "
+                          f"({'; '.join(reasons)}); it is left in place and skipped, and a later save of "
+                          f"step {step} in this run is skipped unless it can be moved by then", stacklevel=3)
+        try:
+            self.manager.reload()
+        except Exception as err:  # noqa: BLE001 - the listing is refreshed again on the next call
+            warnings.warn(f"could not refresh the checkpoint listing of {self.directory}: {err}", stacklevel=3)
+
+    def _clear_stuck(self, step: int) -> bool:
+        """Before saving ``step`` over an unreadable step left in place: whether it is gone now."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self._stuck.discard(step)
+            self._set_aside([step])
+        if step not in self._stuck:
+            for w in caught:
+                warnings.warn(w.message, w.category, stacklevel=3)
+            return True
+        warnings.warn(f"not saving checkpoint step {step}: an unreadable checkpoint of that step is still in "
+                      f"{self.directory} and cannot be moved aside; the next save proceeds", stacklevel=3)
+        return False
 
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _unused(directory: pathlib.Path, name: str) -> pathlib.Path:
+    """``directory / name``, or with ``-1``, ``-2``... appended if that exists."""
+    path, i = directory / name, 0
+    while path.exists():
+        i += 1
+        path = directory / f"{name}-{i}"
+    return path
+
+
+def _check_recorded_nonfinite(step: int, paths: list[tuple[Any, ...]], leaves: list[np.ndarray],
+                              recorded: list[dict[str, Any]]) -> None:
+    """Raises :class:`CheckpointIntegrityError` if restored leaves hold NaN/inf other than recorded."""
+    expected = {int(r["leaf"]): int(r["count"]) for r in recorded}
+    actual = _nonfinite_by_leaf(paths, leaves)
+    wrong = [i for i in sorted(set(expected) | set(actual)) if expected.get(i, 0) != actual.get(i, 0)]
+    if wrong:
+        shown = ", ".join(f"{jax.tree_util.keystr(paths[i])}: {actual.get(i, 0)} (saved with {expected.get(i, 0)})"
+                          for i in wrong[:5])
+        raise CheckpointIntegrityError(f"step {step} holds NaN/inf values its meta does not record, in "
+                                       f"{len(wrong)} leaves: {shown}")
 
 
 FORCED_EXIT_GRACE_S = 10.0
