@@ -392,7 +392,7 @@ def _train(config: Any, env: Any, env_params: Any, *, run_dir: Any, resume: bool
     """:func:`train` inside its run-directory lock and signal guard."""
     import warnings
 
-    from rljax.checkpoint import Checkpointer
+    from rljax.checkpoint import Checkpointer, NonFiniteStateError
     from rljax.rundir import RunDirError, checkpoint_steps, newest_checkpoint_meta, read_json
     from rljax.tracking import Tracker, config_to_dict, format_progress
 
@@ -709,7 +709,12 @@ def _train(config: Any, env: Any, env_params: Any, *, run_dir: Any, resume: bool
                 state = evolve(state, c, member)
             if checkpointer is not None and (last or guard.requested or save_due(c)):
                 guard.finishing = guard.requested or last
-                save(c, member)
+                try:
+                    save(c, member)
+                except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look
+                    guard.finishing = False
+                    c = roll_back(c, row, str(err))
+                    continue
                 last_save = time.perf_counter()
             if guard.requested and not last:
                 preempted = guard.signal_name

@@ -116,8 +116,11 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
     assert len(stale) == 2 and not (run / "checkpoints").exists()
     with pytest.raises(FileExistsError, match="rljax resume"):
         rljax.train(PPO_SMALL, run_dir=run, quiet=True)
+    orphan = run / "checkpoints" / "256.orbax-checkpoint-tmp"  # a save the kill interrupted
+    (orphan / "state").mkdir(parents=True)
     with pytest.warns(UserWarning, match="starting it over from scratch"):
         rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+    assert not orphan.exists()
     ref_leaves, ref_rows = reference
     assert same_bits(final_leaves(run), ref_leaves)
     assert strip(read_metrics(run)) == ref_rows
