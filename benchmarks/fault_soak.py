@@ -148,7 +148,7 @@ class Outcome:
     phase: str | None = None
     caught: bool | None = None
     phase2: str | None = None
-    left_write: bool = False
+    left_write: bool = False  # an uncommitted checkpoint write of this process remains
     stderr_tail: str = ""
 
     def describe(self) -> str:
@@ -281,6 +281,7 @@ def drive(cmd: list[str], run_dir: pathlib.Path, log: pathlib.Path, env: dict[st
     """
     t0 = time.monotonic()
     deadline = t0 + timeout
+    stale = _tmp_writes(run_dir)  # left by earlier processes (resume does not remove them)
     with open(log, "a", encoding="utf-8") as logf:
         logf.write(f"$ {' '.join(cmd)}\n")
         logf.flush()
@@ -355,7 +356,7 @@ def drive(cmd: list[str], run_dir: pathlib.Path, log: pathlib.Path, env: dict[st
     with open(log, "a", encoding="utf-8") as logf:
         logf.write("".join(err_lines) + f"[exit status {proc.returncode}{', timed out' if timed_out else ''}]\n")
     return Outcome(rc=proc.returncode, seconds=time.monotonic() - t0, lines=len(progress), timed_out=timed_out,
-                   phase=phase, caught=caught, phase2=phase2, left_write=bool(_tmp_writes(run_dir)),
+                   phase=phase, caught=caught, phase2=phase2, left_write=bool(_tmp_writes(run_dir) - stale),
                    stderr_tail="".join(err_lines[-6:]))
 
 
