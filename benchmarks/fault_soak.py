@@ -81,30 +81,35 @@ KINDS = ("SIGKILL", "SIGTERM", "2xSIGTERM")
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """One training run to soak: an experiment module and its flags (without ``--run-dir``)."""
+    """One training run to soak: an experiment module, its config flags, and its run flags.
+
+    The run flags (checkpoint cadence, compile cache) are not part of the saved config, so
+    ``--resume RUN_DIR`` alone would continue at the default cadence (a checkpoint per 60 s, i.e.
+    only the final one here); the resume command passes them again, as a requeue script would.
+    """
 
     name: str
     module: str
     flags: tuple[str, ...]
+    run_flags: tuple[str, ...] = ()
 
     def command(self, run_dir: pathlib.Path) -> list[str]:
-        return [sys.executable, "-m", self.module, *self.flags, "--run-dir", str(run_dir)]
+        return [sys.executable, "-m", self.module, *self.flags, *self.run_flags, "--run-dir", str(run_dir)]
 
     def resume_command(self, run_dir: pathlib.Path) -> list[str]:
-        return [sys.executable, "-m", self.module, "--resume", str(run_dir), "--no-compile-cache"]
+        return [sys.executable, "-m", self.module, "--resume", str(run_dir), *self.run_flags]
 
 
 CONFIGS = {
     # 13 chunks of 30 updates (~0.3 s each on 2 cores), a checkpoint after every second chunk: the
     # other chunk boundaries launch the next chunk before logging (the launch-ahead path).
-    "ppo": RunConfig("ppo", "experiments.ppo_cartpole",
-                     ("--total-timesteps", "2e5", "--updates-per-chunk", "30", "--checkpoint-every", "2",
-                      "--no-compile-cache")),
+    "ppo": RunConfig("ppo", "experiments.ppo_cartpole", ("--total-timesteps", "2e5", "--updates-per-chunk", "30"),
+                     ("--checkpoint-every", "2", "--no-compile-cache")),
     # 50 chunks of 200 updates (~0.2 s), a checkpoint after every chunk (~0.1 s to write: a 1e4-slot
     # prioritized replay buffer with its sum and min trees).
     "dqn": RunConfig("dqn", "experiments.dqn_cartpole",
-                     ("--prioritized", "--n-step", "3", "--double-q", "--total-timesteps", "1e5",
-                      "--checkpoint-every", "1", "--no-compile-cache")),
+                     ("--prioritized", "--n-step", "3", "--double-q", "--total-timesteps", "1e5"),
+                     ("--checkpoint-every", "1", "--no-compile-cache")),
 }
 
 
@@ -195,6 +200,11 @@ class TrialResult:
 
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
+_STOP = threading.Event()  # set on Ctrl-C / SIGTERM: no new process starts
+
+
+class Interrupted(Exception):
+    """The soak was interrupted; the trial was abandoned."""
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -279,6 +289,8 @@ def drive(cmd: list[str], run_dir: pathlib.Path, log: pathlib.Path, env: dict[st
     The process is SIGKILLed (whole group) if it runs past ``timeout`` seconds (``timed_out``).
     Its stdout (progress lines) and stderr are appended to ``log``.
     """
+    if _STOP.is_set():
+        raise Interrupted
     t0 = time.monotonic()
     deadline = t0 + timeout
     stale = _tmp_writes(run_dir)  # left by earlier processes (resume does not remove them)
@@ -289,6 +301,8 @@ def drive(cmd: list[str], run_dir: pathlib.Path, log: pathlib.Path, env: dict[st
                                 text=True, bufsize=1, start_new_session=True)
     with _LIVE_LOCK:
         _LIVE.add(proc)
+    if _STOP.is_set():  # interrupted while starting it
+        _signal_group(proc, signal.SIGKILL)
     progress: list[float] = []
     err_lines: list[str] = []
     seen = threading.Condition()
@@ -570,6 +584,10 @@ def summarize(results: list[TrialResult]) -> dict[str, int]:
     return counts
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=50, help="kills in all (trials x kills per trial)")
@@ -601,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = pathlib.Path(a.workdir) if a.workdir else pathlib.Path(tempfile.mkdtemp(prefix="rljax-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM, like Ctrl-C, ends the children first
+    results: list[TrialResult] = []
     try:
         refs: dict[str, Reference] = {}
         for name in names:
@@ -612,7 +632,6 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(a.seed)
         trials = schedule(rng, refs, a.kills, a.chain, cached=cache is not None)
         print(f"{len(trials)} trials, {a.kills} kills, seed {a.seed}, workdir {workdir}", flush=True)
-        results: list[TrialResult] = []
 
         def one(i: int) -> TrialResult:
             name, ks = trials[i]
@@ -633,11 +652,17 @@ def main(argv: list[str] | None = None) -> int:
             print(r.line(), flush=True)
             return r
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs)
+        try:
             results = list(pool.map(one, range(len(trials))))
+        finally:
+            if len(results) < len(trials):  # interrupted: end the running trials, start no more
+                _STOP.set()
+                kill_all_live()
+            pool.shutdown(wait=True, cancel_futures=True)
     except KeyboardInterrupt:
-        kill_all_live()
-        raise
+        print("fault_soak: interrupted; every child process group was killed", file=sys.stderr, flush=True)
+        return 130
     finally:
         kill_all_live()
         if not a.workdir:

@@ -13,8 +13,8 @@ from benchmarks.fault_soak import Kill
 
 # 10 chunks of 4 updates (2,048 env steps each), a checkpoint after every second chunk.
 TINY = soak.RunConfig("ppo-tiny", "experiments.ppo_cartpole",
-                      ("--total-timesteps", "20480", "--updates-per-chunk", "4", "--checkpoint-every", "2",
-                       "--no-compile-cache"))
+                      ("--total-timesteps", "20480", "--updates-per-chunk", "4"),
+                      ("--checkpoint-every", "2", "--no-compile-cache"))
 
 CASES = [
     # Before config.json exists (imports): the original command runs again.
