@@ -14,7 +14,8 @@ with one of
 at a random delay after the start of the process, or after a random progress line (one line per
 chunk). The delays reach from the imports and the compile through every chunk, checkpoint write
 and chunk boundary to the final save and past the end. The run is then resumed -- ``--resume
-RUN_DIR`` when ``RUN_DIR/config.json`` exists, else the original command again -- until it
+RUN_DIR`` plus the run flags (``--checkpoint-every``: they are not saved with the config) when
+``RUN_DIR/config.json`` exists, else the original command again -- until it
 finishes (``--chain P``: each resume is itself killed with probability P). The finished run is
 compared with an uninterrupted reference run of the same config (one per config): every leaf of
 the final checkpoint must have the same bytes, and ``metrics.jsonl`` must hold the reference's
@@ -669,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     counts = summarize(results)
     print(", ".join(f"{k} {v}" for k, v in counts.items() if k != "unclean")
-          + f"  (unclean SIGTERM exits {counts['unclean']}; {time.monotonic() - t_start:.0f} s)", flush=True)
+          + f"  (unclean SIGTERM exits {counts['unclean']}; {a.kills - counts['kills']} planned kills of resumes "
+            f"not sent: the run had finished; {time.monotonic() - t_start:.0f} s)", flush=True)
     failures = [r for r in results if r.result != "identical"]
     for r in failures:
         print(f"  trial {r.index} {r.result}: {r.detail}", flush=True)
