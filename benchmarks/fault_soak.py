@@ -14,7 +14,7 @@ with one of
 at a random delay after the start of the process, or after a random progress line (one line per
 chunk). The delays reach from the imports and the compile through every chunk, checkpoint write
 and chunk boundary to the final save and past the end. The run is then resumed -- ``--resume
-RUN_DIR`` plus the run flags (``--checkpoint-every``: they are not saved with the config) when
+RUN_DIR`` alone (a run keeps its checkpoint cadence and other run options) when
 ``RUN_DIR/config.json`` exists, else the original command again -- until it
 finishes (``--chain P``: each resume is itself killed with probability P). The finished run is
 compared with an uninterrupted reference run of the same config (one per config): every leaf of
@@ -98,7 +98,9 @@ class RunConfig:
         return [sys.executable, "-m", self.module, *self.flags, *self.run_flags, "--run-dir", str(run_dir)]
 
     def resume_command(self, run_dir: pathlib.Path) -> list[str]:
-        return [sys.executable, "-m", self.module, "--resume", str(run_dir), *self.run_flags]
+        # Only the flags that are not run options: the checkpoint cadence must come back by itself.
+        keep = [f for f in self.run_flags if f == "--no-compile-cache"]
+        return [sys.executable, "-m", self.module, "--resume", str(run_dir), *keep]
 
 
 CONFIGS = {

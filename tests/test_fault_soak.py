@@ -23,13 +23,10 @@ CASES = [
     pytest.param(1, Kill("SIGKILL", after_line=5, delay=0.0), id="sigkill-mid-run"),
     pytest.param(2, Kill("SIGTERM", after_line=3, delay=0.0), id="sigterm"),
     # The first SIGTERM after chunk 0 asks for a stop; the second comes while that stop's checkpoint
-    # (the run's first) is being written, once the process no longer catches SIGTERM (today: the
-    # guard is gone before the write commits), else just after the write commits.
-    pytest.param(3, Kill("2xSIGTERM", after_line=1, delay=0.0, gap=None), id="double-sigterm-during-write",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "known bug: train() restores the SIGTERM handler before the async save commits, so a "
-                     "second SIGTERM during that write ends the process with 143 and leaves only a "
-                     "*.orbax-checkpoint-tmp directory, which --resume refuses (no restorable checkpoint)"))),
+    # (the run's first) is being written, or just after it commits. (It used to end the process
+    # with 143 and only a *.orbax-checkpoint-tmp directory: the guard was gone before the write
+    # committed.)
+    pytest.param(3, Kill("2xSIGTERM", after_line=1, delay=0.0, gap=None), id="double-sigterm-during-write"),
 ]
 
 
