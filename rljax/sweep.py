@@ -344,9 +344,6 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``(result, members, aggregate)``: the :class:`~rljax.loop.TrainResult` (with
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
-    from rljax.loop import train
-    from rljax.tracking import config_to_dict, manifest
-
     if env is None:
         import envs
 
@@ -379,7 +376,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        sweep_record = {"spec": dataclasses.asdict(spec), "devices": devices,
+        sweep_record = {"spec": dataclasses.asdict(spec), "devices": population.num_devices,
                         "members": [dataclasses.asdict(m) for m in members]}
         if resume:
             saved = json.loads((run_dir / "sweep.json").read_text())
