@@ -46,6 +46,7 @@ __all__ = [
     "RunningMeanStd",
     "NormalizeObservation",
     "NormalizeObservationState",
+    "ObservationStatistics",
     "NormalizeReward",
     "NormalizeRewardState",
     "ActionWrapperState",
@@ -638,6 +639,11 @@ class NormalizeObservation(Wrapper[TInnerState]):
     def _normalize(self, stats: RunningMeanStd, obs: jax.Array) -> jax.Array:
         return stats.normalize(obs, eps=self.epsilon, clip=self.clip)
 
+    def normalize(self, state: NormalizeObservationState, obs: jax.typing.ArrayLike) -> jax.Array:
+        """``obs`` (raw, any leading axes) normalised with the statistics in ``state`` and this
+        wrapper's ``epsilon`` and ``clip``: ``clip((obs - mean) / sqrt(var + epsilon))``, float32."""
+        return state.obs_stats.normalize(obs, eps=self.epsilon, clip=self.clip)
+
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeObservationState]:
         """Resets the inner env, starts the statistics from the prior and adds the first obs.
 
@@ -677,6 +683,33 @@ class NormalizeObservation(Wrapper[TInnerState]):
             info["final_observation"] = self._normalize(stats, info["final_observation"])
         state = NormalizeObservationState(env_state=env_state, obs_stats=stats)
         return self._normalize(stats, obs), state, reward, terminated, truncated, info
+
+
+class ObservationStatistics(NormalizeObservation[TInnerState]):
+    """:class:`NormalizeObservation`'s statistics, with the observations passed through **raw**.
+
+    The statistics are updated exactly as :class:`NormalizeObservation` updates them (every obs
+    ``reset`` and ``step`` return, merged over ``axis_name``) and live in the same
+    :class:`NormalizeObservationState`, but ``obs`` and ``info["final_observation"]`` are returned
+    unchanged. For agents that keep observations for later (replay buffers): they store raw
+    observations and normalise them when used, with :meth:`normalize` and the statistics of that
+    moment, so an item collected long ago is not stuck with the statistics of its collection.
+
+    Args: as :class:`NormalizeObservation`.
+    """
+
+    def freeze(self) -> ObservationStatistics:
+        """A copy of this wrapper (same inner env and options) with ``frozen=True``."""
+        return ObservationStatistics(self.env, axis_name=self.axis_name, frozen=True,
+                                     epsilon=self.epsilon, clip=self.clip)
+
+    def observation_space(self, params: Any = None) -> Any:
+        """The inner env's observation space (observations are not changed)."""
+        return self.env.observation_space(_resolve_params(self.env, params))
+
+    def _normalize(self, stats: RunningMeanStd, obs: jax.Array) -> jax.Array:
+        del stats
+        return obs
 
 
 # --------------------------------------------------------------------------------------------------
