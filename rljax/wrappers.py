@@ -726,11 +726,15 @@ class NormalizeRewardState(Generic[TInnerState]):
         return_stats: shared statistics (shape ``()``) of the per-env discounted returns.
         discounted_return: float32 ``[*batch_shape]``, each env's running discounted return ``G``
             (0 at the start of an episode).
+        gamma: float32 scalar, the discount of ``G``. ``reset`` sets the wrapper's ``gamma``; an
+            agent whose discount is a traced hyperparameter (a sweep member's, or one PBT changes)
+            keeps it in sync with :meth:`NormalizeReward.set_gamma`.
     """
 
     env_state: TInnerState
     return_stats: RunningMeanStd
     discounted_return: jax.Array
+    gamma: jax.Array
 
 
 class NormalizeReward(Wrapper[TInnerState]):
@@ -738,7 +742,7 @@ class NormalizeReward(Wrapper[TInnerState]):
 
     Per env, on every step ``t`` with reward ``r_t``::
 
-        G_t = gamma * G_{t-1} + r_t           # G_{t-1} = 0 on an episode's first step
+        G_t = gamma * G_{t-1} + r_t           # G_{t-1} = 0 on an episode's first step; gamma = state.gamma
         stats = stats.update(G_t over every env)
         reward_out = clip(r_t / sqrt(stats.var + epsilon), -clip, clip)
         G_t := 0 where terminated | truncated  # after the update: the next episode starts fresh
@@ -754,9 +758,13 @@ class NormalizeReward(Wrapper[TInnerState]):
     :class:`EpisodeStatistics` so that logged returns stay raw. With ``axis_name``, updates are merged
     across the named axis like :class:`NormalizeObservation`'s.
 
+    The discount lives in the state (``NormalizeRewardState.gamma``), so one compiled program can
+    run members with different discounts: ``gamma`` here is only the value ``reset`` puts there.
+
     Args:
         env: the inner env.
-        gamma: the discount of the return whose scale is estimated, in ``[0, 1]``.
+        gamma: the discount of the return whose scale is estimated, in ``[0, 1]`` (the initial
+            ``state.gamma``; see :meth:`set_gamma`).
         axis_name: the named axis to merge statistic updates over, or None.
         epsilon: added to the variance before the square root.
         clip: scaled rewards are clipped to ``[-clip, clip]``; None disables clipping.
@@ -785,6 +793,14 @@ class NormalizeReward(Wrapper[TInnerState]):
         """``state`` with its return statistics replaced by ``stats``."""
         return state.replace(return_stats=stats)
 
+    @staticmethod
+    def set_gamma(state: NormalizeRewardState, gamma: jax.typing.ArrayLike) -> NormalizeRewardState:
+        """``state`` with the discount of its returns set to ``gamma`` (a float or traced scalar).
+
+        The running returns ``G`` are kept; later steps discount them with the new ``gamma``.
+        """
+        return state.replace(gamma=jnp.asarray(gamma, jnp.float32))
+
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeRewardState]:
         """Resets the inner env, zeroes every ``G`` and starts the statistics from the prior.
 
@@ -797,7 +813,8 @@ class NormalizeReward(Wrapper[TInnerState]):
         """
         obs, env_state = self.env.reset(key, params)
         state = NormalizeRewardState(env_state=env_state, return_stats=RunningMeanStd.init(()),
-                                     discounted_return=jnp.zeros(self.batch_shape, jnp.float32))
+                                     discounted_return=jnp.zeros(self.batch_shape, jnp.float32),
+                                     gamma=jnp.asarray(self.gamma, jnp.float32))
         return obs, state
 
     def step(self, key: jax.Array, state: NormalizeRewardState, action: Any,
@@ -817,14 +834,15 @@ class NormalizeReward(Wrapper[TInnerState]):
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             key, state.env_state, action, params)
         reward = jnp.asarray(reward, jnp.float32)
-        ret = self.gamma * state.discounted_return + reward
+        ret = state.gamma * state.discounted_return + reward
         stats = state.return_stats.update(_flatten_batch(ret, self.batch_shape), axis_name=self.axis_name)
         scaled = reward / jnp.sqrt(stats.var + self.epsilon)
         if self.clip is not None:
             scaled = jnp.clip(scaled, -self.clip, self.clip)
         done = jnp.logical_or(terminated, truncated)
         state = NormalizeRewardState(env_state=env_state, return_stats=stats,
-                                     discounted_return=jnp.where(done, 0.0, ret).astype(jnp.float32))
+                                     discounted_return=jnp.where(done, 0.0, ret).astype(jnp.float32),
+                                     gamma=state.gamma)
         return obs, state, scaled, terminated, truncated, info
 
 

@@ -293,3 +293,31 @@ def test_pbt_perturbing_priority_alpha_changes_sampling_probabilities():
     assert float(new.buffer.alpha[0]) == pytest.approx(0.9)
 
 
+# ------------------------------------------------------------------------------------------------
+# Reward normalisation in a sweep uses each member's gamma (issue 15b)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_sweep_reward_normalisation_uses_each_members_gamma():
+    from rljax.sweep import SweepSpec, run_sweep
+    from tests.endless import Endless
+
+    # Endless: reward 1 every step, episodes cut at 5 steps, all envs in lockstep. Per episode the
+    # normaliser sees G = 1, 1 + g, ..., 1 + g + ... + g^4; 2 updates x 5 steps = 2 episodes per env.
+    cfg = PPOConfig(num_envs=2, num_steps=5, num_epochs=1, num_minibatches=1, hidden_sizes=(8,),
+                    normalize_reward=True, total_timesteps=2 * 5 * 2, gamma=0.99)
+    result, members, _ = run_sweep(cfg, SweepSpec(grid={"gamma": [0.5, 0.9]}), env=Endless(), run_dir=None,
+                                   quiet=True, plots=False)
+    stats = result.state.env_state.return_stats
+    for m, g in enumerate([0.5, 0.9]):
+        values = np.array([sum(g ** i for i in range(k + 1)) for k in range(5)])
+        n = 4 * len(values)  # 2 envs x 2 episodes, each value once per episode
+        # Merged with the prior (mean 0, var 1, count 1e-4).
+        count = n + 1e-4
+        mean = n * values.mean() / count
+        var = (n * values.var() + 1e-4 * 1.0 + values.mean() ** 2 * n * 1e-4 / count) / count
+        np.testing.assert_allclose(float(stats.mean[m]), mean, rtol=1e-5)
+        np.testing.assert_allclose(float(stats.var[m]), var, rtol=1e-4)
+
+
