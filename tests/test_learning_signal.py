@@ -97,6 +97,24 @@ def _ticker_stack(num_envs=2):
 
 
 # ------------------------------------------------------------------------------------------------
+# rollout: the bootstrap observation of a truncated step is its final observation
+# ------------------------------------------------------------------------------------------------
+
+
+def test_rollout_next_obs_is_the_final_observation_on_truncation():
+    venv, params = _ticker_stack()
+    obs, env_state = venv.reset(jax.random.key(0), params)
+    _, traj, episodes = jax.jit(lambda c, k: rollout(venv, params, _random_policy(), c, k, 7))(
+        RolloutCarry(env_state, obs), jax.random.key(1))
+    # obs 1 2 3 | 1 2 3 | 1; the true successors 2 3 4 | 2 3 4 | 2 (4: the final observation, not
+    # the next episode's first observation 1).
+    np.testing.assert_array_equal(traj.obs[:, 0, 0], [1, 2, 3, 1, 2, 3, 1])
+    np.testing.assert_array_equal(traj.next_obs[:, :, 0], np.repeat([[2, 3, 4, 2, 3, 4, 2]], 2, 0).T)
+    np.testing.assert_array_equal(traj.truncated[:, 0], [0, 0, 1, 0, 0, 1, 0])
+    assert float(episodes.count) == 4 and float(episodes.return_sum) == 4 * 6
+
+
+# ------------------------------------------------------------------------------------------------
 # n-step collection (issue 12) and its bootstrap observation
 # ------------------------------------------------------------------------------------------------
 
@@ -319,6 +337,99 @@ def test_sweep_reward_normalisation_uses_each_members_gamma():
         var = (n * values.var() + 1e-4 * 1.0 + values.mean() ** 2 * n * 1e-4 / count) / count
         np.testing.assert_allclose(float(stats.mean[m]), mean, rtol=1e-5)
         np.testing.assert_allclose(float(stats.var[m]), var, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# PPO: the GAE inputs bootstrap from the final observation; the clip is two-sided
+# ------------------------------------------------------------------------------------------------
+
+
+def test_ppo_gae_bootstraps_from_the_final_observation(monkeypatch):
+    seen = {}
+    real_gae = ppo_module.gae
+
+    def spy_gae(rewards, values, next_values, terminated, truncated, gamma, lambda_):
+        jax.debug.callback(lambda r, nv, tr: seen.update(rewards=r, next_values=nv, truncated=tr),
+                           rewards, next_values, truncated)
+        return real_gae(rewards, values, next_values, terminated, truncated, gamma, lambda_)
+
+    monkeypatch.setattr(ppo_module, "gae", spy_gae)
+    cfg = PPOConfig(num_envs=2, num_steps=4, num_epochs=1, num_minibatches=1, hidden_sizes=(8,),
+                    total_timesteps=8)
+    env = Ticker()
+    agent = make_ppo(cfg, env, env.default_params)
+    state = agent.init(jax.random.key(0), 0, 1, cfg.hyperparams(), env.default_params)
+    jax.block_until_ready(jax.jit(agent.update)(state))
+    jax.effects_barrier()
+    from rljax.networks import ActorCritic
+
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=cfg.hidden_sizes)
+    value = lambda o: np.asarray(net.apply(state.params, jnp.asarray(o, jnp.float32))[1])  # noqa: E731
+    # obs 1 2 3 | 1; true successors 2 3 4 | 2 (4 = the truncated episode's final observation).
+    expected_next = value(np.array([[2.0], [3.0], [4.0], [2.0]]))
+    assert abs(float(value([[4.0]])[0] - value([[1.0]])[0])) > 1e-3  # the two bootstraps differ
+    np.testing.assert_allclose(np.asarray(seen["next_values"]), np.repeat(expected_next[:, None], 2, 1), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(seen["rewards"])[:, 0], [1, 2, 3, 1])
+    np.testing.assert_array_equal(np.asarray(seen["truncated"])[:, 0], [0, 0, 1, 0])
+
+
+def test_ppo_clip_is_two_sided_by_hand():
+    from rljax.agents.ppo import PPOBatch, ppo_loss
+    from rljax.distributions import Categorical
+
+    # New policy uniform (p = 0.5); old probabilities 1/3 and 1 give ratios 1.5 and 0.5.
+    ratios = np.array([1.5, 1.5, 0.5, 0.5])
+    adv = np.array([1.0, -1.0, 1.0, -1.0])
+    batch = PPOBatch(obs=jnp.zeros((4, 1)), action=jnp.zeros(4, jnp.int32),
+                     log_prob=jnp.log(jnp.asarray(0.5 / ratios, jnp.float32)), value=jnp.zeros(4),
+                     advantage=jnp.asarray(adv, jnp.float32), target=jnp.zeros(4))
+
+    def apply_fn(logits, obs):
+        return Categorical(logits=logits), jnp.zeros(4)
+
+    hp = dataclasses.replace(PPOConfig(), clip_eps=0.2, ent_coef=0.0, vf_coef=0.0).hyperparams()
+    loss, m = ppo_loss(jnp.zeros((4, 2)), apply_fn, batch, hp, normalize_advantages=False)
+    # min(r A, clip(r, 0.8, 1.2) A): r=1.5: min(1.5, 1.2) = 1.2 and min(-1.5, -1.2) = -1.5;
+    # r=0.5: min(0.5, 0.8) = 0.5 and min(-0.5, -0.8) = -0.8. Loss -(1.2 - 1.5 + 0.5 - 0.8) / 4.
+    np.testing.assert_allclose(m["policy_loss"], 0.15, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_fraction"], 1.0)
+    grads = jax.grad(lambda lg: ppo_loss(lg, apply_fn, batch, hp, normalize_advantages=False)[0])(jnp.zeros((4, 2)))
+    # The clipped samples (r above 1 + eps with A > 0, below 1 - eps with A < 0) give no gradient;
+    # the others do.
+    norms = np.abs(np.asarray(grads)).sum(1)
+    assert norms[0] == 0.0 and norms[3] == 0.0 and norms[1] > 0.1 and norms[2] > 0.1, norms
+
+
+# ------------------------------------------------------------------------------------------------
+# DQN: double_q reaches the loss through the agent
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+def test_dqn_agent_target_follows_double_q(double_q):
+    """Online Q ties at v for both actions (so the taken action does not matter and argmax picks
+    action 0); the target net says Q_target = [t0, t1] with t1 > t0. Plain DQN bootstraps from
+    max Q_target = t1, double DQN from Q_target(argmax Q_online = 0) = t0."""
+    from tests.endless import Endless
+
+    cfg = DQNConfig(num_envs=2, num_steps=1, batch_size=8, buffer_size=16, learning_starts=0, gradient_steps=1,
+                    hidden_sizes=(8,), double_q=double_q, gamma=0.5, total_timesteps=1000)
+    env = Endless()
+    agent = make_dqn(cfg, env, env.default_params)
+    state = agent.init(jax.random.key(0), 0, 10, cfg.hyperparams(), env.default_params)
+    v, t0, t1 = 0.25, 1.0, 3.0
+
+    def head(params, bias):
+        q = params["params"]["q"]
+        return {"params": {**params["params"], "q": {"kernel": jnp.zeros_like(q["kernel"]),
+                                                      "bias": jnp.asarray(bias, jnp.float32)}}}
+
+    state = state.replace(learner=state.learner._replace(params=head(state.learner.params, [v, v])),
+                          target_params=head(state.target_params, [t0, t1]))
+    _, out = jax.jit(agent.update)(state)
+    # Endless: reward 1, never terminates, obs 1 everywhere: y = 1 + gamma * bootstrap.
+    y = 1.0 + 0.5 * (t0 if double_q else t1)
+    np.testing.assert_allclose(float(out.metrics["td_loss"]), 0.5 * (v - y) ** 2, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------
