@@ -37,7 +37,10 @@ Prioritised replay
 ------------------
 Leaf ``i`` of a sum tree holds ``p_i ** alpha`` (priorities are stored **already raised to alpha**;
 ``alpha`` lives in the state, so ``add`` and ``update_priorities`` cannot disagree on it), and every
-internal node the sum of its two children. The tree has ``2 * num_leaves`` float32 entries in heap
+internal node the sum of its two children. The raw priorities ``p_i`` are kept too (one float32
+per slot), so :func:`set_alpha` can change ``alpha`` (e.g. population-based training perturbing
+it) and rebuild both trees exactly. A priority of 0 stays 0 whatever ``alpha`` is (never sampled,
+even at ``alpha = 0``). The tree has ``2 * num_leaves`` float32 entries in heap
 order (root at 1, children of ``n`` at ``2n`` and ``2n + 1``, leaf ``i`` at ``num_leaves + i``,
 entry 0 unused), with ``num_leaves`` the next power of two ``>= capacity``; the padding leaves, and
 the leaves of slots not yet filled, hold priority 0 and so are never sampled.
@@ -93,6 +96,7 @@ __all__ = [
     "prioritized_add",
     "prioritized_sample",
     "update_priorities",
+    "set_alpha",
     "linear_schedule",
 ]
 
@@ -328,6 +332,8 @@ class PrioritizedReplayState:
         max_priority: float32 scalar, the largest priority (before ``** alpha``) ever stored,
             initially 1. New transitions get it.
         alpha: float32 scalar, the prioritisation exponent (0 = uniform, 1 = fully proportional).
+        priorities: float32 ``[capacity]``, the raw priority of each slot (before ``** alpha``; 0
+            for unfilled and masked slots): what :func:`set_alpha` rebuilds the trees from.
     """
 
     replay: ReplayState
@@ -335,6 +341,7 @@ class PrioritizedReplayState:
     min_tree: jax.Array
     max_priority: jax.Array
     alpha: jax.Array
+    priorities: jax.Array
 
     @property
     def data(self) -> Transition:
@@ -411,7 +418,13 @@ def prioritized_init(example_transition: Transition, capacity: int,
         min_tree=jnp.full((2 * num_leaves,), jnp.inf, jnp.float32),
         max_priority=jnp.ones((), jnp.float32),
         alpha=jnp.asarray(alpha, jnp.float32),
+        priorities=jnp.zeros((replay.capacity,), jnp.float32),
     )
+
+
+def _powered(priorities: jax.Array, alpha: jax.Array) -> jax.Array:
+    """``p ** alpha`` for ``p > 0`` and 0 for ``p = 0`` (where ``0 ** 0`` would give 1)."""
+    return jnp.where(priorities > 0, jnp.where(priorities > 0, priorities, 1.0) ** alpha, 0.0)
 
 
 def _set_leaves(sum_tree: jax.Array, min_tree: jax.Array, slots: jax.Array, values: jax.Array,
@@ -445,7 +458,8 @@ def _set_leaves(sum_tree: jax.Array, min_tree: jax.Array, slots: jax.Array, valu
     return sum_tree, min_tree
 
 
-def prioritized_add(state: PrioritizedReplayState, batch: Transition) -> PrioritizedReplayState:
+def prioritized_add(state: PrioritizedReplayState, batch: Transition,
+                    mask: jax.typing.ArrayLike | None = None) -> PrioritizedReplayState:
     """Appends ``B`` transitions with priority ``max_priority`` (leaf ``max_priority ** alpha``).
 
     New transitions get the largest priority seen so far so that each is likely to be replayed at
@@ -455,19 +469,28 @@ def prioritized_add(state: PrioritizedReplayState, batch: Transition) -> Priorit
     Args:
         state: the buffer.
         batch: leaves ``[B, *row_shape]``, static ``1 <= B <= capacity`` (see :func:`add`).
+        mask: optional bool ``[B]``; rows where it is False are written (the ring advances as for
+            any row) with priority 0, so they are never sampled and do not enter the minimum
+            priority that normalises the importance weights. For placeholder rows that a
+            fixed-shape program must add but that hold no real transition.
 
     Returns:
         The new state. Overwritten slots lose their old priority.
 
     Raises:
-        ValueError: as :func:`add`.
+        ValueError: as :func:`add`, or a ``mask`` that is not ``[B]``.
     """
     b = _batch_size_of(state.replay.data, batch, state.capacity)
+    keep = jnp.ones((b,), bool) if mask is None else jnp.asarray(mask, bool)
+    if keep.shape != (b,):
+        raise ValueError(f"prioritized_add: mask must have shape ({b},) like the batch, got {keep.shape}")
     slots = _ring_slots(state.replay.cursor, b, state.capacity)
-    value = state.max_priority ** state.alpha
-    sum_tree, min_tree = _set_leaves(state.sum_tree, state.min_tree, slots,
-                                     jnp.full((b,), value, jnp.float32), jnp.ones((b,), bool))
-    return state.replace(replay=add(state.replay, batch), sum_tree=sum_tree, min_tree=min_tree)
+    raw = jnp.where(keep, state.max_priority, 0.0).astype(jnp.float32)
+    sum_tree, min_tree = _set_leaves(state.sum_tree, state.min_tree, slots, _powered(raw, state.alpha),
+                                     jnp.ones((b,), bool))
+    priorities = state.priorities.at[slots].set(raw, unique_indices=True, mode="promise_in_bounds")
+    return state.replace(replay=add(state.replay, batch), sum_tree=sum_tree, min_tree=min_tree,
+                         priorities=priorities)
 
 
 def _last_occurrence(indices: jax.Array) -> jax.Array:
@@ -516,10 +539,40 @@ def update_priorities(state: PrioritizedReplayState, indices: jax.typing.ArrayLi
     # Clipped slots keep the ancestor recomputation in bounds; dropped entries write nothing.
     slots = jnp.clip(indices, 0, state.num_leaves - 1)
     sum_tree, min_tree = _set_leaves(state.sum_tree, state.min_tree, slots,
-                                     priorities ** state.alpha, keep)
+                                     _powered(priorities, state.alpha), keep)
+    raw = state.priorities.at[jnp.where(keep, slots, state.capacity)].set(priorities, mode="drop")
     # Over every valid entry, overwritten duplicates included, as a one-by-one application would.
     max_priority = jnp.maximum(state.max_priority, jnp.max(jnp.where(valid, priorities, 0.0)))
-    return state.replace(sum_tree=sum_tree, min_tree=min_tree, max_priority=max_priority)
+    return state.replace(sum_tree=sum_tree, min_tree=min_tree, max_priority=max_priority, priorities=raw)
+
+
+def set_alpha(state: PrioritizedReplayState, alpha: jax.typing.ArrayLike) -> PrioritizedReplayState:
+    """The buffer with prioritisation exponent ``alpha``: both trees rebuilt from the raw priorities.
+
+    Every leaf becomes ``priority ** alpha`` (0 stays 0) and every internal node is recomputed from
+    its children, bottom-up, so the result is bit-for-bit the tree that adding the same priorities
+    under ``alpha`` would have built (the module docstring's drift-free property); setting the
+    current ``alpha`` changes nothing. Costs ``O(capacity)``: meant for rare changes, such as a
+    population-based-training step perturbing ``alpha``, not for every update.
+
+    Args:
+        state: the buffer.
+        alpha: the new exponent, float or traced scalar.
+
+    Returns:
+        The new state (data, priorities and ``max_priority`` unchanged).
+    """
+    alpha = jnp.asarray(alpha, jnp.float32)
+    num_leaves = state.num_leaves
+    leaves = jnp.zeros((num_leaves,), jnp.float32).at[:state.capacity].set(_powered(state.priorities, alpha))
+    sums, mins = [leaves], [jnp.where(leaves > 0, leaves, jnp.inf)]
+    while sums[-1].shape[0] > 1:  # log2(num_leaves) static levels, leaves' parents first
+        sums.append(sums[-1][0::2] + sums[-1][1::2])
+        mins.append(jnp.minimum(mins[-1][0::2], mins[-1][1::2]))
+    # Heap order: entry 0 unused (0 / +inf as in prioritized_init), then the root, ..., the leaves.
+    sum_tree = jnp.concatenate([jnp.zeros((1,), jnp.float32), *reversed(sums)])
+    min_tree = jnp.concatenate([jnp.full((1,), jnp.inf, jnp.float32), *reversed(mins)])
+    return state.replace(sum_tree=sum_tree, min_tree=min_tree, alpha=alpha)
 
 
 def _descend(sum_tree: jax.Array, targets: jax.Array) -> jax.Array:

@@ -14,6 +14,12 @@ The step is one jitted function of the population's train state, which stays on 
 only the ``[P]`` scores come from the host (they are the chunk's logged returns). Its randomness is
 ``fold_in(key(seed), chunk)``, so a resumed sweep replays it exactly. Each step appends a line to
 ``RUN_DIR/pbt.jsonl``: which member copied which, and the new hyperparameters.
+
+Hyperparameters that something in the state has already been built from are brought in line with
+their new values here: a prioritised replay buffer (a state field ``buffer``) stores its
+priorities raised to ``priority_alpha``, so when PBT explores ``priority_alpha`` every member's
+buffer is rebuilt for its (possibly new) value (:func:`rljax.buffers.set_alpha`). Everything else
+reads its hyperparameters from ``hparams`` at each update.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax import buffers
 from rljax.config import sweepable_fields
 
 __all__ = ["PBTSpec", "parse_pbt", "validate_pbt", "exploit_explore", "scores_from_rows"]
@@ -133,4 +140,10 @@ def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec:
         value = getattr(new.hparams, name)
         factor = jax.random.choice(jax.random.fold_in(k_factor, i), factors, (size,))
         changes[name] = jnp.where(replaced, jnp.clip(value * factor, low, high), value).astype(value.dtype)
-    return new.replace(hparams=new.hparams.replace(**changes)), source
+    new = new.replace(hparams=new.hparams.replace(**changes))
+    buffer = getattr(new, "buffer", None)
+    if "priority_alpha" in changes and isinstance(buffer, buffers.PrioritizedReplayState):
+        # The sum trees hold priority ** alpha: rebuilt for each member's alpha (a no-op, bit for
+        # bit, where it did not change).
+        new = new.replace(buffer=jax.vmap(buffers.set_alpha)(buffer, changes["priority_alpha"]))
+    return new, source

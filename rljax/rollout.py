@@ -27,7 +27,8 @@ class Transition(NamedTuple):
     """One batch of steps, time-major.
 
     Attributes:
-        obs: ``[T, B, *obs_shape]`` the observation each action was chosen from.
+        obs: ``[T, B, *obs_shape]`` the observation each action was chosen from (as the env
+            returned it, before any ``observe`` of :func:`rollout`).
         action: ``[T, B, *action_shape]``.
         reward: ``[T, B]`` float32.
         terminated: ``[T, B]`` bool, the MDP ended at this step (no bootstrap).
@@ -101,6 +102,7 @@ def rollout(
     carry: RolloutCarry,
     key: jax.Array,
     num_steps: int,
+    observe: Callable[[Any, Any], Any] | None = None,
 ) -> tuple[RolloutCarry, Transition, EpisodeSummary]:
     """Runs ``num_steps`` steps of ``policy`` in the batched ``env``.
 
@@ -112,6 +114,10 @@ def rollout(
         carry: the env state and observations to start from.
         key: a PRNG key for the whole rollout.
         num_steps: T, a Python int.
+        observe: ``observe(env_state, obs) -> policy input``, or None for ``obs`` itself. For an
+            env that returns raw observations and keeps their statistics in its state
+            (``rljax.wrappers.ObservationStatistics``): the policy then sees each observation
+            normalised with the statistics of that step, while the transitions keep it raw.
 
     Returns:
         ``(carry, transitions, summary)``: the carry after the last step, ``Transition`` ``[T, B]``,
@@ -120,7 +126,7 @@ def rollout(
 
     def step(c: RolloutCarry, step_key: jax.Array):
         k_act, k_env = jax.random.split(step_key)
-        action, extras = policy(k_act, c.obs)
+        action, extras = policy(k_act, c.obs if observe is None else observe(c.env_state, c.obs))
         obs, env_state, reward, terminated, truncated, info = env.step(k_env, c.env_state, action, env_params)
         transition = Transition(c.obs, action, reward, terminated, truncated, info["final_observation"], extras)
         return RolloutCarry(env_state, obs), (transition, info.get("episode"))

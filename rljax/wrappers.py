@@ -46,6 +46,7 @@ __all__ = [
     "RunningMeanStd",
     "NormalizeObservation",
     "NormalizeObservationState",
+    "ObservationStatistics",
     "NormalizeReward",
     "NormalizeRewardState",
     "ActionWrapperState",
@@ -432,18 +433,30 @@ class RunningMeanStd:
     formula of Chan et al., so updating with several batches, merging statistics of disjoint data,
     and merging across devices all equal the statistics of the union (up to float32 rounding).
 
-    ``count`` is float32 (a pseudo-count prior of 1e-4 is not an integer), exact for integer counts up
-    to 2**24 and accurate to ~1e-7 relative beyond: ample for normalisation.
+    The count is a compensated pair of float32 scalars, ``count + count_lo`` (a "double-float", as in
+    Kahan/Knuth summation): ``count`` is the float32 nearest the total and ``count_lo`` the rounding
+    remainder. Every merge adds the pairs with an error-free two-sum, so integer counts are exact up
+    to ~2**48 (the pseudo-count prior of 1e-4 is kept to ~2**-48 of the total). A single float32
+    would stop growing once a batch is below half an ulp of the count: with batches of 4 samples at
+    2**26, and with any batch size eventually. Only float32 is used, since float64 is off by default
+    in JAX.
 
     Attributes:
         mean: float32 ``[*shape]``.
-        var: float32 ``[*shape]``, population variance (divides by ``count``).
-        count: float32 scalar, the (pseudo-)number of samples.
+        var: float32 ``[*shape]``, population variance (divides by the count).
+        count: float32 scalar, the (pseudo-)number of samples rounded to float32.
+        count_lo: float32 scalar, the exact count minus ``count`` (``|count_lo| <= ulp(count) / 2``).
     """
 
     mean: jax.Array
     var: jax.Array
     count: jax.Array
+    count_lo: jax.Array = 0.0
+
+    @property
+    def exact_count(self) -> np.ndarray:
+        """The count ``count + count_lo`` as a float64 NumPy value (host side, for inspection)."""
+        return np.asarray(self.count, np.float64) + np.asarray(self.count_lo, np.float64)
 
     @classmethod
     def init(cls, shape: tuple[int, ...] = (), count: float = 1e-4) -> RunningMeanStd:
@@ -458,7 +471,7 @@ class RunningMeanStd:
             ``RunningMeanStd`` with ``mean [*shape] = 0``, ``var [*shape] = 1``.
         """
         return cls(mean=jnp.zeros(shape, jnp.float32), var=jnp.ones(shape, jnp.float32),
-                   count=jnp.asarray(count, jnp.float32))
+                   count=jnp.asarray(count, jnp.float32), count_lo=jnp.zeros((), jnp.float32))
 
     @classmethod
     def from_batch(cls, batch: jax.typing.ArrayLike) -> RunningMeanStd:
@@ -472,7 +485,7 @@ class RunningMeanStd:
         """
         batch = jnp.asarray(batch, jnp.float32)
         return cls(mean=jnp.mean(batch, axis=0), var=jnp.var(batch, axis=0),
-                   count=jnp.asarray(batch.shape[0], jnp.float32))
+                   count=jnp.asarray(batch.shape[0], jnp.float32), count_lo=jnp.zeros((), jnp.float32))
 
     def merge(self, other: RunningMeanStd) -> RunningMeanStd:
         """The exact statistics of the union of the data behind ``self`` and ``other``.
@@ -481,18 +494,25 @@ class RunningMeanStd:
         ``mean = mean_a + d * n_b / n`` and
         ``var = (var_a * n_a + var_b * n_b + d**2 * n_a * n_b / n) / n``.
 
+        The counts in these formulas are float32 (``count + count_lo`` rounded); the stored count is
+        the exact compensated sum of both pairs (class docstring).
+
         Args:
             other: statistics of the same shape, over data disjoint from ``self``'s.
 
         Returns:
             The combined ``RunningMeanStd``.
         """
-        count = self.count + other.count
+        n_a, n_b = self._count32(), other._count32()
+        count = n_a + n_b
         delta = other.mean - self.mean
-        mean = self.mean + delta * (other.count / count)
-        m2 = (self.var * self.count + other.var * other.count
-              + jnp.square(delta) * (self.count * other.count / count))
-        return RunningMeanStd(mean=mean, var=m2 / count, count=count)
+        mean = self.mean + delta * (n_b / count)
+        m2 = self.var * n_a + other.var * n_b + jnp.square(delta) * (n_a * n_b / count)
+        hi, lo = _add_counts((self.count, self.count_lo), (other.count, other.count_lo))
+        return RunningMeanStd(mean=mean, var=m2 / count, count=hi, count_lo=lo)
+
+    def _count32(self) -> jax.Array:
+        return jnp.asarray(self.count, jnp.float32) + jnp.asarray(self.count_lo, jnp.float32)
 
     def pmean(self, axis_name: Any) -> RunningMeanStd:
         """Exactly combines the statistics held along a named axis (devices under ``shard_map`` /
@@ -512,10 +532,18 @@ class RunningMeanStd:
         Returns:
             The statistics of all members' data together.
         """
-        count = jax.lax.psum(self.count, axis_name)
-        mean = jax.lax.psum(self.count * self.mean, axis_name) / count
-        m2 = jax.lax.psum(self.count * (self.var + jnp.square(self.mean - mean)), axis_name)
-        return RunningMeanStd(mean=mean, var=m2 / count, count=count)
+        n = self._count32()
+        count = jax.lax.psum(n, axis_name)
+        mean = jax.lax.psum(n * self.mean, axis_name) / count
+        m2 = jax.lax.psum(n * (self.var + jnp.square(self.mean - mean)), axis_name)
+        # The stored count: every member's pair gathered and added with exact two-sums, in axis
+        # order, so all members get the same bits (a psum of float32 counts could round).
+        his = jax.lax.all_gather(jnp.asarray(self.count, jnp.float32), axis_name)
+        los = jax.lax.all_gather(jnp.asarray(self.count_lo, jnp.float32), axis_name)
+        total = (his[0], los[0])
+        for i in range(1, his.shape[0]):
+            total = _add_counts(total, (his[i], los[i]))
+        return RunningMeanStd(mean=mean, var=m2 / count, count=total[0], count_lo=total[1])
 
     def update(self, batch: jax.typing.ArrayLike, axis_name: Any = None) -> RunningMeanStd:
         """Adds a batch of samples.
@@ -548,6 +576,22 @@ class RunningMeanStd:
         """
         y = (jnp.asarray(x, jnp.float32) - self.mean) / jnp.sqrt(self.var + eps)
         return y if clip is None else jnp.clip(y, -clip, clip)
+
+
+def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Knuth's error-free sum: ``s = fl(a + b)`` and ``e`` with ``s + e == a + b`` exactly."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _add_counts(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]
+                ) -> tuple[jax.Array, jax.Array]:
+    """``(hi, lo)`` of the sum of two double-float counts, renormalised so ``|lo| <= ulp(hi) / 2``."""
+    a_hi, a_lo = jnp.asarray(a[0], jnp.float32), jnp.asarray(a[1], jnp.float32)
+    b_hi, b_lo = jnp.asarray(b[0], jnp.float32), jnp.asarray(b[1], jnp.float32)
+    hi, err = _two_sum(a_hi, b_hi)
+    return _two_sum(hi, err + (a_lo + b_lo))
 
 
 def _flatten_batch(x: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
@@ -638,6 +682,11 @@ class NormalizeObservation(Wrapper[TInnerState]):
     def _normalize(self, stats: RunningMeanStd, obs: jax.Array) -> jax.Array:
         return stats.normalize(obs, eps=self.epsilon, clip=self.clip)
 
+    def normalize(self, state: NormalizeObservationState, obs: jax.typing.ArrayLike) -> jax.Array:
+        """``obs`` (raw, any leading axes) normalised with the statistics in ``state`` and this
+        wrapper's ``epsilon`` and ``clip``: ``clip((obs - mean) / sqrt(var + epsilon))``, float32."""
+        return state.obs_stats.normalize(obs, eps=self.epsilon, clip=self.clip)
+
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeObservationState]:
         """Resets the inner env, starts the statistics from the prior and adds the first obs.
 
@@ -679,6 +728,33 @@ class NormalizeObservation(Wrapper[TInnerState]):
         return self._normalize(stats, obs), state, reward, terminated, truncated, info
 
 
+class ObservationStatistics(NormalizeObservation[TInnerState]):
+    """:class:`NormalizeObservation`'s statistics, with the observations passed through **raw**.
+
+    The statistics are updated exactly as :class:`NormalizeObservation` updates them (every obs
+    ``reset`` and ``step`` return, merged over ``axis_name``) and live in the same
+    :class:`NormalizeObservationState`, but ``obs`` and ``info["final_observation"]`` are returned
+    unchanged. For agents that keep observations for later (replay buffers): they store raw
+    observations and normalise them when used, with :meth:`normalize` and the statistics of that
+    moment, so an item collected long ago is not stuck with the statistics of its collection.
+
+    Args: as :class:`NormalizeObservation`.
+    """
+
+    def freeze(self) -> ObservationStatistics:
+        """A copy of this wrapper (same inner env and options) with ``frozen=True``."""
+        return ObservationStatistics(self.env, axis_name=self.axis_name, frozen=True,
+                                     epsilon=self.epsilon, clip=self.clip)
+
+    def observation_space(self, params: Any = None) -> Any:
+        """The inner env's observation space (observations are not changed)."""
+        return self.env.observation_space(_resolve_params(self.env, params))
+
+    def _normalize(self, stats: RunningMeanStd, obs: jax.Array) -> jax.Array:
+        del stats
+        return obs
+
+
 # --------------------------------------------------------------------------------------------------
 # NormalizeReward
 # --------------------------------------------------------------------------------------------------
@@ -693,11 +769,15 @@ class NormalizeRewardState(Generic[TInnerState]):
         return_stats: shared statistics (shape ``()``) of the per-env discounted returns.
         discounted_return: float32 ``[*batch_shape]``, each env's running discounted return ``G``
             (0 at the start of an episode).
+        gamma: float32 scalar, the discount of ``G``. ``reset`` sets the wrapper's ``gamma``; an
+            agent whose discount is a traced hyperparameter (a sweep member's, or one PBT changes)
+            keeps it in sync with :meth:`NormalizeReward.set_gamma`.
     """
 
     env_state: TInnerState
     return_stats: RunningMeanStd
     discounted_return: jax.Array
+    gamma: jax.Array
 
 
 class NormalizeReward(Wrapper[TInnerState]):
@@ -705,7 +785,7 @@ class NormalizeReward(Wrapper[TInnerState]):
 
     Per env, on every step ``t`` with reward ``r_t``::
 
-        G_t = gamma * G_{t-1} + r_t           # G_{t-1} = 0 on an episode's first step
+        G_t = gamma * G_{t-1} + r_t           # G_{t-1} = 0 on an episode's first step; gamma = state.gamma
         stats = stats.update(G_t over every env)
         reward_out = clip(r_t / sqrt(stats.var + epsilon), -clip, clip)
         G_t := 0 where terminated | truncated  # after the update: the next episode starts fresh
@@ -721,9 +801,13 @@ class NormalizeReward(Wrapper[TInnerState]):
     :class:`EpisodeStatistics` so that logged returns stay raw. With ``axis_name``, updates are merged
     across the named axis like :class:`NormalizeObservation`'s.
 
+    The discount lives in the state (``NormalizeRewardState.gamma``), so one compiled program can
+    run members with different discounts: ``gamma`` here is only the value ``reset`` puts there.
+
     Args:
         env: the inner env.
-        gamma: the discount of the return whose scale is estimated, in ``[0, 1]``.
+        gamma: the discount of the return whose scale is estimated, in ``[0, 1]`` (the initial
+            ``state.gamma``; see :meth:`set_gamma`).
         axis_name: the named axis to merge statistic updates over, or None.
         epsilon: added to the variance before the square root.
         clip: scaled rewards are clipped to ``[-clip, clip]``; None disables clipping.
@@ -752,6 +836,14 @@ class NormalizeReward(Wrapper[TInnerState]):
         """``state`` with its return statistics replaced by ``stats``."""
         return state.replace(return_stats=stats)
 
+    @staticmethod
+    def set_gamma(state: NormalizeRewardState, gamma: jax.typing.ArrayLike) -> NormalizeRewardState:
+        """``state`` with the discount of its returns set to ``gamma`` (a float or traced scalar).
+
+        The running returns ``G`` are kept; later steps discount them with the new ``gamma``.
+        """
+        return state.replace(gamma=jnp.asarray(gamma, jnp.float32))
+
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeRewardState]:
         """Resets the inner env, zeroes every ``G`` and starts the statistics from the prior.
 
@@ -764,7 +856,8 @@ class NormalizeReward(Wrapper[TInnerState]):
         """
         obs, env_state = self.env.reset(key, params)
         state = NormalizeRewardState(env_state=env_state, return_stats=RunningMeanStd.init(()),
-                                     discounted_return=jnp.zeros(self.batch_shape, jnp.float32))
+                                     discounted_return=jnp.zeros(self.batch_shape, jnp.float32),
+                                     gamma=jnp.asarray(self.gamma, jnp.float32))
         return obs, state
 
     def step(self, key: jax.Array, state: NormalizeRewardState, action: Any,
@@ -784,14 +877,15 @@ class NormalizeReward(Wrapper[TInnerState]):
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             key, state.env_state, action, params)
         reward = jnp.asarray(reward, jnp.float32)
-        ret = self.gamma * state.discounted_return + reward
+        ret = state.gamma * state.discounted_return + reward
         stats = state.return_stats.update(_flatten_batch(ret, self.batch_shape), axis_name=self.axis_name)
         scaled = reward / jnp.sqrt(stats.var + self.epsilon)
         if self.clip is not None:
             scaled = jnp.clip(scaled, -self.clip, self.clip)
         done = jnp.logical_or(terminated, truncated)
         state = NormalizeRewardState(env_state=env_state, return_stats=stats,
-                                     discounted_return=jnp.where(done, 0.0, ret).astype(jnp.float32))
+                                     discounted_return=jnp.where(done, 0.0, ret).astype(jnp.float32),
+                                     gamma=state.gamma)
         return obs, state, scaled, terminated, truncated, info
 
 

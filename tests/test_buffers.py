@@ -352,6 +352,43 @@ def test_zero_priority_is_never_sampled_and_can_sample():
     assert not bool(rb.can_sample(empty, 1))
 
 
+def test_masked_add_gets_priority_zero_and_stays_out_of_the_weights():
+    state = rb.prioritized_init(_example(), 6, alpha=0.5)
+    state = rb.prioritized_add(state, _rows(0, 4), mask=jnp.array([False, True, False, True]))
+    leaves = _check_tree_invariants(state)
+    np.testing.assert_array_equal(leaves[:6], [0.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    assert int(state.size) == 4 and float(state.min_tree[1]) == 1.0  # the min ignores masked rows
+    state = rb.update_priorities(state, jnp.array([1, 3]), jnp.array([4.0, 16.0]))
+    idx, _, w = psample_jit(state, jax.random.key(0), 256, 1.0)
+    assert set(np.asarray(idx).tolist()) == {1, 3}
+    # w = (p^alpha / min p^alpha)^-beta = (sqrt(p) / 2)^-1: 1 for slot 1, 0.5 for slot 3.
+    np.testing.assert_allclose(np.asarray(w), np.where(np.asarray(idx) == 1, 1.0, 0.5), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"mask must have shape \(4,\)"):
+        rb.prioritized_add(state, _rows(0, 4), mask=jnp.ones(3, bool))
+
+
+def test_set_alpha_rebuilds_the_trees_bit_for_bit():
+    priorities = jnp.array([0.5, 3.0, 0.0, 7.0, 1e-3, 2.0, 40.0])
+
+    def build(alpha):
+        state = rb.prioritized_add(rb.prioritized_init(_example(), 9, alpha=alpha), _rows(0, 7))
+        return rb.update_priorities(state, jnp.arange(7), priorities)
+
+    at_06 = build(0.6)
+    for alpha in (0.9, 0.0, 1.0):
+        changed = jax.jit(rb.set_alpha)(at_06, alpha)
+        direct = build(alpha)
+        np.testing.assert_array_equal(changed.sum_tree, direct.sum_tree)
+        np.testing.assert_array_equal(changed.min_tree, direct.min_tree)
+        assert float(changed.alpha) == pytest.approx(alpha)
+        _check_tree_invariants(changed)
+    # alpha = 0: every positive priority weighs 1, a zero priority stays unsampleable (0 ** 0 = 1).
+    np.testing.assert_array_equal(build(0.0).sum_tree[16:16 + 9], [1, 1, 0, 1, 1, 1, 1, 0, 0])
+    same = rb.set_alpha(at_06, at_06.alpha)
+    for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(at_06)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_descend_edges_never_reach_zero_or_unfilled_leaves():
     # Capacity 5 padded to 8 leaves, size 4, zero leaves inside the filled part and a tiny leaf
     # next to a huge one so that rounding in the sums matters.

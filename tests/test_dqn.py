@@ -134,5 +134,6 @@ def test_epsilon_schedule_and_learning_starts_in_metrics():
 
 def test_cartpole_learns_end_to_end():
     result = rljax.train(DQNConfig(total_timesteps=150_000, seed=0), quiet=True)
-    # Random play scores ~22 and learning starts at 1e4 steps.
-    assert result.final_return > 100, [r["episode_return_mean"] for r in result.rows]
+    # Random play scores ~22 and learning starts at 1e4 steps; by 1.5e5 steps DQN reaches 292
+    # (seed 0; 279 and 500 with seeds 1 and 2).
+    assert result.final_return > 250, [r["episode_return_mean"] for r in result.rows]

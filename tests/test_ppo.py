@@ -161,15 +161,17 @@ def _train_probe(name, **kw):
     return lambda obs: net.apply(result.state.params, jnp.asarray(obs, jnp.float32))
 
 
-@pytest.mark.parametrize("name, obs, values", [
-    ("ProbeConstantReward-v0", [[0.0]], [1.0]),
-    ("ProbeObsReward-v0", [[-1.0], [1.0]], [-1.0, 1.0]),
-    ("ProbeTwoStep-v0", [[0.0], [1.0]], [0.9, 1.0]),   # gamma = 0.9
+@pytest.mark.parametrize("name, obs, values, atol", [
+    ("ProbeConstantReward-v0", [[0.0]], [1.0], 0.1),
+    ("ProbeObsReward-v0", [[-1.0], [1.0]], [-1.0, 1.0], 0.1),
+    # gamma = 0.9: V(0) = 0.9. The tolerance must be well below the discount gap 0.1, or an
+    # undiscounted V(0) = 1 would pass (PPO reaches 0.9 to ~1e-6 on seeds 0-2).
+    ("ProbeTwoStep-v0", [[0.0], [1.0]], [0.9, 1.0], 0.03),
 ])
-def test_probe_values(name, obs, values):
+def test_probe_values(name, obs, values, atol):
     net = _train_probe(name)
     _, v = net(obs)
-    np.testing.assert_allclose(np.asarray(v), values, atol=0.1)
+    np.testing.assert_allclose(np.asarray(v), values, atol=atol)
 
 
 @pytest.mark.parametrize("name, obs, right", [
@@ -198,8 +200,9 @@ def test_probe_continuous_actions(name):
 
 def test_cartpole_learns_end_to_end(tmp_path):
     result = rljax.train(PPOConfig(total_timesteps=150_000, seed=1), run_dir=tmp_path / "run", quiet=True)
-    # A random policy scores about 22; PPO with the default config passes 200 by 1.5e5 steps.
-    assert result.final_return > 200, [r["episode_return_mean"] for r in result.rows]
+    # A random policy scores about 22; PPO with the default config reaches 265 (seed 1; 328 and 314
+    # with seeds 0 and 2) by 1.5e5 steps.
+    assert result.final_return > 240, [r["episode_return_mean"] for r in result.rows]
     assert result.rows[-1]["env_steps"] == result.timings["total_env_steps"]
 
 

@@ -221,12 +221,12 @@ def test_probe_two_step_values_with_prioritized_replay():
 
 def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1; with one gradient step per
-    # env step SAC passes -600 within 5000 steps.
+    # env step SAC reaches -234 within 5000 steps (seed 0; -410 and -192 with seeds 1 and 2).
     cfg = SACConfig(total_timesteps=5000, gradient_steps=4, learning_starts=500, updates_per_chunk=125, seed=0)
     result = rljax.train(cfg, quiet=True)
     returns = [r["episode_return_mean"] for r in result.rows if r["episode_return_mean"] is not None]
     assert returns[0] < -900, returns
-    assert result.final_return > -600, returns
+    assert result.final_return > -450, returns
     last = result.rows[-1]
     for k in ("critic_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean", "td_abs_mean",
               "buffer_size", "param_desync", "critic_grad_norm", "actor_grad_norm"):

@@ -23,8 +23,8 @@ import optax
 from flax import struct
 
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, periodic,
-                                    polyak, replay_learning)
+from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
+                                    observation_stack, periodic, polyak, replay_learning)
 from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.networks import QNetwork
 
@@ -51,7 +51,8 @@ class DQNConfig(RunConfig):
     prioritized: bool = field(False, "proportional prioritised replay")
     loss: str = field("mse", "TD loss: 'mse' (0.5 * td^2) or 'huber' (delta 1)")
     anneal_lr: bool = field(False, "decay the learning rate linearly to 0 over the run")
-    normalize_obs: bool = field(False, "normalise observations by running mean/std")
+    normalize_obs: bool = field(False, "normalise observations by running mean/std (replay stores raw "
+                                       "observations, normalised when sampled)")
 
     # ----- sweepable hyperparameters (traced) -----
     learning_rate: float = field(2.5e-4, "Adam step size", sweepable=True)
@@ -135,8 +136,10 @@ class DQNState(struct.PyTreeNode):
     Attributes:
         learner: online params and Adam state.
         target_params: target-network params.
-        collector: env state, observations and the n-step tail.
-        buffer: this device's replay shard (cursor, size, and priorities when prioritised).
+        collector: env state (with the observation statistics when ``normalize_obs``), raw
+            observations and the n-step tail.
+        buffer: this device's replay shard of raw observations (cursor, size, and priorities when
+            prioritised).
         key: this device's PRNG key.
         hparams: traced hyperparameters.
         env_params: the env params (traced; a sweep may vary them per member).
@@ -202,7 +205,8 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
     num_local = config.num_envs // d
     network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes,
                        activation=config.activation, dueling=config.dueling)
-    venv = make_env_stack(env, env_params, num_local, normalize_obs=config.normalize_obs, axis_name=axis_name)
+    venv, normalize = observation_stack(make_env_stack(env, env_params, num_local, axis_name=axis_name),
+                                        config.normalize_obs, axis_name)
     replay = make_replay(config.buffer_size // d, config.prioritized)
     apply_fn = network.apply
     steps_per_update = config.env_steps_per_update
@@ -245,7 +249,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         epsilon = hp.epsilon_start + frac * (hp.epsilon_end - hp.epsilon_start)
         collector, items, episodes = collect(venv, state.env_params, epsilon_greedy(state.learner.params, epsilon),
                                              state.collector, k_collect, config.num_steps, config.n_step,
-                                             hp.gamma)
+                                             hp.gamma, observe=normalize)
         buffer = replay.add(state.buffer, items)
 
         steps_before = state.updates * steps_per_update
@@ -268,7 +272,9 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         active = steps_after >= config.learning_starts
         learner, buffer, metrics = replay_learning(
             learn_step, state.learner, replay, buffer, k_learn, gradient_steps=config.gradient_steps,
-            batch_size=config.batch_size // d, beta=beta, active=active)
+            batch_size=config.batch_size // d, beta=beta, active=active,
+            # Replay holds raw observations: normalised with the statistics of now.
+            prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
 
         sync = periodic(steps_before, steps_after, config.target_update_interval) & active
         target_params = jax.tree.map(lambda new, old: jnp.where(sync, new, old),
@@ -280,7 +286,9 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         return new_state, UpdateOutput(metrics, episodes)
 
     def act(state: DQNState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        # obs: raw env observations; with normalize_obs, normalised with the train state's statistics.
         del key
+        obs = normalize(state.collector.env_state, obs)
         return jnp.argmax(apply_fn(state.learner.params, obs), axis=-1).astype(jnp.int32)
 
     return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,

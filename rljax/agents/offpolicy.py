@@ -6,11 +6,23 @@ One off-policy update, inside the compiled chunk:
    :func:`rljax.rollout.rollout`), turned into n-step replay items (:class:`ReplayItem`) that keep
    terminated vs truncated apart: a truncated episode bootstraps from its final observation.
    The last ``n - 1`` steps are carried to the next update, so no step is lost at the boundary.
+   Until ``n - 1`` real steps have been collected the carried tail holds placeholders; the items
+   that start on one are marked invalid (``valid`` False), for any ``n`` and ``num_steps``.
 2. **add** the items to this device's replay shard (uniform ring or prioritised sum tree).
+   Invalid items get priority 0 in a prioritised buffer: never sampled, and kept out of the
+   minimum priority that normalises the importance weights.
 3. **learn**: ``gradient_steps`` steps of the algorithm's ``learn_step`` on sampled batches,
    gradients averaged over devices by the algorithm; priorities updated from the TD errors.
    Before ``learning_starts`` env steps the results are discarded (masked, not branched, so the
    program is the same at every update and vmaps over a population without a ``cond``).
+
+Observation normalisation (``normalize_obs``) with replay: the env stack returns **raw**
+observations and keeps the running statistics in its state (:func:`observation_stack`,
+``rljax.wrappers.ObservationStatistics``). Replay stores raw observations; the behaviour policy
+and the learner normalise them with the statistics current when they use them (acting: those of the
+step; learning: those after this update's collection), as Stable-Baselines3's ``VecNormalize``
+does for off-policy algorithms. Normalising at collection time instead would leave each stored item
+scaled by statistics up to a full buffer old.
 """
 
 from __future__ import annotations
@@ -22,12 +34,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rljax import buffers
+from rljax import buffers, wrappers
 from rljax.returns import n_step_transitions
 from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
-__all__ = ["ReplayItem", "Collector", "Replay", "make_replay", "init_collector", "collect",
-           "replay_learning", "polyak", "periodic"]
+__all__ = ["ReplayItem", "Collector", "Replay", "make_replay", "observation_stack", "normalize_items",
+           "init_collector", "collect", "replay_learning", "polyak", "periodic"]
 
 
 class ReplayItem(NamedTuple):
@@ -39,7 +51,8 @@ class ReplayItem(NamedTuple):
         reward: float32, ``sum_{k<m} gamma^k r_{t+k}`` (``m <= n`` steps, fewer at an episode end).
         discount: float32, ``gamma^m`` (0 after a termination): multiplies the bootstrap value.
         next_obs: ``[*obs_shape]`` the bootstrap observation (the final observation on truncation).
-        valid: bool, False for the ``n - 1`` placeholder items of the very first update.
+        valid: bool, False for the placeholder items that start on the not-yet-filled n-step tail
+            (the first ``n - 1`` items of each env).
     """
 
     obs: Any
@@ -56,8 +69,9 @@ class Collector(struct.PyTreeNode):
     Attributes:
         env_state: the wrapped, batched env state.
         obs: current observations ``[B, *obs_shape]``.
-        tail: the last ``n - 1`` steps of the previous rollout, ``Transition`` ``[n-1, B]``.
-        tail_valid: bool ``[n - 1]``; False until a first rollout has filled the tail.
+        tail: the last ``n - 1`` steps collected so far, oldest first, ``Transition`` ``[n-1, B]``.
+        tail_valid: bool ``[n - 1]``, which tail steps are real: a placeholder's flag becomes True
+            only once a real step has been shifted into its position (after ``n - 1`` steps in all).
     """
 
     env_state: Any
@@ -72,7 +86,9 @@ class Replay(NamedTuple):
     Attributes:
         init: ``init(example_item, alpha) -> state`` (``alpha``, the prioritisation exponent, may
             be traced; uniform replay ignores it).
-        add: ``add(state, items[N]) -> state``.
+        add: ``add(state, items[N]) -> state``; prioritised replay gives items whose ``valid`` is
+            False priority 0 (never sampled); uniform replay stores them, and the learner gives them
+            weight 0.
         sample: ``sample(state, key, batch_size, beta) -> (indices, items, weights)``; weights are
             ones for uniform replay.
         update: ``update(state, indices, td_abs, mask) -> state``; a no-op for uniform replay.
@@ -111,12 +127,41 @@ def make_replay(capacity: int, prioritized: bool, priority_eps: float = 1e-6) ->
         # Masked entries get index -1, which update_priorities ignores.
         return buffers.update_priorities(state, jnp.where(mask, indices, -1), td_abs + priority_eps)
 
+    def p_add(state, items):
+        return buffers.prioritized_add(state, items, mask=items.valid)
+
     return Replay(init=lambda item, alpha: buffers.prioritized_init(item, capacity, alpha),
-                  add=buffers.prioritized_add, sample=p_sample, update=p_update, size=lambda s: s.size)
+                  add=p_add, sample=p_sample, update=p_update, size=lambda s: s.size)
+
+
+def observation_stack(venv: Any, normalize_obs: bool, axis_name: str | None
+                      ) -> tuple[Any, Callable[[Any, Any], Any]]:
+    """The env stack and observation normaliser of an off-policy agent.
+
+    Args:
+        venv: the batched env stack without observation normalisation.
+        normalize_obs: track observation statistics.
+        axis_name: the device axis the statistics are merged over.
+
+    Returns:
+        ``(venv, normalize)``: with ``normalize_obs``, ``venv`` wrapped in
+        ``rljax.wrappers.ObservationStatistics`` (raw observations, statistics in its state) and
+        ``normalize(env_state, obs) = clip((obs - mean) / sqrt(var + eps), -10, 10)`` with the
+        statistics in ``env_state``; otherwise ``venv`` unchanged and ``normalize`` the identity.
+    """
+    if not normalize_obs:
+        return venv, lambda env_state, obs: obs
+    venv = wrappers.ObservationStatistics(venv, axis_name=axis_name)
+    return venv, venv.normalize
+
+
+def normalize_items(items: ReplayItem, normalize: Callable[[Any], Any]) -> ReplayItem:
+    """``items`` with ``obs`` and ``next_obs`` passed through ``normalize``."""
+    return items._replace(obs=normalize(items.obs), next_obs=normalize(items.next_obs))
 
 
 def _window(collector: Collector, traj: Transition) -> tuple[Transition, jax.Array]:
-    """The previous tail followed by the new rollout: ``[n - 1 + T, B]``."""
+    """The previous tail followed by the new rollout, ``[n - 1 + T, B]``, and which steps are real."""
     window = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), collector.tail, traj)
     valid = jnp.concatenate([collector.tail_valid, jnp.ones((traj.reward.shape[0],), jnp.bool_)])
     return window, valid
@@ -133,8 +178,14 @@ def init_collector(venv: Any, env_params: Any, policy: Callable, key: jax.Array,
 
 
 def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, key: jax.Array,
-            num_steps: int, n: int, gamma: jax.Array) -> tuple[Collector, ReplayItem, EpisodeSummary]:
+            num_steps: int, n: int, gamma: jax.Array, observe: Callable[[Any, Any], Any] | None = None
+            ) -> tuple[Collector, ReplayItem, EpisodeSummary]:
     """Acts for ``num_steps`` steps and returns ``num_steps * B`` n-step replay items.
+
+    Item ``t`` starts at step ``t`` of the window ``tail + rollout`` and uses steps ``t .. t + n - 1``;
+    it is valid iff step ``t`` is real (the steps after a real step are real). The new tail is the
+    window's last ``n - 1`` steps with their validity, so with ``n - 1 > num_steps`` placeholders
+    move through the tail for several updates and stay invalid until they leave it.
 
     Args:
         venv: the batched env stack.
@@ -145,12 +196,15 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
         num_steps: T, steps per env.
         n: n-step horizon (Python int >= 1).
         gamma: discount (may be traced).
+        observe: ``observe(env_state, obs)``, what the policy sees (see :func:`rljax.rollout.rollout`);
+            the items keep the env's observations.
 
     Returns:
         ``(collector, items, episodes)`` with items flattened to ``[T * B]`` (time-major order).
     """
     carry, traj, episodes = rollout(venv, env_params, policy,
-                                    RolloutCarry(collector.env_state, collector.obs), key, num_steps)
+                                    RolloutCarry(collector.env_state, collector.obs), key, num_steps,
+                                    observe=observe)
     traj = traj._replace(extras=())
     window, valid = _window(collector, traj)
     ns = n_step_transitions(window.reward, window.terminated, window.truncated, gamma, n)
@@ -170,14 +224,14 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
     )
     items = jax.tree.map(lambda x: x.reshape((num_steps * big_b,) + x.shape[2:]), items)
     tail = jax.tree.map(lambda x: x[num_steps:], window)
-    collector = Collector(env_state=carry.env_state, obs=carry.obs, tail=tail,
-                          tail_valid=jnp.ones_like(collector.tail_valid))
+    collector = Collector(env_state=carry.env_state, obs=carry.obs, tail=tail, tail_valid=valid[num_steps:])
     return collector, items, episodes
 
 
 def replay_learning(learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array], tuple[Any, jax.Array, dict]],
                     learner: Any, replay: Replay, buffer: Any, key: jax.Array, *, gradient_steps: int,
-                    batch_size: int, beta: jax.Array, active: jax.Array) -> tuple[Any, Any, dict]:
+                    batch_size: int, beta: jax.Array, active: jax.Array,
+                    prepare: Callable[[ReplayItem], ReplayItem] | None = None) -> tuple[Any, Any, dict]:
     """``gradient_steps`` sampled learning steps; their results are kept only where ``active``.
 
     Args:
@@ -191,6 +245,8 @@ def replay_learning(learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array]
         batch_size: samples per step on this device (static).
         beta: importance-sampling exponent (prioritised replay).
         active: bool scalar; False before ``learning_starts`` (nothing changes then).
+        prepare: applied to each sampled batch before ``learn_step`` (e.g. normalising raw
+            observations with the current statistics, :func:`normalize_items`); None for none.
 
     Returns:
         ``(learner, buffer, metrics)``, metrics averaged over the steps (zeros when inactive).
@@ -201,10 +257,11 @@ def replay_learning(learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array]
         k_sample, k_learn = jax.random.split(k)
         indices, items, weights = replay.sample(buffer, k_sample, batch_size, beta)
         weights = weights * items.valid.astype(jnp.float32)
+        if prepare is not None:
+            items = prepare(items)
         new_learner, td_abs, metrics = learn_step(learner, items, weights, k_learn)
-        # Placeholder items (valid False) get priority ~eps the first time they are drawn.
-        buffer = replay.update(buffer, indices, td_abs * items.valid,
-                               jnp.broadcast_to(active, indices.shape))
+        # Placeholder items (valid False; only uniform replay can draw them) keep their priority.
+        buffer = replay.update(buffer, indices, td_abs, active & items.valid)
         learner = jax.tree.map(lambda new, old: jnp.where(active, new, old), new_learner, learner)
         return (learner, buffer), metrics
 

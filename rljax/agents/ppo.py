@@ -43,7 +43,8 @@ class PPOConfig(RunConfig):
     activation: str = field("tanh", "hidden activation: tanh, relu, elu, gelu, silu, ...")
     shared_torso: bool = field(False, "one torso for actor and critic instead of two")
     normalize_obs: bool = field(False, "normalise observations by running mean/std (shared over devices)")
-    normalize_reward: bool = field(False, "scale rewards by the running std of the discounted return")
+    normalize_reward: bool = field(False, "scale rewards by the running std of the discounted return "
+                                          "(discounted with this run's gamma)")
     normalize_advantages: bool = field(True, "standardise advantages per minibatch (over all devices)")
     clip_value_loss: bool = field(True, "clip the value update to +-clip_eps around the old value")
     anneal_lr: bool = field(True, "decay the learning rate linearly to 0 over the run")
@@ -298,11 +299,17 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     apply_fn = network.apply
     local_batch = num_local * config.num_steps
 
+    def with_gamma(env_state: Any, hp: PPOHyperParams) -> Any:
+        # The reward normaliser discounts with the traced gamma of this state (a sweep member's, or
+        # the one PBT perturbed), not the config's Python float the env stack was built with.
+        return venv.set_gamma(env_state, hp.gamma) if config.normalize_reward else env_state
+
     def init(key: jax.Array, device_index: Any, num_updates: int, hp: PPOHyperParams, env_params: Any) -> PPOState:
         k_params, k_run = jax.random.split(key)
         k_run = jax.random.fold_in(k_run, device_index)
         k_env, k_state = jax.random.split(k_run)
         obs, env_state = venv.reset(k_env, env_params)
+        env_state = with_gamma(env_state, hp)
         params = network.init(k_params, obs[:1])
         opt_state = _optimizer(hp, hp.learning_rate).init(params)
         return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
@@ -323,7 +330,8 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         hp = state.hparams
         key, k_roll, k_learn = jax.random.split(state.key, 3)
         carry, traj, episodes = rollout(venv, state.env_params, policy(state.params),
-                                        RolloutCarry(state.env_state, state.obs), k_roll, config.num_steps)
+                                        RolloutCarry(with_gamma(state.env_state, hp), state.obs), k_roll,
+                                        config.num_steps)
 
         # One batched critic pass over [T, B] for both V(s_t) and V(true s_{t+1}).
         values = value_fn(state.params, traj.obs)

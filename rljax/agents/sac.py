@@ -30,8 +30,8 @@ import optax
 from flax import struct
 
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, polyak,
-                                    replay_learning)
+from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
+                                    observation_stack, polyak, replay_learning)
 from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
@@ -62,7 +62,8 @@ class SACConfig(RunConfig):
     autotune: bool = field(True, "learn alpha towards the target entropy (else alpha stays initial_alpha)")
     n_step: int = field(1, "n-step returns (1 = one-step TD)")
     prioritized: bool = field(False, "proportional prioritised replay (weights the critic loss)")
-    normalize_obs: bool = field(False, "normalise observations by running mean/std")
+    normalize_obs: bool = field(False, "normalise observations by running mean/std (replay stores raw "
+                                       "observations, normalised when sampled)")
 
     # ----- sweepable hyperparameters (traced) -----
     actor_learning_rate: float = field(1e-3, "actor Adam step size", sweepable=True)
@@ -374,8 +375,9 @@ class SACState(struct.PyTreeNode):
 
     Attributes:
         learner: params, targets, temperature and optimiser states.
-        collector: env state, observations and the n-step tail.
-        buffer: this device's replay shard.
+        collector: env state (with the observation statistics when ``normalize_obs``), raw
+            observations and the n-step tail.
+        buffer: this device's replay shard of raw observations.
         key: this device's PRNG key.
         hparams: traced hyperparameters.
         env_params: the env params (traced; a sweep may vary them per member; the action bounds
@@ -513,7 +515,8 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
     num_local = config.num_envs // d
     nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
                              config.log_std_max)
-    venv = make_env_stack(env, env_params, num_local, normalize_obs=config.normalize_obs, axis_name=axis_name)
+    venv, normalize = observation_stack(make_env_stack(env, env_params, num_local, axis_name=axis_name),
+                                        config.normalize_obs, axis_name)
     replay = make_replay(config.buffer_size // d, config.prioritized)
     steps_per_update = config.env_steps_per_update
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
@@ -555,7 +558,7 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         warmup = steps_before < config.learning_starts
         collector, items, episodes = collect(venv, state.env_params, behaviour(state.learner.actor_params, warmup),
                                              state.collector, k_collect, config.num_steps, config.n_step,
-                                             hp.gamma)
+                                             hp.gamma, observe=normalize)
         buffer = replay.add(state.buffer, items)
 
         progress = jnp.clip(state.updates.astype(jnp.float32) / jnp.maximum(state.num_updates, 1), 0.0, 1.0)
@@ -569,7 +572,9 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         active = steps_after >= config.learning_starts
         learner, buffer, metrics = replay_learning(
             learn_step, state.learner, replay, buffer, k_learn, gradient_steps=config.gradient_steps,
-            batch_size=config.batch_size // d, beta=beta, active=active)
+            batch_size=config.batch_size // d, beta=beta, active=active,
+            # Replay holds raw observations: normalised with the statistics of now.
+            prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
         metrics = {**metrics, "alpha": jnp.exp(learner.log_alpha),
                    "buffer_size": replay.size(buffer).astype(jnp.float32) * d,
                    "param_desync": desync(_synced(learner), axis_name)}
@@ -578,8 +583,9 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         return new_state, UpdateOutput(metrics, episodes)
 
     def act(state: SACState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        # obs: raw env observations; with normalize_obs, normalised with the train state's statistics.
         del key
-        return nets.mode(state.learner.actor_params, obs)
+        return nets.mode(state.learner.actor_params, normalize(state.collector.env_state, obs))
 
     return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,
                  params=lambda s: _synced(s.learner))
