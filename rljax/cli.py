@@ -220,8 +220,9 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         a usage error (2: bad config, used or locked directory, nothing to resume), a diverged run
         (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
         after printing how to resume a preempted run. From the moment training starts, SIGTERM
-        is held off until the process exits: a second SIGTERM after the stop's checkpoint
-        committed cannot turn status 75 into death by signal.
+        is held off until the process exits (the run's own guard turns it into a stop; once the
+        run has returned it is ignored): a SIGTERM after the final or the stop's checkpoint
+        committed cannot turn status 0 or 75 into death by signal.
     """
     import signal
     import threading
@@ -257,13 +258,17 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         print(f"error: I/O error: {err}.{resume_hint} once it is fixed (the newest committed checkpoint is "
               f"intact)", file=sys.stderr)
         return None, EXIT_IO
-    finally:
+    except BaseException:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        raise
+    # The run finished or stopped and its checkpoint committed: the process only has to exit now, so
+    # a SIGTERM during the exit (interpreter shutdown can take a while) must not turn its status
+    # into death by signal. It stays ignored for the rest of the process.
+    if main_thread:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     result = out[0] if isinstance(out, tuple) else out
     if result.preempted:
-        if main_thread:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already: a repeat cannot change the status
         print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
         return out, PREEMPTED_EXIT_CODE
     return out, None

@@ -406,3 +406,18 @@ def test_one_sigterm_delivered_twice_is_one_request():
         proc.kill()
     assert proc.returncode == 0, err
     assert "stopped cleanly" in out
+
+
+def test_sigterm_is_ignored_once_the_run_has_returned():
+    """Regression (fault soak): a SIGTERM during interpreter shutdown, after the final checkpoint
+    committed, killed the process with -15 instead of letting it exit 0."""
+    class Done:
+        preempted = None
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        out, status = call_training(lambda: Done(), "runs/x")
+        assert status is None
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
