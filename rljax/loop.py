@@ -28,7 +28,7 @@ from rljax.rollout import EpisodeSummary
 
 __all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
            "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config", "NonFiniteError",
-           "nonfinite_count", "RUN_OPTIONS"]
+           "nonfinite_count"]
 
 
 class DesyncError(RuntimeError):
@@ -298,10 +298,6 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
             + f". Fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}")
 
 
-RUN_OPTIONS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard")
-"""The :func:`train` options saved with a run (checkpoint meta and manifest) and kept on resume."""
-
-
 def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
           resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
           keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False,
@@ -373,6 +369,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if resume and not pathlib.Path(run_dir).is_dir():
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
+    # The run options: saved with the run (checkpoint meta, manifest) and kept by a CLI resume.
     options = dict(checkpoint_every=checkpoint_every, checkpoint_interval_s=float(checkpoint_interval_s),
                    keep_checkpoints=keep_checkpoints, checkpoints=checkpoints, tensorboard=tensorboard)
     from rljax.checkpoint import PreemptionGuard
