@@ -4,7 +4,7 @@
     python -m benchmarks.env_throughput --envs CartPole-v1 --num-envs 1024 --repeats 5
 
 Each measurement is a jitted ``lax.scan`` of ``vmap(env.step)`` (auto-reset included) with actions
-pre-generated outside the timed program, as in ../shared/BENCHMARKS.md: ``--steps`` steps, or more
+pre-generated outside the timed program (as gymnax's own speed tests do): ``--steps`` steps, or more
 at small N so that every measurement covers at least ``--min-env-steps`` env steps (1000 steps of
 one env take ~4 ms, too short to time on a VM whose launches cost milliseconds). Both
 implementations run in the same process, interleaved, best of ``--repeats``; the ratio column is

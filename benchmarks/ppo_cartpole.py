@@ -12,11 +12,11 @@ Sections:
             one-thread XLA CPU pool (NPROC=1) and with the default pool, each in its own process.
   checkpoint  run time with checkpoints (default interval; every 5 s, with and without checksums)
             vs none, on a ~20 s run.
-  rejax     rejax's PPO with the same configuration (its own venv: ../shared/peers/setup.sh).
+  rejax     rejax's PPO with the same configuration (its own venv, from the directory in $RLJAX_PEERS_DIR).
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
 PureJaxRL's and rejax's figures are. PureJaxRL cannot run here beside rljax (no pip package); its
-figures measured on this machine are in ../shared/BENCHMARKS.md and printed for reference.
+figures (measured 2026-11-30 on a 2-core CPU VM, jax 0.10.2, PureJaxRL's own script at its newest commit) are printed for reference.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from rljax.parallel import serial_map
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
                  anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
                  max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", total_timesteps=500_000)
-PEERS_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"
-REFERENCE = ("PureJaxRL on this machine (../shared/BENCHMARKS.md): 1 seed compile 6.4 s, 86k steps/s "
+PEERS_DIR = pathlib.Path(os.environ.get("RLJAX_PEERS_DIR", pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"))
+REFERENCE = ("PureJaxRL, measured 2026-11-30 on a 2-core CPU VM (jax 0.10.2): 1 seed compile 6.4 s, 86k steps/s "
              "(114k best), return 500; 8 seeds vmapped 148k steps/s total; 64 envs 117k steps/s")
 
 
@@ -258,7 +258,7 @@ def overhead_pools() -> dict:
 def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
     setup = PEERS_DIR / "setup.sh"
     if not setup.exists():
-        print("rejax: ../shared/peers/setup.sh not found; skipped")
+        print(f"rejax: {PEERS_DIR}/setup.sh not found (set RLJAX_PEERS_DIR); skipped")
         return None
     python = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=True).stdout.split()[-1]
     keys = ["num_envs", "num_steps", "num_epochs", "num_minibatches", "learning_rate", "total_timesteps",
