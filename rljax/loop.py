@@ -599,7 +599,7 @@ def _train(config: Any, env: Any, env_params: Any, *, run_dir: Any, resume: bool
             raise NonFiniteError(f"{reason} {where}: the run diverged.{newest} on_nonfinite='rollback' restores the "
                                  f"last good checkpoint with a lower learning rate instead of stopping")
         rollbacks += 1
-        timings["rollbacks"] = timings.get("rollbacks", 0) + 1
+        timings["rollbacks"] += 1
         if checkpointer is not None:
             checkpointer.wait()
         if checkpointer is not None and checkpointer.steps():
