@@ -212,6 +212,11 @@ def _os_error(err: BaseException) -> OSError | None:
     return None
 
 
+def _hold_off_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler of the command line around and after training: the run's own guard turns
+    SIGTERM into a stop while it trains; before and after, the signal changes nothing."""
+
+
 def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     """Calls ``run()`` and maps its outcome to an exit status for the command line.
 
@@ -221,7 +226,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
         after printing how to resume a preempted run. From the moment training starts, SIGTERM
         is held off until the process exits (the run's own guard turns it into a stop; once the
-        run has returned it is ignored): a SIGTERM after the final or the stop's checkpoint
+        run has returned, a no-op handler stays installed): a SIGTERM after the final or the stop's checkpoint
         committed cannot turn status 0 or 75 into death by signal.
     """
     import signal
@@ -233,7 +238,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     from rljax.runlock import RunLockError
 
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
     resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
     try:
         out = run()
@@ -264,9 +269,8 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         raise
     # The run finished or stopped and its checkpoint committed: the process only has to exit now, so
     # a SIGTERM during the exit (interpreter shutdown can take a while) must not turn its status
-    # into death by signal. It stays ignored for the rest of the process.
-    if main_thread:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # into death by signal. The no-op handler stays installed; unlike SIG_IGN, a handler is not
+    # inherited by programs this process starts later.
     result = out[0] if isinstance(out, tuple) else out
     if result.preempted:
         print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)

@@ -418,6 +418,12 @@ def test_sigterm_is_ignored_once_the_run_has_returned():
     try:
         out, status = call_training(lambda: Done(), "runs/x")
         assert status is None
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert callable(signal.getsignal(signal.SIGTERM))  # held off, not the default (death)
+        os.kill(os.getpid(), signal.SIGTERM)  # and it really changes nothing
+        # A handler, not SIG_IGN: programs started afterwards (a supervisor, a test's subprocess)
+        # must not inherit an ignored SIGTERM.
+        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"],
+                               capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "True", child.stdout
     finally:
         signal.signal(signal.SIGTERM, previous)
