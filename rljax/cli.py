@@ -217,6 +217,12 @@ def _hold_off_sigterm(signum: int, frame: Any) -> None:
     SIGTERM into a stop while it trains; before and after, the signal changes nothing."""
 
 
+def _ignore_sigterm_at_exit() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     """Calls ``run()`` and maps its outcome to an exit status for the command line.
 
@@ -269,8 +275,14 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         raise
     # The run finished or stopped and its checkpoint committed: the process only has to exit now, so
     # a SIGTERM during the exit (interpreter shutdown can take a while) must not turn its status
-    # into death by signal. The no-op handler stays installed; unlike SIG_IGN, a handler is not
-    # inherited by programs this process starts later.
+    # into death by signal. The no-op handler stays installed (unlike SIG_IGN, a handler is not
+    # inherited by programs this process starts later); Python drops its handlers during
+    # finalisation, so at exit SIGTERM is ignored outright.
+    if main_thread:
+        import atexit
+
+        atexit.unregister(_ignore_sigterm_at_exit)
+        atexit.register(_ignore_sigterm_at_exit)
     result = out[0] if isinstance(out, tuple) else out
     if result.preempted:
         print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
