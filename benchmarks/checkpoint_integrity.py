@@ -33,7 +33,8 @@ from rljax import checkpoint as ckpt_lib
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.checkpoint import Checkpointer, pack, to_host
-from rljax.loop import build_agent, plan_updates
+from rljax.agents import build_agent
+from rljax.loop import plan_updates
 
 from benchmarks.ppo_cartpole import PUREJAXRL
 

@@ -40,7 +40,8 @@ import envs
 import rljax
 import rljax.checkpoint
 from rljax.agents.ppo import PPOConfig
-from rljax.loop import build_agent, make_chunk, pack_output, plan_updates
+from rljax.agents import build_agent
+from rljax.loop import make_chunk, pack_output, plan_updates
 from rljax.parallel import serial_map
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,

@@ -443,15 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _algorithms() -> dict[str, Any]:
-    """Command name -> config class, for every algorithm in ``rljax.loop.ALGORITHMS``."""
-    import importlib
+    """Command name -> config class, for every registered algorithm (:mod:`rljax.agents`)."""
+    from rljax.agents import algorithms
 
-    from rljax.loop import ALGORITHMS
-
-    out = {}
-    for cls_name, (module, _) in ALGORITHMS.items():
-        out[cls_name.removesuffix("Config").lower()] = getattr(importlib.import_module(module), cls_name)
-    return out
+    return {name: entry.config_cls for name, entry in algorithms().items()}
 
 
 if __name__ == "__main__":  # pragma: no cover

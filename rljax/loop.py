@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.agents import build_agent
 from rljax.agents.base import Agent, psum
 from rljax.parallel import DataParallel, first_device, run_once, serial_map
 from rljax.rollout import EpisodeSummary
@@ -218,28 +219,6 @@ class TrainResult:
         """Mean episode return over the last few chunks that finished episodes (NaN if none)."""
         returns = [r["episode_return_mean"] for r in self.rows if r.get("episode_return_mean") is not None]
         return float(np.mean(returns[-2:])) if returns else float("nan")
-
-
-# Algorithm registry: config class name -> (module, make function). Imported lazily, so a run only
-# loads the algorithm it uses.
-ALGORITHMS: dict[str, tuple[str, str]] = {
-    "PPOConfig": ("rljax.agents.ppo", "make_ppo"),
-    "DQNConfig": ("rljax.agents.dqn", "make_dqn"),
-    "SACConfig": ("rljax.agents.sac", "make_sac"),
-}
-
-
-def build_agent(config: Any, env: Any, env_params: Any, axis_name: str | None) -> Agent:
-    """Dispatches on the config type to the algorithm's ``make_<algo>``."""
-    import importlib
-
-    entry = ALGORITHMS.get(type(config).__name__)
-    if entry is None:
-        raise TypeError(f"no algorithm for config type {type(config).__name__}; known: {sorted(ALGORITHMS)}")
-    module = importlib.import_module(entry[0])
-    if not isinstance(config, getattr(module, type(config).__name__)):
-        raise TypeError(f"{type(config).__name__} is not {entry[0]}.{type(config).__name__}")
-    return getattr(module, entry[1])(config, env, env_params, axis_name)
 
 
 def _row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> dict[str, Any]:

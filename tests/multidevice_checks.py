@@ -19,7 +19,8 @@ from jax.sharding import PartitionSpec as P
 import envs
 import rljax
 from rljax.agents.ppo import PPOBatch, PPOConfig, _optimizer, ppo_learn
-from rljax.loop import DesyncError, _check_health, make_chunk, build_agent, plan_updates
+from rljax.agents import build_agent
+from rljax.loop import DesyncError, _check_health, make_chunk, plan_updates
 from rljax.networks import ActorCritic
 from rljax.parallel import AXIS, DataParallel
 
@@ -127,7 +128,7 @@ def desync_detected() -> dict:
 @dataclasses.dataclass(frozen=True)
 class DesyncPPOConfig(PPOConfig):
     """PPO whose update, once, perturbs the params of one device only (a deliberately broken
-    data-parallel update), registered in ``rljax.loop.ALGORITHMS`` so ``train()`` builds it."""
+    data-parallel update), registered with ``rljax.agents.register`` so ``train()`` builds it."""
 
     perturb_device: int = 1
     perturb_update: int = 4
@@ -154,9 +155,9 @@ def make_desync_ppo(config: DesyncPPOConfig, env, env_params, axis_name):
 
 def desync_through_train() -> dict:
     """``train()`` itself stops a data-parallel run whose params drift apart on one device."""
-    from rljax.loop import ALGORITHMS
+    from rljax.agents import register
 
-    ALGORITHMS[DesyncPPOConfig.__name__] = ("__main__", "make_desync_ppo")
+    register("desync_ppo", DesyncPPOConfig, make_desync_ppo)
     d = jax.device_count()
     small = {**SMALL, "total_timesteps": 8 * 16 * 8, "updates_per_chunk": 2}
     out = {"devices": d}

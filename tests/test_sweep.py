@@ -85,7 +85,8 @@ def test_population_init_has_no_batched_lapack_call(config):
     every LAPACK call in the population's init program must be unbatched."""
     import re
 
-    from rljax.loop import build_agent, population_init
+    from rljax.agents import build_agent
+    from rljax.loop import population_init
     from rljax.sweep import make_population
 
     env, params = envs.make(config.env)

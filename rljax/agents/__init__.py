@@ -1,0 +1,93 @@
+"""The algorithm registry: every algorithm registers its config class and builder here.
+
+An algorithm is one module in this package that ends with::
+
+    register("ppo", PPOConfig, make_ppo)
+
+``make_ppo(config, env, env_params, axis_name) -> rljax.agents.base.Agent`` builds the per-device
+program. The registry finds the algorithms of this package by importing its modules the first time
+it is asked (:func:`algorithms`); an algorithm defined outside the package registers itself when its
+module is imported, and is then trained, swept and resumed like a built-in one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["Algorithm", "register", "algorithms", "algorithm_for", "build_agent"]
+
+
+class Algorithm(NamedTuple):
+    """A registered algorithm.
+
+    Attributes:
+        name: its command-line name (``rljax train <name>``), lower case.
+        config_cls: its frozen config dataclass.
+        make: ``make(config, env, env_params, axis_name) -> Agent``.
+    """
+
+    name: str
+    config_cls: type
+    make: Callable[..., Any]
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+_SCANNED = False
+# Modules of this package that hold shared pieces, not algorithms.
+_NOT_ALGORITHMS = frozenset({"base", "offpolicy"})
+
+
+def register(name: str, config_cls: type, make: Callable[..., Any]) -> None:
+    """Registers an algorithm under ``name``.
+
+    Registering the same name again with the same config class (a module reloaded) replaces the
+    entry; a different class under a taken name, or a class under a second name, is an error.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise ValueError(f"algorithm name must be a lower-case identifier, got {name!r}")
+    old = _REGISTRY.get(name)
+    if old is not None and old.config_cls.__qualname__ != config_cls.__qualname__:
+        raise ValueError(f"algorithm name {name!r} is taken by {old.config_cls.__qualname__}")
+    for other in _REGISTRY.values():
+        if other.name != name and other.config_cls is config_cls:
+            raise ValueError(f"{config_cls.__qualname__} is already registered as {other.name!r}")
+    _REGISTRY[name] = Algorithm(name, config_cls, make)
+
+
+def _scan() -> None:
+    """Imports every algorithm module of this package once, so each registers itself."""
+    global _SCANNED
+    if _SCANNED:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in _NOT_ALGORITHMS and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _SCANNED = True
+
+
+def algorithms() -> dict[str, Algorithm]:
+    """Every registered algorithm by name, sorted (the built-in ones are always included)."""
+    _scan()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def algorithm_for(config: Any) -> Algorithm:
+    """The registered algorithm whose config class ``config`` is an instance of.
+
+    Raises:
+        TypeError: no algorithm is registered for ``type(config)``.
+    """
+    for entry in algorithms().values():
+        if type(config) is entry.config_cls:
+            return entry
+    known = ", ".join(f"{a.name} ({a.config_cls.__name__})" for a in algorithms().values())
+    raise TypeError(f"no algorithm is registered for config type {type(config).__qualname__}; known: {known}. "
+                    f"An algorithm module registers itself with rljax.agents.register(name, ConfigClass, make)")
+
+
+def build_agent(config: Any, env: Any, env_params: Any, axis_name: str | None) -> Any:
+    """The per-device :class:`~rljax.agents.base.Agent` of ``config``'s algorithm for ``env``."""
+    return algorithm_for(config).make(config, env, env_params, axis_name)

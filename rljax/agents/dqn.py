@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from rljax.agents import register
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
 from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
                                     observation_stack, periodic, polyak, replay_learning)
@@ -300,3 +301,6 @@ def _shape_policy(num_actions: int):
     def act(key: jax.Array, obs: jax.Array):
         return jax.random.randint(key, obs.shape[:1], 0, num_actions, jnp.int32), ()
     return act
+
+
+register("dqn", DQNConfig, make_dqn)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from rljax.agents import register
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
 from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.networks import ActorCritic
@@ -373,3 +374,6 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
 
     return Agent(config=config, init=init, update=update, act=act,
                  env_steps_per_update=config.batch_size, params=lambda s: s.params)
+
+
+register("ppo", PPOConfig, make_ppo)

@@ -29,6 +29,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from rljax.agents import register
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
 from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
                                     observation_stack, polyak, replay_learning)
@@ -595,3 +596,5 @@ def _synced(learner: SACLearner) -> Any:
     """The learner's parts that must agree across devices."""
     return (learner.actor_params, learner.critic_params, learner.log_alpha)
 
+
+register("sac", SACConfig, make_sac)
