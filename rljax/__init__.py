@@ -1,14 +1,74 @@
 """rljax: JAX-native, on-accelerator reinforcement-learning training.
 
-The public entry points:
+The public API (everything else is reachable through its module, and may change)::
 
-* :func:`train` -- train any algorithm config on a registered or user-written env.
-* :mod:`rljax.env` -- the environment contract (``Environment``, ``Box``, ``Discrete``).
-* :mod:`rljax.wrappers` -- vectorisation, episode statistics, normalisation, action rescaling.
-* :mod:`rljax.agents.ppo` -- ``PPOConfig``.
+    import rljax
+
+    config = rljax.PPOConfig(env="CartPole-v1", total_timesteps=500_000)
+    result = rljax.train(config, run_dir="runs/cp")         # -> rljax.TrainResult
+    env, env_params = rljax.make("CartPole-v1")            # the env registry
+
+* Training: :func:`train`, :class:`TrainResult`; sweeps and PBT in one program: :func:`run_sweep`,
+  :class:`SweepSpec`, :class:`PBTSpec`.
+* Algorithms (one module each in :mod:`rljax.agents`, each config a frozen dataclass whose
+  sweepable fields are traced hyperparameters): :class:`PPOConfig`, :class:`DQNConfig`,
+  :class:`SACConfig`, :class:`TD3Config`, :class:`PQNConfig`; the registry: :func:`register`
+  (add an algorithm), :func:`algorithms`.
+* Environments: :func:`make`, :func:`register_env`, :func:`registered_envs`; the contract an env
+  meets: :mod:`rljax.env`; wrappers: :mod:`rljax.wrappers`.
+* Numerics: :mod:`rljax.returns` (GAE, n-step), :mod:`rljax.distributions`, :mod:`rljax.buffers`.
+* Errors a run can end with: :class:`NonFiniteError`, :class:`DesyncError`,
+  :class:`ConfigMismatchError`.
+
+Names are loaded on first use, so ``import rljax`` stays cheap.
 """
 
-from rljax.loop import TrainResult, train
+from __future__ import annotations
 
-__all__ = ["train", "TrainResult"]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> (module, attribute); a module itself when the attribute is None.
+_API: dict[str, tuple[str, str | None]] = {
+    "train": ("rljax.loop", "train"),
+    "TrainResult": ("rljax.loop", "TrainResult"),
+    "run_sweep": ("rljax.sweep", "run_sweep"),
+    "SweepSpec": ("rljax.sweep", "SweepSpec"),
+    "PBTSpec": ("rljax.pbt", "PBTSpec"),
+    "PPOConfig": ("rljax.agents.ppo", "PPOConfig"),
+    "DQNConfig": ("rljax.agents.dqn", "DQNConfig"),
+    "SACConfig": ("rljax.agents.sac", "SACConfig"),
+    "TD3Config": ("rljax.agents.td3", "TD3Config"),
+    "PQNConfig": ("rljax.agents.pqn", "PQNConfig"),
+    "register": ("rljax.agents", "register"),
+    "algorithms": ("rljax.agents", "algorithms"),
+    "make": ("rljax.env_registry", "make"),
+    "register_env": ("rljax.env_registry", "register"),
+    "registered_envs": ("rljax.env_registry", "registered"),
+    "NonFiniteError": ("rljax.health", "NonFiniteError"),
+    "DesyncError": ("rljax.health", "DesyncError"),
+    "ConfigMismatchError": ("rljax.rundir", "ConfigMismatchError"),
+    "env": ("rljax.env", None),
+    "wrappers": ("rljax.wrappers", None),
+    "returns": ("rljax.returns", None),
+    "distributions": ("rljax.distributions", None),
+    "buffers": ("rljax.buffers", None),
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    entry = _API.get(name)
+    if entry is None:
+        raise AttributeError(f"module 'rljax' has no attribute {name!r}")
+    module = importlib.import_module(entry[0])
+    value = module if entry[1] is None else getattr(module, entry[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -22,6 +22,7 @@ when a :class:`Checkpointer` is created.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -39,7 +40,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Checkpointer", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError", "PreemptionGuard",
+__all__ = ["Checkpointer", "Checkpointing", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError", "PreemptionGuard",
            "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
 
 PREEMPTED_EXIT_CODE = 75
@@ -689,3 +690,61 @@ class PreemptionGuard:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+class Checkpointing:
+    """The boundary hook that saves the run: on its cadence, after the last chunk and on a stop.
+
+    Args:
+        checkpointer: the run's :class:`Checkpointer`.
+        every: save every this many chunks; 0 saves instead when ``interval_s`` seconds have passed
+            since the last save.
+        interval_s: the time-based interval.
+        nonfinite_ok: save even when the state holds non-finite values (a sweep: a diverged member
+            is that member's result and must not stop the others' checkpoints).
+    """
+
+    def __init__(self, checkpointer: Checkpointer, every: int, interval_s: float, nonfinite_ok: bool):
+        self.checkpointer = checkpointer
+        self.every = every
+        self.interval_s = interval_s
+        self.nonfinite_ok = nonfinite_ok
+        self.last_save = time.perf_counter()
+
+    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
+        """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
+        always save)."""
+        if self.every:
+            return (chunk_index + 1) % self.every == 0
+        return time.perf_counter() - self.last_save >= self.interval_s
+
+    def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> int | None:
+        """Saves when due; a state found non-finite is handed to the run's health (a rollback):
+        returns the chunk to continue from then, else None."""
+        from rljax.tracking import config_to_dict, json_scalar
+
+        guard = run.guard
+        if not (last or guard.requested or self.due(run, chunk_index, last)):
+            return None
+        guard.finishing = guard.requested or last
+        t_ckpt = time.perf_counter()
+        row = rows[0]
+        meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
+                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan), "algorithm": type(run.config).__name__,
+                "config": config_to_dict(run.config), "run_options": run.options, "rollbacks": run.rollbacks,
+                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows]}
+        try:
+            self.checkpointer.save(row["env_steps"], run.state, meta, nonfinite_ok=self.nonfinite_ok)
+        except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look
+            guard.finishing = False
+            return run.health.roll_back(run, chunk_index, row, str(err))
+        finally:
+            run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
+        self.last_save = time.perf_counter()
+        return None
+
+    def close(self, run: Any) -> None:
+        """Waits for the pending save to commit."""
+        t_ckpt = time.perf_counter()
+        self.checkpointer.close()
+        run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt

@@ -1,16 +1,32 @@
-"""The training loop: compiled chunks of K updates, driven by a thin host loop.
+"""The training loop: compiled chunks of K updates, driven by a short host loop with boundary hooks.
 
 Everything inside a chunk (rollouts, targets, every epoch and minibatch of K updates) is one compiled
-program with the train state donated. Between chunks the host reads a fixed-size set of scalars,
-checks the run's health (params in sync across devices, finite losses), logs, and (with
-``rljax.checkpoint``) saves. One compile per run: the chunk's input and output states have the same
-shapes, dtypes and shardings, so the compiled executable is reused for every chunk.
+program with the train state donated. One compile per run: the chunk's input and output states have
+the same shapes, dtypes and shardings, so the executable is reused for every chunk.
+
+Every run is a population (:mod:`rljax.population`): a single run is a population of one, a sweep
+of P members is vmapped into the same kind of program. Between chunks the host reads a fixed-size
+vector of scalars, turns it into one metrics row per member and hands the rows to the boundary
+hooks, each a small object in the module that owns its concern:
+
+* :class:`rljax.health.Health`: params in sync across devices, losses and state finite (stop or
+  roll back);
+* :class:`rljax.tracking.Tracking`: metrics rows, tensorboard and progress lines;
+* ``on_chunk``: the caller's callback (:class:`OnChunk`);
+* :class:`rljax.pbt.PBT`: exploit/explore of a sweep's population;
+* :class:`rljax.checkpoint.Checkpointing`: the save cadence, the final save and the save on a stop.
+
+A hook has up to four methods, each optional: ``due(run, c, last)`` says whether it needs chunk
+``c``'s state on the host (then the next chunk is not launched ahead); ``record(run, c, rows)`` sees
+every chunk's rows; ``react(run, c, rows)`` and ``boundary(run, c, rows, last)`` may change the run
+and return the chunk to continue from (a rollback); ``boundary`` runs only once the state of chunk
+``c`` is the current one; ``close(run)`` runs when the loop ends, however it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import math
 import os
 import pathlib
@@ -22,18 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.agents import build_agent
 from rljax.agents.base import Agent, psum
-from rljax.parallel import DataParallel, first_device, run_once, serial_map
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["ChunkOutput", "Plan", "Population", "plan_updates", "make_chunk", "TrainResult", "DesyncError", "train",
-           "build_agent", "ConfigMismatchError", "RESUMABLE_FIELDS", "check_resume_config", "NonFiniteError",
-           "nonfinite_count"]
-
-
-class DesyncError(RuntimeError):
-    """Params differ across devices: the data-parallel run is no longer one run."""
+__all__ = ["ChunkOutput", "Plan", "RunOptions", "Run", "OnChunk", "plan_updates", "pack_output", "make_chunk",
+           "chunk_row", "nonfinite_count", "TrainResult", "train"]
 
 
 class ChunkOutput(NamedTuple):
@@ -68,36 +77,6 @@ class Plan:
     @property
     def total_env_steps(self) -> int:
         return self.num_updates * self.env_steps_per_update
-
-
-@dataclasses.dataclass(frozen=True)
-class Population:
-    """The members of a sweep, trained together as one compiled program (vmapped over members).
-
-    Built by :mod:`rljax.sweep`; every member is a single-device run of the same config except for
-    its traced hyperparameters, env params and seed.
-
-    Attributes:
-        seeds: one seed per member, ``[P]``.
-        hparams: the algorithm's hyperparameter pytree with leaves ``[P]``.
-        env_params: env params with leaves ``[P]``.
-        names: one directory name per member (``RUN_DIR/members/<name>``).
-        configs: one resolved config per member (written to its ``config.json``).
-        num_devices: devices the population is split over (``P`` must be a multiple).
-        pbt: a :class:`rljax.pbt.PBTSpec` to evolve the population during training, or None.
-    """
-
-    seeds: tuple[int, ...]
-    hparams: Any
-    env_params: Any
-    names: tuple[str, ...]
-    configs: tuple[Any, ...]
-    num_devices: int = 1
-    pbt: Any = None
-
-    @property
-    def size(self) -> int:
-        return len(self.seeds)
 
 
 # The automatic chunk size: about AUTO_CHUNKS chunks of at most MAX_AUTO_CHUNK updates.
@@ -191,6 +170,30 @@ def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | 
     return chunk
 
 
+def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> dict[str, Any]:
+    """One member's metrics row for chunk ``chunk_index``: counters, throughput, the mean return and
+    length of the episodes that finished in the chunk (None when none did), reward components and
+    the chunk's metrics."""
+    metrics = {k: float(v) for k, v in out.metrics.items()}
+    ep = out.episodes
+    count = float(ep.count)
+    updates = (chunk_index + 1) * plan.updates_per_chunk
+    row: dict[str, Any] = {
+        "env_steps": updates * plan.env_steps_per_update,
+        "updates": updates,
+        "wall_time_s": wall,
+        "sps": plan.updates_per_chunk * plan.env_steps_per_update / max(chunk_s, 1e-9),
+        "episode_return_mean": float(ep.return_sum) / count if count else None,
+        "episode_length_mean": float(ep.length_sum) / count if count else None,
+        "episodes": int(count),
+    }
+    for name, total in ep.components.items():
+        row[f"reward_components/{name}"] = float(total) / count if count else None
+    row.update(metrics)
+    return row
+
+
+
 @dataclasses.dataclass
 class TrainResult:
     """What :func:`train` returns.
@@ -221,529 +224,338 @@ class TrainResult:
         return float(np.mean(returns[-2:])) if returns else float("nan")
 
 
-def _row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> dict[str, Any]:
-    metrics = {k: float(v) for k, v in out.metrics.items()}
-    ep = out.episodes
-    count = float(ep.count)
-    updates = (chunk_index + 1) * plan.updates_per_chunk
-    row: dict[str, Any] = {
-        "env_steps": updates * plan.env_steps_per_update,
-        "updates": updates,
-        "wall_time_s": wall,
-        "sps": plan.updates_per_chunk * plan.env_steps_per_update / max(chunk_s, 1e-9),
-        "episode_return_mean": float(ep.return_sum) / count if count else None,
-        "episode_length_mean": float(ep.length_sum) / count if count else None,
-        "episodes": int(count),
-    }
-    for name, total in ep.components.items():
-        row[f"reward_components/{name}"] = float(total) / count if count else None
-    row.update(metrics)
-    return row
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run is saved and logged (recorded with the run and kept by a CLI resume).
 
-
-def population_init(agent: Any, num_updates: int) -> Callable[[Any, Any, Any], Any]:
-    """The jitted initialiser of a population: ``(keys [P], hparams [P], env_params [P]) -> state [P]``.
-
-    Members are initialised one after another (:func:`rljax.parallel.serial_map`), never vmapped: a
-    vmapped network init can deadlock XLA's CPU thread pool.
+    Attributes:
+        checkpoint_every: save every this many chunks; 0 saves instead when
+            ``checkpoint_interval_s`` seconds have passed since the last save. Either way a
+            checkpoint is always saved after the last chunk and on a stop.
+        checkpoint_interval_s: the time-based interval used when ``checkpoint_every`` is 0.
+        keep_checkpoints: how many recent checkpoints to keep.
+        checkpoints: False disables checkpointing entirely (the run cannot be resumed).
+        tensorboard: write tensorboard events.
     """
-    return jax.jit(lambda *xs: serial_map(lambda k, hp, ep: agent.init(k, 0, num_updates, hp, ep), *xs))
+
+    checkpoint_every: int = 0
+    checkpoint_interval_s: float = 60.0
+    keep_checkpoints: int = 3
+    checkpoints: bool = True
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), got {every!r}")
+        if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
+            raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {interval!r}")
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep!r}")
+        object.__setattr__(self, "checkpoint_interval_s", float(interval))
 
 
-RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor")
-"""Config fields that may differ when resuming (extending a run, changing how divergence is met);
-every other difference is an error."""
+@dataclasses.dataclass
+class Run:
+    """A run in progress, as the host loop and its boundary hooks see it.
+
+    Attributes:
+        config, program, plan: what runs (:class:`rljax.population.Program`, :class:`Plan`).
+        state: the current train state (replaced by every chunk, a PBT step or a rollback).
+        guard: the :class:`rljax.checkpoint.PreemptionGuard` (``requested`` once a stop is asked).
+        options: the run options, as a dict.
+        checkpointer: the :class:`rljax.checkpoint.Checkpointer`, or None.
+        tracking: the :class:`rljax.tracking.Tracking` hook; health: the :class:`rljax.health.Health` hook.
+        start_chunk: the first chunk this process runs.
+        rollbacks: rollbacks so far (saved with each checkpoint).
+        rows: member 0's rows; member_rows: every member's rows.
+        timings: seconds spent per phase, and the plan.
+        ahead: ``(state, output, launch time)`` of a chunk launched before the current one was read.
+    """
+
+    config: Any
+    program: Any
+    plan: Plan
+    state: Any
+    guard: Any
+    options: dict[str, Any]
+    checkpointer: Any = None
+    tracking: Any = None
+    health: Any = None
+    start_chunk: int = 0
+    rollbacks: int = 0
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    member_rows: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
+    timings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ahead: tuple[Any, Any, float] | None = None
+
+    def discard_ahead(self) -> None:
+        """Drops the chunk launched ahead (it ran on a state being replaced); its output state is
+        the only live one (the earlier state was donated to it)."""
+        if self.ahead is not None:
+            self.state, self.ahead = self.ahead[0], None
+            jax.block_until_ready(self.state)
 
 
-class NonFiniteError(FloatingPointError):
-    """The run diverged (a NaN/inf loss or train state) and ``on_nonfinite`` could not recover it."""
+class OnChunk:
+    """The caller's ``on_chunk(chunk_index, state, row)`` as a hook: returning True stops the run
+    at this chunk as a preemption would (saved; ``result.preempted == "on_chunk"``)."""
 
+    needs_every_state = True
 
-class ConfigMismatchError(ValueError):
-    """A resumed run's config differs from the saved one in fields that change the run."""
+    def __init__(self, callback: Callable[[int, Any, dict[str, Any]], Any]):
+        self.callback = callback
 
-
-def check_resume_config(saved: dict[str, Any], config: Any) -> None:
-    """Raises :class:`ConfigMismatchError` naming every field that differs from the saved config,
-    except :data:`RESUMABLE_FIELDS`."""
-    from rljax.tracking import config_to_dict
-
-    new = config_to_dict(config)
-    diffs = [f"{k}: saved {saved.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(saved) | set(new))
-             if saved.get(k) != new.get(k) and k not in RESUMABLE_FIELDS]
-    if diffs:
-        raise ConfigMismatchError(
-            "cannot resume with a different config; differing fields: " + "; ".join(diffs)
-            + f". Fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}")
+    def react(self, run: Run, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+        if self.callback(chunk_index, run.state, rows[0]):
+            run.guard.request("on_chunk")
 
 
 def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str | os.PathLike | None = None,
           resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
-          keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False,
-          tensorboard: bool = True, handle_signals: bool = True,
-          on_chunk: Callable[[int, Any, dict[str, Any]], None] | None = None,
-          population: Population | None = None) -> TrainResult:
-    """Trains an agent; the Python entry point behind every experiment module.
+          keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False, tensorboard: bool = True,
+          handle_signals: bool = True, on_chunk: Callable[[int, Any, dict[str, Any]], Any] | None = None,
+          population: Any = None) -> TrainResult:
+    """Trains an agent (or a sweep's population); the Python entry point behind every experiment.
 
     Args:
-        config: an algorithm config, e.g. :class:`rljax.agents.ppo.PPOConfig`. Its
-            ``on_nonfinite``, ``max_rollbacks`` and ``rollback_lr_factor`` say how a diverged run
-            is met (see Raises).
-        env: an env object (rljax or gymnax contract, e.g. one you just wrote); when None,
-            ``envs.make(config.env)``.
+        config: an algorithm config, e.g. :class:`rljax.agents.ppo.PPOConfig`; its ``on_nonfinite``,
+            ``max_rollbacks`` and ``rollback_lr_factor`` say how divergence is met (:mod:`rljax.health`).
+        env: an env object (rljax or gymnax contract); None: ``rljax.env_registry.make(config.env)``.
         env_params: its params; ``env.default_params`` when None.
-        run_dir: where to write ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
-            ``checkpoints/``; None keeps the run in memory (no checkpoints; rows are still returned).
-            The directory is locked for the run (:mod:`rljax.runlock`): a second run or resume on
-            it is refused while this one lives.
-        resume: continue the run in ``run_dir`` from its newest valid checkpoint. The config must
-            match the checkpoint's except for :data:`RESUMABLE_FIELDS`. A run that stopped before
-            its first checkpoint committed starts over from scratch (its earlier metrics rows are
-            kept in ``metrics.superseded.jsonl``).
-        checkpoint_every: save every this many chunks; 0 (the default) saves instead when
-            ``checkpoint_interval_s`` seconds have passed since the last save. Either way a
-            checkpoint is always saved after the last chunk and on preemption.
-        checkpoint_interval_s: the time-based interval used when ``checkpoint_every`` is 0.
-        keep_checkpoints: how many recent checkpoints to keep.
-        checkpoints: False disables checkpointing entirely (the run cannot be resumed).
+        run_dir: where ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
+            ``checkpoints/`` go; None keeps the run in memory (rows are still returned). The
+            directory is locked for the run (:mod:`rljax.runlock`).
+        resume: continue the run in ``run_dir`` from its newest valid checkpoint; the config must
+            match except for :data:`rljax.rundir.RESUMABLE_FIELDS`. A run with no committed
+            checkpoint starts over (its rows move to ``metrics.superseded.jsonl``).
+        checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard: the
+            :class:`RunOptions`.
         quiet: no progress lines.
-        tensorboard: write tensorboard events (with ``run_dir``).
-        handle_signals: turn SIGTERM/SIGINT into a clean stop at the next chunk boundary (save,
-            flush, return with ``result.preempted``); a signal during set-up or compilation stops
-            the run before its first chunk.
-        on_chunk: called after each chunk as ``on_chunk(chunk_index, state, row)``; returning True
-            stops the run there as a preemption would (saved, ``result.preempted == "on_chunk"``).
-        population: train a sweep's members together (see :mod:`rljax.sweep`): the state gets a
-            leading ``[P]`` axis, each member logs to ``RUN_DIR/members/<name>``, and a member whose
-            loss or state diverges is reported, not fatal.
+        handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
+            ``result.preempted`` set); during set-up or compilation, before the first chunk.
+        on_chunk: ``on_chunk(chunk_index, state, row)`` after each chunk; True stops the run there.
+        population: a sweep's :class:`rljax.population.Population` (see :mod:`rljax.sweep`): the
+            state gets a leading ``[P]`` axis, member rows go to ``RUN_DIR/members/<name>``, and a
+            diverged member is reported, not fatal.
 
     Returns:
         A :class:`TrainResult`.
 
     Raises:
-        DesyncError: params diverged across devices.
-        NonFiniteError: a loss or the train state became NaN/inf (``nonfinite_state`` in the row
-            counts the bad values) and ``config.on_nonfinite`` is ``"stop"``, or ``"rollback"`` gave
-            up after ``config.max_rollbacks`` rollbacks. A rollback restores the newest checkpoint
-            (or the initial state when none was saved), multiplies every learning rate by
-            ``config.rollback_lr_factor``, moves the rows after it to ``metrics.superseded.jsonl``
-            and records an incident in the manifest; rows carry the ``rollbacks`` so far. No
-            checkpoint is ever written from a non-finite state.
-        ConfigMismatchError: ``resume`` with a config that changes the run.
-        rljax.checkpoint.NoCheckpointError: ``resume`` but every checkpoint in ``run_dir`` is
-            unreadable.
+        rljax.health.DesyncError: params diverged across devices.
+        rljax.health.NonFiniteError: a loss or the state became NaN/inf and could not be rolled back.
+        rljax.rundir.ConfigMismatchError: ``resume`` with a config that changes the run.
+        rljax.checkpoint.NoCheckpointError: ``resume`` but every checkpoint is unreadable.
         rljax.runlock.RunLockedError: another live process holds ``run_dir``.
     """
-    import contextlib
+    from rljax.checkpoint import PreemptionGuard
+    from rljax.runlock import RunLock
 
-    if not isinstance(checkpoint_every, int) or isinstance(checkpoint_every, bool) or checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
-                         f"got {checkpoint_every!r}")
-    if not (isinstance(checkpoint_interval_s, (int, float)) and math.isfinite(checkpoint_interval_s)
-            and checkpoint_interval_s > 0):
-        raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {checkpoint_interval_s!r}")
-    if not isinstance(keep_checkpoints, int) or isinstance(keep_checkpoints, bool) or keep_checkpoints < 1:
-        raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep_checkpoints!r}")
+    options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard)
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if resume and not pathlib.Path(run_dir).is_dir():
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
-    # The run options: saved with the run (checkpoint meta, manifest) and kept by a CLI resume.
-    options = dict(checkpoint_every=checkpoint_every, checkpoint_interval_s=float(checkpoint_interval_s),
-                   keep_checkpoints=keep_checkpoints, checkpoints=checkpoints, tensorboard=tensorboard)
-    from rljax.checkpoint import PreemptionGuard
-
     with contextlib.ExitStack() as stack:
         if run_dir is not None:
-            from rljax.runlock import RunLock
-
             stack.enter_context(RunLock(run_dir))
         guard = stack.enter_context(PreemptionGuard(handle_signals))
-        return _train(config, env, env_params, run_dir=run_dir, resume=resume, options=options, quiet=quiet,
-                      on_chunk=on_chunk, population=population, guard=guard)
+        return _train(config, env, env_params, run_dir, resume, options, quiet, on_chunk, population, guard)
 
 
-def _train(config: Any, env: Any, env_params: Any, *, run_dir: Any, resume: bool, options: dict[str, Any],
-           quiet: bool, on_chunk: Any, population: Population | None, guard: Any) -> TrainResult:
-    """:func:`train` inside its run-directory lock and signal guard."""
-    import warnings
-
-    from rljax.checkpoint import Checkpointer, NonFiniteStateError
-    from rljax.rundir import RunDirError, checkpoint_steps, newest_checkpoint_meta, read_json
-    from rljax.tracking import Tracker, config_to_dict, format_progress
+def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, options: RunOptions, quiet: bool,
+           on_chunk: Any, population: Any, guard: Any) -> TrainResult:
+    """:func:`train` inside its run-directory lock and signal guard: set up, compile, loop."""
+    from rljax import env_registry
+    from rljax.checkpoint import Checkpointer
+    from rljax.health import Health
+    from rljax.population import Program
+    from rljax.rundir import resume_from_scratch
+    from rljax.tracking import Tracking
 
     t_start = time.perf_counter()
-    checkpoint_every = options["checkpoint_every"]
-    if env is None:
-        import envs
-
-        env, default = envs.make(config.env)
-        env_params = default if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
-
-    restart = False  # resume of a run that has no committed checkpoint: start it over
-    if resume:
-        root = pathlib.Path(run_dir)
-        newest = newest_checkpoint_meta(root)
-        if newest is not None:  # before restoring: a changed config must not make every step look unreadable
-            check_resume_config(newest[1]["config"], config)
-        if not checkpoint_steps(root):
-            config_path = root / "config.json"
-            if not config_path.exists():
-                raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json and no checkpoint); "
-                                        f"nothing to resume")
-            try:
-                saved_config = read_json(config_path)
-            except RunDirError:
-                saved_config = None
-            if isinstance(saved_config, dict):
-                check_resume_config(saved_config, config)
-            restart = True
-            warnings.warn(f"{run_dir} has no committed checkpoint (the run stopped before its first save): "
-                          f"starting it over from scratch; its earlier metrics rows move to "
-                          f"metrics.superseded.jsonl", stacklevel=3)
-
-    if population is None:
-        par = DataParallel(config.num_devices, config.backend)
-        agent = build_agent(config, env, env_params, par.axis_name)
-        key = jax.random.key(config.seed)
-
-        def init_state(num_updates: int) -> Any:
-            return par.init(lambda k, i: agent.init(k, i, num_updates, config.hyperparams(), env_params), key)
-    else:
-        if config.num_devices != 1:
-            raise ValueError(f"sweep members are single-device runs: num_devices={config.num_devices}; split "
-                             f"the population over devices instead (the sweep's --devices)")
-        par = DataParallel(population.num_devices, "shard_map")
-        agent = build_agent(config, env, env_params, None)
-        keys = jax.vmap(jax.random.key)(jnp.asarray(population.seeds, jnp.uint32))
-
-        def init_state(num_updates: int) -> Any:
-            members = run_once(population_init(agent, num_updates), keys, population.hparams,
-                               population.env_params)
-            return par.place_population(members)
-
+    env, env_params = env_registry.resolve(config.env, env, env_params)
+    restart = resume and resume_from_scratch(run_dir, config)
+    program = Program(config, env, env_params, population)
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):
         raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
                               f"(`rljax resume {run_dir}`) or choose a new run directory")
-    checkpointer = (Checkpointer(run_dir, keep=options["keep_checkpoints"])
-                    if run_dir is not None and (options["checkpoints"] or (resume and not restart)) else None)
-    saved_meta: dict[str, Any] | None = None
-    rollbacks = 0
-    if resume and not restart:
-        # The chunk size is part of the compiled program: keep the saved one so the continuation
-        # runs the same program (bit-exact), even when total_timesteps was extended.
-        probe = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
-        state, saved_meta, _ = checkpointer.restore(init_state(probe.num_updates))
-        if isinstance(saved_meta.get("config"), dict):  # the checkpoint is the record of the run
-            check_resume_config(saved_meta["config"], config)
-        rollbacks = int(saved_meta.get("rollbacks", 0))
-        k_saved = int(saved_meta["plan"]["updates_per_chunk"])
-        plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, k_saved)
-        if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
-            plan = Plan(num_updates=k_saved * math.ceil(plan.num_updates / k_saved), updates_per_chunk=k_saved,
-                        num_chunks=math.ceil(plan.num_updates / k_saved), env_steps_per_update=agent.env_steps_per_update)
-        if plan.num_updates != int(saved_meta["plan"]["num_updates"]):
-            state = state.replace(num_updates=jax.device_put(
-                jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
-        start_chunk = int(saved_meta["chunk_index"]) + 1
-    else:
-        plan = plan_updates(config.total_timesteps, agent.env_steps_per_update, config.updates_per_chunk)
-        state = init_state(plan.num_updates)
-        start_chunk = 0
-    if not options["checkpoints"]:
-        if checkpointer is not None:
-            checkpointer.close()
-        checkpointer = None
+    run = Run(config, program, None, None, guard, dataclasses.asdict(options), health=Health(config, program.isolated),
+              member_rows=[[] for _ in range(program.size)])
+    if run_dir is not None and (options.checkpoints or (resume and not restart)):
+        run.checkpointer = Checkpointer(run_dir, keep=options.keep_checkpoints)
+    saved_meta = _start(run, restore=resume and not restart)
+    if not options.checkpoints and run.checkpointer is not None:
+        run.checkpointer.close()
+        run.checkpointer = None
+    # The run directory's files exist before compiling: a run stopped while compiling can be resumed.
+    run.tracking = Tracking(
+        run_dir, program, run.plan.total_env_steps, run.options, quiet=quiet, resume=resume,
+        resume_env_steps=None if not resume else (0 if restart else int(saved_meta["env_steps"])),
+        saved_rows=(saved_meta or {}).get("rows"), manifest_extra={
+            "plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__, "run_options": run.options})
+    hooks = _hooks(run, run_dir, resume, on_chunk, options)
+    compiled, unpack = _compile(run, resume and not restart, quiet, run_dir)
+    run.timings["setup_s"] = time.perf_counter() - t_start - run.timings["compile_s"]
+    t_loop = time.perf_counter()
+    wall_offset = float((saved_meta or {}).get("wall_time_s", 0.0)) if run_dir is not None else 0.0
+    try:
+        preempted = _host_loop(run, compiled, unpack, hooks, lambda: wall_offset + time.perf_counter() - t_start)
+    finally:
+        guard.finishing = True
+        _close(hooks, run)
+    run.timings["loop_s"] = time.perf_counter() - t_loop
+    run.timings["total_s"] = time.perf_counter() - t_start
+    if preempted and not quiet:
+        where = f"; resume with: rljax resume {run_dir}" if run_dir is not None else ""
+        at = f"after env step {run.rows[-1]['env_steps']:,}: checkpoint saved" if run.rows else "before its first chunk"
+        print(f"stopped by {preempted} {at}{where}", flush=True)
+    return TrainResult(state=run.state, rows=run.rows, run_dir=None if run_dir is None else str(run_dir),
+                       timings=run.timings, agent=program.agent, preempted=preempted,
+                       member_rows=run.member_rows if program.isolated else None)
 
-    # The run directory's files exist before compiling, so a run stopped during compilation can be
-    # resumed (from scratch) like any other.
-    trackers: list[Any] = []
-    wall_offset = 0.0
-    if run_dir is not None:
-        resume_steps = None if not resume else (0 if restart else int(saved_meta["env_steps"]))
-        extra = {"plan": dataclasses.asdict(plan), "algorithm": type(config).__name__, "run_options": options}
-        saved_rows = (saved_meta or {}).get("rows") or [None] * (population.size if population else 1)
-        if population is None:
-            trackers.append(Tracker(run_dir, config, seed=config.seed, tensorboard=options["tensorboard"],
-                                    quiet=quiet, total_env_steps=plan.total_env_steps, resume=resume,
-                                    resume_env_steps=resume_steps, manifest_extra=extra,
-                                    recovered_rows=[r for r in saved_rows[:1] if r]))
-        else:
-            for i, name in enumerate(population.names):
-                trackers.append(Tracker(pathlib.Path(run_dir) / "members" / name, population.configs[i],
-                                        seed=population.seeds[i], tensorboard=options["tensorboard"], quiet=True,
-                                        total_env_steps=plan.total_env_steps, resume=resume,
-                                        resume_env_steps=resume_steps,
-                                        manifest_extra={**extra, "sweep_member": i, "sweep_dir": str(run_dir)},
-                                        recovered_rows=[r for r in saved_rows[i:i + 1] if r]))
-        if saved_meta is not None:
-            wall_offset = float(saved_meta.get("wall_time_s", 0.0))
 
-    packed_chunk, unpack_output = pack_output(
-        make_chunk(agent.update, plan.updates_per_chunk, par.axis_name if population is None else None))
-    if population is None:
-        chunk_fn = par.map(packed_chunk, donate=True)
-    else:
-        chunk_fn = par.map_population(jax.vmap(packed_chunk), donate=True)
+def _start(run: Run, restore: bool) -> dict[str, Any] | None:
+    """Sets the run's plan, initial state and first chunk: restored from the newest checkpoint
+    (returning its meta), or fresh (returning None)."""
+    from rljax.rundir import check_resume_config
 
+    config, program = run.config, run.program
+    steps_per_update = program.agent.env_steps_per_update
+    if not restore:
+        run.plan = plan_updates(config.total_timesteps, steps_per_update, config.updates_per_chunk)
+        run.state = program.init_state(run.plan.num_updates)
+        return None
+    # The chunk size is part of the compiled program: keep the saved one so the continuation runs
+    # the same program (bit-exact), even when total_timesteps was extended.
+    probe = plan_updates(config.total_timesteps, steps_per_update, config.updates_per_chunk)
+    state, meta, _ = run.checkpointer.restore(program.init_state(probe.num_updates))
+    if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
+        check_resume_config(meta["config"], config)
+    run.rollbacks = int(meta.get("rollbacks", 0))
+    k_saved = int(meta["plan"]["updates_per_chunk"])
+    plan = plan_updates(config.total_timesteps, steps_per_update, k_saved)
+    if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
+        num_chunks = math.ceil(plan.num_updates / k_saved)
+        plan = Plan(num_updates=k_saved * num_chunks, updates_per_chunk=k_saved, num_chunks=num_chunks,
+                    env_steps_per_update=steps_per_update)
+    if plan.num_updates != int(meta["plan"]["num_updates"]):
+        state = state.replace(num_updates=jax.device_put(
+            jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
+    run.plan, run.state, run.start_chunk = plan, state, int(meta["chunk_index"]) + 1
+    return meta
+
+
+def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOptions) -> list[Any]:
+    """The boundary hooks of a run, in the order they see each chunk."""
+    from rljax.checkpoint import Checkpointing
+    from rljax.pbt import PBT
+
+    hooks: list[Any] = [run.health, run.tracking]
+    if on_chunk is not None:
+        hooks.append(OnChunk(on_chunk))
+    if run.program.pbt is not None:
+        hooks.append(PBT(run.program.pbt, run.program, run_dir, resume, run.start_chunk))
+    if run.checkpointer is not None:
+        hooks.append(Checkpointing(run.checkpointer, options.checkpoint_every, options.checkpoint_interval_s,
+                                   nonfinite_ok=run.program.isolated))
+    return hooks
+
+
+def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, Callable[[Any], ChunkOutput]]:
+    """Compiles the chunk for the run's state; returns ``(executable, unpack)``."""
+    program, plan, config = run.program, run.plan, run.config
+    packed_chunk, unpack = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name))
+    chunk_fn = program.map_chunk(packed_chunk)
     if not quiet:
-        what = "resuming" if resume and not restart else "training"
-        print(f"rljax: {what} {type(config).__name__.removesuffix('Config')} on {config.env}"
-              + (f" ({population.size} members)" if population is not None else "")
+        print(f"rljax: {'resuming' if resuming else 'training'} {type(config).__name__.removesuffix('Config')} on "
+              f"{config.env}" + (f" ({program.size} members)" if program.isolated else "")
               + (f", run directory {run_dir}" if run_dir is not None else "")
               + f"; compiling {plan.updates_per_chunk} updates per chunk ...", flush=True)
     t0 = time.perf_counter()
-    compiled = chunk_fn.lower(state).compile()
-    timings: dict[str, Any] = {
+    compiled = chunk_fn.lower(run.state).compile()
+    run.timings.update({
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0,
-        "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk,
-        "num_updates": plan.num_updates, "total_env_steps": plan.total_env_steps, "start_chunk": start_chunk,
-        "launched_ahead": 0, "rollbacks": 0}
-    last_save = time.perf_counter()
+        "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
+        "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
+    return compiled, unpack
 
-    def save_due(chunk_index: int) -> bool:
-        """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
-        always save)."""
-        if checkpointer is None:
-            return False
-        if checkpoint_every:
-            return (chunk_index + 1) % checkpoint_every == 0
-        return time.perf_counter() - last_save >= options["checkpoint_interval_s"]
 
-    def save(chunk_index: int, member: list[dict[str, Any]]) -> None:
-        from rljax.tracking import _scalar
-
-        t_ckpt = time.perf_counter()
-        row = member[0]
-        meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
-                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(plan),
-                "algorithm": type(config).__name__, "config": config_to_dict(config), "run_options": options,
-                "rollbacks": rollbacks, "rows": [{k: _scalar(v) for k, v in r.items()} for r in member]}
-        if population is None:
-            checkpointer.save(row["env_steps"], state, meta)
-        else:  # a diverged member is that member's result; it must not stop the others' checkpoints
-            checkpointer.save(row["env_steps"], state, meta, nonfinite_ok=True)
-        timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-
-    pbt_step = None
-    if population is not None and population.pbt is not None:
-        import functools
-
-        from rljax.pbt import exploit_explore
-
-        pbt_step = jax.jit(functools.partial(exploit_explore, spec=population.pbt), donate_argnums=0)
-        pbt_log = None if run_dir is None else pathlib.Path(run_dir) / "pbt.jsonl"
-        if pbt_log is not None and resume and pbt_log.exists():  # drop steps after the restored chunk
-            kept = [line for line in pbt_log.read_text().splitlines()
-                    if line.strip() and json.loads(line)["chunk"] < start_chunk]
-            pbt_log.write_text("".join(line + "\n" for line in kept))
-
-    def evolve(state: Any, chunk_index: int, member: list[dict[str, Any]]) -> Any:
-        from rljax.pbt import scores_from_rows
-
-        scores = scores_from_rows(member)
-        new, source = pbt_step(state, jnp.asarray(scores), jnp.int32(chunk_index))
-        new = par.place_population(new)
-        source = np.asarray(jax.device_get(source))
-        jax.block_until_ready(new)
-        if pbt_log is not None:
-            hp = jax.device_get(new.hparams)
-            record = {"chunk": chunk_index, "env_steps": member[0]["env_steps"],
-                      "scores": [None if not np.isfinite(x) else float(x) for x in scores],
-                      "copies": {population.names[i]: population.names[int(j)]
-                                 for i, j in enumerate(source) if int(j) != i},
-                      "hparams": {k: np.asarray(getattr(hp, k)).tolist() for k in sorted(population.pbt.fields)}}
-            with open(pbt_log, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        return new
-
-    def roll_back(chunk_index: int, row: dict[str, Any], reason: str) -> int:
-        """Meets a diverged chunk as ``config.on_nonfinite`` says; returns the chunk to run next."""
-        nonlocal state, rollbacks
-        mode = getattr(config, "on_nonfinite", "stop")
-        limit = getattr(config, "max_rollbacks", 0)
-        where = f"after chunk {chunk_index} (env step {row['env_steps']:,})"
-        incident = {"kind": "nonfinite", "chunk": chunk_index, "env_steps": row["env_steps"], "reason": reason}
-        if mode != "rollback" or rollbacks >= limit:
-            for tracker in trackers:
-                tracker.record_incident({**incident, "action": "stop"})
-            newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (
-                checkpointer is not None and checkpointer.steps()) else ""
-            if mode == "rollback":
-                raise NonFiniteError(f"{reason} {where}, and {rollbacks} rollback(s) (max_rollbacks={limit}) did not "
-                                     f"help: giving up.{newest} Lower the learning rate or look for non-finite "
-                                     f"observations or rewards in the env")
-            raise NonFiniteError(f"{reason} {where}: the run diverged.{newest} on_nonfinite='rollback' restores the "
-                                 f"last good checkpoint with a lower learning rate instead of stopping")
-        rollbacks += 1
-        timings["rollbacks"] += 1
-        if checkpointer is not None:
-            checkpointer.wait()
-        if checkpointer is not None and checkpointer.steps():
-            state, meta, _ = checkpointer.restore(state)
-            back_chunk, back_steps = int(meta["chunk_index"]), int(meta["env_steps"])
-            recovered = meta.get("rows") or []
-            state = _scale_learning_rates(state, config.rollback_lr_factor ** (rollbacks - int(meta.get("rollbacks", 0))))
-        else:
-            state = init_state(plan.num_updates)
-            back_chunk, back_steps, recovered = -1, 0, []
-            state = _scale_learning_rates(state, config.rollback_lr_factor ** rollbacks)
-        record = {**incident, "action": "rollback", "rollback": rollbacks, "to_env_steps": back_steps,
-                  "lr_factor": config.rollback_lr_factor ** rollbacks}
-        for tracker in trackers:
-            tracker.rewind(back_steps, recovered[:1])
-            tracker.record_incident(record)
-        rows[:] = [r for r in rows if r["env_steps"] <= back_steps]
-        warnings.warn(f"{reason} {where}: rolled back to env step {back_steps:,} with the learning rate scaled by "
-                      f"{config.rollback_lr_factor ** rollbacks:g} (rollback {rollbacks} of at most {limit})",
-                      stacklevel=4)
-        return back_chunk + 1
-
-    timings["setup_s"] = time.perf_counter() - t_start - timings["compile_s"]
-    t_loop = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    member_rows: list[list[dict[str, Any]]] = [[] for _ in range(population.size if population else 0)]
-    diverged: set[int] = set()
-    preempted = guard.signal_name if guard.requested else None  # a signal during set-up or compilation
-    try:
-        # A chunk is launched before the previous one's metrics are read whenever nothing needs
-        # that chunk's state on the host (no checkpoint, PBT step, on_chunk or stop is due):
-        # the host's logging and the next launch then overlap the device's work. Programs over
-        # several CPU devices always wait, which avoids XLA's CPU collective-rendezvous
-        # deadlock between programs.
-        launch_ahead = par.can_launch_ahead and on_chunk is None
-        ahead: tuple[Any, Any, float] | None = None  # (state, out, launch time) of the next chunk
-        t_done = -math.inf
-        c = start_chunk
-        while preempted is None and c < plan.num_chunks:
-            if ahead is None:
-                t_launch = time.perf_counter()
-                state, out = compiled(state)
-            else:
-                state, out, t_launch = ahead
-                ahead = None
-            last = c == plan.num_chunks - 1
-            pbt_due = pbt_step is not None and (c + 1) % population.pbt.interval == 0 and not last
-            if launch_ahead and not (last or pbt_due or save_due(c) or guard.requested):
-                t_next = time.perf_counter()
-                ahead = (*compiled(state), t_next)
-                timings["launched_ahead"] += 1
-            out = unpack_output(jax.device_get(first_device(out, config.num_devices)))  # waits for chunk c
-            if ahead is None:
-                jax.block_until_ready(state)
-            # Device time of chunk c: from its launch, or from the previous chunk's end when it
-            # was queued behind it.
-            now = time.perf_counter()
-            chunk_s = now - max(t_launch, t_done)
-            t_done = now
-            timings["compute_s"] += chunk_s
-
-            t_log = time.perf_counter()
-            wall = wall_offset + time.perf_counter() - t_start
-            if population is None:
-                row = _row(plan, c, out, wall, chunk_s)
-                _check_desync(row, c)
-                row["rollbacks"] = rollbacks
-                rows.append(row)
-                member = [row]
-            else:
-                member = [_row(plan, c, jax.tree.map(lambda x: x[i], out), wall, chunk_s)
-                          for i in range(population.size)]
-                row = member[0]
-                for i, r in enumerate(member):
-                    member_rows[i].append(r)
-                    if i not in diverged and _nonfinite_reason(r):
-                        diverged.add(i)
-                        warnings.warn(f"sweep member {population.names[i]} diverged after chunk {c}: "
-                                      f"{_nonfinite_reason(r)}; the others go on", stacklevel=3)
-                rows.append(row)
-            for tracker, r in zip(trackers, member):
-                tracker.log(r)
-            if (population is not None or not trackers) and not quiet:
-                shown = row if population is None else {**row, "sps": row["sps"] * population.size}
-                print(format_progress(shown, plan.total_env_steps)
-                      + (f"  ({population.size} members; steps per member, sps in all)"
-                         if population is not None else ""), flush=True)
-            timings["logging_s"] += time.perf_counter() - t_log
-            reason = _nonfinite_reason(row) if population is None else None
-            if reason:
-                if ahead is not None:  # chunk c + 1 ran on the diverged state: discard it
-                    state = ahead[0]
-                    ahead = None
-                    jax.block_until_ready(state)
-                c = roll_back(c, row, reason)
-                continue
-            if on_chunk is not None and on_chunk(c, state, row):
-                guard.request("on_chunk")
-            if ahead is not None:
-                c += 1
-                continue  # chunk c + 1 is running; its boundary handles what became due
-
-            if pbt_due:
-                state = evolve(state, c, member)
-            if checkpointer is not None and (last or guard.requested or save_due(c)):
-                guard.finishing = guard.requested or last
-                try:
-                    save(c, member)
-                except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look
-                    guard.finishing = False
-                    c = roll_back(c, row, str(err))
-                    continue
-                last_save = time.perf_counter()
-            if guard.requested and not last:
-                preempted = guard.signal_name
-            c += 1
-    finally:
-        guard.finishing = True
+def _close(hooks: list[Any], run: Run) -> None:
+    """Closes every hook, the last first (a checkpoint commits before the metrics files close); an
+    error in one does not keep the others open, and the first error is raised after all closed."""
+    error: BaseException | None = None
+    for hook in reversed(hooks):
         try:
-            if checkpointer is not None:
-                t_ckpt = time.perf_counter()
-                checkpointer.close()  # waits for the pending save to commit
-                timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-        finally:
-            for tracker in trackers:
-                tracker.close()
-    timings["loop_s"] = time.perf_counter() - t_loop
-    timings["total_s"] = time.perf_counter() - t_start
-    if preempted and not quiet:
-        where = f"; resume with: rljax resume {run_dir}" if run_dir is not None else ""
-        at = f"after env step {rows[-1]['env_steps']:,}: checkpoint saved" if rows else "before its first chunk"
-        print(f"stopped by {preempted} {at}{where}", flush=True)
-    return TrainResult(state=state, rows=rows, run_dir=None if run_dir is None else str(run_dir),
-                       timings=timings, agent=agent, preempted=preempted,
-                       member_rows=member_rows if population is not None else None)
+            if hasattr(hook, "close"):
+                hook.close(run)
+        except BaseException as err:  # noqa: BLE001 - re-raised below, once every hook is closed
+            error = error or err
+    if error is not None:
+        raise error
 
 
-def _check_health(row: dict[str, Any], chunk_index: int) -> None:
-    """Raises :class:`DesyncError` or :class:`NonFiniteError` when ``row`` shows either."""
-    _check_desync(row, chunk_index)
-    reason = _nonfinite_reason(row)
-    if reason:
-        raise NonFiniteError(f"{reason} after chunk {chunk_index} (env step {row['env_steps']})")
+def _first_result(hooks: list[Any], method: str, *args: Any) -> int | None:
+    """Calls ``method`` of each hook that has it, in order, until one returns a chunk to continue from."""
+    for hook in hooks:
+        fn = getattr(hook, method, None)
+        if fn is not None:
+            next_chunk = fn(*args)
+            if next_chunk is not None:
+                return next_chunk
+    return None
 
 
-def _nonfinite_reason(row: dict[str, Any]) -> str | None:
-    """What in ``row`` shows a diverged run (a non-finite loss or train state), or None."""
-    bad = [f"{k} is {v}" for k, v in row.items() if k.endswith("_loss") and (v is None or not math.isfinite(v))]
-    count = row.get("nonfinite_state", 0.0)
-    if count is None or not math.isfinite(count) or count > 0:
-        bad.append(f"the train state holds {count} non-finite values")
-    return "; ".join(bad) or None
+def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], hooks: list[Any],
+               wall: Callable[[], float]) -> str | None:
+    """Runs chunks ``run.start_chunk ..`` through the hooks; returns what stopped it early, or None.
 
-
-def _scale_learning_rates(state: Any, factor: float) -> Any:
-    """``state`` with every traced hyperparameter named ``*learning_rate*`` multiplied by ``factor``."""
-    hp = state.hparams
-    names = [n for n in hp.__dataclass_fields__ if "learning_rate" in n]
-    return state.replace(hparams=hp.replace(**{n: getattr(hp, n) * jnp.float32(factor) for n in names}))
-
-
-def _check_desync(row: dict[str, Any], chunk_index: int) -> None:
-    desync = row.get("param_desync", 0.0)
-    if desync != 0.0:
-        raise DesyncError(
-            f"params differ across devices after chunk {chunk_index} (checksum spread {desync!r}); "
-            f"a data-parallel update must keep them identical: check that every gradient and "
-            f"statistic is averaged over the device axis")
+    A chunk is launched before the previous one's output is read whenever nothing needs that
+    chunk's state on the host (no hook is due, no stop asked): the host's logging and the next
+    launch then overlap the device's work. Programs over several CPU devices always wait, which
+    avoids XLA's CPU collective-rendezvous deadlock between programs.
+    """
+    guard, plan, timings = run.guard, run.plan, run.timings
+    launch_ahead = run.program.parallel.can_launch_ahead and not any(
+        getattr(h, "needs_every_state", False) for h in hooks)
+    t_done, c = -math.inf, run.start_chunk
+    preempted = guard.signal_name if guard.requested else None  # a signal during set-up or compilation
+    while preempted is None and c < plan.num_chunks:
+        if run.ahead is None:
+            t_launch = time.perf_counter()
+            run.state, out = compiled(run.state)
+        else:
+            (run.state, out, t_launch), run.ahead = run.ahead, None
+        last = c == plan.num_chunks - 1
+        if launch_ahead and not (last or guard.requested or any(h.due(run, c, last) for h in hooks
+                                                                 if hasattr(h, "due"))):
+            run.ahead = (*compiled(run.state), time.perf_counter())
+            timings["launched_ahead"] += 1
+        out = unpack(jax.device_get(run.program.first_device(out)))  # waits for chunk c
+        if run.ahead is None:
+            jax.block_until_ready(run.state)
+        # Device time of chunk c: from its launch, or from the previous chunk's end when it was queued behind it.
+        now = time.perf_counter()
+        chunk_s, t_done = now - max(t_launch, t_done), now
+        timings["compute_s"] += chunk_s
+        t_log = time.perf_counter()
+        wall_s = wall()
+        rows = [chunk_row(plan, c, member, wall_s, chunk_s) for member in run.program.split(out)]
+        run.rows.append(rows[0])
+        for member_rows, row in zip(run.member_rows, rows):
+            member_rows.append(row)
+        for hook in hooks:
+            if hasattr(hook, "record"):
+                hook.record(run, c, rows)
+        timings["logging_s"] += time.perf_counter() - t_log
+        next_chunk = _first_result(hooks, "react", run, c, rows)
+        if next_chunk is None and run.ahead is None:  # the state of chunk c is the current one
+            next_chunk = _first_result(hooks, "boundary", run, c, rows, last)
+        if next_chunk is not None:
+            c = next_chunk
+            continue
+        if run.ahead is None and guard.requested and not last:
+            preempted = guard.signal_name
+        c += 1
+    return preempted

@@ -25,6 +25,7 @@ reads its hyperparameters from ``hparams`` at each update.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,7 +37,7 @@ import numpy as np
 from rljax import buffers
 from rljax.config import sweepable_fields
 
-__all__ = ["PBTSpec", "parse_pbt", "validate_pbt", "exploit_explore", "scores_from_rows"]
+__all__ = ["PBT", "PBTSpec", "parse_pbt", "validate_pbt", "exploit_explore", "scores_from_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,3 +148,57 @@ def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec:
         # bit, where it did not change).
         new = new.replace(buffer=jax.vmap(buffers.set_alpha)(buffer, changes["priority_alpha"]))
     return new, source
+
+
+class PBT:
+    """The boundary hook that evolves a sweep's population every ``spec.interval`` chunks.
+
+    Each step (:func:`exploit_explore`) is appended to ``run_dir/pbt.jsonl``: the members' scores,
+    which member copied which, and every member's new values of the evolved hyperparameters. On
+    resume, the steps after the restored chunk are dropped from the log (they are redone).
+
+    Args:
+        spec: the PBT spec.
+        program: the run's :class:`rljax.population.Program` (member names, placement).
+        run_dir: the sweep directory, or None (no log).
+        resume: the run continues from ``start_chunk``.
+        start_chunk: the first chunk this process runs.
+    """
+
+    def __init__(self, spec: PBTSpec, program: Any, run_dir: Any, resume: bool, start_chunk: int):
+        import functools
+        import pathlib
+
+        self.spec = spec
+        self.program = program
+        self.step = jax.jit(functools.partial(exploit_explore, spec=spec), donate_argnums=0)
+        self.log = None if run_dir is None else pathlib.Path(run_dir) / "pbt.jsonl"
+        if self.log is not None and resume and self.log.exists():
+            kept = [line for line in self.log.read_text().splitlines()
+                    if line.strip() and json.loads(line)["chunk"] < start_chunk]
+            self.log.write_text("".join(line + "\n" for line in kept))
+
+    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
+        """After every ``interval``-th chunk but the last."""
+        return (chunk_index + 1) % self.spec.interval == 0 and not last
+
+    def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> None:
+        """Replaces ``run.state`` with the evolved population when due."""
+        if not self.due(run, chunk_index, last):
+            return None
+        scores = scores_from_rows(rows)
+        new, source = self.step(run.state, jnp.asarray(scores), jnp.int32(chunk_index))
+        new = self.program.place(new)
+        source = np.asarray(jax.device_get(source))
+        jax.block_until_ready(new)
+        run.state = new
+        if self.log is not None:
+            names = self.program.names
+            hparams = jax.device_get(new.hparams)
+            record = {"chunk": chunk_index, "env_steps": rows[0]["env_steps"],
+                      "scores": [None if not np.isfinite(x) else float(x) for x in scores],
+                      "copies": {names[i]: names[int(j)] for i, j in enumerate(source) if int(j) != i},
+                      "hparams": {k: np.asarray(getattr(hparams, k)).tolist() for k in sorted(self.spec.fields)}}
+            with open(self.log, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return None

@@ -15,7 +15,8 @@ import os
 import pathlib
 from typing import Any, NamedTuple
 
-__all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record"]
+__all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record",
+           "RESUMABLE_FIELDS", "ConfigMismatchError", "check_resume_config", "resume_from_scratch"]
 
 
 class RunDirError(ValueError):
@@ -129,3 +130,61 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
             config = {**config, "total_timesteps": on_disk.get("total_timesteps", config.get("total_timesteps"))}
     return RunRecord(config, meta.get("algorithm"), dict(meta.get("run_options") or {}), f"checkpoint {step}",
                      sweep)
+
+
+RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor")
+"""Config fields that may differ when resuming (extending a run, changing how divergence is met);
+every other difference is an error."""
+
+
+class ConfigMismatchError(ValueError):
+    """A resumed run's config differs from the saved one in fields that change the run."""
+
+
+def check_resume_config(saved: dict[str, Any], config: Any) -> None:
+    """Raises :class:`ConfigMismatchError` naming every field that differs from the saved config,
+    except :data:`RESUMABLE_FIELDS`."""
+    from rljax.tracking import config_to_dict
+
+    new = config_to_dict(config)
+    diffs = [f"{k}: saved {saved.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(saved) | set(new))
+             if saved.get(k) != new.get(k) and k not in RESUMABLE_FIELDS]
+    if diffs:
+        raise ConfigMismatchError(
+            "cannot resume with a different config; differing fields: " + "; ".join(diffs)
+            + f". Fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}")
+
+
+def resume_from_scratch(run_dir: str | os.PathLike, config: Any) -> bool:
+    """Checks that ``config`` may resume the run in ``run_dir``; True when the run has no committed
+    checkpoint (it stopped before its first save) and so starts over from scratch.
+
+    The config is compared with the newest checkpoint's (before anything is restored: a changed
+    config must not make every step look unreadable), or with ``config.json`` when there is no
+    checkpoint.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds neither a checkpoint nor a ``config.json``.
+        ConfigMismatchError: the config changes the run.
+    """
+    import warnings
+
+    root = pathlib.Path(run_dir)
+    newest = newest_checkpoint_meta(root)
+    if newest is not None:
+        check_resume_config(newest[1]["config"], config)
+    if checkpoint_steps(root):
+        return False
+    config_path = root / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json and no checkpoint); nothing to resume")
+    try:
+        saved_config = read_json(config_path)
+    except RunDirError:
+        saved_config = None
+    if isinstance(saved_config, dict):
+        check_resume_config(saved_config, config)
+    warnings.warn(f"{run_dir} has no committed checkpoint (the run stopped before its first save): starting it over "
+                  f"from scratch; its earlier metrics rows move to metrics.superseded.jsonl", stacklevel=4)
+    return True
+

@@ -273,11 +273,45 @@ class Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def _decide(self, status: int, signame: str | None, restarts: int, failures: int, progress: bool,
+                after: Any) -> tuple[str, str, str, float | None]:
+        """What an attempt's end means: ``(outcome, action, note, backoff delay)``, the action one of
+        done, stop, give up and restart."""
+        if signame is not None:
+            outcome = f"was killed by {signame}"
+        elif status == PREEMPTED_EXIT_CODE:
+            outcome = f"was preempted (status {status})"
+        else:
+            outcome = f"exited with status {status}" + (" (done)" if status == 0 else "")
+        delay = None
+        if status == 0:
+            action, note = "done", "the run is complete"
+        elif self.stop_signal is not None:
+            action = "stop"
+            note = (f"stopped by {signal.Signals(self.stop_signal).name} sent to the supervisor; not restarted; "
+                    f"exit status {status}")
+        elif signame is None and status in FINAL_EXIT_CODES:
+            action = "stop"
+            note = f"{FINAL_EXIT_CODES[status]}; exit status {status}"
+        elif restarts >= self.max_restarts:
+            action = "give up"
+            note = (f"restart budget spent ({self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}); "
+                    f"exit status {status}. The run directory keeps its newest checkpoint "
+                    f"({after if after is not None else 'none yet'}): `rljax resume {self.run_dir}` "
+                    f"or this supervise command again continues it")
+        else:
+            action = "restart"
+            delay = backoff_delay(self.backoff_s, self.max_backoff_s, failures)
+            nxt = attempt_command(self.command, self.run_dir)
+            how = "with --resume" if nxt[len(self.command):] else "unchanged (no config.json yet)"
+            note = (f"restarting in {delay:g} s {how} (restart {restarts + 1} of {self.max_restarts}"
+                    + ("" if progress else "; no new checkpoint in that attempt") + ")")
+        return outcome, action, note, delay
+
     def _run(self) -> int:
-        preempted = PREEMPTED_EXIT_CODE
         restarts = 0
         failures = 0  # attempts in a row that committed no new checkpoint
-        last_status = preempted
+        last_status = PREEMPTED_EXIT_CODE
         attempt = 0
         while True:
             if self.stop_signal is not None:
@@ -316,35 +350,7 @@ class Supervisor:
             progress = after is not None and (before is None or after > before)
             failures = 1 if progress else failures + 1
 
-            if signame is not None:
-                outcome = f"was killed by {signame}"
-            elif status == preempted:
-                outcome = f"was preempted (status {status})"
-            else:
-                outcome = f"exited with status {status}" + (" (done)" if status == 0 else "")
-            delay = None
-            if status == 0:
-                action, note = "done", "the run is complete"
-            elif self.stop_signal is not None:
-                action = "stop"
-                note = (f"stopped by {signal.Signals(self.stop_signal).name} sent to the supervisor; not restarted; "
-                        f"exit status {status}")
-            elif signame is None and status in FINAL_EXIT_CODES:
-                action = "stop"
-                note = f"{FINAL_EXIT_CODES[status]}; exit status {status}"
-            elif restarts >= self.max_restarts:
-                action = "give up"
-                note = (f"restart budget spent ({self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}); "
-                        f"exit status {status}. The run directory keeps its newest checkpoint "
-                        f"({after if after is not None else 'none yet'}): `rljax resume {self.run_dir}` "
-                        f"or this supervise command again continues it")
-            else:
-                action = "restart"
-                delay = backoff_delay(self.backoff_s, self.max_backoff_s, failures)
-                nxt = attempt_command(self.command, self.run_dir)
-                how = "with --resume" if nxt[len(self.command):] else "unchanged (no config.json yet)"
-                note = (f"restarting in {delay:g} s {how} (restart {restarts + 1} of {self.max_restarts}"
-                        + ("" if progress else "; no new checkpoint in that attempt") + ")")
+            outcome, action, note, delay = self._decide(status, signame, restarts, failures, progress, after)
             self._record({"event": "attempt", "attempt": attempt, "argv": argv, "pid": child.pid,
                           "start": _now_iso(started), "start_unix": started, "end": _now_iso(ended),
                           "end_unix": ended, "duration_s": round(ended - started, 3),

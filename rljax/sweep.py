@@ -208,22 +208,12 @@ def _member_env_params(env_params: Any, member: Member) -> Any:
 
 
 def make_population(config: Any, env_params: Any, members: Sequence[Member], num_devices: int = 1):
-    """The :class:`rljax.loop.Population` for ``members``."""
-    import jax
-    import jax.numpy as jnp
+    """The :class:`rljax.population.Population` for ``members``."""
+    from rljax.population import Population
 
-    from rljax.loop import Population
-
-    if len(members) % num_devices:
-        raise ValueError(f"{len(members)} sweep members cannot be split evenly over {num_devices} devices; "
-                         f"use a member count that is a multiple of {num_devices}")
-    configs = tuple(_member_config(config, m) for m in members)
-    stack = lambda *xs: jnp.stack([jnp.asarray(x) for x in xs])  # noqa: E731
-    hparams = jax.tree.map(stack, *[c.hyperparams() for c in configs])
-    env_list = [_member_env_params(env_params, m) for m in members]
-    env_batched = jax.tree.map(stack, *env_list)
-    return Population(seeds=tuple(m.seed for m in members), hparams=hparams, env_params=env_batched,
-                      names=tuple(m.name for m in members), configs=configs, num_devices=num_devices)
+    return Population.stack([_member_config(config, m) for m in members],
+                            [_member_env_params(env_params, m) for m in members], [m.name for m in members],
+                            num_devices)
 
 
 def _final_and_auc(rows: list[dict[str, Any]]) -> tuple[float, float]:
@@ -344,13 +334,9 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``(result, members, aggregate)``: the :class:`~rljax.loop.TrainResult` (with
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
-    if env is None:
-        import envs
+    from rljax import env_registry
 
-        env, default = envs.make(config.env)
-        env_params = default if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
+    env, env_params = env_registry.resolve(config.env, env, env_params)
     members = build_members(config, env_params, spec)
     population = make_population(config, env_params, members, devices)
     if spec.pbt is not None:
@@ -419,8 +405,8 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
 
 def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str) -> int:
     """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
-    from rljax.cli import (_explicit_flags, build_parser, call_training, config_from_args, enable_compilation_cache,
-                           request_cpu_devices, train_kwargs)
+    from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
+    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices
 
     parser = build_parser(config_cls, defaults, description=__doc__, prog=f"python -m experiments.{name} sweep")
     group = parser.add_argument_group("sweep")
@@ -442,7 +428,7 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}
-    explicit = _explicit_flags(parser, argv)
+    explicit = explicit_flags(parser, argv)
     if args.resume:
         from rljax.rundir import RunDirError, read_json, run_record
 

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["Tracker", "config_to_dict", "config_hash", "manifest", "read_metrics", "format_progress"]
+__all__ = ["Tracker", "Tracking", "json_scalar", "config_to_dict", "config_hash", "manifest", "read_metrics", "format_progress"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")
@@ -293,7 +293,7 @@ class Tracker:
         steps = int(row["env_steps"])
         if steps <= self.last_env_steps:
             raise ValueError(f"env_steps {steps} does not advance past the last logged {self.last_env_steps}")
-        clean = {k: _scalar(v) for k, v in row.items()}
+        clean = {k: json_scalar(v) for k, v in row.items()}
         line = json.dumps(clean) + "\n"
         offset = self._jsonl.tell()
         try:
@@ -349,6 +349,69 @@ class Tracker:
         self.close()
 
 
+class Tracking:
+    """The boundary hook that logs every chunk's rows: one :class:`Tracker` per member.
+
+    A single run logs to ``run_dir`` and prints its progress there (unless ``quiet``); a sweep's
+    member ``i`` logs to ``run_dir/members/<name_i>`` and the hook prints one line per chunk for
+    the whole population. Without ``run_dir`` rows are only printed.
+
+    Args:
+        run_dir: the run directory, or None.
+        program: the run's :class:`rljax.population.Program` (members' names, configs, seeds).
+        total_env_steps: the plan's total, for the progress line.
+        options: the run options saved in the manifest (``tensorboard`` is read).
+        quiet: no progress lines.
+        resume: continue the run's files; ``resume_env_steps`` and ``saved_rows`` as in :class:`Tracker`.
+        manifest_extra: recorded in each member's manifest.
+    """
+
+    def __init__(self, run_dir: Any, program: Any, total_env_steps: int, options: Mapping[str, Any], *,
+                 quiet: bool, resume: bool, resume_env_steps: int | None, saved_rows: list[Any] | None,
+                 manifest_extra: Mapping[str, Any]):
+        self.trackers: list[Tracker] = []
+        self.program = program
+        self.total_env_steps = total_env_steps
+        saved_rows = saved_rows or [None] * program.size
+        if run_dir is not None:
+            for i, name in enumerate(program.names):
+                extra = dict(manifest_extra)
+                if program.isolated:
+                    extra.update(sweep_member=i, sweep_dir=str(run_dir))
+                self.trackers.append(Tracker(
+                    pathlib.Path(run_dir) / "members" / name if program.isolated else run_dir, program.configs[i],
+                    seed=program.seeds[i], tensorboard=options["tensorboard"], quiet=quiet or program.isolated,
+                    total_env_steps=total_env_steps, resume=resume, resume_env_steps=resume_env_steps,
+                    manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r]))
+        self.print_progress = (program.isolated or not self.trackers) and not quiet
+
+    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+        """Logs member ``i``'s row to its tracker; prints the progress line."""
+        for tracker, row in zip(self.trackers, rows):
+            tracker.log(row)
+        if self.print_progress:
+            row = rows[0]
+            if self.program.isolated:
+                row = {**row, "sps": row["sps"] * self.program.size}
+            print(format_progress(row, self.total_env_steps)
+                  + (f"  ({self.program.size} members; steps per member, sps in all)"
+                     if self.program.isolated else ""), flush=True)
+
+    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
+        """Every member's :meth:`Tracker.rewind`."""
+        for tracker in self.trackers:
+            tracker.rewind(env_steps, recovered_rows)
+
+    def record_incident(self, incident: Mapping[str, Any]) -> None:
+        """Every member's :meth:`Tracker.record_incident`."""
+        for tracker in self.trackers:
+            tracker.record_incident(incident)
+
+    def close(self, run: Any = None) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+
+
 def _aside_name(path: pathlib.Path) -> pathlib.Path:
     """A free name beside ``path`` for keeping a damaged file: ``NAME.damaged-<unix time>[-k]``."""
     stamp = int(time.time())
@@ -360,7 +423,8 @@ def _aside_name(path: pathlib.Path) -> pathlib.Path:
     return candidate
 
 
-def _scalar(v: Any) -> Any:
+def json_scalar(v: Any) -> Any:
+    """``v`` as a JSON value: None, bool, int, str or a finite float (non-finite floats become None)."""
     if v is None or isinstance(v, (bool, int, str)):
         return v
     try:

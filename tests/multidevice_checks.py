@@ -20,7 +20,8 @@ import envs
 import rljax
 from rljax.agents.ppo import PPOBatch, PPOConfig, _optimizer, ppo_learn
 from rljax.agents import build_agent
-from rljax.loop import DesyncError, _check_health, make_chunk, plan_updates
+from rljax.health import DesyncError, check_health
+from rljax.loop import make_chunk, plan_updates
 from rljax.networks import ActorCritic
 from rljax.parallel import AXIS, DataParallel
 
@@ -118,7 +119,7 @@ def desync_detected() -> dict:
     dirty = float(out.metrics["param_desync"][0])
     jax.block_until_ready(state)
     try:
-        _check_health({"param_desync": dirty, "env_steps": 0}, 1)
+        check_health({"param_desync": dirty, "env_steps": 0}, 1)
         raised = ""
     except DesyncError as err:
         raised = str(err)

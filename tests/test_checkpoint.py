@@ -22,7 +22,7 @@ from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
-from rljax.loop import ConfigMismatchError
+from rljax.rundir import ConfigMismatchError
 from rljax.tracking import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.agents.base import UpdateOutput
-from rljax.loop import Plan, _row, make_chunk, pack_output
+from rljax.loop import Plan, chunk_row, make_chunk, pack_output
 from rljax.rollout import EpisodeSummary
 
 K = 4
@@ -37,7 +37,7 @@ def test_chunk_rows_average_updates_and_sum_episodes():
     assert int(state) == K
     out = unpack(jax.device_get(vec))
     plan = Plan(num_updates=2 * K, updates_per_chunk=K, num_chunks=2, env_steps_per_update=3)
-    row = _row(plan, 0, out, wall=1.0, chunk_s=1.0)
+    row = chunk_row(plan, 0, out, wall=1.0, chunk_s=1.0)
 
     s = np.arange(K)
     odd = s % 2 == 1
@@ -51,7 +51,7 @@ def test_chunk_rows_average_updates_and_sum_episodes():
 
     # The second chunk continues from the state: updates K .. 2K-1.
     _, vec = compiled(state)
-    row = _row(plan, 1, unpack(jax.device_get(vec)), wall=2.0, chunk_s=1.0)
+    row = chunk_row(plan, 1, unpack(jax.device_get(vec)), wall=2.0, chunk_s=1.0)
     s2 = np.arange(K, 2 * K)
     assert row["a_loss"] == np.mean(s2) and row["param_desync"] == 0.0
     assert row["episode_return_mean"] == np.sum(10.0 * s2[s2 % 2 == 1]) / np.sum(s2 % 2 == 1)

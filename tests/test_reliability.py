@@ -28,7 +28,7 @@ from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer
 from rljax.cli import call_training, main as cli_main, run_experiment
-from rljax.loop import ConfigMismatchError
+from rljax.rundir import ConfigMismatchError
 from rljax.tracking import Tracker, read_metrics
 from tests.nan_env import NaNReward
 
@@ -231,7 +231,7 @@ def test_a_nan_from_the_env_stops_the_run_and_no_checkpoint_holds_it(tmp_path, a
                         batch_size=16, buffer_size=64, learning_starts=16, target_update_interval=16,
                         hidden_sizes=(16,))
     env = NaNReward()
-    from rljax.loop import NonFiniteError
+    from rljax.health import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="diverged"):
         rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at), run_dir=tmp_path / "run",
@@ -264,7 +264,7 @@ def test_rollback_gives_up_after_max_rollbacks_when_the_env_keeps_emitting_nan(t
     env = NaNReward()
     cfg = dataclasses.replace(PPO_SMALL, env="nan-reward", normalize_reward=False, on_nonfinite="rollback",
                               max_rollbacks=2)
-    from rljax.loop import NonFiniteError
+    from rljax.health import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="2 rollback"):
         rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=40), run_dir=tmp_path / "run",

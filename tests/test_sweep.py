@@ -86,7 +86,7 @@ def test_population_init_has_no_batched_lapack_call(config):
     import re
 
     from rljax.agents import build_agent
-    from rljax.loop import population_init
+    from rljax.population import population_init
     from rljax.sweep import make_population
 
     env, params = envs.make(config.env)
@@ -94,7 +94,7 @@ def test_population_init_has_no_batched_lapack_call(config):
     population = make_population(config, params, members, 1)
     agent = build_agent(config, env, params, None)
     keys = jax.vmap(jax.random.key)(np.asarray(population.seeds, np.uint32))
-    text = population_init(agent, 4).lower(keys, population.hparams, population.env_params).as_text()
+    text = population_init(agent, 4).lower(keys, population.hyperparams, population.env_params).as_text()
     calls = [line for line in text.splitlines() if re.search(r"custom_call @lapack_", line)]
     assert calls, "expected the orthogonal initialiser's QR in the init program"
     batched = [line for line in calls if "num_batch_dims" in line and 'num_batch_dims = "0"' not in line]

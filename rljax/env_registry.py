@@ -1,0 +1,141 @@
+"""The environment registry: names -> env factories, for ``config.env`` and every ``--env`` flag.
+
+The registry lives in the library, so ``rljax.train`` resolves ``config.env`` without importing a
+top-level module name a user project may shadow (a project with its own ``envs`` package must not
+break rljax). The environments bundled with rljax (the repository's ``envs/`` folder, installed
+beside ``rljax/``) register themselves here; the library loads that folder by its location, not by
+the name ``envs``. User environments register with :func:`register` (``envs.register`` is the same
+function).
+
+>>> from rljax.env_registry import make
+>>> env, params = make("CartPole-v1")
+>>> env, params = make("gymnax/Breakout-MinAtar")   # any gymnax >= 1.0 environment, unwrapped
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["GYMNAX_PREFIX", "make", "register", "registered", "gymnax_registered"]
+
+GYMNAX_PREFIX = "gymnax/"
+
+# The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).
+BUNDLED_DIR = pathlib.Path(__file__).resolve().parent.parent / "envs"
+_BUNDLED_MODULE = "rljax._bundled_envs"
+
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+_BUILTIN: set[str] = set()
+
+
+def _load_bundled() -> None:
+    """Imports the bundled ``envs/`` package once (it registers its environments on import).
+
+    If ``envs`` is already imported from that same folder it has registered them; otherwise the
+    folder is imported under a private module name, whatever ``import envs`` would find first on
+    ``sys.path``.
+    """
+    if _BUILTIN or not (BUNDLED_DIR / "__init__.py").is_file():
+        return
+    loaded = sys.modules.get("envs")
+    if loaded is not None and pathlib.Path(getattr(loaded, "__file__", "") or "").resolve().parent == BUNDLED_DIR:
+        return
+    if _BUNDLED_MODULE in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(_BUNDLED_MODULE, BUNDLED_DIR / "__init__.py",
+                                                  submodule_search_locations=[str(BUNDLED_DIR)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_BUNDLED_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_BUNDLED_MODULE]
+        raise
+
+
+def register_builtin(name: str, factory: Callable[..., Any]) -> None:
+    """Registers one of the bundled environments (for ``envs/__init__.py``).
+
+    Idempotent: the bundled package may be imported twice (as ``envs`` by the user and privately
+    by the library), and its second registration replaces the first.
+    """
+    _REGISTRY[name] = factory
+    _BUILTIN.add(name)
+
+
+def register(name: str, factory: Callable[..., Any]) -> None:
+    """Registers a user environment so that :func:`make` and every experiment's ``--env`` find it.
+
+    Args:
+        name: the id, e.g. ``"MyEnv-v0"``; must be new and must not start with ``gymnax/``.
+        factory: called with ``make``'s keyword arguments; returns an env object.
+
+    Raises:
+        ValueError: the name is empty, starts with ``gymnax/`` or is taken.
+        TypeError: ``factory`` is not callable.
+    """
+    _load_bundled()
+    if not isinstance(name, str) or not name or name.startswith(GYMNAX_PREFIX):
+        raise ValueError(f"invalid env name {name!r}: use a non-empty id not starting with {GYMNAX_PREFIX!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"env {name!r} is already registered")
+    if not callable(factory):
+        raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
+    _REGISTRY[name] = factory
+
+
+def registered() -> list[str]:
+    """Names of rljax's own and user-registered environments, in registration order (gymnax's
+    are listed by :func:`gymnax_registered`)."""
+    _load_bundled()
+    return list(_REGISTRY)
+
+
+def gymnax_registered() -> list[str]:
+    """Every gymnax environment id, prefixed with ``gymnax/`` (some may need downloads to build)."""
+    import gymnax
+
+    return [GYMNAX_PREFIX + name for name in gymnax.registered_envs]
+
+
+def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
+    """Builds an environment by name.
+
+    Args:
+        name: a name from :func:`registered`, or ``"gymnax/<id>"`` for any gymnax environment.
+        **kwargs: passed to the environment's constructor.
+
+    Returns:
+        ``(env, params)``, where ``params`` is ``env.default_params``.
+
+    Raises:
+        ValueError: the name is not registered; the message lists the valid names.
+    """
+    if isinstance(name, str) and name.startswith(GYMNAX_PREFIX):
+        import gymnax
+
+        gid = name[len(GYMNAX_PREFIX):]
+        if gid not in gymnax.registered_envs:
+            raise ValueError(
+                f"unknown gymnax environment {gid!r}; gymnax has: {', '.join(gymnax.registered_envs)}")
+        return gymnax.make(gid, **kwargs)
+    _load_bundled()
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown environment {name!r}; registered: {', '.join(_REGISTRY)} "
+            f"(and any gymnax id as '{GYMNAX_PREFIX}<id>', e.g. '{GYMNAX_PREFIX}Breakout-MinAtar')")
+    env = _REGISTRY[name](**kwargs)
+    return env, env.default_params
+
+
+def resolve(config_env: str, env: Any = None, env_params: Any = None) -> tuple[Any, Any]:
+    """``(env, env_params)`` for a run: ``make(config_env)`` when ``env`` is None, and the env's
+    default params when ``env_params`` is None."""
+    if env is None:
+        env, default = make(config_env)
+        return env, default if env_params is None else env_params
+    return env, env.default_params if env_params is None else env_params

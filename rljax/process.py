@@ -1,0 +1,151 @@
+"""A training run as a process: exit statuses, SIGTERM around training, compile cache, CPU devices.
+
+The command line (``rljax``, experiment modules, sweeps) calls training through
+:func:`call_training`, which maps each way a run can end to an exit status a supervisor
+(:mod:`rljax.supervise`) or a batch scheduler acts on:
+
+======  ==========================================================================
+status  meaning
+======  ==========================================================================
+0       finished
+2       usage error: bad flag or config, used or locked run directory, nothing to resume
+65      diverged (non-finite loss or state, not recovered)
+70      devices out of sync (a data-parallel bug)
+74      I/O error (a full disk, a read-only file system); the newest checkpoint is intact
+75      preempted (SIGTERM/SIGINT): checkpoint saved, resume it
+======  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "call_training", "enable_compilation_cache",
+           "request_cpu_devices"]
+
+
+EXIT_USAGE = 2
+"""Exit status of a usage error: a bad flag or config, a used or locked run directory, nothing to resume."""
+EXIT_DIVERGED = 65
+"""Exit status (EX_DATAERR) of a run stopped because it diverged (non-finite loss or state)."""
+EXIT_SOFTWARE = 70
+"""Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync."""
+EXIT_IO = 74
+"""Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The first :class:`OSError` in ``err``'s chain (Orbax wraps them), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and not isinstance(err, (FileExistsError, FileNotFoundError)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _hold_off_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler of the command line around and after training: the run's own guard turns
+    SIGTERM into a stop while it trains; before and after, the signal changes nothing."""
+
+
+def _ignore_sigterm_at_exit() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
+    """Calls ``run()`` and maps its outcome to an exit status for the command line.
+
+    Returns:
+        ``(result, None)`` when training finished; ``(None, status)`` after printing one line for
+        a usage error (2: bad config, used or locked directory, nothing to resume), a diverged run
+        (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
+        after printing how to resume a preempted run. From the moment training starts, SIGTERM
+        is held off until the process exits (the run's own guard turns it into a stop; once the
+        run has returned, a no-op handler stays installed): a SIGTERM after the final or the stop's checkpoint
+        committed cannot turn status 0 or 75 into death by signal.
+    """
+    import signal
+    import threading
+
+    from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    from rljax.health import DesyncError, NonFiniteError
+    from rljax.rundir import RunDirError
+    from rljax.runlock import RunLockError
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
+    resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
+    try:
+        out = run()
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_DIVERGED
+    except DesyncError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_SOFTWARE
+    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except ValueError as err:
+        io = _os_error(err)
+        if io is not None:
+            print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+                  f"intact)", file=sys.stderr)
+            return None, EXIT_IO
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except OSError as err:
+        print(f"error: I/O error: {err}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+              f"intact)", file=sys.stderr)
+        return None, EXIT_IO
+    except BaseException:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        raise
+    # The run finished or stopped and its checkpoint committed: the process only has to exit now, so
+    # a SIGTERM during the exit (interpreter shutdown can take a while) must not turn its status
+    # into death by signal. The no-op handler stays installed (unlike SIG_IGN, a handler is not
+    # inherited by programs this process starts later); Python drops its handlers during
+    # finalisation, so at exit SIGTERM is ignored outright.
+    if main_thread:
+        import atexit
+
+        atexit.unregister(_ignore_sigterm_at_exit)
+        atexit.register(_ignore_sigterm_at_exit)
+    result = out[0] if isinstance(out, tuple) else out
+    if result.preempted:
+        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
+        return out, PREEMPTED_EXIT_CODE
+    return out, None
+
+
+def enable_compilation_cache(path: str | None = None) -> str:
+    """Turns on JAX's persistent compilation cache (a repeat run's compile drops from seconds to
+    a fraction of a second). Experiment entry points call this; the library never does."""
+    import jax
+
+    path = path or os.path.join(os.path.expanduser("~"), ".cache", "rljax", "xla")
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def request_cpu_devices(num_devices: int) -> None:
+    """Makes ``num_devices`` CPU devices available when JAX has not started yet and the CPU is the
+    platform (fake devices for data-parallel runs and tests on one machine)."""
+    import jax
+    from jax._src import xla_bridge
+
+    if num_devices <= 1 or xla_bridge.backends_are_initialized():
+        return
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    jax.config.update("jax_num_cpu_devices", num_devices)
