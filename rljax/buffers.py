@@ -30,8 +30,9 @@ which is why training loops should donate their state or keep the buffer inside 
 A batch that straddles the end of the ring is split by the modular index arithmetic; no branch is
 needed. The alternative, two masked ``dynamic_update_slice`` windows (:func:`_write_slices`), keeps
 the rows of each window that are not overwritten by reading them back from the buffer; XLA:CPU then
-cannot emit the fused dynamic-update-slice in place and loops over the whole buffer, so it measured
-``O(capacity)`` per add (~1.5 ms at 1e6 slots vs ~0.75 us for the scatter).
+cannot emit the fused dynamic-update-slice in place and loops over the whole buffer, so it costs
+``O(capacity)`` per add: at large capacities, orders of magnitude slower than the scatter (figures
+in ``docs/design.md``).
 
 Prioritised replay
 ------------------
@@ -64,8 +65,8 @@ recomputed, so the importance-weight normaliser ``max_j w_j = (N * P_min) ** -be
 root in ``O(1)`` per sample; the price is ``O(B log capacity)`` extra work per update and another
 ``8 * num_leaves`` bytes. (The alternative, a ``min`` over the filled leaves at every sample, costs
 ``O(capacity)`` reads per sample.) On a CPU, the random root-to-leaf walks of an update miss the
-caches once the trees outgrow them: the benchmark's add + update of 10 slots costs ~20 us at
-capacity 1e4 and ~150 us at 1e6, still far below one copy of the state (~5 ms).
+caches once the trees outgrow them, so the cost of an add + update grows with the capacity
+(sub-linearly), yet stays far below one copy of the state (figures in ``docs/design.md``).
 
 Sampling is stratified: the total mass is cut into ``batch_size`` equal segments and one uniform
 draw is taken per segment, then every draw descends the tree (``log2(num_leaves)`` vectorised

@@ -31,8 +31,8 @@ AXIS = "devices"
 
 
 # Programs that run once (building the initial state) are compiled without XLA's backend
-# optimisations: their run time is negligible, and on a CPU this halves their compile time (network
-# initialisers compile one threefry kernel per weight matrix).
+# optimisations: their run time is negligible, and on a CPU this cuts their compile time markedly
+# (network initialisers compile one threefry kernel per weight matrix; figures in docs/design.md).
 RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
@@ -48,8 +48,8 @@ def serial_map(fn: Callable[..., Any], *xs: Any) -> Any:
     becomes a *batched* LAPACK QR, and jaxlib's CPU kernel for batched LAPACK calls
     (``ParallelBatchMap``) blocks an XLA intra-op thread while it waits for work it queued on that
     same pool. Two such kernels running at once (two layers) then deadlock a pool with two
-    threads: on this 2-core machine (jax 0.10.2) a vmapped 4-layer orthogonal init hangs within a
-    few hundred calls, forever, with an idle CPU. Unbatched QRs run inline and cannot hang.
+    threads: a vmapped multi-layer orthogonal init hangs sooner or later, forever, with an idle
+    CPU (how soon, measured: ``docs/design.md``). Unbatched QRs run inline and cannot hang.
 
     Args:
         fn: a function of one slice of each of ``xs``.

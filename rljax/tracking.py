@@ -1,6 +1,6 @@
 """The run directory and every metric write: config, manifest, JSONL, tensorboard, progress.
 
-Layout (a contract; see ``docs/run_directory.md``)::
+Layout (a contract; ``docs/runbook.md`` describes each file)::
 
     RUN_DIR/
       config.json      the fully resolved config
