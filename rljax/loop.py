@@ -16,7 +16,7 @@ hooks, each a small object in the module that owns its concern:
 * :class:`rljax.pbt.PBT`: exploit/explore of a sweep's population;
 * :class:`rljax.checkpoint.Checkpointing`: the save cadence, the final save and the save on a stop.
 
-A hook has up to four methods, each optional: ``due(run, c, last)`` says whether it needs chunk
+A hook has up to five methods, each optional: ``due(run, c, last)`` says whether it needs chunk
 ``c``'s state on the host (then the next chunk is not launched ahead); ``record(run, c, rows)`` sees
 every chunk's rows; ``react(run, c, rows)`` and ``boundary(run, c, rows, last)`` may change the run
 and return the chunk to continue from (a rollback); ``boundary`` runs only once the state of chunk
@@ -89,8 +89,8 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
 
     The run does ``n = total_timesteps // env_steps_per_update`` updates (as PureJaxRL does). With
     ``updates_per_chunk = 0`` the chunk size K aims at ~10 chunks of at most 200 updates: each
-    chunk boundary costs the host a few milliseconds (more on virtual machines whose idle memory is
-    slow to touch again), so chunks of well under a second would show in the run time, while
+    chunk boundary costs the host a fixed time (reading scalars, logging; figures in
+    docs/design.md), so chunks of well under a second would show in the run time, while
     longer runs still log a row at least every 200 updates. When K does not divide n, a divisor
     of n within a factor 2 of K is preferred; otherwise n is rounded up to a whole number of
     chunks (fewer than one update per chunk extra), so every chunk runs the same compiled program.

@@ -321,7 +321,7 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
     Args:
         config: the base config (``num_devices`` must be 1: members are single-device runs).
         spec: what to sweep.
-        env: an env object (default ``envs.make(config.env)``).
+        env: an env object (default ``rljax.make(config.env)``).
         env_params: base env params (default ``env.default_params``).
         run_dir: the sweep directory (None: in memory, no files).
         devices: devices to split the population over (the member count must be a multiple).
