@@ -9,9 +9,8 @@ configuration.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
-
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -198,7 +197,8 @@ def ppo_loss(params: Any, apply_fn: Any, batch: PPOBatch, hyperparams: PPOHyperP
         mean = pmean(jnp.mean(adv), axis_name)
         var = pmean(jnp.mean(jnp.square(adv - mean)), axis_name)
         adv = (adv - mean) / (jnp.sqrt(var) + 1e-8)
-    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - hyperparams.clip_eps, 1.0 + hyperparams.clip_eps) * adv)
+    surrogate = jnp.minimum(ratio * adv,
+                            jnp.clip(ratio, 1.0 - hyperparams.clip_eps, 1.0 + hyperparams.clip_eps) * adv)
     policy_loss = -jnp.mean(surrogate)
 
     value_err = jnp.square(value - batch.target)
