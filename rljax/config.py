@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED", "MAX_ENV_STEPS",
            "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats", "check_choice", "check_sizes",
-           "check_env_steps_per_update"]
+           "check_env_steps_per_update", "require"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
@@ -72,7 +72,9 @@ def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
     return hyperparams_cls(**{k: jnp.float32(getattr(config, k)) for k in names})
 
 
-def _require(cond: bool, message: str) -> None:
+def require(cond: bool, message: str) -> None:
+    """Raises ``ValueError(message)`` unless ``cond``: the one-line check behind every range rule
+    (the message names the field, the bad value and what would be valid)."""
     if not cond:
         raise ValueError(message)
 
@@ -127,7 +129,7 @@ def check_types(config: Any) -> None:
     """
     for name, accepts, description in _field_rules(type(config)):
         value = getattr(config, name)
-        _require(accepts(value), f"{name} must be {description}, got {value!r} ({type(value).__name__})")
+        require(accepts(value), f"{name} must be {description}, got {value!r} ({type(value).__name__})")
 
 
 def check_ints(config: Any, names: Collection[str], low: int = 1, high: int | None = None, why: str = "") -> None:
@@ -140,7 +142,7 @@ def check_ints(config: Any, names: Collection[str], low: int = 1, high: int | No
         if v < low:
             raise ValueError(f"{name} must be a positive integer, got {v!r}" if low == 1
                              else f"{name} must be an integer >= {low}, got {v!r}")
-        _require(high is None or v <= high,
+        require(high is None or v <= high,
                  f"{name} must be an integer in [{low}, {high}], got {v!r}" + (f" {why}" if why else ""))
 
 
@@ -167,7 +169,7 @@ def check_floats(config: Any, names: Collection[str], low: float | None = None, 
 def check_choice(config: Any, name: str, choices: Collection[str]) -> None:
     """Checks that the str field ``name`` is one of ``choices``."""
     v = getattr(config, name)
-    _require(v in choices, f"{name}={v!r} is not one of {tuple(choices)}")
+    require(v in choices, f"{name}={v!r} is not one of {tuple(choices)}")
 
 
 def check_sizes(config: Any, name: str, *, allow_empty: bool = True) -> None:
@@ -175,15 +177,15 @@ def check_sizes(config: Any, name: str, *, allow_empty: bool = True) -> None:
     ``allow_empty``: for hidden layers, ``()`` is a linear model)."""
     v = getattr(config, name)
     if allow_empty:
-        _require(all(h > 0 for h in v), f"{name} must be a tuple of positive ints (or ()), got {v!r}")
+        require(all(h > 0 for h in v), f"{name} must be a tuple of positive ints (or ()), got {v!r}")
     else:
-        _require(len(v) > 0 and all(h > 0 for h in v), f"{name} must be one or more positive ints, got {v!r}")
+        require(len(v) > 0 and all(h > 0 for h in v), f"{name} must be one or more positive ints, got {v!r}")
 
 
 def check_env_steps_per_update(env_steps_per_update: int, expression: str) -> None:
     """Checks that one update's env steps (``expression``, e.g. ``"num_envs * num_steps"``) fit
     :data:`MAX_ENV_STEPS`, so that even a one-update run keeps the int32 counters from overflowing."""
-    _require(env_steps_per_update <= MAX_ENV_STEPS,
+    require(env_steps_per_update <= MAX_ENV_STEPS,
              f"{expression} = {env_steps_per_update} env steps per update is more than {MAX_ENV_STEPS} "
              f"{_WHY_STEPS}")
 
@@ -211,13 +213,13 @@ class RunConfig:
         """Checks the type of every field (of the concrete config class, not only these), then the
         ranges of the shared fields; raises ``ValueError`` naming the bad value and what is valid."""
         check_types(self)
-        _require(self.env != "", "env must be a non-empty string (a registered rljax env or 'gymnax/<id>'), got ''")
+        require(self.env != "", "env must be a non-empty string (a registered rljax env or 'gymnax/<id>'), got ''")
         check_ints(self, ("seed",), 0, MAX_SEED, why=_WHY_SEED)
         check_ints(self, ("total_timesteps",), 1, MAX_ENV_STEPS, why=_WHY_STEPS)
         check_ints(self, ("num_envs", "num_devices"))
         check_ints(self, ("updates_per_chunk",), 0)
         check_choice(self, "backend", BACKENDS)
-        _require(self.num_envs % self.num_devices == 0,
+        require(self.num_envs % self.num_devices == 0,
                  f"num_envs={self.num_envs} is not divisible by num_devices={self.num_devices}; "
                  f"use a multiple of {self.num_devices}")
         check_choice(self, "on_nonfinite", NONFINITE_ACTIONS)

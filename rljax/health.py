@@ -58,9 +58,10 @@ def check_health(row: dict[str, Any], chunk_index: int) -> None:
 
 def scale_learning_rates(state: Any, factor: float) -> Any:
     """``state`` with every traced hyperparameter named ``*learning_rate*`` multiplied by ``factor``."""
-    hp = state.hparams
-    names = [n for n in hp.__dataclass_fields__ if "learning_rate" in n]
-    return state.replace(hparams=hp.replace(**{n: getattr(hp, n) * jnp.float32(factor) for n in names}))
+    hyperparams = state.hyperparams
+    names = [n for n in hyperparams.__dataclass_fields__ if "learning_rate" in n]
+    return state.replace(hyperparams=hyperparams.replace(
+        **{n: getattr(hyperparams, n) * jnp.float32(factor) for n in names}))
 
 
 class Health:

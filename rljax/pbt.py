@@ -19,7 +19,7 @@ Hyperparameters that something in the state has already been built from are brou
 their new values here: a prioritised replay buffer (a state field ``buffer``) stores its
 priorities raised to ``priority_alpha``, so when PBT explores ``priority_alpha`` every member's
 buffer is rebuilt for its (possibly new) value (:func:`rljax.buffers.set_alpha`). Everything else
-reads its hyperparameters from ``hparams`` at each update.
+reads its hyperparameters from ``hyperparams`` at each update.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec:
     """One PBT step over a population's train state (jit it; every leaf has a leading ``[P]`` axis).
 
     Args:
-        state: the population's train state; it must have ``key``, ``hparams`` and ``env_params``.
+        state: the population's train state; it must have ``key``, ``hyperparams`` and ``env_params``.
         scores: ``[P]`` float32, higher is better.
         chunk_index: the chunk just finished (seeds this step's randomness).
         spec: the PBT spec.
@@ -138,10 +138,10 @@ def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec:
     factors = jnp.asarray(spec.factors, jnp.float32)
     changes = {}
     for i, (name, (low, high)) in enumerate(sorted(spec.fields.items())):
-        value = getattr(new.hparams, name)
+        value = getattr(new.hyperparams, name)
         factor = jax.random.choice(jax.random.fold_in(k_factor, i), factors, (size,))
         changes[name] = jnp.where(replaced, jnp.clip(value * factor, low, high), value).astype(value.dtype)
-    new = new.replace(hparams=new.hparams.replace(**changes))
+    new = new.replace(hyperparams=new.hyperparams.replace(**changes))
     buffer = getattr(new, "buffer", None)
     if "priority_alpha" in changes and isinstance(buffer, buffers.PrioritizedReplayState):
         # The sum trees hold priority ** alpha: rebuilt for each member's alpha (a no-op, bit for
@@ -194,11 +194,11 @@ class PBT:
         run.state = new
         if self.log is not None:
             names = self.program.names
-            hparams = jax.device_get(new.hparams)
+            hyperparams = jax.device_get(new.hyperparams)
             record = {"chunk": chunk_index, "env_steps": rows[0]["env_steps"],
                       "scores": [None if not np.isfinite(x) else float(x) for x in scores],
                       "copies": {names[i]: names[int(j)] for i, j in enumerate(source) if int(j) != i},
-                      "hparams": {k: np.asarray(getattr(hparams, k)).tolist() for k in sorted(self.spec.fields)}}
+                      "hyperparams": {k: np.asarray(getattr(hyperparams, k)).tolist() for k in sorted(self.spec.fields)}}
             with open(self.log, "a") as f:
                 f.write(json.dumps(record) + "\n")
         return None

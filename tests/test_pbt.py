@@ -27,7 +27,7 @@ class HP(struct.PyTreeNode):
 class State(struct.PyTreeNode):
     params: jax.Array
     key: jax.Array
-    hparams: HP
+    hyperparams: HP
     env_params: jax.Array
 
 
@@ -35,7 +35,7 @@ def test_exploit_explore_by_hand():
     size = 8
     state = State(params=jnp.arange(size, dtype=jnp.float32)[:, None] * jnp.ones((size, 3)),
                   key=jax.random.split(jax.random.key(0), size),
-                  hparams=HP(learning_rate=jnp.full((size,), 1e-3), gamma=jnp.linspace(0.9, 0.99, size)),
+                  hyperparams=HP(learning_rate=jnp.full((size,), 1e-3), gamma=jnp.linspace(0.9, 0.99, size)),
                   env_params=jnp.arange(size, dtype=jnp.float32) * 10)
     scores = jnp.asarray([5.0, 1.0, 7.0, -np.inf, 3.0, 8.0, 2.0, 6.0])  # worst: 3, 1 ; best: 5, 2
     spec = PBTSpec(interval=1, fields={"learning_rate": (5e-4, 1.1e-3)}, fraction=0.25)
@@ -45,11 +45,11 @@ def test_exploit_explore_by_hand():
     assert set(source[[1, 3]]) <= {2, 5}
     for i in range(size):
         np.testing.assert_array_equal(np.asarray(new.params[i]), np.asarray(state.params[source[i]]))
-        assert float(new.hparams.gamma[i]) == float(state.hparams.gamma[source[i]])  # inherited, not perturbed
+        assert float(new.hyperparams.gamma[i]) == float(state.hyperparams.gamma[source[i]])  # inherited, not perturbed
     # Own keys and env params are kept; only replaced members' learning rates move, by 0.8 or 1.2, clipped.
     np.testing.assert_array_equal(jax.random.key_data(new.key), jax.random.key_data(state.key))
     np.testing.assert_array_equal(np.asarray(new.env_params), np.asarray(state.env_params))
-    lr = np.asarray(new.hparams.learning_rate)
+    lr = np.asarray(new.hyperparams.learning_rate)
     assert np.all(lr[[0, 2, 4, 5, 6, 7]] == np.float32(1e-3))
     assert set(np.round(lr[[1, 3]], 7)) <= {np.float32(8e-4).round(7), np.float32(1.1e-3).round(7)}
     # The same chunk index gives the same step.
@@ -87,7 +87,7 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path):
     for r in log:
         assert len(r["copies"]) == 1 and set(r["copies"]) | set(r["copies"].values()) <= names
     final_lr = np.asarray(full.state.hyperparams.learning_rate)
-    np.testing.assert_allclose(final_lr, log[-1]["hparams"]["learning_rate"])
+    np.testing.assert_allclose(final_lr, log[-1]["hyperparams"]["learning_rate"])
     assert sorted(final_lr.tolist()) != sorted(np.float32([1e-4, 3e-4, 1e-3, 3e-3]).tolist())
 
     part, _, _ = run_sweep(PPO, spec, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=1,

@@ -41,7 +41,7 @@ from flax import struct
 
 from rljax import buffers, wrappers
 from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack
-from rljax.config import (MAX_ENV_STEPS, RunConfig, _require, check_env_steps_per_update, check_floats, check_ints,
+from rljax.config import (MAX_ENV_STEPS, RunConfig, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
 from rljax.returns import n_step_transitions
 from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
@@ -97,9 +97,9 @@ class OffPolicyConfig(RunConfig):
         check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
         for name in ("batch_size", "buffer_size"):
             v = getattr(self, name)
-            _require(v % self.num_devices == 0,
+            require(v % self.num_devices == 0,
                      f"{name}={v} is not divisible by num_devices={self.num_devices}")
-        _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
+        require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
                  f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
                  f"{self.num_envs * self.num_steps} transitions")
         check_floats(self, ("max_grad_norm",), 0, low_open=True)

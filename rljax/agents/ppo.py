@@ -20,7 +20,7 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import (Agent, UpdateOutput, desync, epochs_of_minibatches, gradient_step, make_env_stack,
                                make_optimizer, pmean, space_dims)
-from rljax.config import RunConfig, _require, field, make_hyperparams
+from rljax.config import RunConfig, require, field, make_hyperparams
 from rljax.networks import ActorCritic
 from rljax.returns import gae
 from rljax.rollout import RolloutCarry, rollout
@@ -78,11 +78,11 @@ class PPOConfig(RunConfig):
         batch = self.num_envs * self.num_steps
         check_env_steps_per_update(batch, "num_envs * num_steps")
         local = batch // self.num_devices
-        _require(local % self.num_minibatches == 0,
+        require(local % self.num_minibatches == 0,
                  f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
                  f"{self.num_devices} = {local} is not divisible by num_minibatches="
                  f"{self.num_minibatches}")
-        _require(self.total_timesteps >= batch,
+        require(self.total_timesteps >= batch,
                  f"total_timesteps={self.total_timesteps} is less than one update "
                  f"(num_envs * num_steps = {batch})")
         check_sizes(self, "hidden_sizes")

@@ -33,7 +33,7 @@ from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, polyak)
-from rljax.config import _require, field, make_hyperparams
+from rljax.config import require, field, make_hyperparams
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
 from rljax.parallel import serial_map
@@ -86,11 +86,11 @@ class SACConfig(OffPolicyConfig):
         from rljax.networks import ACTIVATIONS
 
         super().validate()
-        _require(self.n_step <= self.num_steps or self.n_step == 1,
+        require(self.n_step <= self.num_steps or self.n_step == 1,
                  f"n_step={self.n_step} must be <= num_steps={self.num_steps}")
         check_sizes(self, "hidden_sizes", allow_empty=False)
         check_choice(self, "activation", ACTIVATIONS)
-        _require(self.log_std_min < self.log_std_max,
+        require(self.log_std_min < self.log_std_max,
                  f"log_std_min={self.log_std_min} must be < log_std_max={self.log_std_max}")
         check_floats(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha"),
                      0, low_open=True)
