@@ -5,6 +5,11 @@ functions are the **per-device program**: they see this device's share of the en
 across devices with collectives over ``axis_name`` (``None`` on one device, where the collectives in
 :func:`pmean` and friends are the identity). The loop (``rljax.loop``) scans ``update`` into chunks
 and maps it over devices; agents never know which backend runs them.
+
+The shared learning pieces: :func:`make_optimizer` (clip, Adam, step), :func:`gradient_step` (grad,
+average over devices, update), :func:`shuffled_minibatches` and :func:`epochs_of_minibatches`
+(PPO-style epochs over a batch). Off-policy algorithms also share a whole skeleton
+(:mod:`rljax.agents.offpolicy`).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from rljax import wrappers
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "UpdateOutput", "pmean", "psum", "make_env_stack", "param_checksum", "space_dims"]
+__all__ = ["Agent", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
+           "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
 class UpdateOutput(NamedTuple):
@@ -37,18 +44,27 @@ class UpdateOutput(NamedTuple):
 class Agent(NamedTuple):
     """An algorithm, as the loop sees it.
 
+    Every function is the per-device program: it sees this device's share of the envs
+    (``config.num_envs // config.num_devices``) and of the replay buffer, and reduces across
+    devices over the ``axis_name`` the agent was built with. States are one device's view; the loop
+    stacks them over devices (and over population members in a sweep) by mapping these functions.
+
     Attributes:
         config: the algorithm's frozen config.
-        init: ``init(key, device_index, num_updates, hparams, env_params) -> state``: the full
+        init: ``init(key, device_index, num_updates, hyperparams, env_params) -> state``: the full
             train state of one device for a run of ``num_updates`` updates, with the traced
-            hyperparameters ``hparams`` (``config.hyperparams()`` or a sweep member's) and env
-            params (both live in the state). Params must be drawn from ``key`` alone (identical on
-            every device); env and rollout keys fold in ``device_index``.
-        update: ``update(state) -> (state, UpdateOutput)``: one update (collect + learn), per device.
+            ``hyperparams`` (``config.hyperparams()`` or a sweep member's) and env params (both live
+            in the state, as ``state.hyperparams`` and ``state.env_params``). Params must be drawn
+            from ``key`` alone (identical on every device); env and rollout keys fold in
+            ``device_index`` (an int32 scalar, traced).
+        update: ``update(state) -> (state, UpdateOutput)``: one update (collect + learn) on this
+            device; metrics are float32 scalars already averaged over devices
+            (:func:`metric_names` lists them).
         act: ``act(state, obs, key) -> action``: the deterministic (greedy/mean) policy for
-            evaluation, on a batch of observations ``[N, ...]``.
-        env_steps_per_update: env steps per update, summed over all devices.
-        params: ``params(state) -> pytree`` the parameters that must agree across devices.
+            evaluation: raw env observations ``[N, *obs_shape]`` to actions ``[N, *action_shape]``.
+        env_steps_per_update: env steps per update, summed over all devices (a Python int).
+        params_of: ``params_of(state) -> pytree``: the parameters that must agree across devices
+            (the loop checks and checkpoints them; ``param_desync`` measures their spread).
     """
 
     config: Any
@@ -56,7 +72,25 @@ class Agent(NamedTuple):
     update: Callable[[Any], tuple[Any, UpdateOutput]]
     act: Callable[[Any, Any, jax.Array], jax.Array]
     env_steps_per_update: int
-    params: Callable[[Any], Any]
+    params_of: Callable[[Any], Any]
+
+
+def metric_names(agent: Agent, env_params: Any, *, axis_name: str | None = None) -> tuple[str, ...]:
+    """The sorted names of the metrics ``agent.update`` returns: the metrics spec.
+
+    Found by tracing ``init`` and one ``update`` abstractly (``jax.eval_shape``): nothing is
+    compiled or run. ``axis_name`` must be the one the agent was built with when it is not None
+    (the trace binds it to a device axis of size 1, so the collectives have an axis to reduce over).
+    """
+    def one_update(_):
+        state = agent.init(jax.random.key(0), jnp.int32(0), 1, agent.config.hyperparams(), env_params)
+        return agent.update(state)[1].metrics
+
+    if axis_name is None:
+        shapes = jax.eval_shape(one_update, None)
+    else:
+        shapes = jax.eval_shape(jax.vmap(one_update, axis_name=axis_name), jnp.zeros((1,)))
+    return tuple(sorted(shapes))
 
 
 def pmean(x: Any, axis_name: str | None) -> Any:
@@ -119,3 +153,71 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
     if normalize_reward:
         env = wrappers.NormalizeReward(env, gamma=reward_gamma, axis_name=axis_name)
     return env
+
+
+# ----------------------------------------------------------------------------------------------
+# Learning pieces every algorithm shares
+# ----------------------------------------------------------------------------------------------
+
+
+def make_optimizer(learning_rate: Any, max_grad_norm: Any = None, *, eps: float = 1e-8
+                   ) -> optax.GradientTransformation:
+    """Global-norm clipping (unless ``max_grad_norm`` is None), then Adam, then a step of ``-learning_rate``.
+
+    ``optax.chain(clip_by_global_norm(max_grad_norm), scale_by_adam(eps=eps), scale(-learning_rate))``.
+    Both values may be traced (built inside the update from the train state's hyperparameters, so
+    a sweep can vmap over them, and an annealed rate is just another value); the optimiser state's
+    structure depends only on whether clipping is on, never on the values.
+    """
+    clip = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
+    return optax.chain(*clip, optax.scale_by_adam(eps=eps), optax.scale(-learning_rate))
+
+
+def gradient_step(loss_fn: Callable[..., tuple[jax.Array, Any]], params: Any, opt_state: Any,
+                  optimizer: optax.GradientTransformation, *args: Any, axis_name: str | None = None,
+                  **kwargs: Any) -> tuple[Any, Any, Any, jax.Array]:
+    """One data-parallel optimiser step on ``loss_fn(params, *args, **kwargs) -> (loss, aux)``.
+
+    ``g = pmean(grad loss, axis_name)``; ``params <- apply_updates(params, optimizer.update(g))``.
+    Averaging the gradients before the update keeps params identical on every device. ``axis_name``
+    is this function's own keyword: a loss that needs the axis too gets it bound beforehand
+    (``functools.partial(loss, axis_name=axis_name)``).
+
+    Returns:
+        ``(params, opt_state, aux, grad_norm)``: ``aux`` as the loss returned it (per device: the
+        caller averages its metrics with :func:`pmean`) and ``grad_norm`` the global norm of the
+        averaged gradients before clipping.
+    """
+    grads, aux = jax.grad(loss_fn, has_aux=True)(params, *args, **kwargs)
+    grads = pmean(grads, axis_name)
+    grad_norm = optax.tree.norm(grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, aux, grad_norm
+
+
+def shuffled_minibatches(key: jax.Array, batch: Any, num_minibatches: int) -> Any:
+    """``batch`` (leaves ``[N, ...]``) shuffled by one ``jax.random.permutation(key, N)`` and split
+    into leaves ``[num_minibatches, N // num_minibatches, ...]`` (``num_minibatches`` must divide N)."""
+    n = jax.tree.leaves(batch)[0].shape[0]
+    perm = jax.random.permutation(key, n)
+    return jax.tree.map(
+        lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, n // num_minibatches) + x.shape[1:]), batch)
+
+
+def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, batch: Any, key: jax.Array, *,
+                          num_epochs: int, num_minibatches: int) -> tuple[Any, Any]:
+    """``num_epochs`` passes over ``batch``, each in ``num_minibatches`` minibatches of a fresh permutation.
+
+    Epoch ``e`` shuffles with the ``e``-th key of ``jax.random.split(key, num_epochs)``
+    (:func:`shuffled_minibatches`) and scans ``step(carry, minibatch) -> (carry, metrics)`` over its
+    minibatches (leaves ``[N // num_minibatches, ...]``).
+
+    Returns:
+        ``(carry, metrics)``, each metric averaged over all ``num_epochs * num_minibatches`` steps.
+    """
+    def epoch(carry, k):
+        return jax.lax.scan(step, carry, shuffled_minibatches(k, batch, num_minibatches))
+
+    carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+    return carry, jax.tree.map(jnp.mean, metrics)

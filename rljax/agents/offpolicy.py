@@ -1,4 +1,7 @@
-"""What off-policy agents (DQN, SAC) share: collection into replay, n-step items, replay learning.
+"""What off-policy agents (DQN, SAC) share: the config fields, the update skeleton, replay.
+
+An off-policy algorithm is its networks, its losses and a short ``make_<algo>`` that hands them to
+:func:`make_offpolicy_agent`, with a config subclassing :class:`OffPolicyConfig` (see both).
 
 One off-policy update, inside the compiled chunk:
 
@@ -27,6 +30,8 @@ scaled by statistics up to a full buffer old.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,11 +40,77 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax import buffers, wrappers
+from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack
+from rljax.config import (MAX_ENV_STEPS, RunConfig, _require, check_env_steps_per_update, check_floats, check_ints,
+                          field)
 from rljax.returns import n_step_transitions
 from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
-__all__ = ["ReplayItem", "Collector", "Replay", "make_replay", "observation_stack", "normalize_items",
-           "init_collector", "collect", "replay_learning", "polyak", "periodic"]
+__all__ = ["OffPolicyConfig", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem", "Collector",
+           "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
+           "replay_learning", "polyak", "periodic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyConfig(RunConfig):
+    """The fields every off-policy algorithm shares, and their validation.
+
+    A subclass redeclares a field to change its default or help line (it keeps its place), adds its
+    own fields, and extends :meth:`validate` (calling this one first). Its sweepable fields, these
+    five included, are exactly its ``<Algo>HyperParams``' fields.
+    """
+
+    # ----- structural -----
+    num_steps: int = field(1, "env steps per env between learning phases")
+    gradient_steps: int = field(1, "gradient steps per update (update-to-data ratio = this / (num_envs*num_steps))")
+    batch_size: int = field(256, "replay samples per gradient step, over all devices")
+    buffer_size: int = field(100_000, "replay capacity, over all devices (each device holds a shard)")
+    learning_starts: int = field(1_000, "env steps collected before learning begins")
+    n_step: int = field(1, "n-step returns (1 = one-step TD)")
+    prioritized: bool = field(False, "proportional prioritised replay")
+    normalize_obs: bool = field(False, "normalise observations by running mean/std (replay stores raw "
+                                       "observations, normalised when sampled)")
+
+    # ----- sweepable hyperparameters (traced) -----
+    gamma: float = field(0.99, "discount factor", sweepable=True)
+    tau: float = field(0.005, "target update rate: 1 = hard copy, < 1 = Polyak averaging", sweepable=True)
+    max_grad_norm: float = field(10.0, "global-norm gradient clipping threshold", sweepable=True)
+    priority_alpha: float = field(0.6, "prioritisation exponent (prioritized replay)", sweepable=True)
+    priority_beta_start: float = field(0.4, "initial importance-sampling exponent, annealed to 1",
+                                       sweepable=True)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
+
+        Every field's type first (:func:`~rljax.config.check_types`), then the shared ranges: replay
+        sizes and step thresholds are compared with int32 env-step counters, so they share
+        :data:`~rljax.config.MAX_ENV_STEPS`; the batch and the buffer are split over the devices.
+        """
+        self.validate_run()
+        check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
+        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
+        check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
+        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
+        check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
+        for name in ("batch_size", "buffer_size"):
+            v = getattr(self, name)
+            _require(v % self.num_devices == 0,
+                     f"{name}={v} is not divisible by num_devices={self.num_devices}")
+        _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
+                 f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
+                 f"{self.num_envs * self.num_steps} transitions")
+        check_floats(self, ("max_grad_norm",), 0, low_open=True)
+        check_floats(self, ("gamma", "priority_beta_start"), 0, 1)
+        check_floats(self, ("tau",), 0, 1, low_open=True)
+        check_floats(self, ("priority_alpha",), 0)
+
+    @property
+    def env_steps_per_update(self) -> int:
+        """Env steps per update over all devices: ``num_envs * num_steps``."""
+        return self.num_envs * self.num_steps
 
 
 class ReplayItem(NamedTuple):
@@ -278,3 +349,238 @@ def polyak(online: Any, target: Any, tau: jax.Array) -> Any:
 def periodic(count_before: jax.Array, count_after: jax.Array, interval: int) -> jax.Array:
     """True when a multiple of ``interval`` lies in ``(count_before, count_after]``."""
     return (count_after // interval) > (count_before // interval)
+
+
+# ----------------------------------------------------------------------------------------------
+# The skeleton: one off-policy update for any algorithm
+# ----------------------------------------------------------------------------------------------
+
+
+class OffPolicyState(struct.PyTreeNode):
+    """Everything an off-policy run needs to continue (one device's view).
+
+    Attributes:
+        learner: the algorithm's learning state (params, targets, optimiser states, ...), whatever
+            its ``init_learner`` returns.
+        collector: env state (with the observation statistics when ``normalize_obs``), raw
+            observations and the n-step tail.
+        buffer: this device's replay shard of raw observations (cursor, size, and priorities when
+            prioritised).
+        key: this device's PRNG key.
+        hyperparams: the algorithm's traced hyperparameters (``config.hyperparams()`` or a sweep
+            member's).
+        env_params: the env params (traced; a sweep may vary them per member).
+        updates: int32 updates done.
+        num_updates: int32 updates in the whole run (schedules).
+    """
+
+    learner: Any
+    collector: Collector
+    buffer: Any
+    key: jax.Array
+    hyperparams: Any
+    env_params: Any
+    updates: jax.Array
+    num_updates: jax.Array
+
+
+class UpdateContext(NamedTuple):
+    """Where one update stands in the run: what the algorithm's hooks see besides the learner.
+
+    Attributes:
+        hyperparams: the state's traced hyperparameters.
+        steps_before: int32 env steps over all devices before this update's collection.
+        steps_after: int32, ``steps_before + env_steps_per_update``.
+        total_steps: int32 env steps of the whole run, ``num_updates * env_steps_per_update``.
+        progress: float32 ``fraction(1)``, the fraction of the run done before this update (it
+            anneals the importance-sampling exponent ``beta`` to 1, and e.g. a learning rate to 0).
+        warmup: bool, ``steps_before < learning_starts`` (e.g. act uniformly at random).
+        active: bool, ``steps_after >= learning_starts``: this update's gradient steps are kept.
+        values: the algorithm's per-update scalars from its ``schedule`` hook (``{}`` without one).
+    """
+
+    hyperparams: Any
+    steps_before: jax.Array
+    steps_after: jax.Array
+    total_steps: jax.Array
+    progress: jax.Array
+    warmup: jax.Array
+    active: jax.Array
+    values: dict[str, jax.Array]
+
+    def fraction(self, span: Any) -> jax.Array:
+        """``clip(steps_before / max(span * total_steps, 1), 0, 1)``: how far a schedule that runs
+        over the first ``span`` of the run (e.g. ``exploration_fraction``) has got, float32."""
+        done = self.steps_before.astype(jnp.float32)
+        total = self.total_steps.astype(jnp.float32)
+        return jnp.clip(done / jnp.maximum(span * total, 1.0), 0.0, 1.0)
+
+
+class OffPolicyHooks(NamedTuple):
+    """What an off-policy algorithm hands :func:`make_offpolicy_agent`: its learner and its steps.
+
+    Every hook runs inside the compiled update (traced values in, traced values out) on one device;
+    the learner is any pytree (params, targets, optimiser states, ...). Hooks reduce over the device
+    axis themselves: :func:`~rljax.agents.base.gradient_step` with ``axis_name`` and
+    :func:`~rljax.agents.base.pmean` of their metrics, so every device applies the same update.
+
+    Attributes:
+        example_action: one action, its shape and dtype (values unused), e.g.
+            ``jnp.zeros((), jnp.int32)`` for Discrete or ``jnp.zeros((A,), jnp.float32)`` for Box.
+        init_learner: ``init_learner(key, obs[1, *obs_shape], hyperparams) -> learner``; ``key`` is
+            the same on every device, so params are too.
+        behaviour: ``behaviour(learner, ctx) -> policy``, ``policy(key, obs[B]) -> action[B]``: the
+            exploring policy on this device's ``B`` envs (observations normalised when
+            ``normalize_obs``); ``ctx`` is the :class:`UpdateContext` (e.g. ``ctx.warmup``).
+        learn_step: ``learn_step(learner, items, weights, key, ctx) -> (learner, td_abs, metrics)``:
+            one gradient step on ``items``, a :class:`ReplayItem` batch ``[b]`` (normalised
+            observations; ``reward`` the n-step return, ``discount`` ``gamma^m`` or 0 after a
+            termination); ``weights`` float32 ``[b]`` importance weights, 0 for invalid items
+            (average as ``sum(w * l) / max(#(w > 0), 1)``); ``td_abs`` float32 ``[b]``, the new
+            priorities; ``metrics`` float32 scalars averaged over devices.
+        act: ``act(learner, obs[N]) -> action[N]``: the deterministic policy (evaluation), on
+            normalised observations.
+        params_of: ``params_of(learner) -> pytree``: what must agree across devices.
+        schedule: ``schedule(ctx) -> {name: float32 scalar}``: values computed once per update
+            (an exploration rate, a learning rate) that the other hooks read as ``ctx.values`` and
+            that are reported as metrics; None for none.
+        after_learning: ``after_learning(learner, ctx) -> (learner, metrics)``: once per update,
+            after the gradient steps, not masked (e.g. a periodic target copy: mask it with
+            ``ctx.active`` yourself); None for none.
+    """
+
+    example_action: jax.Array
+    init_learner: Callable[[jax.Array, Any, Any], Any]
+    behaviour: Callable[[Any, UpdateContext], Callable[[jax.Array, Any], jax.Array]]
+    learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array, UpdateContext],
+                         tuple[Any, jax.Array, dict[str, jax.Array]]]
+    act: Callable[[Any, Any], jax.Array]
+    params_of: Callable[[Any], Any]
+    schedule: Callable[[UpdateContext], dict[str, jax.Array]] | None = None
+    after_learning: Callable[[Any, UpdateContext], tuple[Any, dict[str, jax.Array]]] | None = None
+
+
+class _Program(NamedTuple):
+    """The pieces :func:`make_offpolicy_agent` builds once and its init/update close over."""
+
+    config: OffPolicyConfig
+    hooks: OffPolicyHooks
+    venv: Any
+    normalize: Callable[[Any, Any], Any]
+    replay: Replay
+    axis_name: str | None
+
+
+def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axis_name: str | None,
+                         hooks: OffPolicyHooks) -> Agent:
+    """An off-policy :class:`~rljax.agents.base.Agent`: an algorithm's :class:`OffPolicyHooks` in
+    the shared skeleton.
+
+    The skeleton owns the env stack (``num_envs // num_devices`` local envs, raw observations and
+    their statistics when ``normalize_obs``), the replay shard (``buffer_size // num_devices``
+    slots, prioritised when ``prioritized``), the state (:class:`OffPolicyState`) and the update:
+
+    1. ``key, k_collect, k_learn = split(state.key, 3)``; ``ctx`` (:class:`UpdateContext`) with
+       ``ctx.values = schedule(ctx)``.
+    2. :func:`collect`: ``num_steps`` steps of ``behaviour(learner, ctx)`` into n-step items, added
+       to replay.
+    3. :func:`replay_learning`: ``gradient_steps`` calls of ``learn_step`` on ``batch_size //
+       num_devices`` items each, sampled with ``beta = beta_start + ctx.progress * (1 -
+       beta_start)`` and normalised with the statistics after this collection; discarded unless
+       ``ctx.active`` (before ``learning_starts``).
+    4. ``learner, m = after_learning(learner, ctx)``.
+    5. metrics: ``learn_step``'s (means over the gradient steps; 0 while inactive), ``ctx.values``,
+       ``after_learning``'s, ``buffer_size`` (items over all devices) and ``param_desync``
+       (:func:`~rljax.agents.base.desync` of ``params_of(learner)``).
+
+    ``init(key, device_index, num_updates, hyperparams, env_params)``: ``k_params, k_run =
+    split(key)``; ``init_learner`` gets ``k_params``; env and state keys come from
+    ``fold_in(k_run, device_index)``. ``act(state, obs, key)`` normalises raw ``obs`` with the
+    state's statistics and calls ``hooks.act``. A new algorithm (e.g. TD3) is its networks, its
+    losses and a ``make_<algo>`` that checks the action space and returns
+    ``make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(...))``, with a
+    config subclassing :class:`OffPolicyConfig`; see ``rljax/agents/dqn.py`` and ``sac.py``.
+
+    Args:
+        config: the algorithm's :class:`OffPolicyConfig` subclass instance.
+        env: a single, unbatched env.
+        env_params: its params.
+        axis_name: the device axis (what the hooks reduce over), or None on one device.
+        hooks: the algorithm.
+    """
+    d = config.num_devices
+    venv, normalize = observation_stack(make_env_stack(env, env_params, config.num_envs // d, axis_name=axis_name),
+                                        config.normalize_obs, axis_name)
+    program = _Program(config, hooks, venv, normalize, make_replay(config.buffer_size // d, config.prioritized),
+                       axis_name)
+
+    def act(state: OffPolicyState, obs: Any, key: jax.Array) -> jax.Array:
+        del key
+        return hooks.act(state.learner, normalize(state.collector.env_state, obs))
+
+    return Agent(config=config, init=functools.partial(_init, program), update=functools.partial(_update, program),
+                 act=act, env_steps_per_update=config.env_steps_per_update,
+                 params_of=lambda state: hooks.params_of(state.learner))
+
+
+def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int, hyperparams: Any,
+          env_params: Any) -> OffPolicyState:
+    """``Agent.init`` of :func:`make_offpolicy_agent`."""
+    hooks = program.hooks
+    k_params, k_run = jax.random.split(key)
+    k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
+
+    def shape_policy(key: jax.Array, obs: jax.Array):
+        # Only its output shapes are used (init_collector traces it abstractly).
+        return jnp.broadcast_to(hooks.example_action, obs.shape[:1] + hooks.example_action.shape), ()
+
+    collector = init_collector(program.venv, env_params, shape_policy, k_env, program.config.n_step)
+    learner = hooks.init_learner(k_params, collector.obs[:1], hyperparams)
+    example = ReplayItem(obs=collector.obs[0], action=jnp.zeros_like(hooks.example_action), reward=jnp.float32(0),
+                         discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
+    return OffPolicyState(learner=learner, collector=collector,
+                          buffer=program.replay.init(example, hyperparams.priority_alpha), key=k_state,
+                          hyperparams=hyperparams,
+                          # As arrays: Python-scalar params leaves cannot leave a shard_map'd init.
+                          env_params=jax.tree.map(jnp.asarray, env_params), updates=jnp.int32(0),
+                          num_updates=jnp.int32(num_updates))
+
+
+def _context(program: _Program, state: OffPolicyState) -> UpdateContext:
+    """The :class:`UpdateContext` of the update that starts from ``state``."""
+    steps_per_update, learning_starts = program.config.env_steps_per_update, program.config.learning_starts
+    steps_before = state.updates * steps_per_update
+    steps_after = steps_before + steps_per_update
+    ctx = UpdateContext(hyperparams=state.hyperparams, steps_before=steps_before, steps_after=steps_after,
+                        total_steps=state.num_updates * steps_per_update, progress=jnp.float32(0),
+                        warmup=steps_before < learning_starts, active=steps_after >= learning_starts, values={})
+    ctx = ctx._replace(progress=ctx.fraction(1.0))
+    return ctx._replace(values=program.hooks.schedule(ctx) if program.hooks.schedule is not None else {})
+
+
+def _update(program: _Program, state: OffPolicyState) -> tuple[OffPolicyState, UpdateOutput]:
+    """``Agent.update`` of :func:`make_offpolicy_agent`."""
+    config, hooks, replay, normalize = program.config, program.hooks, program.replay, program.normalize
+    hyperparams = state.hyperparams
+    key, k_collect, k_learn = jax.random.split(state.key, 3)
+    ctx = _context(program, state)
+    policy = hooks.behaviour(state.learner, ctx)
+    collector, items, episodes = collect(program.venv, state.env_params, lambda k, obs: (policy(k, obs), ()),
+                                         state.collector, k_collect, config.num_steps, config.n_step,
+                                         hyperparams.gamma, observe=normalize)
+    buffer = replay.add(state.buffer, items)
+    beta = hyperparams.priority_beta_start + ctx.progress * (1.0 - hyperparams.priority_beta_start)
+    learner, buffer, metrics = replay_learning(
+        lambda learner, batch, weights, k: hooks.learn_step(learner, batch, weights, k, ctx), state.learner, replay,
+        buffer, k_learn, gradient_steps=config.gradient_steps, batch_size=config.batch_size // config.num_devices,
+        beta=beta, active=ctx.active,
+        # Replay holds raw observations: normalised with the statistics of now.
+        prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
+    after_metrics = {}
+    if hooks.after_learning is not None:
+        learner, after_metrics = hooks.after_learning(learner, ctx)
+    metrics = {**metrics, **ctx.values, **after_metrics,
+               "buffer_size": replay.size(buffer).astype(jnp.float32) * config.num_devices,
+               "param_desync": desync(hooks.params_of(learner), program.axis_name)}
+    new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key, updates=state.updates + 1)
+    return new_state, UpdateOutput(metrics, episodes)

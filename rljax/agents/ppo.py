@@ -373,7 +373,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         return dist.mode()
 
     return Agent(config=config, init=init, update=update, act=act,
-                 env_steps_per_update=config.batch_size, params=lambda s: s.params)
+                 env_steps_per_update=config.batch_size, params_of=lambda s: s.params)
 
 
 register("ppo", PPOConfig, make_ppo)

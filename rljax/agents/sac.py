@@ -589,7 +589,7 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         return nets.mode(state.learner.actor_params, normalize(state.collector.env_state, obs))
 
     return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,
-                 params=lambda s: _synced(s.learner))
+                 params_of=lambda s: _synced(s.learner))
 
 
 def _synced(learner: SACLearner) -> Any:
