@@ -36,11 +36,11 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
-                                    observation_stack, polyak, replay_learning)
+from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
+from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
+                                    make_offpolicy_agent, polyak)
 from rljax.agents.sac import SACCritic, _box_bounds, _masked_mean
-from rljax.config import RunConfig, _require, field, make_hyperparams
+from rljax.config import field, make_hyperparams
 from rljax.networks import MLP
 from rljax.parallel import serial_map
 
@@ -50,78 +50,49 @@ __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_n
 
 
 @dataclasses.dataclass(frozen=True)
-class TD3Config(RunConfig):
-    """TD3's configuration (defaults: Pendulum-v1 to a return above -200 within 2e4 env steps)."""
+class TD3Config(OffPolicyConfig):
+    """TD3's configuration (defaults: Pendulum-v1 to a return above -200 within 2e4 env steps).
+
+    The replay and shared hyperparameter fields (``num_steps``, ``batch_size``, ``buffer_size``,
+    ``n_step``, ``prioritized``, ``normalize_obs``, ``gamma``, ``tau``, ``max_grad_norm``,
+    ``priority_*``) come from :class:`~rljax.agents.offpolicy.OffPolicyConfig`.
+    """
 
     env: str = field("Pendulum-v1", "environment name (needs a bounded Box action space)")
     total_timesteps: int = field(20_000, "environment steps to train for (rounded to whole updates)")
-    num_envs: int = field(4, "parallel environments, over all devices")
     # ----- structural -----
-    num_steps: int = field(1, "env steps per env between learning phases")
     gradient_steps: int = field(2, "critic gradient steps per update (update-to-data ratio = this / "
                                    "(num_envs*num_steps))")
-    batch_size: int = field(256, "replay samples per gradient step, over all devices")
-    buffer_size: int = field(100_000, "replay capacity, over all devices (each device holds a shard)")
     learning_starts: int = field(1_000, "env steps of uniformly random actions before learning begins")
     policy_delay: int = field(2, "the actor and the targets are updated every policy_delay-th critic step")
     hidden_sizes: tuple[int, ...] = field((64, 64), "actor and critic MLP widths")
     activation: str = field("relu", "hidden activation")
-    n_step: int = field(1, "n-step returns (1 = one-step TD)")
-    prioritized: bool = field(False, "proportional prioritised replay (weights the critic loss)")
-    normalize_obs: bool = field(False, "normalise observations by running mean/std (replay stores raw "
-                                       "observations, normalised when sampled)")
 
     # ----- sweepable hyperparameters (traced) -----
-    actor_learning_rate: float = field(1e-3, "actor Adam step size", sweepable=True)
-    critic_learning_rate: float = field(1e-3, "critic Adam step size", sweepable=True)
-    gamma: float = field(0.99, "discount factor", sweepable=True)
     tau: float = field(0.005, "Polyak rate of the target actor and critics, applied at each delayed update",
                        sweepable=True)
-    policy_noise: float = field(0.2, "std of the target-smoothing noise, in units of the box half-width",
-                                sweepable=True)
+    actor_learning_rate: float = field(1e-3, "actor Adam step size", sweepable=True)
+    critic_learning_rate: float = field(1e-3, "critic Adam step size", sweepable=True)
+    policy_noise: float = field(0.2, "std of the target-smoothing noise, in box half-widths", sweepable=True)
     noise_clip: float = field(0.5, "the target-smoothing noise is clipped to [-noise_clip, noise_clip] "
                                    "(box half-widths)", sweepable=True)
     exploration_noise: float = field(0.1, "std of the behaviour policy's Gaussian noise (box half-widths)",
                                      sweepable=True)
-    max_grad_norm: float = field(10.0, "global-norm gradient clipping of the actor and critic updates",
-                                 sweepable=True)
-    priority_alpha: float = field(0.6, "prioritisation exponent (prioritized replay)", sweepable=True)
-    priority_beta_start: float = field(0.4, "initial importance-sampling exponent, annealed to 1",
-                                       sweepable=True)
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid."""
-        from rljax.config import MAX_ENV_STEPS, check_choice, check_env_steps_per_update, check_floats, check_ints, \
-            check_sizes
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
+
+        The shared off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then TD3's.
+        """
+        from rljax.config import check_choice, check_floats, check_ints, check_sizes
         from rljax.networks import ACTIVATIONS
 
-        self.validate_run()
-        check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step", "policy_delay"))
-        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
-        check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
-        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
-        check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
-        for name in ("batch_size", "buffer_size"):
-            v = getattr(self, name)
-            _require(v % self.num_devices == 0, f"{name}={v} is not divisible by num_devices={self.num_devices}")
-        _require(self.n_step <= self.num_steps or self.n_step == 1,
-                 f"n_step={self.n_step} must be <= num_steps={self.num_steps}")
-        _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
-                 f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
-                 f"{self.num_envs * self.num_steps} transitions")
+        super().validate()
+        check_ints(self, ("policy_delay",))
         check_sizes(self, "hidden_sizes", allow_empty=False)
         check_choice(self, "activation", ACTIVATIONS)
-        check_floats(self, ("actor_learning_rate", "critic_learning_rate", "max_grad_norm"), 0, low_open=True)
-        check_floats(self, ("policy_noise", "noise_clip", "exploration_noise", "priority_alpha"), 0)
-        check_floats(self, ("gamma", "priority_beta_start"), 0, 1)
-        check_floats(self, ("tau",), 0, 1, low_open=True)
-
-    @property
-    def env_steps_per_update(self) -> int:
-        return self.num_envs * self.num_steps
+        check_floats(self, ("actor_learning_rate", "critic_learning_rate"), 0, low_open=True)
+        check_floats(self, ("policy_noise", "noise_clip", "exploration_noise"), 0)
 
     def hyperparams(self) -> "TD3HyperParams":
         return make_hyperparams(self, TD3HyperParams)
@@ -130,17 +101,16 @@ class TD3Config(RunConfig):
 class TD3HyperParams(struct.PyTreeNode):
     """Sweepable hyperparameters, float32 scalars in the train state (see :class:`TD3Config`)."""
 
-    actor_learning_rate: jax.Array
-    critic_learning_rate: jax.Array
     gamma: jax.Array
     tau: jax.Array
-    policy_noise: jax.Array
-    noise_clip: jax.Array
-    exploration_noise: jax.Array
     max_grad_norm: jax.Array
     priority_alpha: jax.Array
     priority_beta_start: jax.Array
-
+    actor_learning_rate: jax.Array
+    critic_learning_rate: jax.Array
+    policy_noise: jax.Array
+    noise_clip: jax.Array
+    exploration_noise: jax.Array
 
 # ----------------------------------------------------------------------------------------------
 # Networks
@@ -310,13 +280,14 @@ def td3_actor_loss(actor_params: Any, critic_params: Any, nets: TD3Networks, obs
     return loss, {"actor_loss": loss}
 
 
+
 # ----------------------------------------------------------------------------------------------
 # State and one gradient step
 # ----------------------------------------------------------------------------------------------
 
 
 class TD3Learner(NamedTuple):
-    """What a gradient step changes.
+    """TD3's learning state (the ``learner`` of its :class:`TD3State`).
 
     Attributes:
         actor_params: the actor's params.
@@ -325,7 +296,7 @@ class TD3Learner(NamedTuple):
         target_critic_params: the critics' Polyak average.
         actor_opt: the actor's optimiser state.
         critic_opt: the critics' optimiser state.
-        critic_steps: int32, critic steps taken (the delayed updates follow the ``policy_delay``-th).
+        critic_steps: int32, critic steps taken (the delayed updates follow every ``policy_delay``-th).
     """
 
     actor_params: Any
@@ -337,30 +308,20 @@ class TD3Learner(NamedTuple):
     critic_steps: jax.Array
 
 
-class TD3State(struct.PyTreeNode):
-    """Everything a TD3 run needs to continue (one device's view); see :class:`rljax.agents.sac.SACState`."""
-
-    learner: TD3Learner
-    collector: Collector
-    buffer: Any
-    key: jax.Array
-    hparams: TD3HyperParams
-    env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+TD3State = OffPolicyState
+"""TD3's train state: the shared :class:`~rljax.agents.offpolicy.OffPolicyState` with a
+:class:`TD3Learner` as ``learner``."""
 
 
 def td3_optimizers(hp: TD3HyperParams) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
-    """``(actor, critic)``: Adam after global-norm clipping at ``max_grad_norm``."""
-    def adam(lr):
-        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(), optax.scale(-lr))
-    return adam(hp.actor_learning_rate), adam(hp.critic_learning_rate)
+    """``(actor, critic)``: Adam after global-norm clipping at ``max_grad_norm`` (:func:`make_optimizer`)."""
+    return make_optimizer(hp.actor_learning_rate, hp.max_grad_norm), make_optimizer(hp.critic_learning_rate,
+                                                                                   hp.max_grad_norm)
 
 
-def init_learner(nets: TD3Networks, hp: TD3HyperParams, key: jax.Array, obs: Any, action: jax.Array
-                 ) -> TD3Learner:
-    """Fresh params, targets equal to them, optimiser states, no critic steps yet."""
-    actor_params, critic_params = nets.init(key, obs, action)
+def init_learner(nets: TD3Networks, hp: TD3HyperParams, key: jax.Array, obs: Any) -> TD3Learner:
+    """Fresh params (``obs``: ``[1, *obs_shape]``), targets equal to them, optimiser states, no steps yet."""
+    actor_params, critic_params = nets.init(key, obs, jnp.zeros((1,) + nets.low.shape, jnp.float32))
     actor_tx, critic_tx = td3_optimizers(hp)
     return TD3Learner(actor_params=actor_params, critic_params=critic_params, target_actor_params=actor_params,
                       target_critic_params=critic_params, actor_opt=actor_tx.init(actor_params),
@@ -370,11 +331,12 @@ def init_learner(nets: TD3Networks, hp: TD3HyperParams, key: jax.Array, obs: Any
 def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array, hp: TD3HyperParams,
                    nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None
                    ) -> tuple[TD3Learner, jax.Array, dict[str, jax.Array]]:
-    """One TD3 gradient step: the critics; every ``policy_delay``-th step also the actor (against
-    the new critics), then the targets ``theta' <- tau theta + (1 - tau) theta'`` (Algorithm 1).
+    """One TD3 gradient step (Fujimoto et al. 2018, Algorithm 1): the critics; on every
+    ``policy_delay``-th critic step also the actor (against the new critics), then the targets
+    ``theta' <- tau theta + (1 - tau) theta'`` of the actor and both critics.
 
-    The delayed part is computed every step and kept only on the delayed steps (selected, not
-    branched: the same program at every step, which vmaps over a population without a ``cond``).
+    The delayed part is computed at every step and kept only on the delayed ones (selected, not
+    branched: one program at every step, which vmaps over a population without a ``cond``).
     Gradients are averaged over ``axis_name``, so every device applies the same update.
 
     Args:
@@ -388,23 +350,16 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
         axis_name: the device axis, or None.
 
     Returns:
-        ``(learner, td_abs [N], metrics)``; ``actor_loss`` is that of the step's actor gradient
-        (applied or not).
+        ``(learner, td_abs [N], metrics)``; ``actor_loss`` and ``actor_grad_norm`` are those of the
+        step's actor gradient, applied or not.
     """
     actor_tx, critic_tx = td3_optimizers(hp)
-    c_grads, (td_abs, c_metrics) = jax.grad(td3_critic_loss, has_aux=True)(
-        learner.critic_params, learner.target_critic_params, learner.target_actor_params, nets, items, weights,
-        key, hp.policy_noise, hp.noise_clip)
-    c_grads = pmean(c_grads, axis_name)
-    c_updates, critic_opt = critic_tx.update(c_grads, learner.critic_opt, learner.critic_params)
-    critic_params = optax.apply_updates(learner.critic_params, c_updates)
-
-    mask = (weights > 0).astype(jnp.float32)
-    a_grads, a_metrics = jax.grad(td3_actor_loss, has_aux=True)(learner.actor_params, critic_params, nets,
-                                                                items.obs, mask)
-    a_grads = pmean(a_grads, axis_name)
-    a_updates, actor_opt = actor_tx.update(a_grads, learner.actor_opt, learner.actor_params)
-    actor_params = optax.apply_updates(learner.actor_params, a_updates)
+    critic_params, critic_opt, (td_abs, c_metrics), c_norm = gradient_step(
+        td3_critic_loss, learner.critic_params, learner.critic_opt, critic_tx, learner.target_critic_params,
+        learner.target_actor_params, nets, items, weights, key, hp.policy_noise, hp.noise_clip, axis_name=axis_name)
+    actor_params, actor_opt, a_metrics, a_norm = gradient_step(
+        td3_actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
+        (weights > 0).astype(jnp.float32), axis_name=axis_name)
     critic_steps = learner.critic_steps + 1
     delayed = critic_steps % policy_delay == 0
 
@@ -418,8 +373,7 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
         target_critic_params=keep(polyak(critic_params, learner.target_critic_params, hp.tau),
                                   learner.target_critic_params),
         actor_opt=keep(actor_opt, learner.actor_opt), critic_opt=critic_opt, critic_steps=critic_steps)
-    metrics = pmean({**c_metrics, **a_metrics}, axis_name)
-    metrics = {**metrics, "critic_grad_norm": optax.tree.norm(c_grads), "actor_grad_norm": optax.tree.norm(a_grads)}
+    metrics = {**pmean({**c_metrics, **a_metrics}, axis_name), "critic_grad_norm": c_norm, "actor_grad_norm": a_norm}
     return new, td_abs, metrics
 
 
@@ -430,88 +384,42 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
 
 def exploration_action(action: jax.Array, eps: jax.Array, low: jax.Array, high: jax.Array,
                        exploration_noise: jax.Array) -> jax.Array:
-    """The behaviour action ``clip(mu(s) + half * exploration_noise * eps, low, high)``, ``eps ~ N(0, I)``
-    (``[N, A]``; the noise is in normalised units, as in Fujimoto et al. 2018 and CleanRL)."""
+    """The behaviour action ``clip(mu(s) + half * exploration_noise * eps, low, high)``, ``eps ~ N(0, I)``,
+    float ``[N, A]`` (the noise in normalised units, as in Fujimoto et al. 2018 and CleanRL)."""
     return jnp.clip(action + (high - low) / 2.0 * exploration_noise * eps, low, high)
 
 
 def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
-    """Builds TD3's per-device program for a continuous-action (bounded ``Box``) ``env``."""
+    """Builds TD3's per-device program for a continuous-action (bounded ``Box``) ``env``: the
+    off-policy skeleton (:func:`~rljax.agents.offpolicy.make_offpolicy_agent`) with a noisy
+    deterministic behaviour policy (uniform before ``learning_starts``) and :func:`td3_learn_step`."""
     space = env.action_space(env_params)
     discrete, action_dim = space_dims(space)
     if discrete:
         raise ValueError(f"TD3 needs a Box action space; {getattr(env, 'name', env)} has {space} "
                          f"(use DQN or PPO for Discrete actions)")
     low, high = _box_bounds(env, space, action_dim)
-    d = config.num_devices
     nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation)
-    venv, normalize = observation_stack(make_env_stack(env, env_params, config.num_envs // d, axis_name=axis_name),
-                                        config.normalize_obs, axis_name)
-    replay = make_replay(config.buffer_size // d, config.prioritized)
-    steps_per_update = config.env_steps_per_update
 
-    def uniform(key: jax.Array, batch: int) -> jax.Array:
-        return jax.random.uniform(key, (batch, action_dim), jnp.float32, nets.low, nets.high)
-
-    def behaviour(actor_params: Any, noise: jax.Array, warmup: jax.Array):
-        def act(key: jax.Array, obs: jax.Array):
+    def behaviour(learner: TD3Learner, ctx: UpdateContext):
+        def act(key: jax.Array, obs: jax.Array) -> jax.Array:
             k_noise, k_uniform = jax.random.split(key)
-            mu = nets.actor(actor_params, obs)
-            action = exploration_action(mu, jax.random.normal(k_noise, mu.shape), nets.low, nets.high, noise)
-            # Uniform actions until learning starts (selected, not branched).
-            return jnp.where(warmup, uniform(k_uniform, obs.shape[0]), action), ()
+            mu = nets.actor(learner.actor_params, obs)
+            noisy = exploration_action(mu, jax.random.normal(k_noise, mu.shape), nets.low, nets.high,
+                                       ctx.hyperparams.exploration_noise)
+            uniform = jax.random.uniform(k_uniform, mu.shape, jnp.float32, nets.low, nets.high)
+            return jnp.where(ctx.warmup, uniform, noisy)  # selected, not branched
         return act
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hp: TD3HyperParams, env_params: Any
-             ) -> TD3State:
-        k_params, k_run = jax.random.split(key)
-        k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-        collector = init_collector(venv, env_params, lambda k, o: (uniform(k, o.shape[0]), ()), k_env,
-                                   config.n_step)
-        action0 = jnp.zeros((action_dim,), jnp.float32)
-        learner = init_learner(nets, hp, k_params, collector.obs[:1], action0[None])
-        example = ReplayItem(obs=collector.obs[0], action=action0, reward=jnp.float32(0),
-                             discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
-        return TD3State(learner=learner, collector=collector, buffer=replay.init(example, hp.priority_alpha),
-                        key=k_state, hparams=hp, env_params=jax.tree.map(jnp.asarray, env_params),
-                        updates=jnp.int32(0), num_updates=jnp.int32(num_updates))
+    def learn_step(learner: TD3Learner, batch: ReplayItem, weights: jax.Array, key: jax.Array, ctx: UpdateContext):
+        return td3_learn_step(learner, batch, weights, key, ctx.hyperparams, nets, policy_delay=config.policy_delay,
+                              axis_name=axis_name)
 
-    def update(state: TD3State) -> tuple[TD3State, UpdateOutput]:
-        hp = state.hparams
-        key, k_collect, k_learn = jax.random.split(state.key, 3)
-        steps_before = state.updates * steps_per_update
-        policy = behaviour(state.learner.actor_params, hp.exploration_noise, steps_before < config.learning_starts)
-        collector, items, episodes = collect(venv, state.env_params, policy, state.collector, k_collect,
-                                             config.num_steps, config.n_step, hp.gamma, observe=normalize)
-        buffer = replay.add(state.buffer, items)
-        progress = jnp.clip(state.updates.astype(jnp.float32) / jnp.maximum(state.num_updates, 1), 0.0, 1.0)
-
-        def learn_step(learner: TD3Learner, batch: ReplayItem, weights: jax.Array, k: jax.Array):
-            return td3_learn_step(learner, batch, weights, k, hp, nets, policy_delay=config.policy_delay,
-                                  axis_name=axis_name)
-
-        learner, buffer, metrics = replay_learning(
-            learn_step, state.learner, replay, buffer, k_learn, gradient_steps=config.gradient_steps,
-            batch_size=config.batch_size // d, beta=hp.priority_beta_start + progress * (1.0 - hp.priority_beta_start),
-            active=steps_before + steps_per_update >= config.learning_starts,
-            prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
-        metrics = {**metrics, "buffer_size": replay.size(buffer).astype(jnp.float32) * d,
-                   "param_desync": desync(_synced(learner), axis_name)}
-        new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key,
-                                  updates=state.updates + 1)
-        return new_state, UpdateOutput(metrics, episodes)
-
-    def act(state: TD3State, obs: jax.Array, key: jax.Array) -> jax.Array:
-        del key  # the deterministic actor, on observations normalised with the train state's statistics
-        return nets.actor(state.learner.actor_params, normalize(state.collector.env_state, obs))
-
-    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,
-                 params=lambda s: _synced(s.learner))
-
-
-def _synced(learner: TD3Learner) -> Any:
-    """The learner's parts that must agree across devices."""
-    return (learner.actor_params, learner.critic_params, learner.target_actor_params, learner.target_critic_params)
+    return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
+        example_action=jnp.zeros((action_dim,), jnp.float32),
+        init_learner=lambda key, obs, hp: init_learner(nets, hp, key, obs), behaviour=behaviour,
+        learn_step=learn_step, act=lambda learner, obs: nets.actor(learner.actor_params, obs),
+        params_of=lambda l: (l.actor_params, l.critic_params, l.target_actor_params, l.target_critic_params)))
 
 
 register("td3", TD3Config, make_td3)
