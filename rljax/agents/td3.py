@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -39,7 +40,7 @@ from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, polyak)
-from rljax.agents.sac import SACCritic, _box_bounds, _masked_mean
+from rljax.agents.sac import SACCritic, _masked_mean
 from rljax.config import field, make_hyperparams
 from rljax.networks import MLP
 from rljax.parallel import serial_map
@@ -398,7 +399,11 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
     if discrete:
         raise ValueError(f"TD3 needs a Box action space; {getattr(env, 'name', env)} has {space} "
                          f"(use DQN or PPO for Discrete actions)")
-    low, high = _box_bounds(env, space, action_dim)
+    low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
+    high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+        raise ValueError(f"TD3 needs a Box action space with finite bounds low < high; "
+                         f"{getattr(env, 'name', env)} has low={low.tolist()}, high={high.tolist()}")
     nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation)
 
     def behaviour(learner: TD3Learner, ctx: UpdateContext):
