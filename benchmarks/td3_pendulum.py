@@ -43,9 +43,9 @@ def worker(seed: int, overrides: dict, t_start: float) -> dict:
     process_s = time.perf_counter() - t_start
     t = r.timings
     eval_return = sac_pendulum.evaluate(r.agent, r.state, env, env_params, jax.random.key(10_000 + seed))
-    return dict(seed=seed, compile_s=t["compile_s"], compute_s=t["compute_s"], sps=t["total_env_steps"] / t["compute_s"],
-                process_s=process_s, env_steps=t["total_env_steps"], final_return=r.final_return,
-                eval_return=eval_return)
+    return dict(seed=seed, compile_s=t["compile_s"], compute_s=t["compute_s"],
+                sps=t["total_env_steps"] / t["compute_s"], process_s=process_s, env_steps=t["total_env_steps"],
+                final_return=r.final_return, eval_return=eval_return)
 
 
 def run_seeds(num_seeds: int, sets: list[str]) -> dict:
@@ -58,8 +58,9 @@ def run_seeds(num_seeds: int, sets: list[str]) -> dict:
             raise RuntimeError(f"seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
         row = json.loads(lines[-1])
         rows.append(row)
-        print(f"  seed {seed}: compile {row['compile_s']:.2f}s  {row['sps']:,.0f} steps/s  process {row['process_s']:.1f}s"
-              f"  final return {row['final_return']:.1f}  eval return {row['eval_return']:.1f}", flush=True)
+        print(f"  seed {seed}: compile {row['compile_s']:.2f}s  {row['sps']:,.0f} steps/s  "
+              f"process {row['process_s']:.1f}s  final return {row['final_return']:.1f}  "
+              f"eval return {row['eval_return']:.1f}", flush=True)
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
     out = dict(compile_s=med("compile_s"), sps=med("sps"), process_s=med("process_s"),
                final_returns=[round(r["final_return"], 1) for r in rows],

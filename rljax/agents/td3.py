@@ -17,10 +17,11 @@ box; before ``learning_starts`` env steps it acts uniformly at random. ``n_step`
 replay, observation normalisation and data parallelism come from the shared off-policy core
 (:mod:`rljax.agents.offpolicy`).
 
-Reference values (the paper's Table 3 and CleanRL's ``td3_continuous_action_jax.py``): Adam 3e-4,
-batch 256, gamma 0.99, tau 0.005, policy_noise 0.2, noise_clip 0.5, exploration_noise 0.1,
-policy_delay 2, 256x256 ReLU MLPs, 25e3 random steps (MuJoCo). The defaults here are tuned for
-Pendulum-v1 (see :class:`TD3Config`).
+Reference values: the paper (Adam 1e-3, batch 100, 400x300 MLPs) and CleanRL's
+``td3_continuous_action_jax.py`` (Adam 3e-4, batch 256, 256x256 ReLU MLPs, 25e3 random steps,
+buffer 1e6), both for MuJoCo; both use gamma 0.99, tau 0.005, policy_noise 0.2, noise_clip 0.5,
+exploration_noise 0.1 and policy_delay 2, which are the defaults here too. The network sizes,
+learning rates, replay ratio and warm-up are Pendulum-v1's (see :class:`TD3Config`).
 """
 
 from __future__ import annotations
