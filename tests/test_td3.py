@@ -197,8 +197,8 @@ def test_pendulum_learns_end_to_end():
     assert last["param_desync"] == 0.0 and last["buffer_size"] <= 6000
 
 
-TD3_SMALL = TD3Config(total_timesteps=8 * 60, updates_per_chunk=10, num_envs=4, num_steps=2, batch_size=16,
-                      buffer_size=128, learning_starts=32, hidden_sizes=(16,), gradient_steps=3, n_step=2)
+TD3_SMALL = TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
+                      learning_starts=32, hidden_sizes=(16,), gradient_steps=3)
 
 
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
