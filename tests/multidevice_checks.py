@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 import envs
 import rljax
-from rljax.agents.ppo import PPOBatch, PPOConfig, _optimizer, ppo_learn
+from rljax.agents.ppo import PPOBatch, PPOConfig, ppo_learn, ppo_optimizer
 from rljax.agents import build_agent
 from rljax.loop import DesyncError, _check_health, make_chunk, plan_updates
 from rljax.networks import ActorCritic
@@ -42,7 +42,7 @@ def learn_equivalence(backend: str) -> dict:
                      log_prob=jnp.full((n,), jnp.log(0.5)), value=jax.random.normal(ks[3], (n,)),
                      advantage=jax.random.normal(ks[4], (n,)), target=jax.random.normal(ks[5], (n,)))
     hp = PPOConfig().hyperparams()
-    opt_state = _optimizer(hp, hp.learning_rate).init(params)
+    opt_state = ppo_optimizer(hp, hp.learning_rate).init(params)
     kw = dict(num_epochs=3, num_minibatches=1)  # one minibatch: the same sample set on 1 and D devices
 
     ref_params, _, ref_m = jax.jit(lambda p, o, b: ppo_learn(p, o, b, key, hp, hp.learning_rate, net.apply, **kw))(
@@ -264,8 +264,8 @@ def sweep_two_devices() -> dict:
     split, _, _ = run_sweep(cfg, pbt, devices=jax.device_count(), quiet=True)
     one, _, _ = run_sweep(cfg, pbt, devices=1, quiet=True)
     pbt_diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-                   for a, b in zip(jax.tree.leaves((split.state.params, split.state.hparams)),
-                                   jax.tree.leaves((one.state.params, one.state.hparams))))
+                   for a, b in zip(jax.tree.leaves((split.state.params, split.state.hyperparams)),
+                                   jax.tree.leaves((one.state.params, one.state.hyperparams))))
     return {"max_diff": max(diffs), "devices_used": len(leaf.sharding.device_set), "members": len(members),
             "pbt_max_diff": pbt_diff, "pbt_devices_used": len(jax.tree.leaves(split.state.params)[0].sharding.device_set)}
 

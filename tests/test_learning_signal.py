@@ -301,7 +301,7 @@ def test_pbt_perturbing_priority_alpha_changes_sampling_probabilities():
     spec = PBTSpec(interval=1, fields={"priority_alpha": (0.1, 1.0)}, fraction=0.5, factors=(1.5,))
     new, source = jax.jit(lambda s: exploit_explore(s, jnp.array([0.0, 1.0]), jnp.int32(0), spec))(state)
     assert np.asarray(source).tolist() == [1, 1]
-    np.testing.assert_allclose(np.asarray(new.hparams.priority_alpha), [0.9, 0.6], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(new.hyperparams.priority_alpha), [0.9, 0.6], rtol=1e-6)
     # P(i) = p_i^alpha / sum_k p_k^alpha with the donor's priorities p_i = leaf_i^(1/0.6).
     p = leaves[1] ** (1 / 0.6)
     for member, alpha in ((0, 0.9), (1, 0.6)):
@@ -424,8 +424,8 @@ def test_dqn_agent_target_follows_double_q(double_q):
         return {"params": {**params["params"], "q": {"kernel": jnp.zeros_like(q["kernel"]),
                                                       "bias": jnp.asarray(bias, jnp.float32)}}}
 
-    state = state.replace(learner=state.learner._replace(params=head(state.learner.params, [v, v])),
-                          target_params=head(state.target_params, [t0, t1]))
+    state = state.replace(learner=state.learner._replace(params=head(state.learner.params, [v, v]),
+                                                         target_params=head(state.learner.target_params, [t0, t1])))
     _, out = jax.jit(agent.update)(state)
     # Endless: reward 1, never terminates, obs 1 everywhere: y = 1 + gamma * bootstrap.
     y = 1.0 + 0.5 * (t0 if double_q else t1)

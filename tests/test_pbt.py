@@ -86,7 +86,7 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path):
     names = {m.name for m in members}
     for r in log:
         assert len(r["copies"]) == 1 and set(r["copies"]) | set(r["copies"].values()) <= names
-    final_lr = np.asarray(full.state.hparams.learning_rate)
+    final_lr = np.asarray(full.state.hyperparams.learning_rate)
     np.testing.assert_allclose(final_lr, log[-1]["hparams"]["learning_rate"])
     assert sorted(final_lr.tolist()) != sorted(np.float32([1e-4, 3e-4, 1e-3, 3e-3]).tolist())
 

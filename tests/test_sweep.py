@@ -74,7 +74,7 @@ def test_member_equals_single_run(config, field):
     for idx in (0, 3):
         m = members[idx]
         single = rljax.train(dataclasses.replace(config, **{field: m.values[field]}, seed=m.seed), quiet=True)
-        for a, b in zip(_leaves(single.agent.params(single.state)), _leaves(result.agent.params(result.state), idx)):
+        for a, b in zip(_leaves(single.agent.params_of(single.state)), _leaves(result.agent.params_of(result.state), idx)):
             np.testing.assert_allclose(a, b, atol=1e-5)
         assert [r["episode_return_mean"] for r in single.rows] == [r["episode_return_mean"] for r in result.member_rows[idx]]
 
@@ -129,7 +129,7 @@ def test_outputs_and_resume(tmp_path):
                            on_chunk=lambda c, s, r: c == 0)
     assert part.preempted == "on_chunk"
     rest, _, _ = run_sweep(PPO, spec, run_dir=tmp_path / "cut", quiet=True, resume=True, checkpoint_every=1)
-    for a, b in zip(jax.tree.leaves(full.agent.params(full.state)), jax.tree.leaves(rest.agent.params(rest.state))):
+    for a, b in zip(jax.tree.leaves(full.agent.params_of(full.state)), jax.tree.leaves(rest.agent.params_of(rest.state))):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     for m in members:
         strip = lambda rows: [{k: v for k, v in r.items() if k not in ("sps", "wall_time_s")} for r in rows]  # noqa: E731

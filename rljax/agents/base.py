@@ -56,7 +56,7 @@ class Agent(NamedTuple):
             ``hyperparams`` (``config.hyperparams()`` or a sweep member's) and env params (both live
             in the state, as ``state.hyperparams`` and ``state.env_params``). Params must be drawn
             from ``key`` alone (identical on every device); env and rollout keys fold in
-            ``device_index`` (an int32 scalar, traced).
+            ``device_index`` (this device's position, an int or a traced int32 scalar).
         update: ``update(state) -> (state, UpdateOutput)``: one update (collect + learn) on this
             device; metrics are float32 scalars already averaged over devices
             (:func:`metric_names` lists them).
@@ -64,7 +64,7 @@ class Agent(NamedTuple):
             evaluation: raw env observations ``[N, *obs_shape]`` to actions ``[N, *action_shape]``.
         env_steps_per_update: env steps per update, summed over all devices (a Python int).
         params_of: ``params_of(state) -> pytree``: the parameters that must agree across devices
-            (the loop checks and checkpoints them; ``param_desync`` measures their spread).
+            (data-parallel checks compare them; the ``param_desync`` metric is their spread).
     """
 
     config: Any

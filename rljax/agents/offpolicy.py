@@ -500,6 +500,21 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
     losses and a ``make_<algo>`` that checks the action space and returns
     ``make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(...))``, with a
     config subclassing :class:`OffPolicyConfig`; see ``rljax/agents/dqn.py`` and ``sac.py``.
+    A learner may count its own gradient steps (an int32 leaf, e.g. for TD3's delayed actor
+    updates): like every leaf it is left unchanged while ``ctx.active`` is False. In outline::
+
+        def learn_step(learner, items, weights, key, ctx):
+            hyperparams = ctx.hyperparams
+            critic, critic_opt, (td_abs, m), norm = gradient_step(
+                critic_loss, learner.critic, learner.critic_opt,
+                make_optimizer(hyperparams.critic_learning_rate, hyperparams.max_grad_norm),
+                learner.target_critic, learner.target_actor, items, weights, key, axis_name=axis_name)
+            ...
+            return learner._replace(critic=critic, ...), td_abs, {**pmean(m, axis_name), "critic_grad_norm": norm}
+
+        return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
+            example_action=jnp.zeros((action_dim,), jnp.float32), init_learner=init_learner,
+            behaviour=behaviour, learn_step=learn_step, act=act, params_of=lambda l: (l.actor, l.critic)))
 
     Args:
         config: the algorithm's :class:`OffPolicyConfig` subclass instance.

@@ -9,6 +9,7 @@ configuration.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -17,13 +18,15 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
+from rljax.agents.base import (Agent, UpdateOutput, desync, epochs_of_minibatches, gradient_step, make_env_stack,
+                               make_optimizer, pmean, space_dims)
 from rljax.config import RunConfig, _require, field, make_hyperparams
 from rljax.networks import ActorCritic
 from rljax.returns import gae
 from rljax.rollout import RolloutCarry, rollout
 
-__all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_learn", "make_ppo"]
+__all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_optimizer", "ppo_learn",
+           "explained_variance", "make_ppo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +92,14 @@ class PPOConfig(RunConfig):
         check_floats(self, ("ent_coef", "vf_coef"), 0)
 
     @property
-    def batch_size(self) -> int:
-        """Env steps per update over all devices: ``num_envs * num_steps``."""
+    def env_steps_per_update(self) -> int:
+        """Env steps per update over all devices: ``num_envs * num_steps`` (the rollout batch)."""
         return self.num_envs * self.num_steps
 
     @property
     def minibatch_size(self) -> int:
         """Samples per minibatch on one device."""
-        return self.batch_size // self.num_devices // self.num_minibatches
+        return self.env_steps_per_update // self.num_devices // self.num_minibatches
 
     def hyperparams(self) -> "PPOHyperParams":
         return make_hyperparams(self, PPOHyperParams)
@@ -123,7 +126,7 @@ class PPOState(struct.PyTreeNode):
         env_state: the wrapped, batched env state (episode stats and normalisers included).
         obs: current observations ``[num_envs_local, *obs_shape]``.
         key: this device's PRNG key.
-        hparams: traced hyperparameters.
+        hyperparams: traced hyperparameters.
         env_params: the env params (traced, so a sweep can vary them per population member).
         updates: int32, updates done so far.
         num_updates: int32, updates in the whole run (for learning-rate annealing).
@@ -134,7 +137,7 @@ class PPOState(struct.PyTreeNode):
     env_state: Any
     obs: Any
     key: jax.Array
-    hparams: PPOHyperParams
+    hyperparams: PPOHyperParams
     env_params: Any
     updates: jax.Array
     num_updates: jax.Array
@@ -160,7 +163,7 @@ class PPOBatch(NamedTuple):
     target: jax.Array
 
 
-def ppo_loss(params: Any, apply_fn: Any, batch: PPOBatch, hp: PPOHyperParams, *,
+def ppo_loss(params: Any, apply_fn: Any, batch: PPOBatch, hyperparams: PPOHyperParams, *,
              normalize_advantages: bool = True, clip_value_loss: bool = True,
              axis_name: str | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The clipped PPO objective (to minimise) and its diagnostics.
@@ -175,7 +178,7 @@ def ppo_loss(params: Any, apply_fn: Any, batch: PPOBatch, hp: PPOHyperParams, *,
         params: network parameters.
         apply_fn: ``apply_fn(params, obs) -> (dist, value)``.
         batch: a :class:`PPOBatch` minibatch.
-        hp: hyperparameters (``clip_eps``, ``vf_coef``, ``ent_coef`` are used).
+        hyperparams: hyperparameters (``clip_eps``, ``vf_coef``, ``ent_coef`` are used).
         normalize_advantages: standardise advantages.
         clip_value_loss: use the clipped value loss.
         axis_name: device axis for the advantage statistics (None on one device).
@@ -194,55 +197,56 @@ def ppo_loss(params: Any, apply_fn: Any, batch: PPOBatch, hp: PPOHyperParams, *,
         mean = pmean(jnp.mean(adv), axis_name)
         var = pmean(jnp.mean(jnp.square(adv - mean)), axis_name)
         adv = (adv - mean) / (jnp.sqrt(var) + 1e-8)
-    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - hp.clip_eps, 1.0 + hp.clip_eps) * adv)
+    surrogate = jnp.minimum(ratio * adv,
+                            jnp.clip(ratio, 1.0 - hyperparams.clip_eps, 1.0 + hyperparams.clip_eps) * adv)
     policy_loss = -jnp.mean(surrogate)
 
     value_err = jnp.square(value - batch.target)
     if clip_value_loss:
-        clipped = batch.value + jnp.clip(value - batch.value, -hp.clip_eps, hp.clip_eps)
+        clipped = batch.value + jnp.clip(value - batch.value, -hyperparams.clip_eps, hyperparams.clip_eps)
         value_err = jnp.maximum(value_err, jnp.square(clipped - batch.target))
     value_loss = 0.5 * jnp.mean(value_err)
 
     entropy = jnp.mean(dist.entropy())
-    loss = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+    loss = policy_loss + hyperparams.vf_coef * value_loss - hyperparams.ent_coef * entropy
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
         # Schulman's low-variance estimator of KL(old || new): E[(r - 1) - log r].
         "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-        "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > hp.clip_eps).astype(jnp.float32)),
+        "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > hyperparams.clip_eps).astype(jnp.float32)),
     }
     return loss, metrics
 
 
-def _optimizer(hp: PPOHyperParams, lr: jax.Array) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam (eps 1e-5, as PureJaxRL/CleanRL) with step size ``lr``.
+def ppo_optimizer(hyperparams: PPOHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam (eps 1e-5, as PureJaxRL/CleanRL) with step size ``learning_rate``.
 
     Built from traced hyperparameters inside the update, so a sweep can vmap over them; the state
     structure does not depend on their values.
     """
-    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(eps=1e-5),
-                       optax.scale(-lr))
+    return make_optimizer(learning_rate, hyperparams.max_grad_norm, eps=1e-5)
 
 
-def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hp: PPOHyperParams,
+def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hyperparams: PPOHyperParams,
               lr: jax.Array, apply_fn: Any, *, num_epochs: int, num_minibatches: int,
               normalize_advantages: bool = True, clip_value_loss: bool = True,
               axis_name: str | None = None) -> tuple[Any, Any, dict[str, jax.Array]]:
     """PPO's learning phase: ``num_epochs`` passes of ``num_minibatches`` Adam steps over ``batch``.
 
-    Each epoch draws a fresh permutation of this device's samples. Gradients (and advantage
-    statistics) are averaged over ``axis_name``, so on D devices with per-device batches of N the
-    update equals the single-device one on the concatenated D*N batch whenever the minibatches
-    are the same sets (e.g. ``num_minibatches=1``).
+    Each epoch draws a fresh permutation of this device's samples
+    (:func:`~rljax.agents.base.epochs_of_minibatches`). Gradients (and advantage statistics) are
+    averaged over ``axis_name``, so on D devices with per-device batches of N the update equals
+    the single-device one on the concatenated D*N batch whenever the minibatches are the same sets
+    (e.g. ``num_minibatches=1``).
 
     Args:
         params: network parameters.
-        opt_state: optimiser state (from ``_optimizer(hp, lr).init``).
+        opt_state: optimiser state (from ``ppo_optimizer(hyperparams, lr).init``).
         batch: a :class:`PPOBatch` with leading dim ``[N]`` (this device's samples).
         key: a PRNG key for the permutations.
-        hp: hyperparameters.
+        hyperparams: hyperparameters.
         lr: the step size for this update (after annealing).
         apply_fn: ``apply_fn(params, obs) -> (dist, value)``.
         num_epochs: passes over the batch.
@@ -255,27 +259,33 @@ def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hp: 
         ``(params, opt_state, metrics)`` with metrics averaged over all minibatch steps, plus
         ``grad_norm`` (before clipping).
     """
-    tx = _optimizer(hp, lr)
-    n = batch.advantage.shape[0]
+    tx = ppo_optimizer(hyperparams, lr)
+    loss = functools.partial(ppo_loss, normalize_advantages=normalize_advantages, clip_value_loss=clip_value_loss,
+                             axis_name=axis_name)
 
     def minibatch_step(carry, mb: PPOBatch):
         params, opt_state = carry
-        grads, m = jax.grad(ppo_loss, has_aux=True)(
-            params, apply_fn, mb, hp, normalize_advantages=normalize_advantages,
-            clip_value_loss=clip_value_loss, axis_name=axis_name)
-        grads = pmean(grads, axis_name)
-        m = {**pmean(m, axis_name), "grad_norm": optax.tree.norm(grads)}
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), m
+        params, opt_state, m, grad_norm = gradient_step(loss, params, opt_state, tx, apply_fn, mb, hyperparams,
+                                                        axis_name=axis_name)
+        return (params, opt_state), {**pmean(m, axis_name), "grad_norm": grad_norm}
 
-    def epoch(carry, k):
-        perm = jax.random.permutation(k, n)
-        shuffled = jax.tree.map(
-            lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(minibatch_step, carry, shuffled)
+    (params, opt_state), m = epochs_of_minibatches(minibatch_step, (params, opt_state), batch, key,
+                                                   num_epochs=num_epochs, num_minibatches=num_minibatches)
+    return params, opt_state, m
 
-    (params, opt_state), m = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, num_epochs))
-    return params, opt_state, jax.tree.map(jnp.mean, m)
+
+def explained_variance(targets: jax.Array, values: jax.Array, axis_name: str | None = None) -> jax.Array:
+    """``1 - Var[targets - values] / max(Var[targets], 1e-8)``, the moments over all devices.
+
+    How much of the value targets' variance the behaviour values explain (1: all, 0: none, < 0:
+    worse than a constant); each mean is a :func:`~rljax.agents.base.pmean` of per-device means.
+    """
+    t_mean = pmean(jnp.mean(targets), axis_name)
+    var_t = pmean(jnp.mean(jnp.square(targets - t_mean)), axis_name)
+    resid = targets - values
+    r_mean = pmean(jnp.mean(resid), axis_name)
+    var_r = pmean(jnp.mean(jnp.square(resid - r_mean)), axis_name)
+    return 1.0 - var_r / jnp.maximum(var_t, 1e-8)
 
 
 def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
@@ -298,68 +308,45 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
                           normalize_reward=config.normalize_reward, reward_gamma=config.gamma,
                           axis_name=axis_name)
     apply_fn = network.apply
-    local_batch = num_local * config.num_steps
 
-    def with_gamma(env_state: Any, hp: PPOHyperParams) -> Any:
+    def with_gamma(env_state: Any, hyperparams: PPOHyperParams) -> Any:
         # The reward normaliser discounts with the traced gamma of this state (a sweep member's, or
         # the one PBT perturbed), not the config's Python float the env stack was built with.
-        return venv.set_gamma(env_state, hp.gamma) if config.normalize_reward else env_state
+        return venv.set_gamma(env_state, hyperparams.gamma) if config.normalize_reward else env_state
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hp: PPOHyperParams, env_params: Any) -> PPOState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PPOHyperParams, env_params: Any
+             ) -> PPOState:
         k_params, k_run = jax.random.split(key)
         k_run = jax.random.fold_in(k_run, device_index)
         k_env, k_state = jax.random.split(k_run)
         obs, env_state = venv.reset(k_env, env_params)
-        env_state = with_gamma(env_state, hp)
+        env_state = with_gamma(env_state, hyperparams)
         params = network.init(k_params, obs[:1])
-        opt_state = _optimizer(hp, hp.learning_rate).init(params)
+        opt_state = ppo_optimizer(hyperparams, hyperparams.learning_rate).init(params)
         return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                        hparams=hp, env_params=env_params, updates=jnp.int32(0),
+                        hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
                         num_updates=jnp.int32(num_updates))
 
-    def policy(params: Any):
-        def sample(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-            dist, _ = apply_fn(params, obs)
-            action = dist.sample(key)
-            return action, dist.log_prob(action)
-        return sample
-
-    def value_fn(params: Any, obs: jax.Array) -> jax.Array:
-        return apply_fn(params, obs)[1]
-
     def update(state: PPOState) -> tuple[PPOState, UpdateOutput]:
-        hp = state.hparams
+        hyperparams = state.hyperparams
         key, k_roll, k_learn = jax.random.split(state.key, 3)
-        carry, traj, episodes = rollout(venv, state.env_params, policy(state.params),
-                                        RolloutCarry(with_gamma(state.env_state, hp), state.obs), k_roll,
+        carry, traj, episodes = rollout(venv, state.env_params, _sampling_policy(apply_fn, state.params),
+                                        RolloutCarry(with_gamma(state.env_state, hyperparams), state.obs), k_roll,
                                         config.num_steps)
-
-        # One batched critic pass over [T, B] for both V(s_t) and V(true s_{t+1}).
-        values = value_fn(state.params, traj.obs)
-        next_values = value_fn(state.params, traj.next_obs)
-        advantages, targets = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
-                                  hp.gamma, hp.gae_lambda)
-        flat = lambda x: x.reshape((local_batch,) + x.shape[2:])  # noqa: E731
-        batch = PPOBatch(flat(traj.obs), flat(traj.action), flat(traj.extras), flat(values),
-                         flat(advantages), flat(targets))
-
+        batch, (values, targets) = _ppo_batch(apply_fn, state.params, traj, hyperparams)
         if config.anneal_lr:
             frac = 1.0 - state.updates.astype(jnp.float32) / state.num_updates.astype(jnp.float32)
-            lr = hp.learning_rate * frac
+            lr = hyperparams.learning_rate * frac
         else:
-            lr = hp.learning_rate
+            lr = hyperparams.learning_rate
         params, opt_state, metrics = ppo_learn(
-            state.params, state.opt_state, batch, k_learn, hp, lr, apply_fn,
+            state.params, state.opt_state, batch, k_learn, hyperparams, lr, apply_fn,
             num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
             normalize_advantages=config.normalize_advantages, clip_value_loss=config.clip_value_loss,
             axis_name=axis_name)
-        # Explained variance of the value targets by the behaviour values, over all devices.
-        t_mean = pmean(jnp.mean(targets), axis_name)
-        var_t = pmean(jnp.mean(jnp.square(targets - t_mean)), axis_name)
-        resid = targets - values
-        r_mean = pmean(jnp.mean(resid), axis_name)
-        var_r = pmean(jnp.mean(jnp.square(resid - r_mean)), axis_name)
-        metrics["explained_variance"] = 1.0 - var_r / jnp.maximum(var_t, 1e-8)
+        # Of the value targets by the behaviour values, over all devices. On the [T, B] arrays: a
+        # mean over the flat [T * B] copies may sum in another order (other float32 bits).
+        metrics["explained_variance"] = explained_variance(targets, values, axis_name)
         metrics["learning_rate"] = lr
         metrics["param_desync"] = desync(params, axis_name)
 
@@ -373,7 +360,32 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         return dist.mode()
 
     return Agent(config=config, init=init, update=update, act=act,
-                 env_steps_per_update=config.batch_size, params_of=lambda s: s.params)
+                 env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
+
+
+def _sampling_policy(apply_fn: Any, params: Any):
+    """The behaviour policy for :func:`rljax.rollout.rollout`: ``(key, obs) -> (action, log_prob)``."""
+    def sample(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        dist, _ = apply_fn(params, obs)
+        action = dist.sample(key)
+        return action, dist.log_prob(action)
+    return sample
+
+
+def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParams
+               ) -> tuple[PPOBatch, tuple[jax.Array, jax.Array]]:
+    """The rollout ``traj`` (``[T, B]``, ``extras`` the log-probs) as a flat :class:`PPOBatch` ``[T * B]``
+    with GAE advantages and value targets that bootstrap through truncation, and ``(values,
+    targets)`` as ``[T, B]``."""
+    # One batched critic pass over [T, B] for both V(s_t) and V(true s_{t+1}).
+    values = apply_fn(params, traj.obs)[1]
+    next_values = apply_fn(params, traj.next_obs)[1]
+    advantages, targets = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
+                              hyperparams.gamma, hyperparams.gae_lambda)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+    batch = PPOBatch(flat(traj.obs), flat(traj.action), flat(traj.extras), flat(values), flat(advantages),
+                     flat(targets))
+    return batch, (values, targets)
 
 
 register("ppo", PPOConfig, make_ppo)

@@ -30,10 +30,10 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.agents.offpolicy import (Collector, ReplayItem, collect, init_collector, make_replay, normalize_items,
-                                    observation_stack, polyak, replay_learning)
-from rljax.config import RunConfig, _require, field, make_hyperparams
+from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
+from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
+                                    make_offpolicy_agent, polyak)
+from rljax.config import _require, field, make_hyperparams
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
 from rljax.parallel import serial_map
@@ -44,86 +44,56 @@ __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig(RunConfig):
-    """SAC's configuration (defaults: Pendulum-v1 to a return above -200 within 2e4 env steps)."""
+class SACConfig(OffPolicyConfig):
+    """SAC's configuration (defaults: Pendulum-v1 to a return above -200 within 2e4 env steps).
+
+    The replay, schedule and shared hyperparameter fields come from
+    :class:`~rljax.agents.offpolicy.OffPolicyConfig`.
+    """
 
     env: str = field("Pendulum-v1", "environment name (needs a bounded Box action space)")
     total_timesteps: int = field(20_000, "environment steps to train for (rounded to whole updates)")
     num_envs: int = field(4, "parallel environments, over all devices")
     # ----- structural -----
-    num_steps: int = field(1, "env steps per env between learning phases")
     gradient_steps: int = field(2, "gradient steps per update (update-to-data ratio = this / (num_envs*num_steps))")
-    batch_size: int = field(256, "replay samples per gradient step, over all devices")
-    buffer_size: int = field(100_000, "replay capacity, over all devices (each device holds a shard)")
     learning_starts: int = field(1_000, "env steps of uniformly random actions before learning begins")
+    prioritized: bool = field(False, "proportional prioritised replay (weights the critic loss)")
     hidden_sizes: tuple[int, ...] = field((64, 64), "actor and critic MLP widths")
     activation: str = field("relu", "hidden activation")
     log_std_min: float = field(-5.0, "lower bound of the actor's log std")
     log_std_max: float = field(2.0, "upper bound of the actor's log std")
     autotune: bool = field(True, "learn alpha towards the target entropy (else alpha stays initial_alpha)")
-    n_step: int = field(1, "n-step returns (1 = one-step TD)")
-    prioritized: bool = field(False, "proportional prioritised replay (weights the critic loss)")
-    normalize_obs: bool = field(False, "normalise observations by running mean/std (replay stores raw "
-                                       "observations, normalised when sampled)")
 
     # ----- sweepable hyperparameters (traced) -----
+    tau: float = field(0.005, "Polyak rate of the target critics, applied every gradient step",
+                       sweepable=True)
+    max_grad_norm: float = field(10.0, "global-norm gradient clipping of the actor and critic updates",
+                                 sweepable=True)
     actor_learning_rate: float = field(1e-3, "actor Adam step size", sweepable=True)
     critic_learning_rate: float = field(1e-3, "critic Adam step size", sweepable=True)
     alpha_learning_rate: float = field(1e-3, "entropy-temperature Adam step size", sweepable=True)
-    gamma: float = field(0.99, "discount factor", sweepable=True)
-    tau: float = field(0.005, "Polyak rate of the target critics, applied every gradient step",
-                       sweepable=True)
     initial_alpha: float = field(1.0, "entropy temperature at the start (fixed when autotune is off)",
                                  sweepable=True)
     target_entropy_scale: float = field(1.0, "target entropy = -target_entropy_scale * action_dim",
                                         sweepable=True)
-    max_grad_norm: float = field(10.0, "global-norm gradient clipping of the actor and critic updates",
-                                 sweepable=True)
-    priority_alpha: float = field(0.6, "prioritisation exponent (prioritized replay)", sweepable=True)
-    priority_beta_start: float = field(0.4, "initial importance-sampling exponent, annealed to 1",
-                                       sweepable=True)
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid.
 
-        Every field's type first (:func:`~rljax.config.check_types`), then its range.
+        The shared off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then SAC's.
         """
-        from rljax.config import (MAX_ENV_STEPS, check_choice, check_env_steps_per_update, check_floats, check_ints,
-                                  check_sizes)
+        from rljax.config import check_choice, check_floats, check_sizes
         from rljax.networks import ACTIVATIONS
 
-        self.validate_run()
-        check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
-        # Replay slots and the threshold compared with the int32 env-step counters share their bound.
-        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
-        check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
-        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
-        check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
-        for name in ("batch_size", "buffer_size"):
-            v = getattr(self, name)
-            _require(v % self.num_devices == 0,
-                     f"{name}={v} is not divisible by num_devices={self.num_devices}")
+        super().validate()
         _require(self.n_step <= self.num_steps or self.n_step == 1,
                  f"n_step={self.n_step} must be <= num_steps={self.num_steps}")
-        _require(self.buffer_size // self.num_devices >= self.num_envs // self.num_devices * self.num_steps,
-                 f"buffer_size={self.buffer_size} cannot hold one update of num_envs * num_steps = "
-                 f"{self.num_envs * self.num_steps} transitions")
         check_sizes(self, "hidden_sizes", allow_empty=False)
         check_choice(self, "activation", ACTIVATIONS)
         _require(self.log_std_min < self.log_std_max,
                  f"log_std_min={self.log_std_min} must be < log_std_max={self.log_std_max}")
-        check_floats(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha",
-                            "max_grad_norm"), 0, low_open=True)
-        check_floats(self, ("gamma", "priority_beta_start"), 0, 1)
-        check_floats(self, ("tau",), 0, 1, low_open=True)
-        check_floats(self, ("priority_alpha",), 0)
-
-    @property
-    def env_steps_per_update(self) -> int:
-        return self.num_envs * self.num_steps
+        check_floats(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha"),
+                     0, low_open=True)
 
     def hyperparams(self) -> "SACHyperParams":
         return make_hyperparams(self, SACHyperParams)
@@ -371,30 +341,10 @@ class SACLearner(NamedTuple):
     alpha_opt: Any
 
 
-class SACState(struct.PyTreeNode):
-    """Everything a SAC run needs to continue (one device's view).
-
-    Attributes:
-        learner: params, targets, temperature and optimiser states.
-        collector: env state (with the observation statistics when ``normalize_obs``), raw
-            observations and the n-step tail.
-        buffer: this device's replay shard of raw observations.
-        key: this device's PRNG key.
-        hparams: traced hyperparameters.
-        env_params: the env params (traced; a sweep may vary them per member; the action bounds
-            are read once, from the params given to :func:`make_sac`).
-        updates: int32 updates done.
-        num_updates: int32 updates in the whole run (the importance-sampling schedule).
-    """
-
-    learner: SACLearner
-    collector: Collector
-    buffer: Any
-    key: jax.Array
-    hparams: SACHyperParams
-    env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+SACState = OffPolicyState
+"""SAC's train state: the shared :class:`~rljax.agents.offpolicy.OffPolicyState` with a
+:class:`SACLearner` as ``learner`` (the env params' action bounds are read once, from the params
+given to :func:`make_sac`)."""
 
 
 class SACOptimizers(NamedTuple):
@@ -405,41 +355,44 @@ class SACOptimizers(NamedTuple):
     alpha: optax.GradientTransformation
 
 
-def sac_optimizers(hp: SACHyperParams) -> SACOptimizers:
+def sac_optimizers(hyperparams: SACHyperParams) -> SACOptimizers:
     """Adam for all three; the actor's and critics' updates are clipped by global norm first."""
-    def adam(lr, clip):
-        parts = ([optax.clip_by_global_norm(hp.max_grad_norm)] if clip else []) + [optax.scale_by_adam(),
-                                                                                 optax.scale(-lr)]
-        return optax.chain(*parts)
-    return SACOptimizers(actor=adam(hp.actor_learning_rate, True), critic=adam(hp.critic_learning_rate, True),
-                         alpha=adam(hp.alpha_learning_rate, False))
+    return SACOptimizers(actor=make_optimizer(hyperparams.actor_learning_rate, hyperparams.max_grad_norm),
+                         critic=make_optimizer(hyperparams.critic_learning_rate, hyperparams.max_grad_norm),
+                         alpha=make_optimizer(hyperparams.alpha_learning_rate))
 
 
-def init_learner(nets: SACNetworks, hp: SACHyperParams, key: jax.Array, obs: Any, action: jax.Array
+def init_learner(nets: SACNetworks, hyperparams: SACHyperParams, key: jax.Array, obs: Any, action: jax.Array
                  ) -> SACLearner:
     """Fresh params (targets = online critics), ``log alpha = log initial_alpha``, optimiser states."""
     actor_params, critic_params = nets.init(key, obs, action)
-    log_alpha = jnp.log(hp.initial_alpha).astype(jnp.float32)
-    tx = sac_optimizers(hp)
+    log_alpha = jnp.log(hyperparams.initial_alpha).astype(jnp.float32)
+    tx = sac_optimizers(hyperparams)
     return SACLearner(actor_params=actor_params, critic_params=critic_params, target_critic_params=critic_params,
                       log_alpha=log_alpha, actor_opt=tx.actor.init(actor_params),
                       critic_opt=tx.critic.init(critic_params), alpha_opt=tx.alpha.init(log_alpha))
 
 
+def _alpha_objective(log_alpha: jax.Array, *args: Any) -> tuple[jax.Array, jax.Array]:
+    """:func:`sac_alpha_loss` with the loss as its own aux, the form :func:`gradient_step` takes."""
+    loss = sac_alpha_loss(log_alpha, *args)
+    return loss, loss
+
+
 def sac_learn_step(learner: SACLearner, items: ReplayItem, weights: jax.Array, key: jax.Array,
-                   hp: SACHyperParams, nets: SACNetworks, *, target_entropy: jax.Array, autotune: bool,
+                   hyperparams: SACHyperParams, nets: SACNetworks, *, target_entropy: jax.Array, autotune: bool,
                    axis_name: str | None = None) -> tuple[SACLearner, jax.Array, dict[str, jax.Array]]:
     """One SAC gradient step: critics, then actor (against the new critics), then alpha, then targets.
 
-    Gradients are averaged over ``axis_name`` (data parallelism), so every device applies the same
-    update and params stay identical.
+    Gradients are averaged over ``axis_name`` (data parallelism, :func:`~rljax.agents.base.gradient_step`),
+    so every device applies the same update and params stay identical.
 
     Args:
         learner: the learning state.
         items: a batch of this device's :class:`ReplayItem` ``[N]``.
         weights: float32 ``[N]`` importance weights (0 for invalid items).
         key: PRNG key.
-        hp: traced hyperparameters.
+        hyperparams: traced hyperparameters.
         nets: the network functions.
         target_entropy: float scalar.
         autotune: learn ``log alpha`` (static).
@@ -449,33 +402,27 @@ def sac_learn_step(learner: SACLearner, items: ReplayItem, weights: jax.Array, k
         ``(learner, td_abs [N], metrics)``.
     """
     k_critic, k_actor = jax.random.split(key)
-    tx = sac_optimizers(hp)
+    tx = sac_optimizers(hyperparams)
     alpha = jnp.exp(learner.log_alpha)
     mask = (weights > 0).astype(jnp.float32)
 
-    c_grads, (td_abs, c_metrics) = jax.grad(sac_critic_loss, has_aux=True)(
-        learner.critic_params, learner.target_critic_params, learner.actor_params, alpha, nets, items, weights,
-        k_critic)
-    c_grads = pmean(c_grads, axis_name)
-    c_updates, critic_opt = tx.critic.update(c_grads, learner.critic_opt, learner.critic_params)
-    critic_params = optax.apply_updates(learner.critic_params, c_updates)
-
-    a_grads, (log_prob, a_metrics) = jax.grad(sac_actor_loss, has_aux=True)(
-        learner.actor_params, critic_params, alpha, nets, items.obs, mask, k_actor)
-    a_grads = pmean(a_grads, axis_name)
-    a_updates, actor_opt = tx.actor.update(a_grads, learner.actor_opt, learner.actor_params)
-    actor_params = optax.apply_updates(learner.actor_params, a_updates)
-
-    alpha_loss, alpha_grad = jax.value_and_grad(sac_alpha_loss)(learner.log_alpha, log_prob, target_entropy, mask)
-    log_alpha, alpha_opt = learner.log_alpha, learner.alpha_opt
+    critic_params, critic_opt, (td_abs, c_metrics), c_norm = gradient_step(
+        sac_critic_loss, learner.critic_params, learner.critic_opt, tx.critic, learner.target_critic_params,
+        learner.actor_params, alpha, nets, items, weights, k_critic, axis_name=axis_name)
+    actor_params, actor_opt, (log_prob, a_metrics), a_norm = gradient_step(
+        sac_actor_loss, learner.actor_params, learner.actor_opt, tx.actor, critic_params, alpha, nets, items.obs,
+        mask, k_actor, axis_name=axis_name)
+    alpha_args = (log_prob, target_entropy, mask)
     if autotune:
-        alpha_grad = pmean(alpha_grad, axis_name)
-        al_update, alpha_opt = tx.alpha.update(alpha_grad, learner.alpha_opt, learner.log_alpha)
-        log_alpha = optax.apply_updates(learner.log_alpha, al_update)
+        log_alpha, alpha_opt, alpha_loss, _ = gradient_step(_alpha_objective, learner.log_alpha, learner.alpha_opt,
+                                                            tx.alpha, *alpha_args, axis_name=axis_name)
+    else:
+        log_alpha, alpha_opt, alpha_loss = learner.log_alpha, learner.alpha_opt, sac_alpha_loss(learner.log_alpha,
+                                                                                                  *alpha_args)
 
-    target_critic_params = polyak(critic_params, learner.target_critic_params, hp.tau)
+    target_critic_params = polyak(critic_params, learner.target_critic_params, hyperparams.tau)
     metrics = pmean({**c_metrics, **a_metrics, "alpha_loss": alpha_loss}, axis_name)
-    metrics = {**metrics, "critic_grad_norm": optax.tree.norm(c_grads), "actor_grad_norm": optax.tree.norm(a_grads)}
+    metrics = {**metrics, "critic_grad_norm": c_norm, "actor_grad_norm": a_norm}
     new = SACLearner(actor_params=actor_params, critic_params=critic_params,
                      target_critic_params=target_critic_params, log_alpha=log_alpha, actor_opt=actor_opt,
                      critic_opt=critic_opt, alpha_opt=alpha_opt)
@@ -497,7 +444,9 @@ def _box_bounds(env: Any, space: Any, action_dim: int) -> tuple[np.ndarray, np.n
 
 
 def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
-    """Builds SAC's per-device program for a continuous-action (bounded ``Box``) ``env``."""
+    """Builds SAC's per-device program for a continuous-action (bounded ``Box``) ``env`` (the
+    off-policy skeleton, :func:`~rljax.agents.offpolicy.make_offpolicy_agent`, with uniform
+    warm-up actions, then the squashed Gaussian policy, and :func:`sac_learn_step`)."""
     space = env.action_space(env_params)
     discrete, action_dim = space_dims(space)
     if discrete:
@@ -512,84 +461,36 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
         raise ValueError(f"target entropy -target_entropy_scale * action_dim = {target_entropy:g} is not below the "
                          f"largest entropy a policy on this Box can have ({max_entropy:g}, uniform on "
                          f"[low, high]): alpha would grow without bound; use a larger target_entropy_scale")
-    d = config.num_devices
-    num_local = config.num_envs // d
     nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
                              config.log_std_max)
-    venv, normalize = observation_stack(make_env_stack(env, env_params, num_local, axis_name=axis_name),
-                                        config.normalize_obs, axis_name)
-    replay = make_replay(config.buffer_size // d, config.prioritized)
-    steps_per_update = config.env_steps_per_update
+    action0 = jnp.zeros((action_dim,), jnp.float32)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
 
-    def uniform(key: jax.Array, batch: int) -> jax.Array:
-        return jax.random.uniform(key, (batch, action_dim), jnp.float32, low_j, high_j)
+    def init(key: jax.Array, obs: jax.Array, hyperparams: SACHyperParams) -> SACLearner:
+        return init_learner(nets, hyperparams, key, obs, action0[None])
 
-    def behaviour(actor_params: Any, warmup: jax.Array):
-        def act(key: jax.Array, obs: jax.Array):
+    def behaviour(learner: SACLearner, ctx: UpdateContext):
+        def act(key: jax.Array, obs: jax.Array) -> jax.Array:
             k_policy, k_uniform = jax.random.split(key)
-            action, _ = nets.sample(actor_params, obs, k_policy)
+            action, _ = nets.sample(learner.actor_params, obs, k_policy)
+            uniform = jax.random.uniform(k_uniform, (action.shape[0], action_dim), jnp.float32, low_j, high_j)
             # Standard SAC warm-up: uniform actions until learning starts (selected, not branched).
-            return jnp.where(warmup, uniform(k_uniform, action.shape[0]), action), ()
+            return jnp.where(ctx.warmup, uniform, action)
         return act
 
-    def shape_policy(key: jax.Array, obs: jax.Array):
-        return uniform(key, obs.shape[0]), ()
+    def learn_step(learner: SACLearner, batch: ReplayItem, weights: jax.Array, key: jax.Array, ctx: UpdateContext):
+        hyperparams = ctx.hyperparams
+        return sac_learn_step(learner, batch, weights, key, hyperparams, nets,
+                              target_entropy=-hyperparams.target_entropy_scale * action_dim,
+                              autotune=config.autotune, axis_name=axis_name)
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hp: SACHyperParams, env_params: Any
-             ) -> SACState:
-        k_params, k_run = jax.random.split(key)
-        k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-        collector = init_collector(venv, env_params, shape_policy, k_env, config.n_step)
-        action0 = jnp.zeros((action_dim,), jnp.float32)
-        learner = init_learner(nets, hp, k_params, collector.obs[:1], action0[None])
-        example = ReplayItem(obs=collector.obs[0], action=action0, reward=jnp.float32(0),
-                             discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
-        buffer = replay.init(example, hp.priority_alpha)
-        return SACState(learner=learner, collector=collector, buffer=buffer, key=k_state, hparams=hp,
-                        # As arrays: Python-scalar params leaves cannot leave a shard_map'd init.
-                        env_params=jax.tree.map(jnp.asarray, env_params), updates=jnp.int32(0),
-                        num_updates=jnp.int32(num_updates))
+    def report_alpha(learner: SACLearner, ctx: UpdateContext):
+        return learner, {"alpha": jnp.exp(learner.log_alpha)}
 
-    def update(state: SACState) -> tuple[SACState, UpdateOutput]:
-        hp = state.hparams
-        key, k_collect, k_learn = jax.random.split(state.key, 3)
-        steps_before = state.updates * steps_per_update
-        steps_after = steps_before + steps_per_update
-        warmup = steps_before < config.learning_starts
-        collector, items, episodes = collect(venv, state.env_params, behaviour(state.learner.actor_params, warmup),
-                                             state.collector, k_collect, config.num_steps, config.n_step,
-                                             hp.gamma, observe=normalize)
-        buffer = replay.add(state.buffer, items)
-
-        progress = jnp.clip(state.updates.astype(jnp.float32) / jnp.maximum(state.num_updates, 1), 0.0, 1.0)
-        beta = hp.priority_beta_start + progress * (1.0 - hp.priority_beta_start)
-        target_entropy = -hp.target_entropy_scale * action_dim
-
-        def learn_step(learner: SACLearner, batch: ReplayItem, weights: jax.Array, k: jax.Array):
-            return sac_learn_step(learner, batch, weights, k, hp, nets, target_entropy=target_entropy,
-                                  autotune=config.autotune, axis_name=axis_name)
-
-        active = steps_after >= config.learning_starts
-        learner, buffer, metrics = replay_learning(
-            learn_step, state.learner, replay, buffer, k_learn, gradient_steps=config.gradient_steps,
-            batch_size=config.batch_size // d, beta=beta, active=active,
-            # Replay holds raw observations: normalised with the statistics of now.
-            prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
-        metrics = {**metrics, "alpha": jnp.exp(learner.log_alpha),
-                   "buffer_size": replay.size(buffer).astype(jnp.float32) * d,
-                   "param_desync": desync(_synced(learner), axis_name)}
-        new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key,
-                                  updates=state.updates + 1)
-        return new_state, UpdateOutput(metrics, episodes)
-
-    def act(state: SACState, obs: jax.Array, key: jax.Array) -> jax.Array:
-        # obs: raw env observations; with normalize_obs, normalised with the train state's statistics.
-        del key
-        return nets.mode(state.learner.actor_params, normalize(state.collector.env_state, obs))
-
-    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=steps_per_update,
-                 params_of=lambda s: _synced(s.learner))
+    return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
+        example_action=action0, init_learner=init, behaviour=behaviour, learn_step=learn_step,
+        act=lambda learner, obs: nets.mode(learner.actor_params, obs), params_of=_synced,
+        after_learning=report_alpha))
 
 
 def _synced(learner: SACLearner) -> Any:
