@@ -40,9 +40,9 @@ def one_run(config, label: str) -> dict:
     res = dict(label=label, seed=config.seed, to500_s=None if hit is None else round(hit["wall_time_s"], 2),
                steps500=None if hit is None else hit["env_steps"], final=round(r.final_return, 1),
                sps=round(t["total_env_steps"] / t["compute_s"]), compile_s=round(t["compile_s"], 2),
-               total_s=round(t["total_s"], 2))
+               setup_s=round(t["setup_s"], 2), total_s=round(t["total_s"], 2))
     print(f"  {label} seed {config.seed}: to 500 {res['to500_s']} s ({res['steps500']} steps), final "
-          f"{res['final']}, {res['sps']:,} steps/s, compile {res['compile_s']} s, total {res['total_s']} s",
+          f"{res['final']}, {res['sps']:,} steps/s, compile {res['compile_s']} s, setup {res['setup_s']} s, total {res['total_s']} s",
           flush=True)
     return res
 

@@ -11,7 +11,12 @@ import sys
 from rljax.agents.pqn import PQNConfig
 from rljax.cli import run_experiment
 
-DEFAULTS = dict(env="CartPole-v1", total_timesteps=500_000)
+# purejaxql's CartPole setup (the PQNConfig defaults: 32 envs x 64 steps, 4 x 16 minibatches, 256 x 256)
+# solves CartPole too, but takes ~1.5e5 steps at ~2e4 steps/s on 2 CPU cores. This one, with one tenth
+# of the gradient steps per env step and a 64 x 64 network, reaches 500 in fewer env steps at ~7x the
+# throughput (benchmarks/pqn_cartpole.py).
+DEFAULTS = dict(env="CartPole-v1", total_timesteps=200_000, num_envs=16, num_steps=32, num_epochs=1,
+                num_minibatches=4, hidden_sizes=(64, 64), learning_rate=2.5e-3, epsilon_end=0.05)
 
 
 def main(argv=None) -> int:
