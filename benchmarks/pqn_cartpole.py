@@ -98,7 +98,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", default=["pqn", "ppo"], help="pqn, ppo, breakout")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--breakout-steps", type=int, default=2_000_000)
+    ap.add_argument("--breakout-steps", type=int, default=1_000_000)
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args(argv)
     print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}; PQN {pqn_cartpole.DEFAULTS} "
