@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import rljax
+from experiments import pqn_cartpole
 from rljax.agents.pqn import (PQNBatch, PQNConfig, epochs_of_minibatches, gradient_step, make_optimizer, pqn_loss,
                               q_lambda_targets)
 from rljax.networks import QNetwork
@@ -119,8 +120,8 @@ def test_pqn_rejects_box_actions():
 
 def test_layer_norm_params():
     obs = jnp.zeros((1, 3))
-    plain = QNetwork(2, (8, 8)).init(jax.random.key(0), obs)["params"]["torso"]
-    normed = QNetwork(2, (8, 8), layer_norm=True).init(jax.random.key(0), obs)["params"]["torso"]
+    plain = jax.jit(QNetwork(2, (8, 8)).init)(jax.random.key(0), obs)["params"]["torso"]
+    normed = jax.jit(QNetwork(2, (8, 8), layer_norm=True).init)(jax.random.key(0), obs)["params"]["torso"]
     assert sorted(plain) == ["hidden_0", "hidden_1"]
     assert sorted(normed) == ["hidden_0", "hidden_1", "layer_norm_0", "layer_norm_1"]
     for name in plain:  # the Dense layers draw the same weights either way
@@ -158,13 +159,13 @@ SMALL = PQNConfig(total_timesteps=16 * 16 * 8, updates_per_chunk=2, num_envs=16,
 
 
 def test_cartpole_learns_end_to_end():
-    cfg = PQNConfig(total_timesteps=60_000, num_envs=16, num_steps=32, num_epochs=2, num_minibatches=4,
-                    hidden_sizes=(64, 64), learning_rate=1e-3, updates_per_chunk=10, seed=0)
+    cfg = PQNConfig(**{**pqn_cartpole.DEFAULTS, "total_timesteps": 40_960, "updates_per_chunk": 10})
     result = rljax.train(cfg, quiet=True)
     returns = [r["episode_return_mean"] for r in result.rows]
     assert all(math.isfinite(v) for r in result.rows for k, v in r.items() if isinstance(v, float)), result.rows[-1]
-    # Random play scores ~22; by 6e4 steps PQN is above 150 (seed 0: XXX).
-    assert returns[0] < 40 and result.final_return > 150, returns
+    # The experiment's CartPole setup for 4e4 steps: random play scores ~22; seed 0 goes from 31 in the
+    # first chunk to 478 (seeds 1 and 2: 140 and 292).
+    assert returns[0] < 60 and result.final_return > 120, returns
     assert result.rows[0]["epsilon"] > 0.5 and result.rows[-1]["epsilon"] == pytest.approx(0.05)
 
 
