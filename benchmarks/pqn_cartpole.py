@@ -11,7 +11,8 @@ through ``rljax.train`` in this process, compiling afresh; no persistent compila
             whose mean episode return is 500 (None: never);
   steps500  env steps at that chunk;
   final     the run's final return (mean of the last two chunks with episodes);
-  sps       env steps / seconds of compiled compute (compile excluded).
+  sps       env steps / seconds of compiled compute (compile excluded);
+  compile_s / setup_s  the chunk's compile, and the set-up before it (env, init program).
 
 The algorithms alternate seed by seed, so drift in the machine's speed hits both alike.
 """
@@ -42,8 +43,8 @@ def one_run(config, label: str) -> dict:
                sps=round(t["total_env_steps"] / t["compute_s"]), compile_s=round(t["compile_s"], 2),
                setup_s=round(t["setup_s"], 2), total_s=round(t["total_s"], 2))
     print(f"  {label} seed {config.seed}: to 500 {res['to500_s']} s ({res['steps500']} steps), final "
-          f"{res['final']}, {res['sps']:,} steps/s, compile {res['compile_s']} s, setup {res['setup_s']} s, total {res['total_s']} s",
-          flush=True)
+          f"{res['final']}, {res['sps']:,} steps/s, compile {res['compile_s']} s, setup {res['setup_s']} s, "
+          f"total {res['total_s']} s", flush=True)
     return res
 
 
@@ -101,8 +102,8 @@ def main(argv=None) -> None:
     ap.add_argument("--breakout-steps", type=int, default=1_000_000)
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args(argv)
-    print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}; PQN {pqn_cartpole.DEFAULTS} "
-          f"over PQNConfig defaults; PPO {ppo_cartpole.DEFAULTS}", flush=True)
+    print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}; "
+          f"PQN {pqn_cartpole.DEFAULTS} over PQNConfig defaults; PPO {ppo_cartpole.DEFAULTS}", flush=True)
     results = {}
     if {"pqn", "ppo"} & set(a.only):
         results["cartpole"] = cartpole(list(range(a.seeds)), a.only)

@@ -3,7 +3,6 @@ bootstrapping through truncation), config validation, CartPole end to end, a swe
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
