@@ -13,7 +13,7 @@ from rljax.cli import run_experiment
 
 # purejaxql's CartPole setup (the PQNConfig defaults: 32 envs x 64 steps, 4 x 16 minibatches, 256 x 256)
 # solves CartPole too, but needs ~1.5e5 steps and 64 gradient steps on a 256 x 256 network per 2048 env
-# steps. This one takes 4 gradient steps on a 64 x 64 network per 512 env steps (half the gradient steps
+# steps. This one takes 4 gradient steps on a 64 x 64 network per 512 env steps (a quarter of the gradient steps
 # per env step, each far cheaper) at a higher learning rate, and reaches 500 in 0.6e5 - 1.2e5 steps
 # (seeds 0-4; benchmarks/pqn_cartpole.py has the wall times against PPO).
 DEFAULTS = dict(env="CartPole-v1", total_timesteps=200_000, num_envs=16, num_steps=32, num_epochs=1,
