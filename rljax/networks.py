@@ -85,14 +85,18 @@ class MLP(nn.Module):
     """A multilayer perceptron: ``Dense -> activation`` per hidden size, then an optional output.
 
     Hidden layers use orthogonal weights with gain ``sqrt(2)`` and zero biases. With
-    ``output_dim`` set, a final linear layer (no activation) with orthogonal gain ``output_gain``
-    is appended.
+    ``layer_norm``, each hidden layer is ``Dense -> LayerNorm -> activation`` (the LayerNorm with a
+    learned scale and bias, parameters ``layer_norm_{i}``), as in PQN (Gallici et al. 2024,
+    "Simplifying Deep Temporal Difference Learning"), where it is what keeps TD learning without a
+    target network stable. With ``output_dim`` set, a final linear layer (no activation, no norm)
+    with orthogonal gain ``output_gain`` is appended.
 
     Attributes:
         hidden_sizes: widths of the hidden layers; ``()`` makes the torso the identity.
         activation: a name from :data:`ACTIVATIONS`; unknown names raise ``ValueError``.
         output_dim: size of an optional final linear layer.
         output_gain: orthogonal gain of that final layer.
+        layer_norm: normalise each hidden layer's pre-activations (default off: no norm parameters).
 
     Call:
         ``x``: float ``[..., in_dim]`` -> float ``[..., hidden_sizes[-1]]`` (or
@@ -103,6 +107,7 @@ class MLP(nn.Module):
     activation: str = "tanh"
     output_dim: int | None = None
     output_gain: float = 1.0
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         # Validate at construction: a typo fails where the config is built, not inside a jit trace.
@@ -117,7 +122,10 @@ class MLP(nn.Module):
         act = get_activation(self.activation)
         x = _as_float(x)
         for i, size in enumerate(self.hidden_sizes):
-            x = act(_dense(size, _HIDDEN_GAIN, name=f"hidden_{i}")(x))
+            x = _dense(size, _HIDDEN_GAIN, name=f"hidden_{i}")(x)
+            if self.layer_norm:
+                x = nn.LayerNorm(name=f"layer_norm_{i}")(x)
+            x = act(x)
         if self.output_dim is not None:
             x = _dense(self.output_dim, self.output_gain, name="output")(x)
         return x
@@ -206,6 +214,7 @@ class QNetwork(nn.Module):
         hidden_sizes: torso widths.
         activation: a name from :data:`ACTIVATIONS` (``"relu"`` by default, as in DQN).
         dueling: use the dueling head.
+        layer_norm: ``Dense -> LayerNorm -> activation`` in the torso (see :class:`MLP`).
 
     Call:
         ``obs``: ``[..., obs_dim]`` -> float ``[..., num_actions]``.
@@ -215,6 +224,7 @@ class QNetwork(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
     dueling: bool = False
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         get_activation(self.activation)
@@ -224,7 +234,7 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.typing.ArrayLike) -> jax.Array:
-        features = MLP(self.hidden_sizes, self.activation, name="torso")(obs)
+        features = MLP(self.hidden_sizes, self.activation, layer_norm=self.layer_norm, name="torso")(obs)
         if not self.dueling:
             return _dense(self.num_actions, 1.0, name="q")(features)
         value = _dense(1, 1.0, name="value_stream")(features)[..., 0]
