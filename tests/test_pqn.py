@@ -12,8 +12,8 @@ import pytest
 
 import rljax
 from experiments import pqn_cartpole
-from rljax.agents.pqn import (PQNBatch, PQNConfig, epochs_of_minibatches, gradient_step, make_optimizer, pqn_loss,
-                              q_lambda_targets)
+from rljax.agents.base import epochs_of_minibatches, gradient_step, make_optimizer
+from rljax.agents.pqn import PQNBatch, PQNConfig, pqn_loss, q_lambda_targets
 from rljax.networks import QNetwork
 from rljax.returns import gae
 from rljax.sweep import SweepSpec, run_sweep

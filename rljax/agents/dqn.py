@@ -25,7 +25,7 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
-                                    make_offpolicy_agent, periodic, polyak)
+                                    make_offpolicy_agent, masked_mean, periodic, polyak)
 from rljax.config import field, make_hyperparams
 from rljax.networks import QNetwork
 
@@ -147,7 +147,7 @@ def dqn_loss(params: Any, target_params: Any, apply_fn: Any, items: ReplayItem, 
     q_taken = jnp.take_along_axis(q, items.action.astype(jnp.int32)[:, None], axis=-1)[:, 0]
     td = q_taken - target
     per_item = 0.5 * jnp.square(td) if loss == "mse" else optax.huber_loss(td, delta=1.0)
-    total = jnp.sum(weights * per_item) / jnp.maximum(jnp.sum(weights > 0), 1.0)
+    total = masked_mean(per_item, weights)
     metrics = {"td_loss": total, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td))}
     return total, (jnp.abs(td), metrics)
 

@@ -48,7 +48,7 @@ from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
 __all__ = ["OffPolicyConfig", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem", "Collector",
            "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
-           "replay_learning", "polyak", "periodic"]
+           "replay_learning", "masked_mean", "polyak", "periodic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +339,12 @@ def replay_learning(learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array]
     (learner, buffer), metrics = jax.lax.scan(step, (learner, buffer), jax.random.split(key, gradient_steps))
     metrics = jax.tree.map(lambda m: jnp.where(active, jnp.mean(m), 0.0), metrics)
     return learner, buffer, metrics
+
+
+def masked_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
+    """``sum(w * x) / #(w > 0)``: a loss over sampled items with importance weights ``w`` (0 for the
+    invalid placeholder items), averaged over the valid ones."""
+    return jnp.sum(weights * x) / jnp.maximum(jnp.sum(weights > 0), 1.0)
 
 
 def polyak(online: Any, target: Any, tau: jax.Array) -> Any:

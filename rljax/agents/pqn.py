@@ -25,12 +25,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack, pmean, space_dims
-from rljax.config import RunConfig, _require, field, make_hyperparams
+from rljax.agents.base import (Agent, UpdateOutput, desync, epochs_of_minibatches, gradient_step, make_env_stack,
+                               make_optimizer, pmean, space_dims)
+from rljax.config import RunConfig, field, make_hyperparams, require
 from rljax.networks import QNetwork
 from rljax.rollout import RolloutCarry, rollout
 
@@ -86,10 +86,10 @@ class PQNConfig(RunConfig):
         batch = self.num_envs * self.num_steps
         check_env_steps_per_update(batch, "num_envs * num_steps")
         local = batch // self.num_devices
-        _require(local % self.num_minibatches == 0,
+        require(local % self.num_minibatches == 0,
                  f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
                  f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
-        _require(self.total_timesteps >= batch,
+        require(self.total_timesteps >= batch,
                  f"total_timesteps={self.total_timesteps} is less than one update "
                  f"(num_envs * num_steps = {batch})")
         check_sizes(self, "hidden_sizes")
@@ -162,64 +162,6 @@ class PQNBatch(NamedTuple):
     obs: jax.Array
     action: jax.Array
     target: jax.Array
-
-
-# ----- shared training pieces (to move to rljax.agents.base; same names and signatures) -----
-
-
-def make_optimizer(learning_rate: Any, max_grad_norm: Any = None, *, eps: float = 1e-8
-                   ) -> optax.GradientTransformation:
-    """Global-norm clipping (when ``max_grad_norm`` is given), then Adam with step ``learning_rate``.
-
-    ``clip_by_global_norm -> scale_by_adam(eps) -> scale(-learning_rate)``: both may be traced
-    scalars (a sweep member's or an annealed value); the state's structure does not depend on them.
-    """
-    clip = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm is not None else []
-    return optax.chain(*clip, optax.scale_by_adam(eps=eps), optax.scale(-learning_rate))
-
-
-def gradient_step(loss_fn: Callable[..., tuple[jax.Array, Any]], params: Any, opt_state: Any,
-                  optimizer: optax.GradientTransformation, *args: Any, axis_name: str | None = None,
-                  **kwargs: Any) -> tuple[Any, Any, Any, jax.Array]:
-    """One optimiser step on ``loss_fn(params, *args, **kwargs) -> (loss, aux)``.
-
-    Gradients are averaged over ``axis_name`` (so every device applies the same step).
-
-    Returns:
-        ``(params, opt_state, aux, grad_norm)``, ``grad_norm`` the global norm of the averaged
-        gradient before clipping.
-    """
-    grads, aux = jax.grad(loss_fn, has_aux=True)(params, *args, **kwargs)
-    grads = pmean(grads, axis_name)
-    grad_norm = optax.tree.norm(grads)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, aux, grad_norm
-
-
-def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, dict[str, jax.Array]]], carry: Any, batch: Any,
-                          key: jax.Array, *, num_epochs: int, num_minibatches: int
-                          ) -> tuple[Any, dict[str, jax.Array]]:
-    """``num_epochs`` passes of ``step(carry, minibatch) -> (carry, metrics)`` over ``batch``.
-
-    Each epoch draws a fresh permutation of the ``N`` samples (keys ``jax.random.split(key,
-    num_epochs)``) and cuts it into ``num_minibatches`` minibatches of ``N / num_minibatches``.
-
-    Args:
-        batch: a pytree whose leaves all have leading dim ``[N]``; ``num_minibatches`` divides N.
-
-    Returns:
-        ``(carry, metrics)`` with each metric averaged over all ``num_epochs * num_minibatches`` steps.
-    """
-    n = jax.tree.leaves(batch)[0].shape[0]
-
-    def epoch(c: Any, k: jax.Array):
-        perm = jax.random.permutation(k, n)
-        shuffled = jax.tree.map(
-            lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(step, c, shuffled)
-
-    carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
-    return carry, jax.tree.map(jnp.mean, metrics)
 
 
 # ----- PQN -----
@@ -334,14 +276,14 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
     venv = make_env_stack(env, env_params, num_local, axis_name=axis_name)
     local_batch = num_local * config.num_steps
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hp: PQNHyperParams, env_params: Any) -> PQNState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PQNHyperParams, env_params: Any) -> PQNState:
         k_params, k_run = jax.random.split(key)
         k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
         obs, env_state = venv.reset(k_env, env_params)
         params = network.init(k_params, _flatten_obs(obs[:1], obs_shape))
-        opt_state = make_optimizer(hp.learning_rate, hp.max_grad_norm).init(params)
+        opt_state = make_optimizer(hyperparams.learning_rate, hyperparams.max_grad_norm).init(params)
         return PQNState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                        hyperparams=hp, env_params=env_params, updates=jnp.int32(0),
+                        hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
                         num_updates=jnp.int32(num_updates))
 
     def epsilon_greedy(params: Any, epsilon: jax.Array):
@@ -354,22 +296,22 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         return act
 
     def update(state: PQNState) -> tuple[PQNState, UpdateOutput]:
-        hp = state.hyperparams
+        hyperparams = state.hyperparams
         key, k_roll, k_learn = jax.random.split(state.key, 3)
-        frac = _schedule_fraction(state, hp.exploration_fraction)
-        epsilon = hp.epsilon_start + frac * (hp.epsilon_end - hp.epsilon_start)
+        frac = _schedule_fraction(state, hyperparams.exploration_fraction)
+        epsilon = hyperparams.epsilon_start + frac * (hyperparams.epsilon_end - hyperparams.epsilon_start)
         carry, traj, episodes = rollout(venv, state.env_params, epsilon_greedy(state.params, epsilon),
                                         RolloutCarry(state.env_state, state.obs), k_roll, config.num_steps)
         # One batched pass over the true next observations [T, B] for every bootstrap value.
         boot = jnp.max(q_fn(state.params, traj.next_obs), axis=-1)
-        targets = q_lambda_targets(hp.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
-                                   hp.gamma, hp.q_lambda)
+        targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
+                                   hyperparams.gamma, hyperparams.q_lambda)
         flat = lambda x: x.reshape((local_batch,) + x.shape[2:])  # noqa: E731
         batch = PQNBatch(flat(traj.obs), flat(traj.action), flat(targets))
 
         progress = state.updates.astype(jnp.float32) / state.num_updates.astype(jnp.float32)
-        lr = hp.learning_rate * (1.0 - progress) if config.anneal_lr else hp.learning_rate
-        optimizer = make_optimizer(lr, hp.max_grad_norm)
+        lr = hyperparams.learning_rate * (1.0 - progress) if config.anneal_lr else hyperparams.learning_rate
+        optimizer = make_optimizer(lr, hyperparams.max_grad_norm)
 
         def step(c: tuple[Any, Any], mb: PQNBatch):
             params, opt_state, m, grad_norm = gradient_step(pqn_loss, *c, optimizer, q_fn, mb, axis_name=axis_name)
@@ -389,7 +331,7 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         return jnp.argmax(q_fn(state.params, obs), axis=-1).astype(jnp.int32)
 
     return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=config.batch_size,
-                 params=lambda s: s.params)
+                 params_of=lambda s: s.params)
 
 
 register("pqn", PQNConfig, make_pqn)

@@ -32,8 +32,8 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
-                                    make_offpolicy_agent, polyak)
-from rljax.config import require, field, make_hyperparams
+                                    make_offpolicy_agent, masked_mean, polyak)
+from rljax.config import field, make_hyperparams, require
 from rljax.distributions import TanhGaussian
 from rljax.networks import MLP
 from rljax.parallel import serial_map
@@ -211,11 +211,6 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
 # ----------------------------------------------------------------------------------------------
 
 
-def _masked_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
-    """``sum(w * x) / #(w > 0)``: importance weights, averaged over the valid items."""
-    return jnp.sum(weights * x) / jnp.maximum(jnp.sum(weights > 0), 1.0)
-
-
 def soft_td_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array, next_log_prob: jax.Array,
                    alpha: jax.Array) -> jax.Array:
     """The soft (clipped double-Q) TD target.
@@ -265,7 +260,7 @@ def sac_critic_loss(critic_params: Any, target_critic_params: Any, actor_params:
     target = jax.lax.stop_gradient(soft_td_target(items.reward, items.discount, next_q, next_log_prob, alpha))
     q = nets.critic(critic_params, items.obs, items.action)
     td = q - target[None]
-    loss = _masked_mean(0.5 * jnp.sum(jnp.square(td), axis=0), weights)
+    loss = masked_mean(0.5 * jnp.sum(jnp.square(td), axis=0), weights)
     td_abs = jnp.mean(jnp.abs(td), axis=0)
     metrics = {"critic_loss": loss, "q_mean": jnp.mean(q), "td_abs_mean": jnp.mean(td_abs),
                "target_mean": jnp.mean(target)}
@@ -293,8 +288,8 @@ def sac_actor_loss(actor_params: Any, critic_params: Any, alpha: jax.Array, nets
     """
     action, log_prob = nets.sample(actor_params, obs, key)
     q = jnp.min(nets.critic(critic_params, obs, action), axis=0)
-    loss = _masked_mean(alpha * log_prob - q, mask)
-    return loss, (log_prob, {"actor_loss": loss, "entropy": -_masked_mean(log_prob, mask)})
+    loss = masked_mean(alpha * log_prob - q, mask)
+    return loss, (log_prob, {"actor_loss": loss, "entropy": -masked_mean(log_prob, mask)})
 
 
 def sac_alpha_loss(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: jax.Array,
@@ -311,7 +306,7 @@ def sac_alpha_loss(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: ja
         target_entropy: float scalar ``H_target`` (``-|A|`` by default).
         mask: float ``[N]``, 1 for valid items.
     """
-    return _masked_mean(-jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)
+    return masked_mean(-jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)
 
 
 # ----------------------------------------------------------------------------------------------

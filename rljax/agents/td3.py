@@ -40,8 +40,8 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
-                                    make_offpolicy_agent, polyak)
-from rljax.agents.sac import SACCritic, _masked_mean
+                                    make_offpolicy_agent, masked_mean, polyak)
+from rljax.agents.sac import SACCritic
 from rljax.config import field, make_hyperparams
 from rljax.networks import MLP
 from rljax.parallel import serial_map
@@ -253,7 +253,7 @@ def td3_critic_loss(critic_params: Any, target_critic_params: Any, target_actor_
     target = jax.lax.stop_gradient(td3_target(items.reward, items.discount, next_q))
     q = nets.critic(critic_params, items.obs, items.action)
     td = q - target[None]
-    loss = _masked_mean(jnp.sum(jnp.square(td), axis=0), weights)
+    loss = masked_mean(jnp.sum(jnp.square(td), axis=0), weights)
     td_abs = jnp.mean(jnp.abs(td), axis=0)
     metrics = {"critic_loss": loss, "q_mean": jnp.mean(q), "td_abs_mean": jnp.mean(td_abs),
                "target_mean": jnp.mean(target)}
@@ -278,7 +278,7 @@ def td3_actor_loss(actor_params: Any, critic_params: Any, nets: TD3Networks, obs
         ``(loss, metrics)``.
     """
     q1 = nets.critic(critic_params, obs, nets.actor(actor_params, obs))[0]
-    loss = _masked_mean(-q1, mask)
+    loss = masked_mean(-q1, mask)
     return loss, {"actor_loss": loss}
 
 
@@ -315,22 +315,22 @@ TD3State = OffPolicyState
 :class:`TD3Learner` as ``learner``."""
 
 
-def td3_optimizers(hp: TD3HyperParams) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+def td3_optimizers(hyperparams: TD3HyperParams) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
     """``(actor, critic)``: Adam after global-norm clipping at ``max_grad_norm`` (:func:`make_optimizer`)."""
-    return make_optimizer(hp.actor_learning_rate, hp.max_grad_norm), make_optimizer(hp.critic_learning_rate,
-                                                                                   hp.max_grad_norm)
+    return make_optimizer(hyperparams.actor_learning_rate, hyperparams.max_grad_norm), make_optimizer(hyperparams.critic_learning_rate,
+                                                                                   hyperparams.max_grad_norm)
 
 
-def init_learner(nets: TD3Networks, hp: TD3HyperParams, key: jax.Array, obs: Any) -> TD3Learner:
+def init_learner(nets: TD3Networks, hyperparams: TD3HyperParams, key: jax.Array, obs: Any) -> TD3Learner:
     """Fresh params (``obs``: ``[1, *obs_shape]``), targets equal to them, optimiser states, no steps yet."""
     actor_params, critic_params = nets.init(key, obs, jnp.zeros((1,) + nets.low.shape, jnp.float32))
-    actor_tx, critic_tx = td3_optimizers(hp)
+    actor_tx, critic_tx = td3_optimizers(hyperparams)
     return TD3Learner(actor_params=actor_params, critic_params=critic_params, target_actor_params=actor_params,
                       target_critic_params=critic_params, actor_opt=actor_tx.init(actor_params),
                       critic_opt=critic_tx.init(critic_params), critic_steps=jnp.int32(0))
 
 
-def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array, hp: TD3HyperParams,
+def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array, hyperparams: TD3HyperParams,
                    nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None
                    ) -> tuple[TD3Learner, jax.Array, dict[str, jax.Array]]:
     """One TD3 gradient step (Fujimoto et al. 2018, Algorithm 1): the critics; on every
@@ -346,7 +346,7 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
         items: a batch of this device's :class:`ReplayItem` ``[N]``.
         weights: float32 ``[N]`` importance weights (0 for invalid items).
         key: PRNG key (the smoothing noise).
-        hp: traced hyperparameters.
+        hyperparams: traced hyperparameters.
         nets: the network functions.
         policy_delay: critic steps per actor step (static).
         axis_name: the device axis, or None.
@@ -355,10 +355,10 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
         ``(learner, td_abs [N], metrics)``; ``actor_loss`` and ``actor_grad_norm`` are those of the
         step's actor gradient, applied or not.
     """
-    actor_tx, critic_tx = td3_optimizers(hp)
+    actor_tx, critic_tx = td3_optimizers(hyperparams)
     critic_params, critic_opt, (td_abs, c_metrics), c_norm = gradient_step(
         td3_critic_loss, learner.critic_params, learner.critic_opt, critic_tx, learner.target_critic_params,
-        learner.target_actor_params, nets, items, weights, key, hp.policy_noise, hp.noise_clip, axis_name=axis_name)
+        learner.target_actor_params, nets, items, weights, key, hyperparams.policy_noise, hyperparams.noise_clip, axis_name=axis_name)
     actor_params, actor_opt, a_metrics, a_norm = gradient_step(
         td3_actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
         (weights > 0).astype(jnp.float32), axis_name=axis_name)
@@ -370,9 +370,9 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
 
     new = TD3Learner(
         actor_params=keep(actor_params, learner.actor_params), critic_params=critic_params,
-        target_actor_params=keep(polyak(actor_params, learner.target_actor_params, hp.tau),
+        target_actor_params=keep(polyak(actor_params, learner.target_actor_params, hyperparams.tau),
                                  learner.target_actor_params),
-        target_critic_params=keep(polyak(critic_params, learner.target_critic_params, hp.tau),
+        target_critic_params=keep(polyak(critic_params, learner.target_critic_params, hyperparams.tau),
                                   learner.target_critic_params),
         actor_opt=keep(actor_opt, learner.actor_opt), critic_opt=critic_opt, critic_steps=critic_steps)
     metrics = {**pmean({**c_metrics, **a_metrics}, axis_name), "critic_grad_norm": c_norm, "actor_grad_norm": a_norm}
@@ -423,7 +423,7 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
 
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=jnp.zeros((action_dim,), jnp.float32),
-        init_learner=lambda key, obs, hp: init_learner(nets, hp, key, obs), behaviour=behaviour,
+        init_learner=lambda key, obs, hyperparams: init_learner(nets, hyperparams, key, obs), behaviour=behaviour,
         learn_step=learn_step, act=lambda learner, obs: nets.actor(learner.actor_params, obs),
         params_of=lambda l: (l.actor_params, l.critic_params, l.target_actor_params, l.target_critic_params)))
 
