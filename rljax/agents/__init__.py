@@ -17,7 +17,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["Algorithm", "register", "algorithms", "algorithm_for", "build_agent"]
+__all__ = ["Algorithm", "register", "unregister", "algorithms", "algorithm_for", "build_agent"]
 
 
 class Algorithm(NamedTuple):
@@ -55,6 +55,14 @@ def register(name: str, config_cls: type, make: Callable[..., Any]) -> None:
         if other.name != name and other.config_cls is config_cls:
             raise ValueError(f"{config_cls.__qualname__} is already registered as {other.name!r}")
     _REGISTRY[name] = Algorithm(name, config_cls, make)
+
+
+def unregister(name: str) -> None:
+    """Removes the algorithm registered as ``name`` (e.g. one defined in a notebook cell that is
+    about to be redefined); an unknown name is a ``KeyError`` naming the registered ones."""
+    if name not in _REGISTRY:
+        raise KeyError(f"no algorithm is registered as {name!r}; registered: {sorted(_REGISTRY)}")
+    del _REGISTRY[name]
 
 
 def _scan() -> None:

@@ -14,6 +14,7 @@ average over devices, update), :func:`shuffled_minibatches` and :func:`epochs_of
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -22,10 +23,11 @@ import jax.numpy as jnp
 import optax
 
 from rljax import wrappers
+from rljax.config import RunConfig, check_env_steps_per_update, check_ints, field, require
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
+__all__ = ["Agent", "OnPolicyConfig", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
            "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
@@ -221,3 +223,48 @@ def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: An
 
     carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
     return carry, jax.tree.map(jnp.mean, metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyConfig(RunConfig):
+    """The fields of an algorithm that learns from each fresh rollout in epochs of minibatches
+    (PPO, PQN), and their validation.
+
+    One update collects ``num_steps`` steps in each of ``num_envs`` envs (``env_steps_per_update``
+    samples in all), then takes ``num_epochs`` passes over them in ``num_minibatches`` minibatches
+    per pass (:func:`epochs_of_minibatches`; each device shuffles its own share). A subclass
+    redeclares a field to change its default (it keeps its place) and extends :meth:`validate`,
+    calling this one first.
+    """
+
+    num_steps: int = field(128, "steps per env per update (rollout length T)")
+    num_epochs: int = field(4, "passes over each rollout")
+    num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming any inconsistent value and what would be valid: every
+        field's type (:func:`~rljax.config.check_types`), then that each device's share of the
+        rollout splits into whole minibatches and that the run holds at least one update."""
+        self.validate_run()
+        check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
+        batch = self.num_envs * self.num_steps
+        check_env_steps_per_update(batch, "num_envs * num_steps")
+        local = batch // self.num_devices
+        require(local % self.num_minibatches == 0,
+                f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
+                f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
+        require(self.total_timesteps >= batch,
+                f"total_timesteps={self.total_timesteps} is less than one update (num_envs * num_steps = {batch})")
+
+    @property
+    def env_steps_per_update(self) -> int:
+        """Env steps per update over all devices: ``num_envs * num_steps`` (the rollout batch)."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        """Samples per minibatch on one device."""
+        return self.env_steps_per_update // self.num_devices // self.num_minibatches

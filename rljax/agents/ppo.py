@@ -18,9 +18,9 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, UpdateOutput, desync, epochs_of_minibatches, gradient_step, make_env_stack,
-                               make_optimizer, pmean, space_dims)
-from rljax.config import RunConfig, require, field, make_hyperparams
+from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
+                               make_env_stack, make_optimizer, pmean, space_dims)
+from rljax.config import field, make_hyperparams
 from rljax.networks import ActorCritic
 from rljax.returns import gae
 from rljax.rollout import RolloutCarry, rollout
@@ -30,7 +30,7 @@ __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "p
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig(RunConfig):
+class PPOConfig(OnPolicyConfig):
     """PPO's configuration. Defaults: PureJaxRL's CartPole-v1 setup (solves it in 5e5 steps).
 
     Fields are in three groups: the run (from :class:`~rljax.config.RunConfig`), **structural**
@@ -62,44 +62,20 @@ class PPOConfig(RunConfig):
     vf_coef: float = field(0.5, "value loss coefficient", sweepable=True)
     max_grad_norm: float = field(0.5, "global-norm gradient clipping threshold", sweepable=True)
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid.
 
         Every field's type first (:func:`~rljax.config.check_types`), then its range.
         """
-        from rljax.config import check_choice, check_env_steps_per_update, check_floats, check_ints, check_sizes
+        from rljax.config import check_choice, check_floats, check_sizes
         from rljax.networks import ACTIVATIONS
 
-        self.validate_run()
-        check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
-        batch = self.num_envs * self.num_steps
-        check_env_steps_per_update(batch, "num_envs * num_steps")
-        local = batch // self.num_devices
-        require(local % self.num_minibatches == 0,
-                 f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
-                 f"{self.num_devices} = {local} is not divisible by num_minibatches="
-                 f"{self.num_minibatches}")
-        require(self.total_timesteps >= batch,
-                 f"total_timesteps={self.total_timesteps} is less than one update "
-                 f"(num_envs * num_steps = {batch})")
+        super().validate()
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_floats(self, ("learning_rate", "clip_eps", "max_grad_norm"), 0, low_open=True)
         check_floats(self, ("gamma", "gae_lambda"), 0, 1)
         check_floats(self, ("ent_coef", "vf_coef"), 0)
-
-    @property
-    def env_steps_per_update(self) -> int:
-        """Env steps per update over all devices: ``num_envs * num_steps`` (the rollout batch)."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        """Samples per minibatch on one device."""
-        return self.env_steps_per_update // self.num_devices // self.num_minibatches
 
     def hyperparams(self) -> "PPOHyperParams":
         return make_hyperparams(self, PPOHyperParams)

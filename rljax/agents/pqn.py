@@ -28,9 +28,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, UpdateOutput, desync, epochs_of_minibatches, gradient_step, make_env_stack,
-                               make_optimizer, pmean, space_dims)
-from rljax.config import RunConfig, field, make_hyperparams, require
+from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
+                               make_env_stack, make_optimizer, pmean, space_dims)
+from rljax.config import field, make_hyperparams
 from rljax.networks import QNetwork
 from rljax.rollout import RolloutCarry, rollout
 
@@ -38,10 +38,10 @@ __all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "q_lambda_targ
 
 
 @dataclasses.dataclass(frozen=True)
-class PQNConfig(RunConfig):
+class PQNConfig(OnPolicyConfig):
     """PQN's configuration. Defaults: ``purejaxql``'s CartPole-v1 setup (``pqn_cartpole.yaml``),
     except Adam where it uses RAdam; ``experiments/pqn_cartpole.py`` holds a smaller, faster setup
-    tuned on a 2-core CPU.
+    tuned for a CPU.
 
     Fields are in three groups: the run (from :class:`~rljax.config.RunConfig`), **structural**
     fields that shape the compiled program, and **sweepable** hyperparameters (traced values in the
@@ -70,42 +70,19 @@ class PQNConfig(RunConfig):
     reward_scale: float = field(0.1, "rewards are multiplied by this in the targets (episode returns "
                                      "are logged unscaled)", sweepable=True)
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid.
 
         Every field's type first (:func:`~rljax.config.check_types`), then its range.
         """
-        from rljax.config import check_choice, check_env_steps_per_update, check_floats, check_ints, check_sizes
+        from rljax.config import check_choice, check_floats, check_sizes
         from rljax.networks import ACTIVATIONS
 
-        self.validate_run()
-        check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
-        batch = self.num_envs * self.num_steps
-        check_env_steps_per_update(batch, "num_envs * num_steps")
-        local = batch // self.num_devices
-        require(local % self.num_minibatches == 0,
-                 f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
-                 f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
-        require(self.total_timesteps >= batch,
-                 f"total_timesteps={self.total_timesteps} is less than one update "
-                 f"(num_envs * num_steps = {batch})")
+        super().validate()
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_floats(self, ("learning_rate", "max_grad_norm", "reward_scale"), 0, low_open=True)
         check_floats(self, ("gamma", "q_lambda", "epsilon_start", "epsilon_end", "exploration_fraction"), 0, 1)
-
-    @property
-    def batch_size(self) -> int:
-        """Env steps per update over all devices: ``num_envs * num_steps``."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        """Samples per minibatch on one device."""
-        return self.batch_size // self.num_devices // self.num_minibatches
 
     def hyperparams(self) -> "PQNHyperParams":
         return make_hyperparams(self, PQNHyperParams)
@@ -330,7 +307,7 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         del key
         return jnp.argmax(q_fn(state.params, obs), axis=-1).astype(jnp.int32)
 
-    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=config.batch_size,
+    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=config.env_steps_per_update,
                  params_of=lambda s: s.params)
 
 
