@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from rljax.agents import build_agent
 from rljax.parallel import DataParallel, first_device, run_once, serial_map
 
-__all__ = ["Population", "Program", "population_init"]
+__all__ = ["Population", "Program", "population_init", "strong_types"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,14 +68,31 @@ class Population:
                    num_devices=num_devices)
 
 
+def strong_types(tree: Any) -> Any:
+    """``tree`` with every weakly typed leaf made strongly typed (same dtype and values).
+
+    Env params given as Python numbers come out of a jitted ``init`` weakly typed; a state restored
+    from a checkpoint never is. Making the initial state strong gives the fresh and the restored
+    state one signature, so a resumed run finds its chunk in the persistent compilation cache
+    instead of compiling it again. (Promotion with a weak float32 and with a strong float32 leaf
+    gives the same float32 results here: the train state holds no lower-precision floats.)
+    """
+    def strong(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)) and not isinstance(x, bool):  # a Python number
+            x = jnp.asarray(x)
+        return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
+
+    return jax.tree.map(strong, tree)
+
+
 def population_init(agent: Any, num_updates: int) -> Callable[[Any, Any, Any], Any]:
     """The jitted initialiser of a population: ``(keys [P], hyperparams [P], env_params [P]) -> state [P]``.
 
     Members are initialised one after another (:func:`rljax.parallel.serial_map`), never vmapped: a
     vmapped network init can deadlock XLA's CPU thread pool.
     """
-    return jax.jit(lambda *xs: serial_map(lambda key, hyperparams, env_params: agent.init(key, 0, num_updates, hyperparams, env_params),
-                                          *xs))
+    return jax.jit(lambda *xs: strong_types(serial_map(
+        lambda key, hyperparams, env_params: agent.init(key, 0, num_updates, hyperparams, env_params), *xs)))
 
 
 class Program:
@@ -121,7 +138,7 @@ class Program:
         if self.population is None:
             config, agent = self.config, self.agent
             return self.parallel.init(
-                lambda k, i: agent.init(k, i, num_updates, config.hyperparams(), self._env_params),
+                lambda k, i: strong_types(agent.init(k, i, num_updates, config.hyperparams(), self._env_params)),
                 jax.random.key(config.seed))
         keys = jax.vmap(jax.random.key)(jnp.asarray(self.seeds, jnp.uint32))
         members = run_once(population_init(self.agent, num_updates), keys, self.population.hyperparams,

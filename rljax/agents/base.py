@@ -27,7 +27,7 @@ from rljax.config import RunConfig, check_env_steps_per_update, check_ints, fiel
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "OnPolicyConfig", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
+__all__ = ["Agent", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
            "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
@@ -128,6 +128,26 @@ def space_dims(space: Any) -> tuple[bool, int]:
     if len(shape) != 1:
         raise ValueError(f"continuous actions must be a flat Box of shape (d,), got shape {shape}")
     return False, int(shape[0])
+
+
+def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, Any]:
+    """``(action_dim, low [A], high [A])`` (float32 numpy) of ``env``'s action space, which an
+    algorithm that squashes its actions into the box (SAC, TD3) needs to be a flat ``Box`` with finite
+    bounds ``low < high``; anything else raises ``ValueError`` naming the space and what would fit."""
+    import numpy as np
+
+    space = env.action_space(env_params)
+    discrete, action_dim = space_dims(space)
+    name = getattr(env, "name", env)
+    if discrete:
+        raise ValueError(f"{algorithm} needs a Box action space; {name} has {space} "
+                         f"(use DQN, PQN or PPO for Discrete actions)")
+    low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
+    high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+        raise ValueError(f"{algorithm} needs a Box action space with finite bounds low < high; "
+                         f"{name} has low={low.tolist()}, high={high.tolist()}")
+    return action_dim, low, high
 
 
 def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: bool = False,

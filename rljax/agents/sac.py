@@ -30,7 +30,7 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
+from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.config import field, make_hyperparams, require
@@ -429,25 +429,11 @@ def sac_learn_step(learner: SACLearner, items: ReplayItem, weights: jax.Array, k
 # ----------------------------------------------------------------------------------------------
 
 
-def _box_bounds(env: Any, space: Any, action_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
-    high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
-        raise ValueError(f"SAC needs a Box action space with finite bounds low < high; "
-                         f"{getattr(env, 'name', env)} has low={low.tolist()}, high={high.tolist()}")
-    return low, high
-
-
 def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
     """Builds SAC's per-device program for a continuous-action (bounded ``Box``) ``env`` (the
     off-policy skeleton, :func:`~rljax.agents.offpolicy.make_offpolicy_agent`, with uniform
     warm-up actions, then the squashed Gaussian policy, and :func:`sac_learn_step`)."""
-    space = env.action_space(env_params)
-    discrete, action_dim = space_dims(space)
-    if discrete:
-        raise ValueError(f"SAC needs a Box action space; {getattr(env, 'name', env)} has {space} "
-                         f"(use DQN or PPO for Discrete actions)")
-    low, high = _box_bounds(env, space, action_dim)
+    action_dim, low, high = bounded_box(env, env_params, "SAC")
     # A squashed policy's entropy is at most that of the uniform distribution on the box; a target
     # above it can never be met, so alpha would grow without bound (and the critics diverge).
     max_entropy = float(np.sum(np.log(high - low)))

@@ -33,12 +33,11 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
+from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.agents.sac import SACCritic
@@ -395,16 +394,7 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
     """Builds TD3's per-device program for a continuous-action (bounded ``Box``) ``env``: the
     off-policy skeleton (:func:`~rljax.agents.offpolicy.make_offpolicy_agent`) with a noisy
     deterministic behaviour policy (uniform before ``learning_starts``) and :func:`td3_learn_step`."""
-    space = env.action_space(env_params)
-    discrete, action_dim = space_dims(space)
-    if discrete:
-        raise ValueError(f"TD3 needs a Box action space; {getattr(env, 'name', env)} has {space} "
-                         f"(use DQN or PPO for Discrete actions)")
-    low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
-    high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
-        raise ValueError(f"TD3 needs a Box action space with finite bounds low < high; "
-                         f"{getattr(env, 'name', env)} has low={low.tolist()}, high={high.tolist()}")
+    action_dim, low, high = bounded_box(env, env_params, "TD3")
     nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation)
 
     def behaviour(learner: TD3Learner, ctx: UpdateContext):
