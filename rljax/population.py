@@ -137,13 +137,16 @@ class Program:
         its devices (leading ``[num_devices]`` axis when data-parallel, ``[P]`` for a sweep)."""
         if self.population is None:
             config, agent = self.config, self.agent
-            return self.parallel.init(
+            state = self.parallel.init(
                 lambda k, i: strong_types(agent.init(k, i, num_updates, config.hyperparams(), self._env_params)),
                 jax.random.key(config.seed))
-        keys = jax.vmap(jax.random.key)(jnp.asarray(self.seeds, jnp.uint32))
-        members = run_once(population_init(self.agent, num_updates), keys, self.population.hyperparams,
-                           self.population.env_params)
-        return self.parallel.place_population(members)
+        else:
+            keys = jax.vmap(jax.random.key)(jnp.asarray(self.seeds, jnp.uint32))
+            state = self.parallel.place_population(run_once(
+                population_init(self.agent, num_updates), keys, self.population.hyperparams, self.population.env_params))
+        # Committed to its device, as a state restored from a checkpoint is: the two then lower to
+        # the same program, and a resumed run finds its chunk in the persistent compilation cache.
+        return state if self.parallel.num_devices > 1 else jax.device_put(state, self.parallel.devices[0])
 
     def map_chunk(self, packed_chunk: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """The chunk as one jitted program over every member and device, its state donated."""
