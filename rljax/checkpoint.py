@@ -731,8 +731,8 @@ class Checkpointing:
         t_ckpt = time.perf_counter()
         row = rows[0]
         meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
-                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan), "algorithm": type(run.config).__name__,
-                "config": config_to_dict(run.config), "run_options": run.options, "rollbacks": run.rollbacks,
+                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan),
+                "algorithm": type(run.config).__name__, "config": config_to_dict(run.config), "run_options": run.options, "rollbacks": run.rollbacks,
                 "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows]}
         try:
             self.checkpointer.save(row["env_steps"], run.state, meta, nonfinite_ok=self.nonfinite_ok)

@@ -21,9 +21,9 @@ import typing
 from collections.abc import Callable, Collection
 from typing import Any
 
-__all__ = ["field", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED", "MAX_ENV_STEPS",
-           "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats", "check_choice", "check_sizes",
-           "check_env_steps_per_update", "require"]
+__all__ = ["field", "hyperparams_class", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED",
+           "MAX_ENV_STEPS", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats",
+           "check_choice", "check_sizes", "check_env_steps_per_update", "require"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
@@ -55,6 +55,27 @@ def field(default: Any, help: str, *, sweepable: bool = False) -> Any:  # noqa: 
 def sweepable_fields(config_cls: Any) -> tuple[str, ...]:
     """Names of the fields a sweep may vary (traced hyperparameters), in declaration order."""
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweepable"))
+
+
+@functools.cache
+def hyperparams_class(config_cls: type) -> type:
+    """The traced hyperparameters of ``config_cls`` as a pytree class, ``<Algo>HyperParams``.
+
+    A ``flax.struct.PyTreeNode`` with one ``jax.Array`` field (a float32 scalar in the train state)
+    per sweepable field of the config, in the config's declaration order. It is derived from the
+    config, so the two can never disagree: adding ``sweepable=True`` to a field is all it takes to
+    make it traced (and so sweepable, perturbable by PBT and saved in checkpoints).
+    """
+    import jax
+    from flax import struct
+
+    names = sweepable_fields(config_cls)
+    name = config_cls.__name__.removesuffix("Config") + "HyperParams"
+    namespace = {
+        "__annotations__": {n: jax.Array for n in names}, "__module__": config_cls.__module__, "__qualname__": name,
+        "__doc__": f"The sweepable fields of ``{config_cls.__name__}`` as float32 scalars in the train state "
+                   f"({', '.join(names) or 'none'}): a sweep vmaps over them and PBT perturbs them."}
+    return type(name, (struct.PyTreeNode,), namespace)
 
 
 def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
@@ -208,6 +229,11 @@ class RunConfig:
     max_rollbacks: int = field(3, "with on_nonfinite='rollback': rollbacks before giving up")
     rollback_lr_factor: float = field(0.5, "with on_nonfinite='rollback': each rollback multiplies every "
                                            "learning rate by this factor")
+
+    def hyperparams(self) -> Any:
+        """The traced hyperparameters of this config: ``hyperparams_class(type(self))`` holding one
+        float32 scalar per sweepable field."""
+        return make_hyperparams(self, hyperparams_class(type(self)))
 
     def validate_run(self) -> None:
         """Checks the type of every field (of the concrete config class, not only these), then the

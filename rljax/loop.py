@@ -247,7 +247,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
         if not isinstance(every, int) or isinstance(every, bool) or every < 0:
-            raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), got {every!r}")
+            raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
+                             f"got {every!r}")
         if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
             raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {interval!r}")
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:

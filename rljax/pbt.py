@@ -198,7 +198,8 @@ class PBT:
             record = {"chunk": chunk_index, "env_steps": rows[0]["env_steps"],
                       "scores": [None if not np.isfinite(x) else float(x) for x in scores],
                       "copies": {names[i]: names[int(j)] for i, j in enumerate(source) if int(j) != i},
-                      "hyperparams": {k: np.asarray(getattr(hyperparams, k)).tolist() for k in sorted(self.spec.fields)}}
+                      "hyperparams": {k: np.asarray(getattr(hyperparams, k)).tolist()
+                                      for k in sorted(self.spec.fields)}}
             with open(self.log, "a") as f:
                 f.write(json.dumps(record) + "\n")
         return None

@@ -142,8 +142,9 @@ class Program:
                 jax.random.key(config.seed))
         else:
             keys = jax.vmap(jax.random.key)(jnp.asarray(self.seeds, jnp.uint32))
-            state = self.parallel.place_population(run_once(
-                population_init(self.agent, num_updates), keys, self.population.hyperparams, self.population.env_params))
+            members = run_once(population_init(self.agent, num_updates), keys, self.population.hyperparams,
+                               self.population.env_params)
+            state = self.parallel.place_population(members)
         # Committed to its device, as a state restored from a checkpoint is: the two then lower to
         # the same program, and a resumed run finds its chunk in the persistent compilation cache.
         return state if self.parallel.num_devices > 1 else jax.device_put(state, self.parallel.devices[0])

@@ -30,7 +30,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["Tracker", "Tracking", "json_scalar", "config_to_dict", "config_hash", "manifest", "read_metrics", "format_progress"]
+__all__ = ["Tracker", "Tracking", "json_scalar", "config_to_dict", "config_hash", "manifest", "read_metrics",
+           "format_progress"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")

@@ -27,8 +27,8 @@ from rljax.config import RunConfig, check_env_steps_per_update, check_ints, fiel
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum",
-           "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
+__all__ = ["Agent", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
+           "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
 class UpdateOutput(NamedTuple):

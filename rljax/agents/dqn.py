@@ -20,14 +20,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from rljax.agents import register
 from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
-from rljax.config import field, make_hyperparams
-from rljax.networks import QNetwork
+from rljax.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
+from rljax.networks import ACTIVATIONS, QNetwork
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNLearner", "DQNState", "dqn_loss", "make_dqn"]
 
@@ -61,13 +60,7 @@ class DQNConfig(OffPolicyConfig):
     exploration_fraction: float = field(0.5, "fraction of the run over which epsilon decays", sweepable=True)
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
-
-        The shared off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then DQN's.
-        """
-        from rljax.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes
-        from rljax.networks import ACTIVATIONS
-
+        """The off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then DQN's ranges."""
         super().validate()
         check_ints(self, ("target_update_interval",), 1, MAX_ENV_STEPS,
                    why="(2**30: the replay buffer's and the env steps' int32 counters)")
@@ -77,22 +70,8 @@ class DQNConfig(OffPolicyConfig):
         check_floats(self, ("learning_rate",), 0, low_open=True)
         check_floats(self, ("epsilon_start", "epsilon_end", "exploration_fraction"), 0, 1)
 
-    def hyperparams(self) -> "DQNHyperParams":
-        return make_hyperparams(self, DQNHyperParams)
 
-
-class DQNHyperParams(struct.PyTreeNode):
-    """Sweepable hyperparameters, float32 scalars in the train state (see :class:`DQNConfig`)."""
-
-    learning_rate: jax.Array
-    gamma: jax.Array
-    tau: jax.Array
-    epsilon_start: jax.Array
-    epsilon_end: jax.Array
-    exploration_fraction: jax.Array
-    max_grad_norm: jax.Array
-    priority_alpha: jax.Array
-    priority_beta_start: jax.Array
+DQNHyperParams = hyperparams_class(DQNConfig)
 
 
 class DQNLearner(NamedTuple):

@@ -20,8 +20,8 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                make_env_stack, make_optimizer, pmean, space_dims)
-from rljax.config import field, make_hyperparams
-from rljax.networks import ActorCritic
+from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
+from rljax.networks import ACTIVATIONS, ActorCritic
 from rljax.returns import gae
 from rljax.rollout import RolloutCarry, rollout
 
@@ -63,13 +63,7 @@ class PPOConfig(OnPolicyConfig):
     max_grad_norm: float = field(0.5, "global-norm gradient clipping threshold", sweepable=True)
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
-
-        Every field's type first (:func:`~rljax.config.check_types`), then its range.
-        """
-        from rljax.config import check_choice, check_floats, check_sizes
-        from rljax.networks import ACTIVATIONS
-
+        """The on-policy checks (:meth:`OnPolicyConfig.validate`, types first), then PPO's ranges."""
         super().validate()
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
@@ -77,20 +71,8 @@ class PPOConfig(OnPolicyConfig):
         check_floats(self, ("gamma", "gae_lambda"), 0, 1)
         check_floats(self, ("ent_coef", "vf_coef"), 0)
 
-    def hyperparams(self) -> "PPOHyperParams":
-        return make_hyperparams(self, PPOHyperParams)
 
-
-class PPOHyperParams(struct.PyTreeNode):
-    """The sweepable hyperparameters, as float32 scalars in the train state (see :class:`PPOConfig`)."""
-
-    learning_rate: jax.Array
-    gamma: jax.Array
-    gae_lambda: jax.Array
-    clip_eps: jax.Array
-    ent_coef: jax.Array
-    vf_coef: jax.Array
-    max_grad_norm: jax.Array
+PPOHyperParams = hyperparams_class(PPOConfig)
 
 
 class PPOState(struct.PyTreeNode):

@@ -30,8 +30,8 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                make_env_stack, make_optimizer, pmean, space_dims)
-from rljax.config import field, make_hyperparams
-from rljax.networks import QNetwork
+from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
+from rljax.networks import ACTIVATIONS, QNetwork
 from rljax.rollout import RolloutCarry, rollout
 
 __all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "q_lambda_targets", "pqn_loss", "make_pqn"]
@@ -71,34 +71,15 @@ class PQNConfig(OnPolicyConfig):
                                      "are logged unscaled)", sweepable=True)
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
-
-        Every field's type first (:func:`~rljax.config.check_types`), then its range.
-        """
-        from rljax.config import check_choice, check_floats, check_sizes
-        from rljax.networks import ACTIVATIONS
-
+        """The on-policy checks (:meth:`OnPolicyConfig.validate`, types first), then PQN's ranges."""
         super().validate()
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_floats(self, ("learning_rate", "max_grad_norm", "reward_scale"), 0, low_open=True)
         check_floats(self, ("gamma", "q_lambda", "epsilon_start", "epsilon_end", "exploration_fraction"), 0, 1)
 
-    def hyperparams(self) -> "PQNHyperParams":
-        return make_hyperparams(self, PQNHyperParams)
 
-
-class PQNHyperParams(struct.PyTreeNode):
-    """The sweepable hyperparameters, as float32 scalars in the train state (see :class:`PQNConfig`)."""
-
-    learning_rate: jax.Array
-    gamma: jax.Array
-    q_lambda: jax.Array
-    epsilon_start: jax.Array
-    epsilon_end: jax.Array
-    exploration_fraction: jax.Array
-    max_grad_norm: jax.Array
-    reward_scale: jax.Array
+PQNHyperParams = hyperparams_class(PQNConfig)
 
 
 class PQNState(struct.PyTreeNode):
@@ -253,7 +234,8 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
     venv = make_env_stack(env, env_params, num_local, axis_name=axis_name)
     local_batch = num_local * config.num_steps
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PQNHyperParams, env_params: Any) -> PQNState:
+    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PQNHyperParams,
+             env_params: Any) -> PQNState:
         k_params, k_run = jax.random.split(key)
         k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
         obs, env_state = venv.reset(k_env, env_params)

@@ -27,15 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import struct
 
 from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
-from rljax.config import field, make_hyperparams, require
+from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class, require
 from rljax.distributions import TanhGaussian
-from rljax.networks import MLP
+from rljax.networks import ACTIVATIONS, MLP
 from rljax.parallel import serial_map
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
@@ -78,13 +77,7 @@ class SACConfig(OffPolicyConfig):
                                         sweepable=True)
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
-
-        The shared off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then SAC's.
-        """
-        from rljax.config import check_choice, check_floats, check_sizes
-        from rljax.networks import ACTIVATIONS
-
+        """The off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then SAC's ranges."""
         super().validate()
         require(self.n_step <= self.num_steps or self.n_step == 1,
                  f"n_step={self.n_step} must be <= num_steps={self.num_steps}")
@@ -95,23 +88,8 @@ class SACConfig(OffPolicyConfig):
         check_floats(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "initial_alpha"),
                      0, low_open=True)
 
-    def hyperparams(self) -> "SACHyperParams":
-        return make_hyperparams(self, SACHyperParams)
 
-
-class SACHyperParams(struct.PyTreeNode):
-    """Sweepable hyperparameters, float32 scalars in the train state (see :class:`SACConfig`)."""
-
-    actor_learning_rate: jax.Array
-    critic_learning_rate: jax.Array
-    alpha_learning_rate: jax.Array
-    gamma: jax.Array
-    tau: jax.Array
-    initial_alpha: jax.Array
-    target_entropy_scale: jax.Array
-    max_grad_norm: jax.Array
-    priority_alpha: jax.Array
-    priority_beta_start: jax.Array
+SACHyperParams = hyperparams_class(SACConfig)
 
 
 # ----------------------------------------------------------------------------------------------

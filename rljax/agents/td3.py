@@ -34,15 +34,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.agents.sac import SACCritic
-from rljax.config import field, make_hyperparams
-from rljax.networks import MLP
+from rljax.config import check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
+from rljax.networks import ACTIVATIONS, MLP
 from rljax.parallel import serial_map
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
@@ -81,13 +80,7 @@ class TD3Config(OffPolicyConfig):
                                      sweepable=True)
 
     def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid.
-
-        The shared off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then TD3's.
-        """
-        from rljax.config import check_choice, check_floats, check_ints, check_sizes
-        from rljax.networks import ACTIVATIONS
-
+        """The off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then TD3's ranges."""
         super().validate()
         check_ints(self, ("policy_delay",))
         check_sizes(self, "hidden_sizes", allow_empty=False)
@@ -95,23 +88,8 @@ class TD3Config(OffPolicyConfig):
         check_floats(self, ("actor_learning_rate", "critic_learning_rate"), 0, low_open=True)
         check_floats(self, ("policy_noise", "noise_clip", "exploration_noise"), 0)
 
-    def hyperparams(self) -> "TD3HyperParams":
-        return make_hyperparams(self, TD3HyperParams)
 
-
-class TD3HyperParams(struct.PyTreeNode):
-    """Sweepable hyperparameters, float32 scalars in the train state (see :class:`TD3Config`)."""
-
-    gamma: jax.Array
-    tau: jax.Array
-    max_grad_norm: jax.Array
-    priority_alpha: jax.Array
-    priority_beta_start: jax.Array
-    actor_learning_rate: jax.Array
-    critic_learning_rate: jax.Array
-    policy_noise: jax.Array
-    noise_clip: jax.Array
-    exploration_noise: jax.Array
+TD3HyperParams = hyperparams_class(TD3Config)
 
 # ----------------------------------------------------------------------------------------------
 # Networks
@@ -316,8 +294,8 @@ TD3State = OffPolicyState
 
 def td3_optimizers(hyperparams: TD3HyperParams) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
     """``(actor, critic)``: Adam after global-norm clipping at ``max_grad_norm`` (:func:`make_optimizer`)."""
-    return make_optimizer(hyperparams.actor_learning_rate, hyperparams.max_grad_norm), make_optimizer(hyperparams.critic_learning_rate,
-                                                                                   hyperparams.max_grad_norm)
+    return (make_optimizer(hyperparams.actor_learning_rate, hyperparams.max_grad_norm),
+            make_optimizer(hyperparams.critic_learning_rate, hyperparams.max_grad_norm))
 
 
 def init_learner(nets: TD3Networks, hyperparams: TD3HyperParams, key: jax.Array, obs: Any) -> TD3Learner:
@@ -329,8 +307,8 @@ def init_learner(nets: TD3Networks, hyperparams: TD3HyperParams, key: jax.Array,
                       critic_opt=critic_tx.init(critic_params), critic_steps=jnp.int32(0))
 
 
-def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array, hyperparams: TD3HyperParams,
-                   nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None
+def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array,
+                   hyperparams: TD3HyperParams, nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None
                    ) -> tuple[TD3Learner, jax.Array, dict[str, jax.Array]]:
     """One TD3 gradient step (Fujimoto et al. 2018, Algorithm 1): the critics; on every
     ``policy_delay``-th critic step also the actor (against the new critics), then the targets
@@ -357,7 +335,8 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
     actor_tx, critic_tx = td3_optimizers(hyperparams)
     critic_params, critic_opt, (td_abs, c_metrics), c_norm = gradient_step(
         td3_critic_loss, learner.critic_params, learner.critic_opt, critic_tx, learner.target_critic_params,
-        learner.target_actor_params, nets, items, weights, key, hyperparams.policy_noise, hyperparams.noise_clip, axis_name=axis_name)
+        learner.target_actor_params, nets, items, weights, key, hyperparams.policy_noise, hyperparams.noise_clip,
+        axis_name=axis_name)
     actor_params, actor_opt, a_metrics, a_norm = gradient_step(
         td3_actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
         (weights > 0).astype(jnp.float32), axis_name=axis_name)
