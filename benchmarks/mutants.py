@@ -231,8 +231,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "SAC's target takes the max of the twin critics instead of the min",
            ("tests/test_sac.py::test_soft_td_target_by_hand",)),
     Mutant("sac-alpha-loss-sign", "rljax/agents/sac.py",
-           "return _masked_mean(-jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)",
-           "return _masked_mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)",
+           "return masked_mean(-jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)",
+           "return masked_mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)",
            "SAC's temperature loss has the wrong sign (alpha falls when entropy is too low)",
            ("tests/test_sac.py::test_alpha_loss_by_hand_and_gradient_sign",)),
     # ---------------------------------------------------------------- replay

@@ -688,15 +688,8 @@ class NormalizeObservation(Wrapper[TInnerState]):
         return state.obs_stats.normalize(obs, eps=self.epsilon, clip=self.clip)
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeObservationState]:
-        """Resets the inner env, starts the statistics from the prior and adds the first obs.
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            params: env params.
-
-        Returns:
-            ``(normalised obs [*batch_shape, *obs_shape] float32, NormalizeObservationState)``.
-        """
+        """Resets the inner env, starts the statistics from the prior and adds the first obs; returns
+        ``(normalised obs [*batch_shape, *obs_shape] float32, NormalizeObservationState)``."""
         obs, env_state = self.env.reset(key, params)
         sample_shape = jnp.shape(obs)[len(self.batch_shape):]
         stats = self._update(RunningMeanStd.init(sample_shape), obs)
@@ -704,18 +697,9 @@ class NormalizeObservation(Wrapper[TInnerState]):
 
     def step(self, key: jax.Array, state: NormalizeObservationState, action: Any,
              params: Any = None) -> StepResult:
-        """Steps the inner env, updates the statistics with the new obs, and normalises.
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            state: the ``NormalizeObservationState``.
-            action: the inner env's action.
-            params: env params.
-
-        Returns:
-            The inner step's tuple with ``obs`` and ``info["final_observation"]`` normalised
-            (float32) and the state wrapped.
-        """
+        """Steps the inner env (arguments as its ``step``), updates the statistics with the new obs
+        and normalises: the inner step's tuple with ``obs`` and ``info["final_observation"]``
+        normalised (float32) and the state wrapped."""
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             key, state.env_state, action, params)
         # The returned obs (first obs of a new episode where done) is what the agent acts on next;
@@ -845,15 +829,8 @@ class NormalizeReward(Wrapper[TInnerState]):
         return state.replace(gamma=jnp.asarray(gamma, jnp.float32))
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, NormalizeRewardState]:
-        """Resets the inner env, zeroes every ``G`` and starts the statistics from the prior.
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            params: env params.
-
-        Returns:
-            ``(obs, NormalizeRewardState)``; obs is the inner env's, unchanged.
-        """
+        """Resets the inner env, zeroes every ``G`` and starts the statistics from the prior; returns
+        ``(obs, NormalizeRewardState)`` with the inner env's obs unchanged."""
         obs, env_state = self.env.reset(key, params)
         state = NormalizeRewardState(env_state=env_state, return_stats=RunningMeanStd.init(()),
                                      discounted_return=jnp.zeros(self.batch_shape, jnp.float32),
@@ -862,18 +839,9 @@ class NormalizeReward(Wrapper[TInnerState]):
 
     def step(self, key: jax.Array, state: NormalizeRewardState, action: Any,
              params: Any = None) -> StepResult:
-        """Steps the inner env and scales its reward (see the class docstring for the recursion).
-
-        Args:
-            key: a PRNG key, passed to the inner env.
-            state: the ``NormalizeRewardState``.
-            action: the inner env's action.
-            params: env params.
-
-        Returns:
-            The inner step's tuple with ``reward`` scaled (float32, ``[*batch_shape]``) and the state
-            wrapped.
-        """
+        """Steps the inner env (arguments as its ``step``) and scales its reward (the recursion is in
+        the class docstring): the inner step's tuple with ``reward`` scaled (float32,
+        ``[*batch_shape]``) and the state wrapped."""
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             key, state.env_state, action, params)
         reward = jnp.asarray(reward, jnp.float32)

@@ -38,8 +38,8 @@ from rljax.networks import ACTIVATIONS, MLP
 from rljax.parallel import serial_map
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
-           "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss", "sac_alpha_loss",
-           "sac_learn_step", "sac_optimizers", "SACOptimizers", "init_learner", "make_sac"]
+           "init_actor_and_twin_critics", "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss",
+           "sac_alpha_loss", "sac_learn_step", "sac_optimizers", "SACOptimizers", "init_learner", "make_sac"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +151,16 @@ class SACNetworks(NamedTuple):
     mode: Callable[[Any, Any], jax.Array]
 
 
+def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Array, obs: Any, action: jax.Array
+                                ) -> tuple[Any, Any]:
+    """``(actor_params, critic_params)``: the actor from one half of ``key``, the twin critics (a
+    leading ``[2]`` axis) from the other, initialised one after the other
+    (:func:`rljax.parallel.serial_map`: a vmapped initialiser can deadlock XLA's CPU pool)."""
+    k_actor, k_critic = jax.random.split(key)
+    actor_params = actor.init(k_actor, obs)
+    return actor_params, serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
+
+
 def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
                       hidden_sizes: Sequence[int], activation: str = "relu", log_std_min: float = -5.0,
                       log_std_max: float = 2.0) -> SACNetworks:
@@ -162,10 +172,7 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     critic = SACCritic(tuple(hidden_sizes), activation)
 
     def init(key, obs, action):
-        k_actor, k_critic = jax.random.split(key)
-        actor_params = actor.init(k_actor, obs)
-        critic_params = serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
-        return actor_params, critic_params
+        return init_actor_and_twin_critics(actor, critic, key, obs, action)
 
     def critic_fn(params, obs, action):
         # The critic sees the action rescaled to [-1, 1], whatever the env's units.

@@ -39,10 +39,9 @@ from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
-from rljax.agents.sac import SACCritic
+from rljax.agents.sac import SACCritic, init_actor_and_twin_critics
 from rljax.config import check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, MLP
-from rljax.parallel import serial_map
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
            "td3_target", "td3_critic_loss", "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers",
@@ -139,10 +138,7 @@ def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     critic = SACCritic(tuple(hidden_sizes), activation)
 
     def init(key, obs, action):
-        k_actor, k_critic = jax.random.split(key)
-        actor_params = actor.init(k_actor, obs)
-        critic_params = serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
-        return actor_params, critic_params
+        return init_actor_and_twin_critics(actor, critic, key, obs, action)
 
     def actor_fn(params, obs):
         return center + half * actor.apply(params, obs)
