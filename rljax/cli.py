@@ -28,7 +28,7 @@ __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_t
 
 def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
                    argv: Sequence[str] | None = None, description: str | None = None,
-                   name: str | None = None) -> int:
+                   name: str | None = None, prog: str | None = None) -> int:
     """Parses flags, trains, and prints a summary. Returns a process exit status.
 
     Args:
@@ -37,14 +37,16 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         argv: flags (default ``sys.argv[1:]``).
         description: ``--help`` text.
         name: experiment name, used for the default run directory.
+        prog: the command as usage and error lines show it (default ``python -m experiments.<name>``).
     """
     name = name or config_cls.__name__.lower()
+    prog = prog or f"python -m experiments.{name}"
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sweep"]:
         from rljax.sweep import sweep_main
 
-        return sweep_main(config_cls, defaults, argv[1:], name)
-    parser = build_parser(config_cls, defaults, description, prog=f"python -m experiments.{name}")
+        return sweep_main(config_cls, defaults, argv[1:], name, prog=f"{prog} sweep")
+    parser = build_parser(config_cls, defaults, description, prog=prog)
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}
@@ -114,13 +116,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: sweep needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
                   file=sys.stderr)
             return 2
-        return run_experiment(algos[rest[0]], None, ["sweep", *rest[1:]], name=rest[0])
+        from rljax.sweep import sweep_main
+
+        return sweep_main(algos[rest[0]], None, rest[1:], rest[0], prog=f"rljax sweep {rest[0]}")
     if cmd == "train":
         if not rest or rest[0] not in algos:
             print(f"error: train needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
                   file=sys.stderr)
             return 2
-        return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0])
+        return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0], prog=f"rljax train {rest[0]}")
     if cmd == "supervise":
         from rljax.supervise import supervise_main
 

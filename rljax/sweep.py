@@ -402,12 +402,13 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     return result, members, agg
 
 
-def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str) -> int:
+def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
+               prog: str | None = None) -> int:
     """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
     from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
     from rljax.process import call_training, enable_compilation_cache, request_cpu_devices
 
-    parser = build_parser(config_cls, defaults, description=__doc__, prog=f"python -m experiments.{name} sweep")
+    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog or f"python -m experiments.{name} sweep")
     group = parser.add_argument_group("sweep")
     group.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="values of a sweepable field (or env.<param>); repeat for a grid")

@@ -152,3 +152,16 @@ def test_train_on_the_documented_user_env():
     result = rljax.train(cfg, env=env, quiet=True)
     first, last = result.rows[0]["episode_return_mean"], result.final_return
     assert last > first, (first, last)
+
+
+@pytest.mark.parametrize("argv, prog", [(["train", "td3", "--bogus"], "rljax train td3"),
+                                        (["sweep", "pqn", "--bogus"], "rljax sweep pqn")])
+def test_rljax_subcommands_name_themselves_in_errors(argv, prog, capsys):
+    """`rljax train ALGO` and `rljax sweep ALGO` errors name the command that was typed (there is no
+    `python -m experiments.td3` module to point the user to)."""
+    from rljax.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert f"{prog}: error: unrecognized arguments: --bogus" in capsys.readouterr().err
