@@ -64,16 +64,20 @@ def evaluate(agent, state, env, env_params, key, num_episodes: int = 10) -> floa
     return float(run(state, key))
 
 
-def worker(seed: int, overrides: dict, t_start: float) -> dict:
-    """One seed, inside this process: train (in memory: no run directory, so no checkpoints), then
-    evaluate."""
+def worker(seed: int, overrides: dict, t_start: float, algo: str = "sac") -> dict:
+    """One seed of ``algo`` (``sac`` or ``td3``) at its experiment's defaults
+    (``experiments/<algo>_pendulum.py``), inside this process: train (in memory: no run directory, so
+    no checkpoints), then evaluate."""
+    import importlib
+
     import jax
 
     import envs
     import rljax
-    from rljax.agents.sac import SACConfig
+    from rljax.agents import algorithms
 
-    cfg = SACConfig(seed=seed, **overrides)
+    defaults = importlib.import_module(f"experiments.{algo}_pendulum").DEFAULTS
+    cfg = algorithms()[algo].config_cls(seed=seed, **{**defaults, **overrides})
     env, env_params = envs.make(cfg.env)
     r = rljax.train(cfg, env=env, env_params=env_params, quiet=True)
     process_s = time.perf_counter() - t_start
@@ -84,7 +88,8 @@ def worker(seed: int, overrides: dict, t_start: float) -> dict:
                 final_return=r.final_return, eval_return=eval_return)
 
 
-def _parse_set(items: list[str]) -> dict:
+def parse_set(items: list[str]) -> dict:
+    """``["k=v", ...]`` config overrides, each value an int tuple, int, float, bool or string."""
     out = {}
     for kv in items:
         k, v = kv.split("=", 1)
@@ -102,12 +107,14 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
-def run_seeds(num_seeds: int, sets: list[str]) -> dict:
+def run_seeds(num_seeds: int, sets: list[str], algo: str = "sac") -> dict:
+    """``num_seeds`` seeds of ``algo``, each in a fresh process (:func:`worker`); prints a line per seed
+    and the medians, and returns them."""
     rows = []
     for seed in range(num_seeds):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "benchmarks.sac_pendulum", "--worker", str(seed),
-                               "--set", *sets], capture_output=True, text=True, cwd=ROOT,
+                               "--algo", algo, "--set", *sets], capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
         if proc.returncode or not lines:
@@ -124,7 +131,7 @@ def run_seeds(num_seeds: int, sets: list[str]) -> dict:
                eval_returns=[round(r["eval_return"], 1) for r in rows],
                env_steps=rows[0]["env_steps"])
     out["solved"] = sum(r >= -200 for r in out["eval_returns"])
-    print(f"rljax SAC ({out['env_steps']} env steps): compile {out['compile_s']:.2f}s, "
+    print(f"rljax {algo.upper()} ({out['env_steps']} env steps): compile {out['compile_s']:.2f}s, "
           f"{out['sps']:,.0f} steps/s, process {out['process_s']:.1f}s (medians); final returns "
           f"{out['final_returns']}; eval returns {out['eval_returns']}; eval >= -200: {out['solved']}/{len(rows)}",
           flush=True)
@@ -166,9 +173,10 @@ def main(argv=None) -> None:
     ap.add_argument("--rejax", action="store_true", help="also run rejax's SAC (needs a peers venv: $RLJAX_PEERS_DIR)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--algo", default="sac", choices=("sac", "td3"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        print(json.dumps(worker(a.worker, _parse_set(a.set), T_START)), flush=True)
+        print(json.dumps(worker(a.worker, parse_set(a.set), T_START, a.algo)), flush=True)
         return
     import jax
 
