@@ -77,8 +77,10 @@ def newest_checkpoint_meta(run_dir: str | os.PathLike) -> tuple[int, dict[str, A
     return None
 
 
-def _config_diffs(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
-    return [f"{k}: checkpoint {a.get(k)!r}, config.json {b.get(k)!r}" for k in sorted(set(a) | set(b))
+def _config_diffs(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...],
+                  names: tuple[str, str] = ("checkpoint", "config.json")) -> list[str]:
+    """``"field: <names[0]> a, <names[1]> b"`` for every field whose value differs, except ``ignore``."""
+    return [f"{k}: {names[0]} {a.get(k)!r}, {names[1]} {b.get(k)!r}" for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k) and k not in ignore]
 
 
@@ -146,9 +148,7 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
     except :data:`RESUMABLE_FIELDS`."""
     from rljax.tracking import config_to_dict
 
-    new = config_to_dict(config)
-    diffs = [f"{k}: saved {saved.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(saved) | set(new))
-             if saved.get(k) != new.get(k) and k not in RESUMABLE_FIELDS]
+    diffs = _config_diffs(saved, config_to_dict(config), RESUMABLE_FIELDS, ("saved", "now"))
     if diffs:
         raise ConfigMismatchError(
             "cannot resume with a different config; differing fields: " + "; ".join(diffs)
