@@ -442,7 +442,7 @@ class OffPolicyHooks(NamedTuple):
             one gradient step on ``items``, a :class:`ReplayItem` batch ``[b]`` (normalised
             observations; ``reward`` the n-step return, ``discount`` ``gamma^m`` or 0 after a
             termination); ``weights`` float32 ``[b]`` importance weights, 0 for invalid items
-            (average as ``sum(w * l) / max(#(w > 0), 1)``); ``td_abs`` float32 ``[b]``, the new
+            (average with :func:`masked_mean`); ``td_abs`` float32 ``[b]``, the new
             priorities; ``metrics`` float32 scalars averaged over devices.
         act: ``act(learner, obs[N]) -> action[N]``: the deterministic policy (evaluation), on
             normalised observations.
