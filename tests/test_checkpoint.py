@@ -21,6 +21,7 @@ import rljax
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
+from rljax.agents.td3 import TD3Config
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
 from rljax.rundir import ConfigMismatchError
 from rljax.tracking import read_metrics
@@ -56,8 +57,13 @@ SAC_SMALL = SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, 
                       buffer_size=128, learning_starts=32, hidden_sizes=(16,), gradient_steps=2)
 
 
-@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP, SAC_SMALL],
-                         ids=["ppo", "dqn", "dqn-1step", "sac"])
+# gradient_steps=3 with TD3's policy_delay=2: the delay phase crosses update and chunk boundaries.
+TD3_SMALL = TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
+                      learning_starts=32, hidden_sizes=(16,), gradient_steps=3)
+
+
+@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP, SAC_SMALL, TD3_SMALL],
+                         ids=["ppo", "dqn", "dqn-1step", "sac", "td3"])
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
     full = rljax.train(config, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
     part = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,

@@ -17,8 +17,6 @@ from rljax.agents.offpolicy import ReplayItem
 from rljax.env import Box
 from rljax.agents.td3 import (TD3Config, TD3Networks, exploration_action, init_learner, make_td3, make_td3_networks,
                               smoothed_target_action, td3_actor_loss, td3_critic_loss, td3_learn_step, td3_target)
-from rljax.tracking import read_metrics
-from tests.test_checkpoint import assert_same_bits, strip
 
 GAMMA = 0.99
 
@@ -195,19 +193,3 @@ def test_pendulum_learns_end_to_end():
               "critic_grad_norm", "actor_grad_norm"):
         assert k in last and math.isfinite(last[k]), (k, last.get(k))
     assert last["param_desync"] == 0.0 and last["buffer_size"] <= 6000
-
-
-TD3_SMALL = TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
-                      learning_starts=32, hidden_sizes=(16,), gradient_steps=3)
-
-
-def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
-    # gradient_steps=3 with policy_delay=2: the delay phase crosses update and chunk boundaries.
-    full = rljax.train(TD3_SMALL, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
-    part = rljax.train(TD3_SMALL, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,
-                       on_chunk=lambda c, state, row: c == 2)
-    assert part.preempted == "on_chunk" and len(part.rows) == 3
-    rest = rljax.train(TD3_SMALL, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2, resume=True)
-    assert rest.timings["start_chunk"] == 3
-    assert_same_bits(full.state, rest.state)
-    assert strip(read_metrics(tmp_path / "full")) == strip(read_metrics(tmp_path / "cut"))
