@@ -101,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
              f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
              "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]\n"
+             "       rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]\n"
              "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
@@ -125,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0], prog=f"rljax train {rest[0]}")
+    if cmd == "export":
+        from rljax.export import export_main
+
+        return export_main(rest)
     if cmd == "supervise":
         from rljax.supervise import supervise_main
 
