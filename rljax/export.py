@@ -141,15 +141,25 @@ def _onnx_available() -> str | None:
 
 
 @contextlib.contextmanager
-def _quiet_logger(name: str) -> Any:
-    """Raises logger ``name`` to ERROR for the block (jax2onnx logs each optional plugin it skips)."""
-    logger = logging.getLogger(name)
-    level = logger.level
+def _converter_contained() -> Any:
+    """Runs the block with jax2onnx's plugin-skip warnings silenced and puts back every
+    ``jax.numpy`` attribute it changed: jax2onnx 0.17.1 logs a traceback for each optional plugin
+    whose package is missing, and its cumsum plugin replaces ``jax.numpy.cumsum`` for good when a
+    conversion first imports it."""
+    import jax.numpy as jnp
+
+    logger = logging.getLogger("jax2onnx.plugins.plugin_system")
+    level, saved = logger.level, dict(vars(jnp))
     logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
         logger.setLevel(level)
+        for name in [n for n in vars(jnp) if n not in saved]:
+            delattr(jnp, name)
+        for name, value in saved.items():
+            if vars(jnp).get(name) is not value:
+                setattr(jnp, name, value)
 
 
 def _onnx(policy: Any) -> bytes:
@@ -162,7 +172,7 @@ def _onnx(policy: Any) -> bytes:
     shape = ("B", *(int(d) for d in space.shape))
     spec: Any = shape if dtype == np.float32 else jax.ShapeDtypeStruct(
         jax.export.symbolic_shape(", ".join(map(str, shape))), dtype)
-    with _quiet_logger("jax2onnx.plugins.plugin_system"):
+    with _converter_contained():
         model = jax2onnx.to_onnx(_policy_fn(policy), [spec], model_name="rljax_policy",
                                  input_names=["obs"], output_names=["action"])
     return model.SerializeToString()
