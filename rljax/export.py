@@ -347,8 +347,9 @@ def _with_onnx(policy: Any, onnx: Any, obs: np.ndarray, expected: np.ndarray) ->
         return model, _difference(ONNX_FILE, _run_onnx(model, obs), expected, policy.discrete), None
     except Exception as err:  # noqa: BLE001 - "auto" reports any converter failure and ships StableHLO alone
         if onnx is True:
-            raise ExportError(f"ONNX export failed: {type(err).__name__}: {err}") from err
-        return None, None, f"{type(err).__name__}: {err}"
+            raise ExportError(f"ONNX export failed: {type(err).__name__}: "
+                              f"{(str(err).strip().splitlines() or [''])[0]}") from err
+        return None, None, f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
 
 
 def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto", force: bool = False,

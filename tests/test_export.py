@@ -58,6 +58,11 @@ RUNS = {
 }
 
 
+# jax2onnx 0.17.1 patches jnp.shape to return a traced array while it converts, so
+# jnp.broadcast_to(x, jnp.shape(y)) fails; rljax.distributions.TanhGaussian (SAC's squashed mode) does that.
+KNOWN_ONNX_GAPS = {"sac": "Shapes must be 1D sequences of concrete values of integer type"}
+
+
 def doc_code(heading: str) -> str:
     """The first python block under ``heading`` in docs/export.md."""
     text = DOC.read_text()
@@ -100,12 +105,14 @@ print(json.dumps({{"modules": sorted(sys.modules), "from_checkout": from_checkou
 """
 
 
-def run_loader(artefacts, fmt: str, heading: str, load: str) -> dict:
-    """Runs the docs' loader for ``fmt`` on every artefact in a fresh ``python -I`` (no PYTHONPATH,
-    no current directory on the path, cwd outside the checkout); returns what it imported."""
+def run_loader(artefacts, fmt: str, heading: str, load: str, file: str) -> dict:
+    """Runs the docs' loader for ``fmt`` on every artefact that has ``file`` in a fresh ``python -I``
+    (no PYTHONPATH, no current directory on the path, cwd outside the checkout); returns what it
+    imported."""
     root = next(iter(artefacts.values()))[0].parent
+    names = [name for name, (out_dir, *_) in artefacts.items() if (out_dir / file).exists()]
     script = LOADER_HARNESS.format(code=doc_code(heading), load=load, fmt=fmt)
-    done = subprocess.run([sys.executable, "-I", "-c", script, str(root), str(ROOT), *artefacts], cwd=root,
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(root), str(ROOT), *names], cwd=root,
                           env={"PATH": os.environ.get("PATH", ""), "JAX_PLATFORMS": "cpu"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -115,14 +122,16 @@ def run_loader(artefacts, fmt: str, heading: str, load: str) -> dict:
 @pytest.fixture(scope="module")
 def stablehlo_run(artefacts):
     return run_loader(artefacts, "stablehlo", "## Loading `policy.stablehlo`",
-                      "load_stablehlo_policy(os.path.join(root, name))[0]")
+                      "load_stablehlo_policy(os.path.join(root, name))[0]",
+                      STABLEHLO_FILE)
 
 
 @pytest.fixture(scope="module")
 def onnx_run(artefacts):
     if not HAS_ONNX:
         pytest.skip("jax2onnx/onnxruntime not installed (pip install 'rljax[export]')")
-    return run_loader(artefacts, "onnx", "## Loading `policy.onnx`", "load_onnx_policy(os.path.join(root, name))")
+    return run_loader(artefacts, "onnx", "## Loading `policy.onnx`", "load_onnx_policy(os.path.join(root, name))",
+                      ONNX_FILE)
 
 
 def assert_same_actions(artefacts, name: str, fmt: str) -> float:
@@ -153,6 +162,10 @@ def test_stablehlo_artefact_reproduces_policy_act_without_rljax(artefacts, stabl
 @pytest.mark.parametrize("name", list(RUNS))
 def test_onnx_artefact_reproduces_policy_act_without_rljax_or_jax(artefacts, onnx_run, name):
     assert not {"rljax", "jax"} & set(onnx_run["modules"]) and not onnx_run["from_checkout"]
+    skipped = artefacts[name][1].get("onnx_skipped")
+    if skipped and name in KNOWN_ONNX_GAPS and KNOWN_ONNX_GAPS[name] in skipped:
+        pytest.xfail(f"known converter gap: {skipped}")
+    assert not skipped, skipped
     assert_same_actions(artefacts, name, "onnx")
 
 
@@ -169,8 +182,10 @@ def test_policy_json_describes_the_artefact(artefacts, name):
     sig = meta["signature"]
     assert sig["inputs"] == [{"name": "obs", "shape": ["b", *obs.shape[1:]], "dtype": "float32"}]
     assert sig["outputs"] == [{"name": "action", "shape": ["b", *expected.shape[1:]], "dtype": expected.dtype.name}]
-    expected_files = {STABLEHLO_FILE, ONNX_FILE} if HAS_ONNX else {STABLEHLO_FILE}
-    assert set(meta["files"]) == expected_files and ("onnx_skipped" in meta) != HAS_ONNX
+    known_gap = name in KNOWN_ONNX_GAPS and KNOWN_ONNX_GAPS[name] in meta.get("onnx_skipped", "")
+    expected_files = {STABLEHLO_FILE, ONNX_FILE} if HAS_ONNX and not known_gap else {STABLEHLO_FILE}
+    assert set(meta["files"]) == expected_files and ("onnx_skipped" in meta) == (ONNX_FILE not in expected_files)
+    assert "\n" not in meta.get("onnx_skipped", "")
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(expected_files | {METADATA_FILE})
     for file, entry in meta["files"].items():
         data = (out_dir / file).read_bytes()
