@@ -42,8 +42,9 @@ import numpy as np
 
 from rljax.env import is_discrete
 from rljax.process import EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE
+from rljax.tracking import config_to_dict
 
-__all__ = ["export", "export_main", "sample_observations", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
+__all__ = ["export", "export_main", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
            "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
@@ -71,21 +72,14 @@ class ExportError(RuntimeError):
 # ----------------------------------------------------------------------------------------------
 
 
-def _bound(x: float) -> float | str:
-    """A space bound as JSON can hold it: finite floats as they are, infinities as ``"inf"``/``"-inf"``."""
-    return float(x) if np.isfinite(x) else ("inf" if x > 0 else "-inf")
-
-
 def space_json(space: Any) -> dict[str, Any]:
     """A space as JSON: ``{"kind": "discrete", "n", "shape", "dtype"}`` or ``{"kind": "box", "shape",
-    "dtype", "low", "high"}`` (bounds as nested lists the space's shape, infinities as ``"inf"``)."""
+    "dtype", "low", "high"}`` (bounds as nested lists of the space's shape, infinities as ``"inf"``)."""
     shape = [int(d) for d in getattr(space, "shape", ())]
     dtype = np.dtype(getattr(space, "dtype", np.int32)).name
     if is_discrete(space):
         return {"kind": "discrete", "n": int(space.n), "shape": shape, "dtype": dtype}
-    bounds = {k: np.vectorize(_bound, otypes=[object])(np.broadcast_to(np.asarray(getattr(space, k), np.float64),
-                                                                        shape)).tolist()
-              for k in ("low", "high")}
+    bounds = {k: _shortest(np.broadcast_to(np.asarray(getattr(space, k)), shape)) for k in ("low", "high")}
     return {"kind": "box", "shape": shape, "dtype": dtype, **bounds}
 
 
@@ -224,7 +218,21 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
     if array.dtype == object or array.size > 64:
         return f"<array {array.dtype}{list(array.shape)}>"
-    return array.tolist()
+    return _shortest(array)
+
+
+def _shortest(array: np.ndarray) -> Any:
+    """``array.tolist()``, float32 values written as their shortest round-trip decimal (0.05, not
+    0.05000000074505806), infinities and NaN as the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
+    if not np.issubdtype(array.dtype, np.floating):
+        return array.tolist()
+
+    def one(v: Any) -> float | str:
+        if not np.isfinite(v):
+            return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+        return float(str(array.dtype.type(v)))
+
+    return np.vectorize(one, otypes=[object])(array).tolist()
 
 
 def _version(name: str) -> str | None:
@@ -263,7 +271,8 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
                         f"[batch, *observation_space.shape] of observation_space.dtype -> actions [batch, ...]; "
                         f"see docs/export.md"),
         "algorithm": policy.algorithm, "env": getattr(policy.config, "env", None),
-        "env_params": _jsonable(policy.env_params), "config_hash": policy.config_hash, "step": int(policy.step),
+        "env_params": _jsonable(policy.env_params), "config_hash": policy.config_hash,
+        "config": config_to_dict(policy.config), "step": int(policy.step),
         "run_dir": None if policy.run_dir is None else os.path.abspath(policy.run_dir), "member": policy.member,
         "deterministic": True,
         "observation_space": space_json(policy.observation_space), "action_space": space_json(policy.action_space),
@@ -456,8 +465,10 @@ def _print_summary(meta: dict[str, Any], out_dir: str) -> None:
     print(f"exported {meta['algorithm']} on {meta['env']} (step {meta['step']:,}"
           f"{', member ' + str(meta['member']) if meta['member'] is not None else ''}) to {out_dir} "
           f"in {meta['export_seconds']:.1f}s")
-    print(f"  obs {sig['inputs'][0]['dtype']}{sig['inputs'][0]['shape']} -> action "
-          f"{sig['outputs'][0]['dtype']}{sig['outputs'][0]['shape']}")
+    def shape(entry: dict[str, Any]) -> str:
+        return f"{entry['dtype']}[{', '.join(map(str, entry['shape']))}]"
+
+    print(f"  obs {shape(sig['inputs'][0])} -> action {shape(sig['outputs'][0])} (b: any batch size)")
     for name, entry in meta["files"].items():
         print(f"  {name}: {entry['bytes']:,} bytes, max |action - policy.act| = "
               f"{meta['checks']['max_abs_diff'][name]:.3g} on {meta['checks']['observations']} observations")

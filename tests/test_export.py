@@ -178,6 +178,7 @@ def test_policy_json_describes_the_artefact(artefacts, name):
     assert meta["algorithm"] == name.split("-")[0] and meta["env"] == config.env
     assert meta["step"] > 0 and meta["run_dir"].endswith(name) and meta["member"] is None
     assert meta["config_hash"] == rljax.load(meta["run_dir"]).config_hash
+    assert meta["config"]["env"] == config.env and meta["config"]["total_timesteps"] == config.total_timesteps
     assert meta["versions"]["jax"] == jax.__version__ and meta["versions"]["rljax"]
     sig = meta["signature"]
     assert sig["inputs"] == [{"name": "obs", "shape": ["b", *obs.shape[1:]], "dtype": "float32"}]
@@ -246,7 +247,7 @@ def test_the_command_line(artefacts, tmp_path, capsys):
     assert cli_main(["export", run_dir, out, "--onnx", "no"]) == 0
     printed = capsys.readouterr().out
     assert f"exported ppo on Pendulum-v1 (step {meta['step']:,}) to {out}" in printed
-    assert "obs float32['b', 3] -> action float32['b', 1]" in printed and "policy.stablehlo:" in printed
+    assert "obs float32[b, 3] -> action float32[b, 1]" in printed and "policy.stablehlo:" in printed
     assert json.loads((tmp_path / "out" / METADATA_FILE).read_text())["step"] == meta["step"]
 
     assert cli_main(["export", run_dir, out]) == 2
