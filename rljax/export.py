@@ -187,7 +187,9 @@ def _difference(name: str, got: Any, expected: np.ndarray, discrete: bool) -> fl
     if got.shape != expected.shape or got.dtype != expected.dtype:
         raise ExportError(f"{name} returned {got.dtype}{list(got.shape)} for {expected.dtype}"
                           f"{list(expected.shape)} from policy.act")
-    diff = float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64)), initial=0.0))
+    got64, expected64 = got.astype(np.float64), expected.astype(np.float64)
+    gaps = np.where(np.isnan(got64) & np.isnan(expected64), 0.0, np.abs(got64 - expected64))
+    diff = float(np.max(np.nan_to_num(gaps, nan=np.inf), initial=0.0))  # NaN where policy.act has none: unequal
     if diff > (0.0 if discrete else CONTINUOUS_TOLERANCE):
         raise ExportError(f"{name} differs from policy.act by up to {diff:.3g} on {len(expected)} observations "
                           f"(allowed: {0.0 if discrete else CONTINUOUS_TOLERANCE})")

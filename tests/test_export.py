@@ -260,6 +260,13 @@ def test_the_command_line(artefacts, tmp_path, capsys):
     assert "no-such-run" in err and not (tmp_path / "x").exists()
     assert cli_main(["export", run_dir, str(tmp_path / "y"), "--step", "7"]) == 2
     assert "7" in capsys.readouterr().err and not (tmp_path / "y").exists()
+    import rljax.export as export_module
+
+    with pytest.MonkeyPatch.context() as patch:  # any difference at all now fails the check
+        patch.setattr(export_module, "CONTINUOUS_TOLERANCE", -1.0)
+        assert cli_main(["export", run_dir, str(tmp_path / "z"), "--onnx", "no"]) == 70
+    assert "policy.stablehlo differs from policy.act by up to 0" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()
     with pytest.raises(SystemExit) as exc:
         cli_main(["export", run_dir])
     assert exc.value.code == 2
