@@ -201,8 +201,9 @@ def _write_video(args: argparse.Namespace, policy: Any, env_params: Any, draw: A
 
     from rljax.video import DEFAULT_FPS, episode_frames, write_gif
 
-    key = jax.random.fold_in(jax.random.key(args.seed), 1)
-    episode = episode_frames(policy, key, env_params=env_params, deterministic=not args.stochastic, draw=draw)
+    # evaluate()'s key and batch: a greedy video is the report's first episode
+    episode = episode_frames(policy, jax.random.key(args.seed), env_params=env_params,
+                             deterministic=not args.stochastic, batch=args.episodes, index=0, draw=draw)
     write_gif(episode.frames, args.video, getattr(policy.env, "render_fps", DEFAULT_FPS))
     ended = "" if episode.finished else ", did not end"
     return f"; video {args.video} (return {episode.episode_return:.2f}, {episode.length} steps{ended})"

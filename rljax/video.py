@@ -28,10 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["NotDrawableError", "EpisodeFrames", "frame_drawer", "rollout_states", "episode_frames", "write_gif",
-           "DEFAULT_FPS"]
+           "DEFAULT_FPS", "MAX_VIDEO_STEPS"]
 
 DEFAULT_FPS = 30
 """Frames per second of an env that does not say (an env may set a ``render_fps`` attribute)."""
+MAX_VIDEO_STEPS = 10_000
+"""The most steps a video plays (an env without a time limit could otherwise run on for long)."""
 
 # Names gymnax's Visualizer draws with matplotlib alone (vis_minatar, vis_catch, vis_circle, vis_maze).
 _GYMNAX_MATPLOTLIB = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar",
@@ -131,9 +133,13 @@ def _gymnax_matplotlib_frames(env: Any, env_params: Any, states: Sequence[Any]) 
         plt.close(vis.fig)
 
 
-def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], key: Any, max_steps: int
-                   ) -> tuple[Any, Any, Any]:
+def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], key: Any, max_steps: int,
+                   batch: int = 1, index: int = 0) -> tuple[Any, Any, Any]:
     """Plays ``max_steps`` steps of one env from a reset and keeps what a video needs. Pure, jittable.
+
+    The keys are those :func:`rljax.evaluate.run_episodes` gives env ``index`` of ``batch`` envs
+    from the same ``key``, so with a deterministic policy this is that evaluation's episode
+    ``index`` (a sampling policy draws its actions for a batch at once, so its episode differs).
 
     Args:
         env: an unbatched env (rljax or gymnax contract).
@@ -141,20 +147,23 @@ def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], ke
         act: ``act(obs [*obs_shape], key) -> action`` for one observation.
         key: a PRNG key (reset, actions and steps draw from it).
         max_steps: scan length (a Python int); the first episode must end within it to be whole.
+        batch: the evaluation's number of episodes whose keys are reproduced.
+        index: which of them this is, ``0 <= index < batch``.
 
     Returns:
         ``(states, rewards, dones)``: the env state *before* each step, every leaf with a leading
         ``[max_steps]`` axis; float32 ``[max_steps]``; bool ``[max_steps]`` (``terminated |
         truncated`` of each step). Steps after the first done belong to later episodes.
     """
-    key, reset_key = jax.random.split(key)
-    obs, state = env.reset(reset_key, env_params)
+    reset_key, key = jax.random.split(key)
+    obs, state = env.reset(jax.random.split(reset_key, batch)[index], env_params)
 
     def step(carry, _):
         obs, state, key = carry
         key, act_key, step_key = jax.random.split(key, 3)
         action = act(obs, act_key)
-        next_obs, next_state, reward, terminated, truncated, _ = env.step(step_key, state, action, env_params)
+        next_obs, next_state, reward, terminated, truncated, _ = env.step(
+            jax.random.split(step_key, batch)[index], state, action, env_params)
         done = jnp.logical_or(terminated, truncated)
         return (next_obs, next_state, key), (state, jnp.asarray(reward, jnp.float32), done)
 
@@ -162,24 +171,33 @@ def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], ke
     return states, rewards, dones
 
 
-@functools.partial(jax.jit, static_argnames=("deterministic", "max_steps"))
-def _policy_rollout(policy: Any, env_params: Any, key: Any, deterministic: bool, max_steps: int):
-    return rollout_states(policy.env, env_params, lambda obs, k: policy.act(obs, k, deterministic=deterministic),
-                          key, max_steps)
+@functools.lru_cache(maxsize=16)
+def _compiled_rollout(policy_fn: Callable[..., Any], env: Any, max_steps: int, deterministic: bool, batch: int,
+                      index: int) -> Callable[[Any, Any, Any], tuple[Any, Any, Any]]:
+    """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's ``policy``."""
+    def rollout(policy_params: Any, env_params: Any, key: Any) -> tuple[Any, Any, Any]:
+        def act(obs: Any, k: Any) -> Any:
+            return policy_fn(policy_params, obs[None].astype(jnp.float32), k, deterministic)[0]
+        return rollout_states(env, env_params, act, key, max_steps, batch, index)
+    return jax.jit(rollout)
 
 
 def episode_frames(policy: Any, key: Any, *, env_params: Any = None, deterministic: bool = True,
-                   max_steps: int | None = None, draw: Callable[[Sequence[Any]], list[np.ndarray]] | None = None
-                   ) -> EpisodeFrames:
-    """Plays one episode of ``policy`` (jitted ``lax.scan``) and draws it on the host.
+                   max_steps: int | None = None, batch: int = 1, index: int = 0,
+                   draw: Callable[[Sequence[Any]], list[np.ndarray]] | None = None) -> EpisodeFrames:
+    """Plays one episode of ``policy`` (a jitted ``lax.scan``) and draws it on the host.
 
     Args:
-        policy: an :class:`rljax.policy.Policy` (a pytree: it is passed to ``jit``, not closed over).
-        key: a PRNG key.
+        policy: an :class:`rljax.policy.Policy`.
+        key: a PRNG key; with ``batch``/``index`` (:func:`rollout_states`), the key given to
+            :func:`rljax.evaluate.evaluate`'s episodes (``jax.random.key(seed)``) replays its
+            greedy episode ``index``.
         env_params: the params to play with; the policy's own when None.
         deterministic: act greedily (True) or sample the policy (False).
-        max_steps: the most steps played; ``env_params.max_steps_in_episode`` when None (1000 if
-            the params have no time limit).
+        max_steps: the most steps played; the env's time limit when None, at most
+            :data:`MAX_VIDEO_STEPS`.
+        batch: see :func:`rollout_states`.
+        index: see :func:`rollout_states`.
         draw: a :func:`frame_drawer` result; made from the env when None.
 
     Returns:
@@ -189,9 +207,11 @@ def episode_frames(policy: Any, key: Any, *, env_params: Any = None, determinist
     env_params = policy.env_params if env_params is None else env_params
     draw = draw or frame_drawer(policy.env, env_params)
     if max_steps is None:
-        max_steps = int(getattr(env_params, "max_steps_in_episode", 1000))
-    states, rewards, dones = jax.device_get(_policy_rollout(policy, env_params, key, bool(deterministic),
-                                                            int(max_steps)))
+        limit = getattr(env_params, "max_steps_in_episode", None)
+        max_steps = MAX_VIDEO_STEPS if limit is None else min(int(np.max(np.asarray(limit))), MAX_VIDEO_STEPS)
+    rollout = _compiled_rollout(policy.agent.policy, policy.env, int(max_steps), bool(deterministic), int(batch),
+                                int(index))
+    states, rewards, dones = jax.device_get(rollout(policy.params, env_params, key))
     dones = np.asarray(dones)
     finished = bool(dones.any())
     length = int(np.argmax(dones)) + 1 if finished else int(max_steps)
