@@ -91,3 +91,123 @@ def test_each_kind_of_evaluation_has_its_own_folder(tmp_path):
     assert eval_dir(tmp_path, 64, "lr=0.1", True) == tmp_path / "members" / "lr=0.1" / "eval" / "64"
     assert eval_dir(tmp_path, 64, None, False, {"length": 0.7, "gravity": 3.0}).name == "64-stochastic-gravity=3-length=0.7"
 
+
+
+# ------------------------------------------------------------------------------------------------
+# The command end to end, on tiny trained runs (trained once per module)
+# ------------------------------------------------------------------------------------------------
+
+TINY = dict(env="CartPole-v1", total_timesteps=2048, num_envs=4, num_steps=64, num_epochs=1, num_minibatches=2,
+            hidden_sizes=(16,))
+REPORT_KEYS = {"return", "length", "returns", "lengths", "truncated", "checkpoint_step", "config_hash",
+               "deterministic", "env_param_overrides", "seed", "num_episodes", "algorithm", "env", "member"}
+STAT_KEYS = {"mean", "std", "median", "q25", "q75", "iqr", "min", "max", "ci_low", "ci_high"}
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    from rljax.agents.ppo import PPOConfig
+
+    run = tmp_path_factory.mktemp("eval") / "run"
+    rljax.train(PPOConfig(**TINY), run_dir=run, quiet=True, handle_signals=False)
+    return run
+
+
+def _eval(capsys, *args):
+    from rljax import cli
+
+    status = cli.main(["eval", *map(str, args), "--no-compile-cache"])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_eval_writes_a_report_of_the_newest_checkpoint(ppo_run, capsys):
+    from rljax.rundir import checkpoint_steps
+
+    before = {p: p.stat().st_mtime_ns for p in ppo_run.rglob("*") if p.is_file()}
+    status, out, err = _eval(capsys, ppo_run, "--episodes", 8)
+    assert status == 0, err
+    step = checkpoint_steps(ppo_run)[-1]
+    folder = ppo_run / "eval" / str(step)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(report.REPORT_FILES)
+    saved = json.loads((folder / "report.json").read_text())
+    assert REPORT_KEYS <= saved.keys() and STAT_KEYS <= saved["return"].keys()
+    assert saved["checkpoint_step"] == step and saved["num_episodes"] == 8 and len(saved["returns"]) == 8
+    assert saved["deterministic"] is True and saved["seed"] == 0 and saved["member"] is None
+    config = json.loads((ppo_run / "config.json").read_text())
+    assert saved["config_hash"] == json.loads((ppo_run / "manifest.json").read_text())["config_hash"]
+    assert config["env"] == saved["env"] == "CartPole-v1" and saved["algorithm"] == "ppo"
+    assert all(1 <= n <= 500 for n in saved["lengths"])
+    assert out.startswith("eval CartPole-v1 ppo step") and str(folder / "report.md") in out
+    # nothing outside eval/ changed, and no lock or temporary file was left
+    after = {p: p.stat().st_mtime_ns for p in ppo_run.rglob("*") if p.is_file() and "eval" not in p.parts}
+    assert after == before
+    assert not [p for p in ppo_run.rglob("*") if "tmp" in p.name]
+
+
+def test_eval_variants_get_their_own_folders_and_a_video(ppo_run, capsys, tmp_path):
+    from PIL import Image
+
+    gif = tmp_path / "episode.gif"
+    status, out, err = _eval(capsys, ppo_run, "--episodes", 4, "--stochastic", "--env-param", "length=0.25",
+                             "--video", gif, "--seed", 3)
+    assert status == 0, err
+    folder = next((ppo_run / "eval").glob("*-stochastic-length=0.25"))
+    saved = json.loads((folder / "report.json").read_text())
+    assert saved["deterministic"] is False and saved["seed"] == 3
+    assert saved["env_param_overrides"] == {"length": 0.25} and saved["env_params"]["length"] == 0.25
+    with Image.open(gif) as frames:
+        assert frames.size == (600, 400) and 1 <= frames.n_frames <= 500
+    assert f"video {gif}" in out
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--env-param", "lenght=0.7"], "did you mean 'length'"),
+    (["--step", "7"], "7"),
+    (["--member", "0"], "member"),
+    (["--episodes", "0"], "--episodes must be >= 1"),
+    (["--video", "ep.mp4"], "give a path ending in .gif"),
+])
+def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, match):
+    from rljax.process import EXIT_USAGE
+
+    before = sorted(ppo_run.rglob("*"))
+    status, _, err = _eval(capsys, ppo_run, *args)
+    assert status == EXIT_USAGE and err.startswith("rljax eval: error:") and match in err, err
+    assert sorted(ppo_run.rglob("*")) == before
+
+
+def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsys):
+    status, _, err = _eval(capsys, tmp_path / "nope")
+    assert status == 2 and "does not exist" in err
+    status, _, err = _eval(capsys, tmp_path, "--episode", "3")
+    assert status == 2
+
+
+def test_eval_of_a_sweep_member_goes_under_its_folder(tmp_path, capsys):
+    from rljax.agents.ppo import PPOConfig
+    from rljax.sweep import SweepSpec, run_sweep
+
+    run = tmp_path / "sweep"
+    _, members, _ = run_sweep(PPOConfig(**TINY), SweepSpec(grid={"env.length": [0.4, 0.6]}), run_dir=run,
+                              quiet=True, plots=False, handle_signals=False)
+    status, _, err = _eval(capsys, run, "--episodes", 2)
+    assert status == 2 and "member" in err  # a sweep needs --member
+    name = members[1].name
+    status, out, err = _eval(capsys, run, "--member", name, "--episodes", 2)
+    assert status == 0, err
+    (path,) = (run / "members" / name / "eval").glob("*/report.json")
+    saved = json.loads(path.read_text())
+    assert saved["member"] == name and saved["env_params"]["length"] == pytest.approx(0.6)
+    assert not (run / "eval").exists()
+
+
+def test_a_greedy_video_is_the_reports_first_episode(ppo_run, capsys, tmp_path):
+    from rljax.evaluate import evaluate
+    from rljax.video import episode_frames
+
+    policy = rljax.load(ppo_run)
+    episodes = evaluate(policy, 5, seed=2)
+    drawn = episode_frames(policy, __import__("jax").random.key(2), batch=5, index=0)
+    assert drawn.length == episodes.lengths[0] and drawn.episode_return == pytest.approx(episodes.returns[0])
+    assert len(drawn.frames) == drawn.length and drawn.finished
