@@ -161,6 +161,15 @@ def _overrides_text(overrides: Mapping[str, Any] | None) -> str:
     return ", ".join(f"`{k}={v}`" for k, v in overrides.items())
 
 
+def _bins(values: np.ndarray) -> Any:
+    """Histogram bins: one per integer when the values are a few dozen integers apart (CartPole's
+    returns), else numpy's automatic choice, at most 30."""
+    low, high = float(values.min()), float(values.max())
+    if np.all(values == np.round(values)) and high - low <= 60:
+        return np.arange(low - 0.5, high + 1.5)
+    return min(30, len(np.histogram_bin_edges(values, "auto")) - 1)
+
+
 def _plot_histogram(report: Mapping[str, Any], path: pathlib.Path) -> None:
     """Writes a histogram of the report's returns as a PNG at ``path`` (matplotlib, Agg)."""
     import matplotlib
@@ -172,7 +181,7 @@ def _plot_histogram(report: Mapping[str, Any], path: pathlib.Path) -> None:
     stats = report["return"]
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    ax.hist(returns, bins=min(30, max(1, len(np.unique(returns)))), color="tab:blue", alpha=0.8)
+    ax.hist(returns, bins=_bins(returns), color="tab:blue", alpha=0.8)
     ax.axvline(stats["mean"], color="k", linewidth=1.5, label=f"mean {stats['mean']:.4g}")
     ax.axvspan(stats["ci_low"], stats["ci_high"], color="k", alpha=0.15, label="95 % CI of the mean")
     ax.set_xlabel("episode return")

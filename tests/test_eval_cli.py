@@ -145,6 +145,16 @@ def test_eval_writes_a_report_of_the_newest_checkpoint(ppo_run, capsys):
     assert not [p for p in ppo_run.rglob("*") if "tmp" in p.name]
 
 
+def test_a_run_that_holds_its_lock_can_be_evaluated(ppo_run, capsys):
+    """A run that is still training holds its run lock; evaluation reads its checkpoints beside it."""
+    from rljax.runlock import RunLock
+
+    with RunLock(ppo_run) as lock:
+        status, _, err = _eval(capsys, ppo_run, "--episodes", 2, "--seed", 5)
+        assert status == 0, err
+        assert lock.held
+
+
 def test_eval_variants_get_their_own_folders_and_a_video(ppo_run, capsys, tmp_path):
     from PIL import Image
 
