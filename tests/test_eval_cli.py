@@ -221,3 +221,16 @@ def test_a_greedy_video_is_the_reports_first_episode(ppo_run, capsys, tmp_path):
     drawn = episode_frames(policy, __import__("jax").random.key(2), batch=5, index=0)
     assert drawn.length == episodes.lengths[0] and drawn.episode_return == pytest.approx(episodes.returns[0])
     assert len(drawn.frames) == drawn.length and drawn.finished
+
+
+def test_a_full_disk_is_an_io_error(ppo_run, capsys, monkeypatch):
+    import errno
+
+    from rljax.process import EXIT_IO
+
+    def full(directory, record):
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+
+    monkeypatch.setattr(report, "write_report", full)
+    status, _, err = _eval(capsys, ppo_run, "--episodes", 2, "--seed", 9)
+    assert status == EXIT_IO and "I/O error" in err and "No space left" in err
