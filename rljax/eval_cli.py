@@ -261,9 +261,12 @@ def eval_main(argv: Sequence[str] | None = None, prog: str = "rljax eval") -> in
     except (FileNotFoundError, ValueError, NotDrawableError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as err:  # the checkpoint could not be read
+        print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
+        return EXIT_IO
     try:
         line = _evaluate_and_report(args, policy, env_params, overrides, draw)
-    except OSError as err:
+    except OSError as err:  # writing the video or the report (a full disk)
         print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
     print(line)
