@@ -209,6 +209,10 @@ def test_eval_of_a_sweep_member_goes_under_its_folder(tmp_path, capsys):
     (path,) = (run / "members" / name / "eval").glob("*/report.json")
     saved = json.loads(path.read_text())
     assert saved["member"] == name and saved["env_params"]["length"] == pytest.approx(0.6)
+    status, _, err = _eval(capsys, run, "--member", 0, "--episodes", 2)  # by index
+    assert status == 0, err
+    (path,) = (run / "members" / members[0].name / "eval").glob("*/report.json")
+    assert json.loads(path.read_text())["env_params"]["length"] == pytest.approx(0.4)
     assert not (run / "eval").exists()
 
 
