@@ -133,17 +133,18 @@ def format_markdown(report: Mapping[str, Any]) -> str:
     """``report.md``: a short human-readable page of a :func:`build_report` record."""
     who = report.get("env", "?") + (f", member {report['member']}" if report.get("member") is not None else "")
     mode = "deterministic (greedy)" if report.get("deterministic", True) else "stochastic"
-    lines = [f"# Evaluation: {report.get('algorithm', '?')} on {who}", "",
-             f"- run directory: `{report.get('run_dir')}`",
-             f"- checkpoint step: {report.get('checkpoint_step')}",
-             f"- config hash: `{report.get('config_hash')}`",
-             f"- policy: {mode}",
-             f"- episodes: {report['num_episodes']} (seed {report.get('seed')}); "
-             f"{100 * report['truncated_fraction']:.0f} % cut by the time limit",
-             f"- env param overrides: {_overrides_text(report.get('env_param_overrides'))}",
-             f"- created: {report.get('created')}", "",
-             "| | mean | 95 % CI of the mean | std | median | IQR (q25-q75) | min | max |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Evaluation: {report.get('algorithm', '?')} on {who}", ""]
+    lines += [f"- {label}: {fmt.format(report[key])}" for key, label, fmt in (
+        ("run_dir", "run directory", "`{}`"), ("checkpoint_step", "checkpoint step", "{}"),
+        ("config_hash", "config hash", "`{}`")) if report.get(key) is not None]
+    lines += [f"- policy: {mode}",
+              f"- episodes: {report['num_episodes']}"
+              + (f" (seed {report['seed']})" if report.get("seed") is not None else "") + "; "
+              f"{100 * report['truncated_fraction']:.0f} % cut by the time limit",
+              f"- env param overrides: {_overrides_text(report.get('env_param_overrides'))}",
+              f"- created: {report.get('created')}", "",
+              "| | mean | 95 % CI of the mean | std | median | IQR (q25-q75) | min | max |",
+              "|---|---|---|---|---|---|---|---|"]
     for name in ("return", "length"):
         s = report[name]
         lines.append(f"| {name} | {_fmt(s['mean'])} | {_fmt(s['ci_low'])} - {_fmt(s['ci_high'])} | {_fmt(s['std'])} "
