@@ -143,12 +143,12 @@ def format_markdown(report: Mapping[str, Any]) -> str:
               f"{100 * report['truncated_fraction']:.0f} % cut by the time limit",
               f"- env param overrides: {_overrides_text(report.get('env_param_overrides'))}",
               f"- created: {report.get('created')}", "",
-              "| | mean | 95 % CI of the mean | std | median | IQR (q25-q75) | min | max |",
+              "| | mean | 95 % CI of the mean | std | median | IQR (q25 to q75) | min | max |",
               "|---|---|---|---|---|---|---|---|"]
     for name in ("return", "length"):
         s = report[name]
-        lines.append(f"| {name} | {_fmt(s['mean'])} | {_fmt(s['ci_low'])} - {_fmt(s['ci_high'])} | {_fmt(s['std'])} "
-                     f"| {_fmt(s['median'])} | {_fmt(s['iqr'])} ({_fmt(s['q25'])}-{_fmt(s['q75'])}) "
+        lines.append(f"| {name} | {_fmt(s['mean'])} | {_fmt(s['ci_low'])} to {_fmt(s['ci_high'])} | {_fmt(s['std'])} "
+                     f"| {_fmt(s['median'])} | {_fmt(s['iqr'])} ({_fmt(s['q25'])} to {_fmt(s['q75'])}) "
                      f"| {_fmt(s['min'])} | {_fmt(s['max'])} |")
     lines += ["", f"The interval is a percentile bootstrap ({report['bootstrap']['resamples']} resamples, "
               f"seed {report['bootstrap']['seed']}). Per-episode values are in `report.json`; the histogram "
