@@ -15,9 +15,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
+
+from .rendering import Canvas, rotate
 
 __all__ = ["Acrobot", "AcrobotParams", "AcrobotState"]
 
@@ -97,6 +100,7 @@ class Acrobot(Environment[AcrobotState, AcrobotParams]):
     """
 
     stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+    render_fps = 15  # Gymnasium's metadata (a step is dt = 0.2 s, so this is 3x real time)
 
     @property
     def name(self) -> str:
@@ -205,3 +209,30 @@ class Acrobot(Environment[AcrobotState, AcrobotParams]):
         """``Discrete(3)``: torque -1, 0, +1 on the second joint."""
         del params
         return Discrete(3)
+
+    def render(self, state: AcrobotState, params: AcrobotParams) -> np.ndarray:
+        """Draws one unbatched state as Gymnasium's Acrobot renderer does (host-side, Pillow).
+
+        Args:
+            state: one env's state (scalar fields; jax or numpy values); both angles 0 hang down.
+            params: its env params (the first link is ``link_length_1`` long; the second is 1 m,
+                Gymnasium's ``LINK_LENGTH_2``).
+
+        Returns:
+            uint8 ``[500, 500, 3]``: two cyan links with yellow joints, and the black line the tip
+            must rise above (1 m over the pivot).
+        """
+        size, len1, len2 = 500, float(params.link_length_1), 1.0
+        scale = size / (2 * (len1 + len2 + 0.2))
+        offset = size / 2
+        th1, th2 = float(state.theta1), float(state.theta2)
+        canvas = Canvas(size, size)
+        canvas.line([(-2.2 * scale + offset, scale + offset), (2.2 * scale + offset, scale + offset)], (0, 0, 0))
+        p1 = (len1 * math.sin(th1), -len1 * math.cos(th1))
+        starts = [(offset, offset), (p1[0] * scale + offset, p1[1] * scale + offset)]
+        for start, angle, length in zip(starts, (th1 - math.pi / 2, th1 + th2 - math.pi / 2), (len1, len2)):
+            w = 0.1 * scale
+            canvas.polygon(rotate([(0, -w), (0, w), (length * scale, w), (length * scale, -w)], angle, start),
+                           (0, 204, 204))
+            canvas.circle(start, w, (204, 204, 0))
+        return canvas.to_array()

@@ -12,9 +12,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
+
+from .rendering import Canvas, rotate
 
 __all__ = ["CartPole", "CartPoleParams", "CartPoleState"]
 
@@ -76,6 +79,7 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
     """
 
     stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+    render_fps = 50  # one frame per step of tau = 0.02 s, as Gymnasium's metadata says
 
     @property
     def name(self) -> str:
@@ -159,3 +163,28 @@ class CartPole(Environment[CartPoleState, CartPoleParams]):
         """``Discrete(2)``: 0 pushes left, 1 pushes right."""
         del params
         return Discrete(2)
+
+    def render(self, state: CartPoleState, params: CartPoleParams) -> np.ndarray:
+        """Draws one unbatched state as Gymnasium's CartPole renderer does (host-side, Pillow).
+
+        Args:
+            state: one env's state (scalar fields; jax or numpy values).
+            params: its env params (the track spans ``±x_threshold``; the pole is ``2 * length`` long).
+
+        Returns:
+            uint8 ``[400, 600, 3]``: a black cart on a black track, the pole in brown, the axle in blue.
+        """
+        width, height = 600, 400
+        scale = width / (2 * float(params.x_threshold))
+        pole_width, pole_len = 10.0, scale * 2 * float(params.length)
+        cart_x, cart_y = float(state.x) * scale + width / 2, 100.0  # cart_y: the track, through the cart
+        axle = (cart_x, cart_y + 30.0 / 4)
+        canvas = Canvas(width, height)
+        canvas.line([(0, cart_y), (width, cart_y)], (0, 0, 0))
+        canvas.polygon([(cart_x - 25, cart_y - 15), (cart_x - 25, cart_y + 15), (cart_x + 25, cart_y + 15),
+                        (cart_x + 25, cart_y - 15)], (0, 0, 0))
+        half = pole_width / 2
+        pole = [(-half, -half), (-half, pole_len - half), (half, pole_len - half), (half, -half)]
+        canvas.polygon(rotate(pole, -float(state.theta), axle), (202, 152, 101))
+        canvas.circle(axle, half, (129, 132, 203))
+        return canvas.to_array()

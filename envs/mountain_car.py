@@ -8,13 +8,17 @@ the action for the dynamics but charges ``0.1 * a**2`` on the *unclipped* action
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
+
+from .rendering import Canvas, rotate
 
 __all__ = [
     "MountainCar",
@@ -122,6 +126,30 @@ def _reset(key: jax.Array) -> tuple[jax.Array, MountainCarState]:
     return jnp.stack([position, velocity]), state
 
 
+def _render(state: MountainCarState, params: Any) -> np.ndarray:
+    """Gymnasium's mountain car picture of one unbatched state: uint8 ``[400, 600, 3]``."""
+    width, height = 600, 400
+    low, high = float(params.min_position), float(params.max_position)
+    scale = width / (high - low)
+
+    def ground(x: float) -> float:  # Gymnasium's _height, in pixels
+        return (math.sin(3 * x) * 0.45 + 0.55) * scale
+
+    canvas = Canvas(width, height)
+    xs = np.linspace(low, high, 100)
+    canvas.line([((x - low) * scale, ground(x)) for x in xs], (0, 0, 0))
+    pos = float(state.position)
+    angle, base = math.cos(3 * pos), ((pos - low) * scale, 10 + ground(pos))  # 10: the wheels' clearance
+    canvas.polygon(rotate([(-20, 0), (-20, 20), (20, 20), (20, 0)], angle, base), (0, 0, 0))
+    for wheel in rotate([(10, 0), (-10, 0)], angle, base):
+        canvas.circle(wheel, 20 / 2.5, (128, 128, 128))
+    goal = float(params.goal_position)
+    flag_x, flag_y = (goal - low) * scale, ground(goal)
+    canvas.line([(flag_x, flag_y), (flag_x, flag_y + 50)], (0, 0, 0))
+    canvas.polygon([(flag_x, flag_y + 50), (flag_x, flag_y + 40), (flag_x + 25, flag_y + 45)], (204, 204, 0))
+    return canvas.to_array()
+
+
 class MountainCar(Environment[MountainCarState, MountainCarParams]):
     """MountainCar-v0: drive an underpowered car up the right hill by rocking it.
 
@@ -130,6 +158,7 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
     """
 
     stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+    render_fps = 30  # Gymnasium's metadata
 
     @property
     def name(self) -> str:
@@ -187,6 +216,19 @@ class MountainCar(Environment[MountainCarState, MountainCarParams]):
         high = jnp.array([params.max_position, params.max_speed], jnp.float32)
         return Box(low, high, (2,), jnp.float32)
 
+    def render(self, state: MountainCarState, params: MountainCarParams) -> np.ndarray:
+        """Draws one unbatched state as Gymnasium's renderer does (host-side, Pillow).
+
+        Args:
+            state: one env's state (scalar fields; jax or numpy values).
+            params: its env params (the hill spans ``[min_position, max_position]``; the flag
+                stands at ``goal_position``).
+
+        Returns:
+            uint8 ``[400, 600, 3]``: the hill's profile, a black car on grey wheels, a yellow flag.
+        """
+        return _render(state, params)
+
     def action_space(self, params: MountainCarParams) -> Discrete:
         """``Discrete(3)``: push left, no push, push right."""
         del params
@@ -202,6 +244,7 @@ class MountainCarContinuous(Environment[MountainCarState, MountainCarContinuousP
     """
 
     stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+    render_fps = 30  # Gymnasium's metadata
 
     @property
     def name(self) -> str:
@@ -270,3 +313,16 @@ class MountainCarContinuous(Environment[MountainCarState, MountainCarContinuousP
     def action_space(self, params: MountainCarContinuousParams) -> Box:
         """Box of shape ``(1,)``: force in ``[min_action, max_action]``."""
         return Box(params.min_action, params.max_action, (1,), jnp.float32)
+
+    def render(self, state: MountainCarState, params: MountainCarContinuousParams) -> np.ndarray:
+        """Draws one unbatched state as Gymnasium's renderer does (host-side, Pillow).
+
+        Args:
+            state: one env's state (scalar fields; jax or numpy values).
+            params: its env params (the hill spans ``[min_position, max_position]``; the flag
+                stands at ``goal_position``).
+
+        Returns:
+            uint8 ``[400, 600, 3]``: the hill's profile, a black car on grey wheels, a yellow flag.
+        """
+        return _render(state, params)

@@ -12,9 +12,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rljax.env import Box, EnvParams, EnvState, Environment
+
+from .rendering import Canvas, rotate
 
 __all__ = ["Pendulum", "PendulumParams", "PendulumState"]
 
@@ -75,6 +78,7 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
     """
 
     stochastic_transitions = False  # deterministic dynamics: the reset gets the whole step key
+    render_fps = 20  # one frame per step of dt = 0.05 s (real time)
 
     @property
     def name(self) -> str:
@@ -150,3 +154,28 @@ class Pendulum(Environment[PendulumState, PendulumParams]):
     def action_space(self, params: PendulumParams) -> Box:
         """Box of shape ``(1,)``: torque in ``[-max_torque, max_torque]``."""
         return Box(-params.max_torque, params.max_torque, (1,), jnp.float32)
+
+    def render(self, state: PendulumState, params: PendulumParams) -> np.ndarray:
+        """Draws one unbatched state as Gymnasium's Pendulum renderer does (host-side, Pillow).
+
+        Gymnasium's torque arrow is left out: the state does not hold the last action.
+
+        Args:
+            state: one env's state (scalar fields; jax or numpy values); ``theta == 0`` is upright.
+            params: its env params (the rod is ``l`` long).
+
+        Returns:
+            uint8 ``[500, 500, 3]``: a red rod with rounded ends on a black axle.
+        """
+        size = 500
+        scale = size / (2 * 2.2)
+        centre = (size / 2, size / 2)
+        rod_len, half = float(params.l) * scale, 0.1 * scale
+        angle = float(state.theta) + math.pi / 2
+        canvas = Canvas(size, size)
+        canvas.polygon(rotate([(0, -half), (0, half), (rod_len, half), (rod_len, -half)], angle, centre),
+                       (204, 77, 77))
+        canvas.circle(centre, half, (204, 77, 77))
+        canvas.circle(rotate([(rod_len, 0.0)], angle, centre)[0], half, (204, 77, 77))
+        canvas.circle(centre, 0.05 * scale, (0, 0, 0))
+        return canvas.to_array()

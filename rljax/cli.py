@@ -104,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
              f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
              "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]\n"
+             "       rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif] "
+             "[--step S] [--member NAME] [--seed N]\n"
              "       rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]\n"
              "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...")
     if not argv or argv[0] in ("-h", "--help"):
@@ -115,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("\n".join(env_registry.registered() + env_registry.gymnax_registered()))
         return 0
+    if cmd == "eval":
+        from rljax.eval_cli import eval_main
+
+        return eval_main(rest, prog="rljax eval")
     if cmd == "sweep":
         if not rest or rest[0] not in algos:
             print(f"error: sweep needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
