@@ -131,7 +131,7 @@ class DiagGaussian:
     log_std: jax.Array
 
     def _log_std(self) -> jax.Array:
-        return jnp.broadcast_to(self.log_std, jnp.shape(self.mean))
+        return jnp.broadcast_to(self.log_std, jnp.asarray(self.mean).shape)
 
     def sample(self, key: jax.Array) -> jax.Array:
         """Draws ``mean + exp(log_std) * eps`` with ``eps ~ N(0, I)``.
@@ -213,7 +213,7 @@ class TanhGaussian:
 
     def _half_range(self) -> jax.Array:
         return jnp.broadcast_to((jnp.asarray(self.high) - jnp.asarray(self.low)) / 2.0,
-                                jnp.shape(self.mean))
+                                jnp.asarray(self.mean).shape)
 
     def _squash(self, u: jax.Array) -> jax.Array:
         return jnp.asarray(self.low) + self._half_range() * (jnp.tanh(u) + 1.0)
