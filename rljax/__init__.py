@@ -6,6 +6,7 @@ The public API (everything else is reachable through its module, and may change)
 
     config = rljax.PPOConfig(env="CartPole-v1", total_timesteps=500_000)
     result = rljax.train(config, run_dir="runs/cp")         # -> rljax.TrainResult
+    policy = rljax.load("runs/cp")                         # -> rljax.Policy; policy.act(obs)
     env, env_params = rljax.make("CartPole-v1")            # the env registry
 
 * Training: :func:`train`, :class:`TrainResult`; sweeps and PBT in one program: :func:`run_sweep`,
@@ -14,6 +15,10 @@ The public API (everything else is reachable through its module, and may change)
   sweepable fields are traced hyperparameters): :class:`PPOConfig`, :class:`DQNConfig`,
   :class:`SACConfig`, :class:`TD3Config`, :class:`PQNConfig`; the registry: :func:`register`
   (add an algorithm), :func:`algorithms`.
+* A trained policy: :func:`load` (a checkpoint's :class:`Policy`, its ``act`` on raw
+  observations), :mod:`rljax.evaluate` (``evaluate(policy, episodes)``: vectorised episodes on the
+  device; evaluation during training with ``eval_interval``); ``rljax eval`` and
+  ``rljax export`` on the command line.
 * Environments: :func:`make`, :func:`register_env`, :func:`registered_envs`; the contract an env
   meets: :mod:`rljax.env`; wrappers: :mod:`rljax.wrappers`.
 * Numerics: :mod:`rljax.returns` (GAE, n-step), :mod:`rljax.distributions`, :mod:`rljax.buffers`.
@@ -34,6 +39,9 @@ __version__ = "0.1.0"
 _API: dict[str, tuple[str, str | None]] = {
     "train": ("rljax.loop", "train"),
     "TrainResult": ("rljax.loop", "TrainResult"),
+    "load": ("rljax.policy", "load"),
+    "Policy": ("rljax.policy", "Policy"),
+    "evaluate": ("rljax.evaluate", None),
     "run_sweep": ("rljax.sweep", "run_sweep"),
     "SweepSpec": ("rljax.sweep", "SweepSpec"),
     "PBTSpec": ("rljax.pbt", "PBTSpec"),

@@ -322,10 +322,12 @@ class Checkpointer:
         async_save: write in a background thread (the default).
         checksums: write checksums with every save (the default). Restores verify checksums
             whenever a checkpoint has them, whatever this says.
+        read_only: only read (:meth:`read`): nothing in the run directory is created, removed or
+            changed, not even partial writes, so a live run's checkpoints can be read beside it.
     """
 
     def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True,
-                 checksums: bool = True):
+                 checksums: bool = True, read_only: bool = False):
         import orbax.checkpoint as ocp
 
         if not isinstance(keep, int) or keep < 1:
@@ -335,6 +337,17 @@ class Checkpointer:
         self.directory = pathlib.Path(run_dir).absolute() / "checkpoints"
         self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
         self._warned_unverified = False
+        if read_only:
+            absl = logging.getLogger("absl")
+            level = absl.level
+            absl.setLevel(logging.ERROR)  # Orbax warns that a read-only manager is read-only
+            try:
+                options = ocp.CheckpointManagerOptions(create=False, read_only=True, max_to_keep=None,
+                                                       enable_async_checkpointing=False)
+                self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+            finally:
+                absl.setLevel(level)
+            return
         self._remove_orphans()
         # Orbax logs every save at INFO; the run's own progress line is enough.
         logging.getLogger("absl").setLevel(logging.WARNING)

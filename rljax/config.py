@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["field", "hyperparams_class", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED",
            "MAX_ENV_STEPS", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats",
-           "check_choice", "check_sizes", "check_env_steps_per_update", "require"]
+           "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
@@ -229,6 +229,10 @@ class RunConfig:
     max_rollbacks: int = field(3, "with on_nonfinite='rollback': rollbacks before giving up")
     rollback_lr_factor: float = field(0.5, "with on_nonfinite='rollback': each rollback multiplies every "
                                            "learning rate by this factor")
+    eval_interval: int = field(0, "evaluate the greedy policy every this many chunks and after the last one "
+                                  "(0: never); the results are the eval/* metrics columns")
+    eval_episodes: int = field(16, "episodes per evaluation during training (one env each, run in parallel, "
+                                   "each to its end or time limit)")
 
     def hyperparams(self) -> Any:
         """The traced hyperparameters of this config: ``hyperparams_class(type(self))`` holding one
@@ -250,4 +254,23 @@ class RunConfig:
                  f"use a multiple of {self.num_devices}")
         check_choice(self, "on_nonfinite", NONFINITE_ACTIONS)
         check_ints(self, ("max_rollbacks",), 0)
+        check_ints(self, ("eval_interval",), 0)
+        check_ints(self, ("eval_episodes",), 1, 1 << 20)
         check_floats(self, ("rollback_lr_factor",), 0.0, 1.0, low_open=True)
+
+
+def config_from_dict(config_cls: Any, values: dict[str, Any]) -> Any:
+    """The ``config_cls`` a saved config dict (``config.json``, a checkpoint's meta) describes.
+
+    JSON lists become tuples; fields the dict lacks (a run saved before they existed) take their
+    defaults. Validation errors propagate as ``ValueError``.
+
+    Raises:
+        ValueError: the dict names fields ``config_cls`` does not have (a run of another
+            algorithm, or of a newer rljax).
+    """
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - names)
+    require(not unknown, f"the saved config has fields {config_cls.__name__} does not know: {unknown} (a run of "
+                         f"another algorithm, or saved by a newer rljax); known: {sorted(names)}")
+    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})

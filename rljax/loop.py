@@ -11,6 +11,8 @@ hooks, each a small object in the module that owns its concern:
 
 * :class:`rljax.health.Health`: params in sync across devices, losses and state finite (stop or
   roll back);
+* :class:`rljax.evaluate.Evaluation`: the greedy policy's episodes every ``eval_interval`` chunks
+  (the ``eval/*`` columns);
 * :class:`rljax.tracking.Tracking`: metrics rows, tensorboard and progress lines;
 * ``on_chunk``: the caller's callback (:class:`OnChunk`);
 * :class:`rljax.pbt.PBT`: exploit/explore of a sweep's population;
@@ -451,9 +453,13 @@ def _start(run: Run, restore: bool) -> dict[str, Any] | None:
 def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOptions) -> list[Any]:
     """The boundary hooks of a run, in the order they see each chunk."""
     from rljax.checkpoint import Checkpointing
+    from rljax.evaluate import Evaluation
     from rljax.pbt import PBT
 
-    hooks: list[Any] = [run.health, run.tracking]
+    hooks: list[Any] = [run.health]
+    if run.config.eval_interval > 0:  # adds its columns to the rows before they are logged
+        hooks.append(Evaluation(run.program, run.config.eval_interval, run.config.eval_episodes))
+    hooks.append(run.tracking)
     if on_chunk is not None:
         hooks.append(OnChunk(on_chunk))
     if run.program.pbt is not None:

@@ -111,6 +111,7 @@ class Program:
         isolated: the members are independent runs (a sweep); False for a single run.
         names, configs, seeds: per member.
         pbt: the population's PBT spec, or None.
+        env, env_params: the env and its params (a sweep's per-member params are the population's).
     """
 
     def __init__(self, config: Any, env: Any, env_params: Any, population: Population | None = None):
@@ -121,7 +122,6 @@ class Program:
             self.parallel = DataParallel(config.num_devices, config.backend)
             self.agent = build_agent(config, env, env_params, self.parallel.axis_name)
             self.names, self.configs, self.seeds = ("",), (config,), (config.seed,)
-            self._env_params = env_params
         else:
             if config.num_devices != 1:
                 raise ValueError(f"sweep members are single-device runs: num_devices={config.num_devices}; split "
@@ -131,6 +131,7 @@ class Program:
             self.names, self.configs, self.seeds = population.names, population.configs, population.seeds
         self.size = len(self.names)
         self.pbt = None if population is None else population.pbt
+        self.env, self.env_params = env, env_params
 
     def init_state(self, num_updates: int) -> Any:
         """The initial train state of every member for a run of ``num_updates`` updates, placed on
@@ -138,7 +139,7 @@ class Program:
         if self.population is None:
             config, agent = self.config, self.agent
             state = self.parallel.init(
-                lambda k, i: strong_types(agent.init(k, i, num_updates, config.hyperparams(), self._env_params)),
+                lambda k, i: strong_types(agent.init(k, i, num_updates, config.hyperparams(), self.env_params)),
                 jax.random.key(config.seed))
         else:
             keys = jax.vmap(jax.random.key)(jnp.asarray(self.seeds, jnp.uint32))

@@ -134,7 +134,8 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
                      sweep)
 
 
-RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor")
+RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor", "eval_interval",
+                    "eval_episodes")
 """Config fields that may differ when resuming (extending a run, changing how divergence is met);
 every other difference is an error."""
 

@@ -27,7 +27,7 @@ from rljax.config import RunConfig, check_env_steps_per_update, check_ints, fiel
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
+__all__ = ["Agent", "PolicyParams", "observation_normalizer", "clip_to_space", "greedy_or_epsilon", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
            "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
@@ -41,6 +41,24 @@ class UpdateOutput(NamedTuple):
 
     metrics: dict[str, jax.Array]
     episodes: EpisodeSummary
+
+
+class PolicyParams(NamedTuple):
+    """Everything acting needs, and nothing else: what :func:`rljax.load` restores and
+    ``rljax export`` folds into the exported function.
+
+    Attributes:
+        params: the acting network's parameters (PPO's actor-critic, DQN's/PQN's Q-network,
+            SAC's/TD3's actor).
+        obs_stats: the observation statistics (:class:`rljax.wrappers.RunningMeanStd`) the agent
+            normalised with, or None when it did not normalise observations.
+        exploration: float32 scalar, the exploration the stochastic policy adds where it is not a
+            distribution (DQN/PQN: the final epsilon; TD3: the Gaussian noise std); 0 elsewhere.
+    """
+
+    params: Any
+    obs_stats: Any
+    exploration: jax.Array
 
 
 class Agent(NamedTuple):
@@ -62,8 +80,14 @@ class Agent(NamedTuple):
         update: ``update(state) -> (state, UpdateOutput)``: one update (collect + learn) on this
             device; metrics are float32 scalars already averaged over devices
             (:func:`metric_names` lists them).
-        act: ``act(state, obs, key) -> action``: the deterministic (greedy/mean) policy for
-            evaluation: raw env observations ``[N, *obs_shape]`` to actions ``[N, *action_shape]``.
+        policy_params: ``policy_params(state) -> PolicyParams``: what acting needs, taken from a
+            train state (no collectives: any one device's state will do).
+        policy: ``policy(policy_params, obs, key, deterministic) -> action``: the policy on **raw**
+            env observations ``[N, *obs_shape]`` (it applies the observation normalisation the agent
+            trained with) to actions ``[N, *action_shape]`` in the env's action space (Box actions
+            clipped to its bounds). ``deterministic`` is a Python bool: True is the greedy/mean
+            action (``key`` unused, may be None); False samples as the agent explores (PPO/SAC: the
+            policy distribution; DQN/PQN: epsilon-greedy; TD3: Gaussian noise). Pure and jittable.
         env_steps_per_update: env steps per update, summed over all devices (a Python int).
         params_of: ``params_of(state) -> pytree``: the parameters that must agree across devices
             (data-parallel checks compare them; the ``param_desync`` metric is their spread).
@@ -72,9 +96,15 @@ class Agent(NamedTuple):
     config: Any
     init: Callable[[jax.Array, Any, int, Any, Any], Any]
     update: Callable[[Any], tuple[Any, UpdateOutput]]
-    act: Callable[[Any, Any, jax.Array], jax.Array]
+    policy_params: Callable[[Any], PolicyParams]
+    policy: Callable[[PolicyParams, Any, Any, bool], jax.Array]
     env_steps_per_update: int
     params_of: Callable[[Any], Any]
+
+    def act(self, state: Any, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+        """``policy(policy_params(state), obs, key, deterministic)``: the policy of a train state
+        (one device's view) on raw observations ``[N, *obs_shape]``."""
+        return self.policy(self.policy_params(state), obs, key, deterministic)
 
 
 def metric_names(agent: Agent, env_params: Any, *, axis_name: str | None = None) -> tuple[str, ...]:
@@ -175,6 +205,59 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
     if normalize_reward:
         env = wrappers.NormalizeReward(env, gamma=reward_gamma, axis_name=axis_name)
     return env
+
+
+def observation_normalizer(venv: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], jax.Array]]:
+    """How an env stack normalises observations, as two pure functions for acting.
+
+    Finds the stack's :class:`rljax.wrappers.NormalizeObservation` (or its raw-observation variant
+    :class:`~rljax.wrappers.ObservationStatistics`) by walking the wrappers and, in step, the
+    ``env_state`` chain of their states.
+
+    Returns:
+        ``(stats_of, normalize)``: ``stats_of(env_state)`` is the
+        :class:`~rljax.wrappers.RunningMeanStd` in a state of this stack (None when the stack does
+        not normalise observations); ``normalize(stats, obs)`` is
+        ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` with the wrapper's epsilon and clip,
+        the identity when ``stats`` is None.
+    """
+    depth, env = 0, venv
+    while isinstance(env, wrappers.Wrapper) and not isinstance(env, wrappers.NormalizeObservation):
+        env, depth = env.env, depth + 1
+    if not isinstance(env, wrappers.NormalizeObservation):
+        return (lambda env_state: None), (lambda stats, obs: obs)
+    wrapper = env
+
+    def stats_of(env_state: Any) -> Any:
+        for _ in range(depth):
+            env_state = env_state.env_state
+        return env_state.obs_stats
+
+    def normalize(stats: Any, obs: Any) -> jax.Array:
+        return obs if stats is None else stats.normalize(obs, eps=wrapper.epsilon, clip=wrapper.clip)
+
+    return stats_of, normalize
+
+
+def clip_to_space(space: Any) -> Callable[[jax.Array], jax.Array]:
+    """``action -> clip(action, low, high)`` for a Box action space (as the training env's
+    :class:`~rljax.wrappers.ClipAction` does); ``action -> int32(action)`` for a discrete one."""
+    if is_discrete(space):
+        return lambda action: jnp.asarray(action).astype(jnp.int32)
+    low, high = jnp.asarray(space.low, jnp.float32), jnp.asarray(space.high, jnp.float32)
+    return lambda action: jnp.clip(action, low, high)
+
+
+def greedy_or_epsilon(q_values: jax.Array, key: Any, epsilon: jax.Array, deterministic: bool) -> jax.Array:
+    """The action of a Q-function's policy: ``argmax_a q[n, a]`` (``deterministic``), else with
+    probability ``epsilon`` a uniformly random action instead (``key`` needed). ``q_values``
+    ``[N, A]`` -> int32 ``[N]``."""
+    greedy = jnp.argmax(q_values, axis=-1).astype(jnp.int32)
+    if deterministic:
+        return greedy
+    k_explore, k_action = jax.random.split(key)
+    random = jax.random.randint(k_action, greedy.shape, 0, q_values.shape[-1], jnp.int32)
+    return jnp.where(jax.random.uniform(k_explore, greedy.shape) < epsilon, random, greedy)
 
 
 # ----------------------------------------------------------------------------------------------

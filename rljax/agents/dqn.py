@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from rljax.agents import register
-from rljax.agents.base import Agent, gradient_step, make_optimizer, pmean, space_dims
+from rljax.agents.base import Agent, gradient_step, greedy_or_epsilon, make_optimizer, pmean, space_dims
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
 from rljax.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
@@ -160,11 +160,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
 
     def epsilon_greedy(learner: DQNLearner, ctx: UpdateContext):
         def act(key: jax.Array, obs: jax.Array) -> jax.Array:
-            k_explore, k_action = jax.random.split(key)
-            greedy = jnp.argmax(apply_fn(learner.params, obs), axis=-1).astype(jnp.int32)
-            random = jax.random.randint(k_action, greedy.shape, 0, num_actions, jnp.int32)
-            explore = jax.random.uniform(k_explore, greedy.shape) < ctx.values["epsilon"]
-            return jnp.where(explore, random, greedy)
+            return greedy_or_epsilon(apply_fn(learner.params, obs), key, ctx.values["epsilon"], deterministic=False)
         return act
 
     def learn_step(learner: DQNLearner, batch: ReplayItem, weights: jax.Array, key: jax.Array, ctx: UpdateContext):
@@ -183,12 +179,12 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
                               learner.target_params)
         return learner._replace(target_params=target), {}
 
-    def greedy(learner: DQNLearner, obs: jax.Array) -> jax.Array:
-        return jnp.argmax(apply_fn(learner.params, obs), axis=-1).astype(jnp.int32)
-
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=jnp.zeros((), jnp.int32), init_learner=init_learner, behaviour=epsilon_greedy,
-        learn_step=learn_step, act=greedy, params_of=lambda learner: learner.params, schedule=schedule,
+        learn_step=learn_step, policy_params=lambda learner, hyperparams: (learner.params, hyperparams.epsilon_end),
+        act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(apply_fn(params, obs), key, epsilon,
+                                                                              deterministic),
+        params_of=lambda learner: learner.params, schedule=schedule,
         after_learning=update_target))
 
 

@@ -40,7 +40,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax import buffers, wrappers
-from rljax.agents.base import Agent, UpdateOutput, desync, make_env_stack
+from rljax.agents.base import (Agent, PolicyParams, UpdateOutput, clip_to_space, desync, make_env_stack,
+                               observation_normalizer)
 from rljax.config import (MAX_ENV_STEPS, RunConfig, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
 from rljax.returns import n_step_transitions
@@ -444,8 +445,12 @@ class OffPolicyHooks(NamedTuple):
             termination); ``weights`` float32 ``[b]`` importance weights, 0 for invalid items
             (average with :func:`masked_mean`); ``td_abs`` float32 ``[b]``, the new
             priorities; ``metrics`` float32 scalars averaged over devices.
-        act: ``act(learner, obs[N]) -> action[N]``: the deterministic policy (evaluation), on
-            normalised observations.
+        policy_params: ``policy_params(learner, hyperparams) -> (params, exploration)``: what acting
+            needs from the learner (e.g. the actor's params) and the float32 scalar exploration of
+            the stochastic policy (DQN: the final epsilon; TD3: the noise std; 0 where unused).
+        act: ``act(params, obs[N], key, exploration, deterministic) -> action[N]``: the policy on
+            normalised observations; ``deterministic`` (a Python bool) is the greedy/mean action
+            (``key`` may be None), else the stochastic one; evaluation and export use it.
         params_of: ``params_of(learner) -> pytree``: what must agree across devices.
         schedule: ``schedule(ctx) -> {name: float32 scalar}``: values computed once per update
             (an exploration rate, a learning rate) that the other hooks read as ``ctx.values`` and
@@ -460,7 +465,8 @@ class OffPolicyHooks(NamedTuple):
     behaviour: Callable[[Any, UpdateContext], Callable[[jax.Array, Any], jax.Array]]
     learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array, UpdateContext],
                          tuple[Any, jax.Array, dict[str, jax.Array]]]
-    act: Callable[[Any, Any], jax.Array]
+    policy_params: Callable[[Any, Any], tuple[Any, jax.Array]]
+    act: Callable[[Any, Any, Any, jax.Array, bool], jax.Array]
     params_of: Callable[[Any], Any]
     schedule: Callable[[UpdateContext], dict[str, jax.Array]] | None = None
     after_learning: Callable[[Any, UpdateContext], tuple[Any, dict[str, jax.Array]]] | None = None
@@ -501,8 +507,9 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
 
     ``init(key, device_index, num_updates, hyperparams, env_params)``: ``k_params, k_run =
     split(key)``; ``init_learner`` gets ``k_params``; env and state keys come from
-    ``fold_in(k_run, device_index)``. ``act(state, obs, key)`` normalises raw ``obs`` with the
-    state's statistics and calls ``hooks.act``. A new algorithm (e.g. TD3) is its networks, its
+    ``fold_in(k_run, device_index)``. The agent's ``policy`` normalises raw ``obs`` with the
+    statistics in its :class:`~rljax.agents.base.PolicyParams`, calls ``hooks.act`` and clips Box
+    actions to the action space. A new algorithm (e.g. TD3) is its networks, its
     losses and a ``make_<algo>`` that checks the action space and returns
     ``make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(...))``, with a
     config subclassing :class:`OffPolicyConfig`; see ``rljax/agents/dqn.py`` and ``sac.py``.
@@ -520,7 +527,8 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
 
         return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
             example_action=jnp.zeros((action_dim,), jnp.float32), init_learner=init_learner,
-            behaviour=behaviour, learn_step=learn_step, act=act, params_of=lambda l: (l.actor, l.critic)))
+            behaviour=behaviour, learn_step=learn_step, policy_params=lambda l, hyperparams: (l.actor, 0.0),
+            act=act, params_of=lambda l: (l.actor, l.critic)))
 
     Args:
         config: the algorithm's :class:`OffPolicyConfig` subclass instance.
@@ -535,12 +543,18 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
     program = _Program(config, hooks, venv, normalize, make_replay(config.buffer_size // d, config.prioritized),
                        axis_name)
 
-    def act(state: OffPolicyState, obs: Any, key: jax.Array) -> jax.Array:
-        del key
-        return hooks.act(state.learner, normalize(state.collector.env_state, obs))
+    stats_of, normalize_with = observation_normalizer(venv)
+    to_space = clip_to_space(env.action_space(env_params))
+
+    def policy_params(state: OffPolicyState) -> PolicyParams:
+        params, exploration = hooks.policy_params(state.learner, state.hyperparams)
+        return PolicyParams(params, stats_of(state.collector.env_state), jnp.asarray(exploration, jnp.float32))
+
+    def policy(pp: PolicyParams, obs: Any, key: Any, deterministic: bool) -> jax.Array:
+        return to_space(hooks.act(pp.params, normalize_with(pp.obs_stats, obs), key, pp.exploration, deterministic))
 
     return Agent(config=config, init=functools.partial(_init, program), update=functools.partial(_update, program),
-                 act=act, env_steps_per_update=config.env_steps_per_update,
+                 policy_params=policy_params, policy=policy, env_steps_per_update=config.env_steps_per_update,
                  params_of=lambda state: hooks.params_of(state.learner))
 
 

@@ -18,7 +18,7 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
+from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, clip_to_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                make_env_stack, make_optimizer, pmean, space_dims)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, ActorCritic
@@ -312,13 +312,16 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
                                   obs=carry.obs, key=key, updates=state.updates + 1)
         return new_state, UpdateOutput(metrics, episodes)
 
-    def act(state: PPOState, obs: jax.Array, key: jax.Array) -> jax.Array:
-        del key
-        dist, _ = apply_fn(state.params, obs)
-        return dist.mode()
+    stats_of, normalize = observation_normalizer(venv)
+    to_space = clip_to_space(env.action_space(env_params))
 
-    return Agent(config=config, init=init, update=update, act=act,
-                 env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
+    def policy(pp: PolicyParams, obs: jax.Array, key: Any, deterministic: bool) -> jax.Array:
+        dist, _ = apply_fn(pp.params, normalize(pp.obs_stats, obs))
+        return to_space(dist.mode() if deterministic else dist.sample(key))
+
+    return Agent(config=config, init=init, update=update,
+                 policy_params=lambda s: PolicyParams(s.params, stats_of(s.env_state), jnp.float32(0)),
+                 policy=policy, env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
 
 
 def _sampling_policy(apply_fn: Any, params: Any):

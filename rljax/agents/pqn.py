@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, OnPolicyConfig, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
+from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, greedy_or_epsilon, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                make_env_stack, make_optimizer, pmean, space_dims)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, QNetwork
@@ -247,11 +247,7 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
 
     def epsilon_greedy(params: Any, epsilon: jax.Array):
         def act(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, tuple]:
-            k_explore, k_action = jax.random.split(key)
-            greedy = jnp.argmax(q_fn(params, obs), axis=-1).astype(jnp.int32)
-            random = jax.random.randint(k_action, greedy.shape, 0, num_actions, jnp.int32)
-            explore = jax.random.uniform(k_explore, greedy.shape) < epsilon
-            return jnp.where(explore, random, greedy), ()
+            return greedy_or_epsilon(q_fn(params, obs), key, epsilon, deterministic=False), ()
         return act
 
     def update(state: PQNState) -> tuple[PQNState, UpdateOutput]:
@@ -285,12 +281,12 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
                                   key=key, updates=state.updates + 1)
         return new_state, UpdateOutput(metrics, episodes)
 
-    def act(state: PQNState, obs: jax.Array, key: jax.Array) -> jax.Array:
-        del key
-        return jnp.argmax(q_fn(state.params, obs), axis=-1).astype(jnp.int32)
+    def policy(pp: PolicyParams, obs: jax.Array, key: Any, deterministic: bool) -> jax.Array:
+        return greedy_or_epsilon(q_fn(pp.params, obs), key, pp.exploration, deterministic)
 
-    return Agent(config=config, init=init, update=update, act=act, env_steps_per_update=config.env_steps_per_update,
-                 params_of=lambda s: s.params)
+    return Agent(config=config, init=init, update=update,
+                 policy_params=lambda s: PolicyParams(s.params, None, s.hyperparams.epsilon_end), policy=policy,
+                 env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
 
 
 register("pqn", PQNConfig, make_pqn)

@@ -455,7 +455,10 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
 
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=action0, init_learner=init, behaviour=behaviour, learn_step=learn_step,
-        act=lambda learner, obs: nets.mode(learner.actor_params, obs), params_of=_synced,
+        policy_params=lambda learner, hyperparams: (learner.actor_params, 0.0),
+        act=lambda params, obs, key, _, deterministic: (nets.mode(params, obs) if deterministic
+                                                        else nets.sample(params, obs, key)[0]),
+        params_of=_synced,
         after_learning=report_alpha))
 
 

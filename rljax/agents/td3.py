@@ -27,6 +27,7 @@ learning rates, replay ratio and warm-up are Pendulum-v1's (see :class:`TD3Confi
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -389,8 +390,18 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=jnp.zeros((action_dim,), jnp.float32),
         init_learner=lambda key, obs, hyperparams: init_learner(nets, hyperparams, key, obs), behaviour=behaviour,
-        learn_step=learn_step, act=lambda learner, obs: nets.actor(learner.actor_params, obs),
+        learn_step=learn_step, policy_params=lambda l, hyperparams: (l.actor_params, hyperparams.exploration_noise),
+        act=functools.partial(_td3_act, nets),
         params_of=lambda l: (l.actor_params, l.critic_params, l.target_actor_params, l.target_critic_params)))
+
+
+def _td3_act(nets: TD3Networks, params: Any, obs: jax.Array, key: Any, exploration_noise: jax.Array,
+             deterministic: bool) -> jax.Array:
+    """TD3's policy: ``mu(s)``, or with ``exploration_noise`` Gaussian noise (:func:`exploration_action`)."""
+    mu = nets.actor(params, obs)
+    if deterministic:
+        return mu
+    return exploration_action(mu, jax.random.normal(key, mu.shape), nets.low, nets.high, exploration_noise)
 
 
 register("td3", TD3Config, make_td3)
