@@ -2,7 +2,7 @@
 
 Every ``interval`` chunks, the members are ranked by their **score**: with evaluation during
 training on (``config.eval_interval > 0``), the evaluation return of the chunk just finished
-(``eval/return_mean``, a deterministic policy over ``eval_episodes`` whole episodes); otherwise the
+(``eval/return_mean``, the greedy policy over ``eval_episodes`` whole episodes); otherwise the
 mean training episode return of that chunk (``episode_return_mean``, the stochastic policy, the
 episodes that happened to end in it). Equal scores (several CartPole members at 500) are broken by
 each member's training-return AUC so far (:func:`return_auc`: the one that got there sooner wins),

@@ -320,7 +320,7 @@ def score_description(per_member: Sequence[dict[str, Any]]) -> str:
     steps = sorted({p["eval_env_steps"] for p in per_member if p["eval_env_steps"] is not None})
     n = "" if not episodes else f", {episodes[0]}" + (f"-{episodes[-1]}" if len(episodes) > 1 else "") + " episodes"
     at = f", at {steps[0]:,} env steps" if len(steps) == 1 else ""
-    return f"score: evaluation return (`{EVAL_SCORE}` of each member's last evaluation{n}{at})"
+    return f"score: greedy evaluation return (`{EVAL_SCORE}` of each member's last evaluation{n}{at})"
 
 
 def _table(agg: list[dict[str, Any]], description: str) -> str:
@@ -351,9 +351,8 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
     (any row carries ``eval/return_mean``: ``eval_interval > 0``), else its final training return.
 
     * The evaluation score is the ``eval/return_mean`` of the member's *last* evaluation, which
-      is always the final chunk's: the return of the policy the sweep produced (its final
-      checkpoint, what :func:`rljax.load` gives), run deterministically for ``eval_episodes``
-      whole episodes. Earlier evaluations are not averaged in: they score policies that no
+      is always the final chunk's: the mean return over ``eval_episodes`` whole episodes of the
+      greedy policy the sweep produced (its final checkpoint, what :func:`rljax.load` gives). Earlier evaluations are not averaged in: they score policies that no
       longer exist, and would penalise a config that was still improving (or flatter one that
       collapsed at the end). Its noise is set by ``eval_episodes`` (and averaged over seeds).
     * The training score (``final_return``) is the mean episode return over the last 10 % of

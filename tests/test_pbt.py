@@ -17,6 +17,7 @@ from rljax.agents.ppo import PPOConfig
 from rljax.pbt import PBT, PBTSpec, check_eval_interval, exploit_explore, parse_pbt, return_auc, scores_from_rows, \
     validate_pbt
 from rljax.sweep import SweepSpec, run_sweep
+from rljax.tracking import read_metrics
 
 PPO = PPOConfig(total_timesteps=8 * 16 * 8, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
                 num_minibatches=2, hidden_sizes=(16,))
@@ -128,6 +129,9 @@ def test_pbt_interval_must_be_a_multiple_of_eval_interval():
     check_eval_interval(dataclasses.replace(spec, interval=4), types.SimpleNamespace(eval_interval=2))
     check_eval_interval(spec, types.SimpleNamespace(eval_interval=0))  # no evaluation: any interval
     check_eval_interval(spec, PPO)
+    with pytest.raises(ValueError, match="multiple of eval_interval"):
+        validate_pbt(spec, dataclasses.replace(PPO, eval_interval=2), 4)
+    validate_pbt(spec, dataclasses.replace(PPO, eval_interval=3), 4)
 
 
 def _hook(tmp_path, eval_interval, resume=False, start_chunk=0, size=4):
@@ -193,12 +197,22 @@ def test_pbt_hook_reads_the_curves_back_on_resume(tmp_path):
     assert [p["env_steps"] for p in hook.curves[0]] == [100, 200]
 
 
-def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path):
+@pytest.mark.parametrize("eval_interval", [0, 1], ids=["training-score", "eval-score"])
+def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path, eval_interval):
+    config = dataclasses.replace(PPO, eval_interval=eval_interval, eval_episodes=4)
     pbt = PBTSpec(interval=1, fields={"learning_rate": (1e-5, 1e-2)})
     spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-4, 1e-3, 3e-3]}, seeds=(0,), pbt=pbt)
-    full, members, _ = run_sweep(PPO, spec, run_dir=tmp_path / "full", quiet=True, checkpoint_every=1)
+    full, members, _ = run_sweep(config, spec, run_dir=tmp_path / "full", quiet=True, checkpoint_every=1)
     log = [json.loads(line) for line in (tmp_path / "full" / "pbt.jsonl").read_text().splitlines()]
     assert [r["chunk"] for r in log] == [0, 1, 2]  # after every chunk but the last
+    # Each step ranked by the score of its chunk's rows (the evaluation when there is one), ties by AUC so far.
+    key = "eval/return_mean" if eval_interval else "episode_return_mean"
+    history = [read_metrics(tmp_path / "full" / "members" / m.name) for m in members]
+    for r in log:
+        assert r["score"] == key and r["tiebreak"] == "auc"
+        np.testing.assert_allclose(r["scores"], [rows[r["chunk"]][key] for rows in history], rtol=1e-6)
+        np.testing.assert_allclose(r["auc"], [return_auc(rows[:r["chunk"] + 1]) for rows in history], rtol=1e-6)
+    assert f"ranked by `{key}`" in (tmp_path / "full" / "summary.md").read_text()
     names = {m.name for m in members}
     for r in log:
         assert len(r["copies"]) == 1 and set(r["copies"]) | set(r["copies"].values()) <= names
@@ -206,13 +220,30 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path):
     np.testing.assert_allclose(final_lr, log[-1]["hyperparams"]["learning_rate"])
     assert sorted(final_lr.tolist()) != sorted(np.float32([1e-4, 3e-4, 1e-3, 3e-3]).tolist())
 
-    part, _, _ = run_sweep(PPO, spec, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=1,
+    part, _, _ = run_sweep(config, spec, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=1,
                            on_chunk=lambda c, s, r: c == 1)
     assert part.preempted == "on_chunk"
-    rest, _, _ = run_sweep(PPO, spec, run_dir=tmp_path / "cut", quiet=True, resume=True, checkpoint_every=1)
+    rest, _, _ = run_sweep(config, spec, run_dir=tmp_path / "cut", quiet=True, resume=True, checkpoint_every=1)
     for a, b in zip(jax.tree.leaves(full.state), jax.tree.leaves(rest.state)):
         a = jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a
         b = jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b
         assert np.array_equal(np.asarray(a), np.asarray(b))
     assert (tmp_path / "cut" / "pbt.jsonl").read_text() == (tmp_path / "full" / "pbt.jsonl").read_text()
     assert "pbt.jsonl" in (tmp_path / "full" / "summary.md").read_text()
+
+
+def test_pbt_cli_refuses_an_interval_between_evaluations():
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "experiments.ppo_cartpole", "sweep", "--grid", "learning_rate=1e-4,1e-3",
+                          "--seeds", "2", "--eval-interval", "2", "--pbt-interval", "3", "--pbt",
+                          "learning_rate=1e-5:1e-2", "--run-dir", "none", "--no-compile-cache", "--quiet"],
+                         env={**os.environ, "PYTHONPATH": str(root)}, cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "PBT interval (3 chunks) must be a multiple of eval_interval (2)" in out.stderr
+    assert "--pbt-interval 2 or 4" in out.stderr

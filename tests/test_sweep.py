@@ -20,7 +20,7 @@ import rljax
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
-from rljax.sweep import Member, SweepSpec, build_members, parse_grid, parse_sample, run_sweep, summarize
+from rljax.sweep import Member, SweepSpec, build_members, parse_grid, parse_sample, rank_configs, run_sweep, summarize
 from rljax.tracking import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_evaluation_score_ranks_the_sweep(tmp_path):
     assert all(a["score"] == "eval/return_mean" for a in agg)
     text = out.getvalue()
     assert text == (tmp_path / "summary.md").read_text() + "\n"
-    assert text.startswith("score: evaluation return (`eval/return_mean` of each member's last evaluation, "
+    assert text.startswith("score: greedy evaluation return (`eval/return_mean` of each member's last evaluation, "
                            "16 episodes, at 400 env steps)")
     assert "| rank | config | seeds | eval return (score) | final training return | AUC | diverged |" in text
     csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
@@ -243,3 +243,24 @@ def test_a_member_without_a_finite_evaluation_ranks_last(tmp_path):
     assert [(a["rank"], a["config"]) for a in agg] == [(1, "ok"), (2, "nan"), (2, "none")]
     assert agg[0]["score_mean"] == 15.0
     assert all(np.isnan(a["score_mean"]) for a in agg[1:])
+
+
+def test_a_sweep_that_evaluates_is_ranked_by_its_last_evaluation(tmp_path):
+    config = dataclasses.replace(PPO, eval_interval=2, eval_episodes=4)
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1))
+    _, members, agg = run_sweep(config, spec, run_dir=tmp_path, quiet=True, plots=False)
+    history = [read_metrics(tmp_path / "members" / m.name) for m in members]
+    assert [["eval/return_mean" in r for r in rows] for rows in history] == [[False, True, True]] * 4
+    csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    for rows, row in zip(history, csv_rows):
+        assert row["score_metric"] == "eval/return_mean" and float(row["score"]) == rows[-1]["eval/return_mean"]
+        assert (row["eval_episodes"], row["eval_env_steps"]) == ("4", str(rows[-1]["env_steps"]))
+    assert all(a["score"] == "eval/return_mean" for a in agg) and [a["rank"] for a in agg] == [1, 2]
+    for a in agg:
+        seeds = [float(r["score"]) for r, m in zip(csv_rows, members) if m.label == a["config"]]
+        assert a["score_mean"] == pytest.approx(np.mean(seeds))
+    assert (tmp_path / "summary.md").read_text().startswith(
+        "score: greedy evaluation return (`eval/return_mean` of each member's last evaluation, 4 episodes, at 768")
+    assert agg == rank_configs([{**r, "score": float(r["score"]), "final_return": float(r["final_return"]),
+                                 "auc": float(r["auc"]), "eval_return": float(r["eval_return"]),
+                                 "diverged": r["diverged"] == "True"} for r in csv_rows], members)
