@@ -5,10 +5,11 @@ training on (``config.eval_interval > 0``), the evaluation return of the chunk j
 (``eval/return_mean``, the greedy policy over ``eval_episodes`` whole episodes); otherwise the
 mean training episode return of that chunk (``episode_return_mean``, the stochastic policy, the
 episodes that happened to end in it). Equal scores (several CartPole members at 500) are broken by
-each member's training-return AUC so far (:func:`return_auc`: the one that got there sooner wins),
-and members equal in both by a random permutation drawn from the step's key, never by member
-order. With evaluation on, the PBT interval must be a multiple of ``eval_interval``, so that every
-PBT step ranks by an evaluation of the state it copies (:func:`validate_pbt`).
+the training-return AUC so far of each member's lineage (:func:`return_auc`: the one that got
+there sooner wins; a copy inherits its donor's curve), and members equal in both by a random
+permutation drawn from the step's key, never by member order. With evaluation on, the PBT
+interval must be a multiple of ``eval_interval``, so that every PBT step ranks by an evaluation of
+the state it copies (:func:`validate_pbt`).
 
 Each member in the bottom ``fraction`` becomes a copy of a random member of the top ``fraction``
 (**exploit**: params, optimiser state, replay buffer, env states, hyperparameters: the whole train
@@ -21,7 +22,7 @@ is multiplied by a random factor from ``factors`` and clipped to its range (**ex
 The step is one jitted function of the population's train state, which stays on the device(s);
 only the ``[P]`` scores and AUCs come from the host (the chunk's logged rows). Its randomness is
 ``fold_in(key(seed), chunk)``, so a resumed sweep replays it exactly (the AUCs of the chunks before
-the resume are read back from the members' ``metrics.jsonl``). Each step appends a line to
+the resume are rebuilt from the members' ``metrics.jsonl`` and ``pbt.jsonl``). Each step appends a line to
 ``RUN_DIR/pbt.jsonl``: which score ranked the members, the scores and AUCs, which member copied
 which, and the new hyperparameters.
 
@@ -218,8 +219,12 @@ class PBT:
 
     Members are ranked by the score of the chunk just finished (``eval/return_mean`` when the
     config's ``eval_interval`` is on, else ``episode_return_mean``; -inf where missing or not
-    finite), ties by their :func:`return_auc` over every chunk so far (those before a resume are
-    read back from ``members/<name>/metrics.jsonl``), then at random (:func:`exploit_explore`).
+    finite), ties by the :func:`return_auc` of their training return curve so far, then at random
+    (:func:`exploit_explore`). The curve follows the *lineage* of a member's state: a member that
+    copies another takes the donor's curve with its state (exploit copies the network whose
+    learning the curve records; the replaced network's history would otherwise keep the member at
+    the bottom of every later tie). On resume the curves are rebuilt from the members'
+    ``metrics.jsonl`` and the copies kept in ``pbt.jsonl``.
 
     Each step is appended to ``run_dir/pbt.jsonl``: ``score`` (the column that ranked the
     members), ``scores``, ``tiebreak`` and ``auc``, ``copies`` (which member copied which) and every
@@ -247,17 +252,15 @@ class PBT:
         self.score_key = EVAL_SCORE if getattr(program.config, "eval_interval", 0) > 0 else TRAIN_SCORE
         self.step = jax.jit(functools.partial(exploit_explore, spec=spec), donate_argnums=0)
         self.log = None if run_dir is None else pathlib.Path(run_dir) / "pbt.jsonl"
-        # Each member's training-return curve so far, [(env_steps, return)], for the AUC tie-break.
-        self.curves: list[list[dict[str, Any]]] = [[] for _ in program.names]
-        if run_dir is not None and resume and start_chunk > 0:
-            from rljax.tracking import read_metrics
-
-            for curve, name in zip(self.curves, program.names):
-                curve.extend(_curve_point(r) for r in read_metrics(pathlib.Path(run_dir) / "members" / name))
+        kept: list[str] = []
         if self.log is not None and resume and self.log.exists():
             kept = [line for line in self.log.read_text().splitlines()
                     if line.strip() and json.loads(line)["chunk"] < start_chunk]
             self.log.write_text("".join(line + "\n" for line in kept))
+        # The training-return curve of each member's lineage so far, for the AUC tie-break.
+        self.curves: list[list[dict[str, Any]]] = [[] for _ in program.names]
+        if run_dir is not None and resume and start_chunk > 0:
+            self.curves = _replay_curves(pathlib.Path(run_dir), list(program.names), [json.loads(x) for x in kept])
 
     def due(self, run: Any, chunk_index: int, last: bool) -> bool:
         """After every ``interval``-th chunk but the last."""
@@ -294,6 +297,7 @@ class PBT:
         source = np.asarray(jax.device_get(source))
         jax.block_until_ready(new)
         run.state = new
+        self.curves = [list(self.curves[int(j)]) for j in source]  # a copy's curve is its donor's
         if self.log is not None:
             names = self.program.names
             hyperparams = jax.device_get(new.hyperparams)
@@ -311,3 +315,23 @@ class PBT:
 def _curve_point(row: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a metrics row :func:`return_auc` reads."""
     return {"env_steps": row["env_steps"], TRAIN_SCORE: row.get(TRAIN_SCORE)}
+
+
+def _replay_curves(run_dir: Any, names: list[str], steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The lineage curves of a resumed sweep: the members' logged rows, chunk by chunk, with the
+    logged PBT ``steps``' copies applied after their chunks, as :meth:`PBT.boundary` did."""
+    from rljax.tracking import read_metrics
+
+    rows = [read_metrics(run_dir / "members" / name) for name in names]
+    copies_at = {int(step["env_steps"]): step["copies"] for step in steps}
+    index = {name: i for i, name in enumerate(names)}
+    curves: list[list[dict[str, Any]]] = [[] for _ in names]
+    for k in range(max((len(r) for r in rows), default=0)):
+        for curve, member_rows in zip(curves, rows):
+            if k < len(member_rows):
+                curve.append(_curve_point(member_rows[k]))
+        copies = copies_at.get(int(rows[0][k]["env_steps"])) if k < len(rows[0]) else None
+        if copies:
+            curves = [list(curves[index[copies[name]]]) if name in copies else curves[i]
+                      for i, name in enumerate(names)]
+    return curves

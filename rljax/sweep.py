@@ -352,9 +352,10 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
 
     * The evaluation score is the ``eval/return_mean`` of the member's *last* evaluation, which
       is always the final chunk's: the mean return over ``eval_episodes`` whole episodes of the
-      greedy policy the sweep produced (its final checkpoint, what :func:`rljax.load` gives). Earlier evaluations are not averaged in: they score policies that no
-      longer exist, and would penalise a config that was still improving (or flatter one that
-      collapsed at the end). Its noise is set by ``eval_episodes`` (and averaged over seeds).
+      greedy policy the sweep produced (its final checkpoint, what :func:`rljax.load` gives).
+      Earlier evaluations are not averaged in: they score policies that no longer exist, and
+      would penalise a config that was still improving (or flatter one that collapsed at the
+      end). Its noise is set by ``eval_episodes`` (and averaged over seeds).
     * The training score (``final_return``) is the mean episode return over the last 10 % of
       chunks: each chunk's return is noisy (a stochastic policy, the few episodes that happened
       to end in it), and mixes the policies of the chunk, so it is averaged over time instead.

@@ -162,6 +162,7 @@ def test_pbt_hook_ranks_by_evaluation_and_breaks_ties_by_auc(tmp_path):
     assert record["chunk"] == 1 and record["score"] == "eval/return_mean" and record["tiebreak"] == "auc"
     assert record["scores"] == [500, 500, 500, 20] and record["auc"] == [205, 275, 17.5, 390]
     assert record["copies"] == {"m3": "m1"}
+    assert hook.curves[3] == hook.curves[1] and hook.curves[3] is not hook.curves[1]  # the copy's lineage
     # Without evaluation the training return ranks them: member 2 (30) copies member 1 (500).
     (tmp_path / "train").mkdir()
     hook = _hook(tmp_path / "train", eval_interval=0)
@@ -182,17 +183,22 @@ def test_pbt_hook_refuses_a_step_without_a_fresh_evaluation(tmp_path):
         hook.boundary(types.SimpleNamespace(state=_state(4)), 1, rows, last=False)
 
 
-def test_pbt_hook_reads_the_curves_back_on_resume(tmp_path):
-    # The AUC tie-break of a resumed sweep covers the chunks before the resume (from the members'
-    # metrics.jsonl), so it ranks exactly as the uninterrupted run would.
+def test_pbt_hook_rebuilds_the_lineage_curves_on_resume(tmp_path):
+    # The AUC tie-break of a resumed sweep covers the chunks before the resume (the members'
+    # metrics.jsonl), with the copies logged in pbt.jsonl applied, so it ranks exactly as the
+    # uninterrupted run would. Member 0 copied member 3 after chunk 0; the step after chunk 2 was
+    # not committed (the run resumes from chunk 2) and is dropped.
     for i in range(4):
         (tmp_path / "members" / f"m{i}").mkdir(parents=True)
         (tmp_path / "members" / f"m{i}" / "metrics.jsonl").write_text("".join(
             json.dumps(r) + "\n" for r in [_chunk_rows(0, [10.0 * i] * 4)[0], _chunk_rows(1, [None] * 4)[0]]))
+    (tmp_path / "pbt.jsonl").write_text(json.dumps({"chunk": 0, "env_steps": 100, "copies": {"m0": "m3"}}) + "\n"
+                                        + json.dumps({"chunk": 2, "env_steps": 300, "copies": {"m1": "m2"}}) + "\n")
     hook = _hook(tmp_path, eval_interval=0, resume=True, start_chunk=2)
+    assert [json.loads(line)["chunk"] for line in (tmp_path / "pbt.jsonl").read_text().splitlines()] == [0]
     hook.record(None, 2, _chunk_rows(2, [50.0] * 4))
     _, auc = hook.scores(2, _chunk_rows(2, [50.0] * 4))
-    np.testing.assert_allclose(auc, [(10 * i + 50) / 2 for i in range(4)])
+    np.testing.assert_allclose(auc, [40.0, 30.0, 35.0, 40.0])  # member 0's curve starts with member 3's 30
     hook.record(None, 2, _chunk_rows(1, [70.0] * 4))  # a chunk run again replaces the ones after it
     assert [p["env_steps"] for p in hook.curves[0]] == [100, 200]
 
@@ -205,13 +211,19 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path, eval_interval)
     full, members, _ = run_sweep(config, spec, run_dir=tmp_path / "full", quiet=True, checkpoint_every=1)
     log = [json.loads(line) for line in (tmp_path / "full" / "pbt.jsonl").read_text().splitlines()]
     assert [r["chunk"] for r in log] == [0, 1, 2]  # after every chunk but the last
-    # Each step ranked by the score of its chunk's rows (the evaluation when there is one), ties by AUC so far.
+    # Each step ranked by the score of its chunk's rows (the evaluation when there is one), ties by
+    # the AUC so far of each member's lineage (a copy takes its donor's curve).
     key = "eval/return_mean" if eval_interval else "episode_return_mean"
     history = [read_metrics(tmp_path / "full" / "members" / m.name) for m in members]
+    order = [m.name for m in members]
+    curves = [[] for _ in members]
     for r in log:
+        for curve, rows in zip(curves, history):
+            curve.append(rows[r["chunk"]])
         assert r["score"] == key and r["tiebreak"] == "auc"
         np.testing.assert_allclose(r["scores"], [rows[r["chunk"]][key] for rows in history], rtol=1e-6)
-        np.testing.assert_allclose(r["auc"], [return_auc(rows[:r["chunk"] + 1]) for rows in history], rtol=1e-6)
+        np.testing.assert_allclose(r["auc"], [return_auc(c) for c in curves], rtol=1e-6)
+        curves = [list(curves[order.index(r["copies"].get(n, n))]) for n in order]
     assert f"ranked by `{key}`" in (tmp_path / "full" / "summary.md").read_text()
     names = {m.name for m in members}
     for r in log:
@@ -239,8 +251,8 @@ def test_pbt_cli_refuses_an_interval_between_evaluations():
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "experiments.ppo_cartpole", "sweep", "--grid", "learning_rate=1e-4,1e-3",
-                          "--seeds", "2", "--eval-interval", "2", "--pbt-interval", "3", "--pbt",
+    out = subprocess.run([sys.executable, "-m", "experiments.ppo_cartpole", "sweep", "--seeds", "2",
+                          "--grid", "learning_rate=1e-4,1e-3", "--eval-interval", "2", "--pbt-interval", "3", "--pbt",
                           "learning_rate=1e-5:1e-2", "--run-dir", "none", "--no-compile-cache", "--quiet"],
                          env={**os.environ, "PYTHONPATH": str(root)}, cwd=root, capture_output=True, text=True,
                          timeout=120)
