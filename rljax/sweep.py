@@ -348,7 +348,9 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
     """Writes ``summary.csv``, ``summary.md`` and ``plots/``; prints the ranked table.
 
     Each member's **score** is its evaluation return when the sweep evaluated during training
-    (any row carries ``eval/return_mean``: ``eval_interval > 0``), else its final training return.
+    (``eval_interval > 0``: the final chunk's rows carry ``eval/return_mean``), else its final
+    training return. (A sweep resumed with evaluation turned off is scored by training return:
+    its last evaluations would describe policies from the middle of the run.)
 
     * The evaluation score is the ``eval/return_mean`` of the member's *last* evaluation, which
       is always the final chunk's: the mean return over ``eval_episodes`` whole episodes of the
@@ -374,7 +376,7 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
 
     run_dir = pathlib.Path(run_dir)
     fields = list(dict.fromkeys(k for m in members for k in m.values))
-    evaluated = any(EVAL_SCORE in r for rows in member_rows for r in rows)
+    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
     per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
     with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=["member", "name", "seed", *fields, "score", "score_metric",

@@ -243,6 +243,12 @@ def test_a_member_without_a_finite_evaluation_ranks_last(tmp_path):
     assert [(a["rank"], a["config"]) for a in agg] == [(1, "ok"), (2, "nan"), (2, "none")]
     assert agg[0]["score_mean"] == 15.0
     assert all(np.isnan(a["score_mean"]) for a in agg[1:])
+    # Evaluations that stop before the last chunk (resumed with eval_interval=0) do not score
+    # the final policies: the training return does.
+    rows = [_rows([10, 20, 30], [None, 15, None]), _rows([400, 500, 500], [None, 5, None])]
+    agg = summarize(tmp_path, members[:2], rows, plots=False, stream=open(os.devnull, "w"))
+    assert [(a["config"], a["score"], a["score_mean"]) for a in agg] == [
+        ("nan", "episode_return_mean", 500.0), ("ok", "episode_return_mean", 30.0)]
 
 
 def test_a_sweep_that_evaluates_is_ranked_by_its_last_evaluation(tmp_path):
