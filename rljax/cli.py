@@ -85,10 +85,13 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         return status
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
+    evaluated = result.final_eval
     print(f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "
-          f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "
+          + ("" if evaluated is None else f"greedy eval {evaluated['eval/return_mean']:.2f} over "
+                                          f"{evaluated['eval/episodes']} episodes, ")
+          + f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "
           f"({ran / max(t['compute_s'], 1e-9):,.0f} steps/s), logging {t['logging_s']:.2f}s, "
-          f"checkpoints {t['checkpoint_s']:.2f}s"
+          f"checkpoints {t['checkpoint_s']:.2f}s" + (f", evaluation {t['eval_s']:.1f}s" if evaluated else "")
           + (f"; run directory: {result.run_dir}" if result.run_dir else ""))
     return 0
 

@@ -198,4 +198,4 @@ class Evaluation:
         out = jax.device_get(self._episodes(policy_params, env_params, keys))
         for i, row in enumerate(rows):
             row.update(eval_columns(Episodes(*(np.asarray(x)[i] for x in out))))
-        run.timings["eval_s"] = run.timings.get("eval_s", 0.0) + time.perf_counter() - t0
+        run.timings["eval_s"] += time.perf_counter() - t0

@@ -204,7 +204,7 @@ class TrainResult:
         state: the final train state (leading ``[num_devices]`` axis when data-parallel).
         rows: the metrics rows, one per chunk, as written to ``metrics.jsonl``.
         run_dir: the run directory, or None when the run was not tracked.
-        timings: seconds spent compiling, computing and logging, and the plan.
+        timings: seconds spent compiling, computing, logging, checkpointing and evaluating (``eval_s``), and the plan.
         agent: the agent that was trained (its ``act`` evaluates the final policy).
         preempted: the signal (or request) that stopped the run early, or None if it finished.
         member_rows: for a sweep (``population``), each member's rows; ``rows`` then holds
@@ -218,6 +218,14 @@ class TrainResult:
     agent: Agent
     preempted: str | None = None
     member_rows: list[list[dict[str, Any]]] | None = None
+
+    @property
+    def final_eval(self) -> dict[str, Any] | None:
+        """The ``eval/*`` columns of the last evaluated chunk (``eval_interval``), or None."""
+        for row in reversed(self.rows):
+            if "eval/return_mean" in row:
+                return {k: v for k, v in row.items() if k.startswith("eval/")}
+        return None
 
     @property
     def final_return(self) -> float:
@@ -483,7 +491,7 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
-        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0,
+        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0, "eval_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
@@ -546,7 +554,7 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         now = time.perf_counter()
         chunk_s, t_done = now - max(t_launch, t_done), now
         timings["compute_s"] += chunk_s
-        t_log = time.perf_counter()
+        t_log, eval_before = time.perf_counter(), timings["eval_s"]
         wall_s = wall()
         rows = [chunk_row(plan, c, member, wall_s, chunk_s) for member in run.program.split(out)]
         run.rows.append(rows[0])
@@ -555,7 +563,7 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         for hook in hooks:
             if hasattr(hook, "record"):
                 hook.record(run, c, rows)
-        timings["logging_s"] += time.perf_counter() - t_log
+        timings["logging_s"] += time.perf_counter() - t_log - (timings["eval_s"] - eval_before)
         next_chunk = _first_result(hooks, "react", run, c, rows)
         if next_chunk is None and run.ahead is None:  # the state of chunk c is the current one
             next_chunk = _first_result(hooks, "boundary", run, c, rows, last)

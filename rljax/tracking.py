@@ -119,15 +119,18 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def format_progress(row: Mapping[str, Any], total_env_steps: int) -> str:
-    """One progress line: steps done, steps/s, ETA and the recent return."""
+    """One progress line: steps done, steps/s, ETA, the recent return and, on a chunk that was
+    evaluated, the greedy evaluation's mean return."""
     steps = int(row["env_steps"])
     sps = float(row.get("sps") or 0.0)
     eta = (total_env_steps - steps) / sps if sps > 0 else float("nan")
     ret = row.get("episode_return_mean")
     ret_s = "   n/a" if ret is None or (isinstance(ret, float) and math.isnan(ret)) else f"{ret:8.2f}"
     pct = 100.0 * steps / max(total_env_steps, 1)
+    evaluated = row.get("eval/return_mean")
+    eval_s = "" if evaluated is None else f"  eval {evaluated:8.2f}"
     return (f"[{pct:5.1f}%] steps {steps:>10,d}/{total_env_steps:,d}  sps {sps:>9,.0f}  "
-            f"eta {_fmt_s(eta)}  return {ret_s}")
+            f"eta {_fmt_s(eta)}  return {ret_s}{eval_s}")
 
 
 def _fmt_s(seconds: float) -> str:

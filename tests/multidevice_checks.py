@@ -271,7 +271,42 @@ def sweep_two_devices() -> dict:
             "pbt_max_diff": pbt_diff, "pbt_devices_used": len(jax.tree.leaves(split.state.params)[0].sharding.device_set)}
 
 
-CHECKS = {"sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
+def eval_and_load() -> dict:
+    """Evaluation during a data-parallel run and a split sweep leaves the state bit-identical; the
+    data-parallel run's checkpoint loads as device 0's policy (both backends)."""
+    import tempfile
+
+    from rljax.checkpoint import to_host
+    from rljax.sweep import SweepSpec, run_sweep
+
+    d = jax.device_count()
+    out = {}
+    for backend in ("shard_map", "pmap"):
+        cfg = PPOConfig(**{**SMALL, "num_devices": d, "backend": backend, "updates_per_chunk": 2,
+                           "normalize_obs": True})
+        plain = rljax.train(cfg, quiet=True, checkpoints=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            evaluated = rljax.train(dataclasses.replace(cfg, eval_interval=1, eval_episodes=4), run_dir=tmp,
+                                    quiet=True)
+            policy = rljax.load(tmp)
+            obs = 2.0 * jax.random.normal(jax.random.key(0), (32, 4))
+            device0 = jax.tree.map(lambda x: x[0], evaluated.state)
+            same_actions = bool(jnp.all(policy.act(obs) == evaluated.agent.act(device0, obs)))
+        same = all(np.array_equal(a, b) for a, b in zip(to_host(plain.state), to_host(evaluated.state)))
+        evals = [r.get("eval/return_mean") for r in evaluated.rows]
+        out[backend] = {"identical": same, "same_actions": same_actions,
+                        "evaluated": all(e is not None and np.isfinite(e) for e in evals)}
+    cfg = PPOConfig(**{**SMALL, "updates_per_chunk": 2})
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]}, seeds=(0, 1))
+    split, _, _ = run_sweep(dataclasses.replace(cfg, eval_interval=1, eval_episodes=4), spec, devices=d, quiet=True,
+                            plots=False)
+    plain, _, _ = run_sweep(cfg, spec, devices=d, quiet=True, plots=False)
+    out["sweep"] = {"identical": all(np.array_equal(a, b) for a, b in zip(to_host(plain.state), to_host(split.state))),
+                    "evaluated": all("eval/return_mean" in rows[-1] for rows in split.member_rows)}
+    return out
+
+
+CHECKS = {"eval_load": eval_and_load, "sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected,
           "desync_train": desync_through_train}

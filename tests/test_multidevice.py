@@ -90,3 +90,10 @@ def test_sweep_split_over_two_devices_equals_single_runs():
     assert r["devices_used"] == 2 and r["members"] == 4
     assert r["max_diff"] < 1e-5, r
     assert r["pbt_devices_used"] == 2 and r["pbt_max_diff"] < 1e-5, r
+
+
+def test_evaluation_and_load_on_two_devices():
+    r = run_check("eval_load", devices=2)
+    for case in ("shard_map", "pmap"):
+        assert r[case] == {"identical": True, "same_actions": True, "evaluated": True}, r
+    assert r["sweep"] == {"identical": True, "evaluated": True}, r
