@@ -512,16 +512,17 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             from rljax.tracking import read_metrics
 
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
-            agg = summarize(run_dir, members, history, plots=plots, stream=open(os.devnull, "w") if quiet else None)
+            with open(os.devnull, "w") as devnull:
+                agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
             if spec.pbt is not None:
                 from rljax.pbt import EVAL_SCORE, TRAIN_SCORE
 
                 ranked_by = EVAL_SCORE if getattr(config, "eval_interval", 0) > 0 else TRAIN_SCORE
                 with open(run_dir / "summary.md", "a") as f:
                     f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
-                            f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by AUC) "
-                            "and their hyperparameters perturbed during training (every step, with the resulting "
-                            "values, is in `pbt.jsonl`).\n")
+                            f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
+                            "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
+                            "resulting values, is in `pbt.jsonl`).\n")
         t = result.timings
         ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"]) * len(members)
         result.timings["population_sps"] = ran / max(t["compute_s"], 1e-9)
