@@ -13,8 +13,9 @@ state) and the seed. The loop vmaps the chunk over the members and splits them o
 Output (``RUN_DIR``): ``sweep.json`` (the spec and members), ``config.json`` (the base config),
 ``manifest.json``, ``members/<name>/`` (each member's ``config.json``, ``manifest.json``,
 ``metrics.jsonl``, ``tb/``), ``checkpoints/`` (the whole population), ``summary.csv`` (one row per
-member), ``summary.md`` (configs ranked by mean final return over seeds) and ``plots/<config>.png``
-(learning curves, mean and spread over seeds). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
+member), ``summary.md`` (configs ranked by their mean score over seeds: the last evaluation return
+with ``--eval-interval``, else the final training return; ties by AUC; :func:`summarize`) and
+``plots/<config>.png`` (learning curves, mean and spread over seeds). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
 population evolves while it trains (population-based training, :mod:`rljax.pbt`; ``pbt.jsonl``).
 """
 
@@ -38,7 +39,7 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "sweep_main"]
+           "run_sweep", "summarize", "rank_configs", "score_description", "sweep_main"]
 
 ENV_PREFIX = "env."
 
@@ -216,73 +217,193 @@ def make_population(config: Any, env_params: Any, members: Sequence[Member], num
 
 
 def _final_and_auc(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    pts = [(r["env_steps"], r["episode_return_mean"]) for r in rows if r.get("episode_return_mean") is not None]
-    if not pts:
+    """``(final training return, AUC)`` of a member: the mean episode return over the last 10 % of
+    the chunks that finished episodes, and :func:`rljax.pbt.return_auc` (NaN, NaN if none)."""
+    from rljax.pbt import TRAIN_SCORE, return_auc
+
+    returns = [r[TRAIN_SCORE] for r in rows if r.get(TRAIN_SCORE) is not None and math.isfinite(r[TRAIN_SCORE])]
+    if not returns:
         return float("nan"), float("nan")
-    tail = max(1, len(pts) // 10)
-    final = float(np.mean([v for _, v in pts[-tail:]]))
-    if len(pts) == 1:
-        return final, final
-    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
-    auc = float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
-    return final, auc
+    return float(np.mean(returns[-max(1, len(returns) // 10):])), return_auc(rows)
+
+
+def _last_eval(rows: list[dict[str, Any]]) -> tuple[float | None, int | None, int | None]:
+    """``(eval/return_mean, eval/episodes, env_steps)`` of a member's last evaluated row (a
+    non-finite or missing return is NaN); ``(None, None, None)`` if it was never evaluated."""
+    from rljax.pbt import EVAL_SCORE
+
+    for r in reversed(rows):
+        if EVAL_SCORE in r:
+            v = r[EVAL_SCORE]
+            episodes = r.get("eval/episodes")
+            return (float(v) if v is not None and math.isfinite(v) else float("nan"),
+                    None if episodes is None else int(episodes), int(r["env_steps"]))
+    return None, None, None
+
+
+def _member_summary(m: Member, rows: list[dict[str, Any]], evaluated: bool) -> dict[str, Any]:
+    """One ``summary.csv`` row: the member's score (its evaluation return when the sweep was
+    evaluated, else its final training return), final return, AUC, last evaluation, divergence."""
+    from rljax.pbt import EVAL_SCORE, TRAIN_SCORE
+
+    final, auc = _final_and_auc(rows)
+    eval_return, eval_episodes, eval_steps = _last_eval(rows)
+    diverged = any(r.get(k) is None or (isinstance(r.get(k), float) and not math.isfinite(r[k]))
+                   for r in rows for k in r if k.endswith("_loss"))
+    return {"member": m.index, "name": m.name, "seed": m.seed, **m.values,
+            "score": (float("nan") if eval_return is None else eval_return) if evaluated else final,
+            "score_metric": EVAL_SCORE if evaluated else TRAIN_SCORE,
+            "final_return": final, "auc": auc, "eval_return": eval_return, "eval_episodes": eval_episodes,
+            "eval_env_steps": eval_steps, "diverged": diverged}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and std over the finite values (None counts as NaN; NaN, NaN when none is finite)."""
+    x = np.asarray(values, float)
+    return (float(np.nanmean(x)), float(np.nanstd(x))) if np.isfinite(x).any() else (float("nan"), float("nan"))
+
+
+def _tie_key(a: dict[str, Any]) -> tuple[float, float]:
+    """Sort key of a config: score, then AUC, both descending, compared to 10 significant digits
+    (so means of the same values summed in another order are equal); NaN last."""
+    def desc(x: float) -> float:
+        return -float(f"{x:.10g}") if math.isfinite(x) else math.inf
+    return desc(a["score_mean"]), desc(a["auc_mean"])
+
+
+def rank_configs(per_member: Sequence[dict[str, Any]], members: Sequence[Member]) -> list[dict[str, Any]]:
+    """Aggregates the members' summary rows per config and ranks the configs, best first.
+
+    Configs are ranked by their mean score over seeds; equal scores (several configs reaching
+    CartPole's 500) by their mean AUC (the training return averaged over the run: the config
+    that got there sooner and more reliably is better), never by their order in the sweep.
+    Configs equal in both share a rank (standard competition ranking: 1, 1, 3) and are listed
+    in order of their config label. A NaN score (no finished episode, no evaluation, a diverged
+    member's NaN evaluation) ranks last. Seeds whose score is NaN are left out of the mean (the
+    ``diverged`` column counts diverged members).
+
+    Returns:
+        One dict per config: ``rank``, ``config``, ``seeds``, ``score`` (the metric that ranked
+        them: ``eval/return_mean`` or ``episode_return_mean``), ``score_mean``/``score_std``,
+        ``final_mean``/``final_std`` (final training return), ``auc_mean``/``auc_std``,
+        ``eval_mean``/``eval_std`` (last evaluation return; NaN without evaluation), ``diverged``.
+    """
+    by_label: dict[str, list[int]] = {}
+    for m in members:
+        by_label.setdefault(m.label, []).append(m.index)
+    agg = []
+    for label, idx in by_label.items():
+        rows = [per_member[i] for i in idx]
+        col = {k: _mean_std([r[k] for r in rows]) for k in ("score", "final_return", "auc", "eval_return")}
+        agg.append({"config": label, "seeds": len(idx), "score": rows[0]["score_metric"],
+                    "score_mean": col["score"][0], "score_std": col["score"][1],
+                    "final_mean": col["final_return"][0], "final_std": col["final_return"][1],
+                    "auc_mean": col["auc"][0], "auc_std": col["auc"][1],
+                    "eval_mean": col["eval_return"][0], "eval_std": col["eval_return"][1],
+                    "diverged": sum(r["diverged"] for r in rows)})
+    agg.sort(key=lambda a: (*_tie_key(a), a["config"]))
+    ranked: list[dict[str, Any]] = []
+    for i, a in enumerate(agg):
+        tied = i > 0 and _tie_key(a) == _tie_key(agg[i - 1])
+        ranked.append({"rank": ranked[-1]["rank"] if tied else i + 1, **a})
+    return ranked
+
+
+def score_description(per_member: Sequence[dict[str, Any]]) -> str:
+    """Which score ranked a sweep, in words (the header of ``summary.md`` and the printed table)."""
+    from rljax.pbt import EVAL_SCORE
+
+    if not per_member or per_member[0]["score_metric"] != EVAL_SCORE:
+        return ("score: training episode return (`episode_return_mean`: the stochastic policy's episodes that "
+                "ended in each chunk; mean of the last 10 % of chunks)")
+    episodes = sorted({p["eval_episodes"] for p in per_member if p["eval_episodes"] is not None})
+    steps = sorted({p["eval_env_steps"] for p in per_member if p["eval_env_steps"] is not None})
+    n = "" if not episodes else f", {episodes[0]}" + (f"-{episodes[-1]}" if len(episodes) > 1 else "") + " episodes"
+    at = f", at {steps[0]:,} env steps" if len(steps) == 1 else ""
+    return f"score: greedy evaluation return (`{EVAL_SCORE}` of each member's last evaluation{n}{at})"
+
+
+def _table(agg: list[dict[str, Any]], description: str) -> str:
+    """``summary.md``: what ranked the configs, then the ranked table."""
+    from rljax.pbt import EVAL_SCORE
+
+    evaluated = bool(agg) and agg[0]["score"] == EVAL_SCORE
+    lines = [description, "", "Configs ranked by their mean score over seeds (± std), best first; equal scores by "
+             "AUC (the training return averaged over the run); configs equal in both share a rank.", "",
+             "| rank | config | seeds | " + ("eval return (score) | final training return | " if evaluated
+                                            else "final return (score) | ") + "AUC | diverged |",
+             "|---|---|---|---|---|" + ("---|" if evaluated else "") + "---|"]
+    for a in agg:
+        cells = [str(a["rank"]), a["config"], str(a["seeds"])]
+        if evaluated:
+            cells.append(f"{a['eval_mean']:.2f} ± {a['eval_std']:.2f}")
+        cells += [f"{a['final_mean']:.2f} ± {a['final_std']:.2f}", f"{a['auc_mean']:.2f} ± {a['auc_std']:.2f}",
+                  str(a["diverged"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows: Sequence[list[dict]],
               plots: bool = True, stream: Any = None) -> list[dict[str, Any]]:
     """Writes ``summary.csv``, ``summary.md`` and ``plots/``; prints the ranked table.
 
-    ``final_return`` is the mean episode return over the last 10 % of chunks; ``auc`` is the area
-    under the learning curve divided by its length in env steps (the run's average return).
+    Each member's **score** is its evaluation return when the sweep evaluated during training
+    (``eval_interval > 0``: the final chunk's rows carry ``eval/return_mean``), else its final
+    training return. (A sweep resumed with evaluation turned off is scored by training return:
+    its last evaluations would describe policies from the middle of the run.)
+
+    * The evaluation score is the ``eval/return_mean`` of the member's *last* evaluation, which
+      is always the final chunk's: the mean return over ``eval_episodes`` whole episodes of the
+      greedy policy the sweep produced (its final checkpoint, what :func:`rljax.load` gives).
+      Earlier evaluations are not averaged in: they score policies that no longer exist, and
+      would penalise a config that was still improving (or flatter one that collapsed at the
+      end). Its noise is set by ``eval_episodes`` (and averaged over seeds).
+    * The training score (``final_return``) is the mean episode return over the last 10 % of
+      chunks: each chunk's return is noisy (a stochastic policy, the few episodes that happened
+      to end in it), and mixes the policies of the chunk, so it is averaged over time instead.
+
+    ``auc`` is the area under the training return curve divided by its length in env steps (the
+    run's average return, :func:`rljax.pbt.return_auc`); it breaks ties in the score
+    (:func:`rank_configs`). ``summary.csv`` has one row per member with its ``score`` and
+    ``score_metric`` (the column the score came from), ``final_return``, ``auc`` and its last
+    evaluation (``eval_return``, ``eval_episodes``, ``eval_env_steps``; empty without one);
+    ``summary.md`` and the printed table name the score they rank by.
 
     Returns:
-        The per-config aggregate rows, best first.
+        The per-config aggregate rows, best first (:func:`rank_configs`).
     """
+    from rljax.pbt import EVAL_SCORE
+
     run_dir = pathlib.Path(run_dir)
     fields = list(dict.fromkeys(k for m in members for k in m.values))
-    per_member = []
-    for m, rows in zip(members, member_rows):
-        final, auc = _final_and_auc(rows)
-        diverged = any(r.get(k) is None or (isinstance(r.get(k), float) and not math.isfinite(r[k]))
-                       for r in rows for k in r if k.endswith("_loss"))
-        per_member.append({"member": m.index, "name": m.name, "seed": m.seed, **m.values,
-                           "final_return": final, "auc": auc, "diverged": diverged})
+    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
+    per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
     with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=["member", "name", "seed", *fields, "final_return", "auc", "diverged"])
+        writer = csv.DictWriter(f, fieldnames=["member", "name", "seed", *fields, "score", "score_metric",
+                                               "final_return", "auc", "eval_return", "eval_episodes",
+                                               "eval_env_steps", "diverged"])
         writer.writeheader()
         writer.writerows(per_member)
-
-    by_label: dict[str, list[int]] = {}
-    for m in members:
-        by_label.setdefault(m.label, []).append(m.index)
-    agg = []
-    for label, idx in by_label.items():
-        finals = np.array([per_member[i]["final_return"] for i in idx], float)
-        aucs = np.array([per_member[i]["auc"] for i in idx], float)
-        agg.append({"config": label, "seeds": len(idx), "final_mean": float(np.nanmean(finals)) if np.isfinite(finals).any() else float("nan"),
-                    "final_std": float(np.nanstd(finals)) if np.isfinite(finals).any() else float("nan"),
-                    "auc_mean": float(np.nanmean(aucs)) if np.isfinite(aucs).any() else float("nan"),
-                    "auc_std": float(np.nanstd(aucs)) if np.isfinite(aucs).any() else float("nan"),
-                    "diverged": sum(per_member[i]["diverged"] for i in idx)})
-    agg.sort(key=lambda a: (-a["final_mean"] if math.isfinite(a["final_mean"]) else math.inf))
-    lines = ["| rank | config | seeds | final return (mean ± std) | AUC (mean ± std) | diverged |",
-             "|---|---|---|---|---|---|"]
-    for rank, a in enumerate(agg, 1):
-        lines.append(f"| {rank} | {a['config']} | {a['seeds']} | {a['final_mean']:.2f} ± {a['final_std']:.2f} | "
-                     f"{a['auc_mean']:.2f} ± {a['auc_std']:.2f} | {a['diverged']} |")
-    text = "\n".join(lines) + "\n"
+    agg = rank_configs(per_member, members)
+    text = _table(agg, score_description(per_member))
     (run_dir / "summary.md").write_text(text)
     print(text, file=stream or sys.stdout, flush=True)
     if plots:
+        by_label: dict[str, list[int]] = {}
+        for m in members:
+            by_label.setdefault(m.label, []).append(m.index)
         _plot(run_dir, members, member_rows, by_label)
     return agg
 
 
 def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
+    """One PNG per config: each seed's training return curve and evaluations, the mean and spread."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from rljax.pbt import EVAL_SCORE
 
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
@@ -293,8 +414,13 @@ def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
             rows = [r for r in member_rows[i] if r.get("episode_return_mean") is not None]
             x = np.array([r["env_steps"] for r in rows], float)
             y = np.array([r["episode_return_mean"] for r in rows], float)
-            ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
+            (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
             curves.append((x, y))
+            evals = np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
+                              if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2)
+            if len(evals):
+                ax.plot(evals[:, 0], evals[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
+                        label=f"seed {members[i].seed} eval")
         common = [c for c in curves if len(c[0])]
         if common:
             grid_x = np.unique(np.concatenate([c[0] for c in common]))
@@ -386,12 +512,17 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             from rljax.tracking import read_metrics
 
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
-            agg = summarize(run_dir, members, history, plots=plots, stream=open(os.devnull, "w") if quiet else None)
+            with open(os.devnull, "w") as devnull:
+                agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
             if spec.pbt is not None:
+                from rljax.pbt import EVAL_SCORE, TRAIN_SCORE
+
+                ranked_by = EVAL_SCORE if getattr(config, "eval_interval", 0) > 0 else TRAIN_SCORE
                 with open(run_dir / "summary.md", "a") as f:
                     f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
-                            "replaced by copies of better ones and their hyperparameters perturbed during training "
-                            "(every step, with the resulting values, is in `pbt.jsonl`).\n")
+                            f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
+                            "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
+                            "resulting values, is in `pbt.jsonl`).\n")
         t = result.timings
         ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"]) * len(members)
         result.timings["population_sps"] = ran / max(t["compute_s"], 1e-9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import os
 import pathlib
@@ -19,7 +20,7 @@ import rljax
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
-from rljax.sweep import SweepSpec, build_members, parse_grid, parse_sample, run_sweep
+from rljax.sweep import Member, SweepSpec, build_members, parse_grid, parse_sample, rank_configs, run_sweep, summarize
 from rljax.tracking import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -116,7 +117,9 @@ def test_outputs_and_resume(tmp_path):
     rows = list(csv.DictReader(open(root / "summary.csv")))
     assert len(rows) == 8 and {"learning_rate", "ent_coef", "seed", "final_return", "auc"} <= set(rows[0])
     assert len(agg) == 4 and agg[0]["final_mean"] >= agg[-1]["final_mean"] and agg[0]["seeds"] == 2
-    assert (root / "summary.md").read_text().count("\n") == 4 + 2
+    assert agg[0]["score"] == "episode_return_mean" and agg[0]["score_mean"] == agg[0]["final_mean"]
+    md = (root / "summary.md").read_text()
+    assert md.startswith("score: training episode return") and md.count("\n| ") == 4 + 1
     assert len(list((root / "plots").glob("*.png"))) == 4
     for m in members:
         d = root / "members" / m.name
@@ -148,3 +151,122 @@ def test_sweep_cli_and_structural_field_error(tmp_path):
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert len(list(csv.DictReader(open(tmp_path / "s" / "summary.csv")))) == 4
+
+
+# ------------------------------------------------------------------------------------------------
+# Ranking: by the evaluation score when there is one, ties by AUC (never by member order)
+# ------------------------------------------------------------------------------------------------
+
+
+def _rows(returns, evals=None, episodes=16):
+    """Hand-built metrics rows, one per chunk of 100 env steps; ``evals[i]`` (None: not evaluated)."""
+    rows = []
+    for i, ret in enumerate(returns):
+        row = {"env_steps": 100 * (i + 1), "episode_return_mean": ret, "policy_loss": 0.1}
+        if evals is not None and evals[i] is not None:
+            row.update({"eval/return_mean": evals[i], "eval/return_std": 0.0, "eval/episodes": episodes})
+        rows.append(row)
+    return rows
+
+
+def _members(labels, seeds=(0,)):
+    out = []
+    for label in labels:
+        for seed in seeds:
+            i = len(out)
+            out.append(Member(index=i, seed=seed, values={"learning_rate": float(i // len(seeds))},
+                              name=f"{i:03d}-s{seed}", label=label))
+    return out
+
+
+def _md_order(path):
+    """(rank, config) of each table row of summary.md."""
+    rows = [line.split(" | ") for line in path.read_text().splitlines() if line.startswith("| ") and "---" not in line]
+    return [(int(r[0][2:]), r[1]) for r in rows[1:]]
+
+
+def test_training_score_ties_are_ranked_by_auc_not_member_order(tmp_path):
+    # a, b and c all end at 500; c got there first, then b, then a; d is worse; e equals c exactly.
+    members = _members(["a", "b", "c", "d", "e"])
+    rows = [_rows([10, 20, 500, 500]), _rows([10, 400, 500, 500]), _rows([300, 500, 500, 500]),
+            _rows([10, 20, 30, 40]), _rows([300, 500, 500, 500])]
+    agg = summarize(tmp_path, members, rows, plots=False, stream=open(os.devnull, "w"))
+    assert [(a["rank"], a["config"]) for a in agg] == [(1, "c"), (1, "e"), (3, "b"), (4, "a"), (5, "d")]
+    assert all(a["score"] == "episode_return_mean" for a in agg) and agg[0]["score_mean"] == 500.0
+    assert _md_order(tmp_path / "summary.md") == [(1, "c"), (1, "e"), (3, "b"), (4, "a"), (5, "d")]
+    md = (tmp_path / "summary.md").read_text()
+    assert "score: training episode return (`episode_return_mean`" in md and "last 10 % of chunks" in md
+    csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert {r["score_metric"] for r in csv_rows} == {"episode_return_mean"}
+    assert [float(r["score"]) for r in csv_rows] == [500.0, 500.0, 500.0, 40.0, 500.0]
+    assert all(r["eval_return"] == "" for r in csv_rows)
+    # Listed in the reverse order, the ranking is the same: member order never decides.
+    back = summarize(tmp_path, _members(["e", "d", "c", "b", "a"]), rows[::-1], plots=False,
+                     stream=open(os.devnull, "w"))
+    assert [(a["rank"], a["config"]) for a in back] == [(1, "c"), (1, "e"), (3, "b"), (4, "a"), (5, "d")]
+
+
+def test_evaluation_score_ranks_the_sweep(tmp_path):
+    # Two seeds per config. "stoch" has the best training return but the worst evaluation; "slow"
+    # and "fast" both evaluate at 500 on every seed: the faster learner (higher AUC) ranks first,
+    # though "slow" comes first in the sweep. The score is the last evaluation, not an average.
+    members = _members(["slow", "fast", "stoch", "late"], seeds=(0, 1))
+    rows = [_rows([10, 100, 450, 500], [None, 50, None, 500]), _rows([10, 120, 480, 500], [None, 60, None, 500]),
+            _rows([200, 480, 500, 500], [None, 500, None, 500]), _rows([250, 490, 500, 500], [None, 500, None, 500]),
+            _rows([300, 500, 500, 500], [None, 400, None, 300]), _rows([300, 500, 500, 500], [None, 420, None, 320]),
+            _rows([10, 10, 20, 400], [None, 5, None, 490]), _rows([10, 10, 20, 400], [None, 5, None, 480])]
+    out = io.StringIO()
+    agg = summarize(tmp_path, members, rows, plots=True, stream=out)
+    assert [(a["rank"], a["config"]) for a in agg] == [(1, "fast"), (2, "slow"), (3, "late"), (4, "stoch")]
+    by = {a["config"]: a for a in agg}
+    assert by["late"]["score_mean"] == 485.0 and by["late"]["eval_mean"] == 485.0 and by["late"]["score_std"] == 5.0
+    assert by["stoch"]["final_mean"] == 500.0 and by["stoch"]["score_mean"] == 310.0
+    assert all(a["score"] == "eval/return_mean" for a in agg)
+    text = out.getvalue()
+    assert text == (tmp_path / "summary.md").read_text() + "\n"
+    assert text.startswith("score: greedy evaluation return (`eval/return_mean` of each member's last evaluation, "
+                           "16 episodes, at 400 env steps)")
+    assert "| rank | config | seeds | eval return (score) | final training return | AUC | diverged |" in text
+    csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert {r["score_metric"] for r in csv_rows} == {"eval/return_mean"}
+    assert [float(r["score"]) for r in csv_rows] == [500, 500, 500, 500, 300, 320, 490, 480]
+    assert {(r["eval_episodes"], r["eval_env_steps"]) for r in csv_rows} == {("16", "400")}
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 4
+
+
+def test_a_member_without_a_finite_evaluation_ranks_last(tmp_path):
+    # "nan" diverged (its evaluation is NaN) and "none" was never evaluated: neither falls back to
+    # its training return, both rank below every evaluated config.
+    members = _members(["ok", "nan", "none"])
+    rows = [_rows([10, 20], [None, 15]), _rows([400, 500], [None, float("nan")]), _rows([400, 500])]
+    agg = summarize(tmp_path, members, rows, plots=False, stream=open(os.devnull, "w"))
+    assert [(a["rank"], a["config"]) for a in agg] == [(1, "ok"), (2, "nan"), (2, "none")]
+    assert agg[0]["score_mean"] == 15.0
+    assert all(np.isnan(a["score_mean"]) for a in agg[1:])
+    # Evaluations that stop before the last chunk (resumed with eval_interval=0) do not score
+    # the final policies: the training return does.
+    rows = [_rows([10, 20, 30], [None, 15, None]), _rows([400, 500, 500], [None, 5, None])]
+    agg = summarize(tmp_path, members[:2], rows, plots=False, stream=open(os.devnull, "w"))
+    assert [(a["config"], a["score"], a["score_mean"]) for a in agg] == [
+        ("nan", "episode_return_mean", 500.0), ("ok", "episode_return_mean", 30.0)]
+
+
+def test_a_sweep_that_evaluates_is_ranked_by_its_last_evaluation(tmp_path):
+    config = dataclasses.replace(PPO, eval_interval=2, eval_episodes=4)
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1))
+    _, members, agg = run_sweep(config, spec, run_dir=tmp_path, quiet=True, plots=False)
+    history = [read_metrics(tmp_path / "members" / m.name) for m in members]
+    assert [["eval/return_mean" in r for r in rows] for rows in history] == [[False, True, True]] * 4
+    csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    for rows, row in zip(history, csv_rows):
+        assert row["score_metric"] == "eval/return_mean" and float(row["score"]) == rows[-1]["eval/return_mean"]
+        assert (row["eval_episodes"], row["eval_env_steps"]) == ("4", str(rows[-1]["env_steps"]))
+    assert all(a["score"] == "eval/return_mean" for a in agg) and [a["rank"] for a in agg] == [1, 2]
+    for a in agg:
+        seeds = [float(r["score"]) for r, m in zip(csv_rows, members) if m.label == a["config"]]
+        assert a["score_mean"] == pytest.approx(np.mean(seeds))
+    assert (tmp_path / "summary.md").read_text().startswith(
+        "score: greedy evaluation return (`eval/return_mean` of each member's last evaluation, 4 episodes, at 768")
+    assert agg == rank_configs([{**r, "score": float(r["score"]), "final_return": float(r["final_return"]),
+                                 "auc": float(r["auc"]), "eval_return": float(r["eval_return"]),
+                                 "diverged": r["diverged"] == "True"} for r in csv_rows], members)
