@@ -10,6 +10,7 @@ import os
 import tempfile
 
 import jax
+import pytest
 
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="rljax-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
@@ -17,3 +18,51 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _tiny_runs() -> dict:
+    """One tiny run per algorithm kind (a few hundred env steps: barely trained weights, which is all
+    loading, evaluating and exporting need; observation normalisation on wherever the algorithm has
+    it, so the folded-in statistics are not the identity)."""
+    from rljax.agents.dqn import DQNConfig
+    from rljax.agents.ppo import PPOConfig
+    from rljax.agents.pqn import PQNConfig
+    from rljax.agents.sac import SACConfig
+    from rljax.agents.td3 import TD3Config
+
+    ppo = dict(total_timesteps=8 * 16 * 4, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
+               num_minibatches=2, hidden_sizes=(16, 16), normalize_obs=True)
+    return {
+        "ppo-cartpole": PPOConfig(env="CartPole-v1", **ppo),
+        "ppo-pendulum": PPOConfig(env="Pendulum-v1", **ppo),
+        "dqn": DQNConfig(env="CartPole-v1", total_timesteps=4 * 2 * 40, updates_per_chunk=10, num_envs=4, num_steps=2,
+                         batch_size=16, buffer_size=64, learning_starts=32, hidden_sizes=(16,), dueling=True,
+                         normalize_obs=True),
+        "sac": SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_steps=1, batch_size=16,
+                         buffer_size=128, learning_starts=32, hidden_sizes=(16,), normalize_obs=True),
+        "td3": TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
+                         learning_starts=32, hidden_sizes=(16,), normalize_obs=True),
+        "pqn": PQNConfig(total_timesteps=16 * 16 * 2, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=1,
+                         num_minibatches=2, hidden_sizes=(16,)),
+    }
+
+
+TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(name) -> (run_dir, TrainResult)``: the tiny run ``name`` (:data:`TINY_RUN_NAMES`),
+    trained once per test process on first use and shared by the tests that only read it (load,
+    eval, export). A test that writes into the run directory writes only below ``eval/``."""
+    import rljax
+
+    configs, cache = _tiny_runs(), {}
+
+    def get(name: str):
+        if name not in cache:
+            run_dir = tmp_path_factory.mktemp(f"tiny-{name}") / "run"
+            cache[name] = (run_dir, rljax.train(configs[name], run_dir=run_dir, quiet=True, handle_signals=False))
+        return cache[name]
+
+    return get

@@ -273,7 +273,9 @@ def sweep_two_devices() -> dict:
 
 def eval_and_load() -> dict:
     """Evaluation during a data-parallel run and a split sweep leaves the state bit-identical; the
-    data-parallel run's checkpoint loads as device 0's policy (both backends)."""
+    data-parallel run's checkpoint loads as device 0's policy. (shard_map: the evaluation hook reads
+    the state through jit alone, which is backend-agnostic; pmap's state layout is covered by the
+    resume checks.)"""
     import tempfile
 
     from rljax.checkpoint import to_host
@@ -281,7 +283,7 @@ def eval_and_load() -> dict:
 
     d = jax.device_count()
     out = {}
-    for backend in ("shard_map", "pmap"):
+    for backend in ("shard_map",):
         cfg = PPOConfig(**{**SMALL, "num_devices": d, "backend": backend, "updates_per_chunk": 2,
                            "normalize_obs": True})
         plain = rljax.train(cfg, quiet=True, checkpoints=False)

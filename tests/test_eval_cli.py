@@ -105,12 +105,9 @@ STAT_KEYS = {"mean", "std", "median", "q25", "q75", "iqr", "min", "max", "ci_low
 
 
 @pytest.fixture(scope="module")
-def ppo_run(tmp_path_factory):
-    from rljax.agents.ppo import PPOConfig
-
-    run = tmp_path_factory.mktemp("eval") / "run"
-    rljax.train(PPOConfig(**TINY), run_dir=run, quiet=True, handle_signals=False)
-    return run
+def ppo_run(tiny_run):
+    """The session's tiny PPO CartPole run (``tests/conftest.py``); these tests write only its ``eval/``."""
+    return tiny_run("ppo-cartpole")[0]
 
 
 def _eval(capsys, *args):

@@ -1,9 +1,9 @@
 """``rljax export``: the artefacts reproduce ``policy.act`` when loaded, as docs/export.md loads them,
 in a process that imports neither rljax nor anything else from this checkout.
 
-One tiny run per algorithm kind (a few hundred env steps: the weights are barely trained, which is
-all an export test needs; observation normalisation is on wherever the algorithm has it, so the
-folded-in statistics are not the identity). Each is exported once (module fixture); one subprocess
+The session's tiny run of each algorithm kind (``tests/conftest.py``: barely trained weights,
+observation normalisation on wherever the algorithm has it, so the folded-in statistics are not the
+identity) is exported once (module fixture); one subprocess
 per format loads every artefact and writes its actions on 1,000 observations drawn from the
 observation space (batch 1000) and on the first one alone (batch 1).
 """
@@ -25,41 +25,16 @@ import numpy as np
 import pytest
 
 import rljax
-from rljax.agents.dqn import DQNConfig
-from rljax.agents.ppo import PPOConfig
-from rljax.agents.pqn import PQNConfig
-from rljax.agents.sac import SACConfig
-from rljax.agents.td3 import TD3Config
 from rljax.cli import main as cli_main
 from rljax.export import (CONTINUOUS_TOLERANCE, METADATA_FILE, ONNX_FILE, STABLEHLO_FILE, ExportError, export,
                           export_main, sample_observations)
+from tests.conftest import TINY_RUN_NAMES as RUNS  # the shared tiny runs (conftest.tiny_run)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "export.md"
 N_OBS = 1000
 HAS_ONNX = all(importlib.util.find_spec(m) is not None for m in ("jax2onnx", "onnxruntime"))
 
-RUNS = {
-    "ppo-cartpole": PPOConfig(env="CartPole-v1", total_timesteps=8 * 16 * 4, updates_per_chunk=2, num_envs=8,
-                              num_steps=16, num_epochs=1, num_minibatches=2, hidden_sizes=(16, 16),
-                              normalize_obs=True),
-    "ppo-pendulum": PPOConfig(env="Pendulum-v1", total_timesteps=8 * 16 * 4, updates_per_chunk=2, num_envs=8,
-                              num_steps=16, num_epochs=1, num_minibatches=2, hidden_sizes=(16, 16),
-                              normalize_obs=True),
-    "dqn": DQNConfig(env="CartPole-v1", total_timesteps=4 * 2 * 40, updates_per_chunk=10, num_envs=4, num_steps=2,
-                     batch_size=16, buffer_size=64, learning_starts=32, hidden_sizes=(16,), dueling=True,
-                     normalize_obs=True),
-    "sac": SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_steps=1, batch_size=16,
-                     buffer_size=128, learning_starts=32, hidden_sizes=(16,), normalize_obs=True),
-    "td3": TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
-                     learning_starts=32, hidden_sizes=(16,), normalize_obs=True),
-    "pqn": PQNConfig(total_timesteps=16 * 16 * 2, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=1,
-                     num_minibatches=2, hidden_sizes=(16,)),
-}
-
-
-# jax2onnx 0.17.1 patches jnp.shape to return a traced array while it converts, so
-# jnp.broadcast_to(x, jnp.shape(y)) fails; rljax.distributions.TanhGaussian (SAC's squashed mode) does that.
 KNOWN_ONNX_GAPS: dict[str, str] = {}  # algorithm -> the converter error it is known to hit
 
 
@@ -71,14 +46,13 @@ def doc_code(heading: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def artefacts(tmp_path_factory):
+def artefacts(tmp_path_factory, tiny_run):
     """name -> (out_dir, policy.json, observations [N_OBS, ...], policy.act's actions on them, and on
     the first observation alone)."""
     root = tmp_path_factory.mktemp("export")
     out = {}
-    for name, config in RUNS.items():
-        rljax.train(config, run_dir=root / "runs" / name, quiet=True, handle_signals=False)
-        policy = rljax.load(root / "runs" / name)
+    for name in RUNS:
+        policy = rljax.load(tiny_run(name)[0])
         meta = export(policy, root / "out" / name, onnx="auto")
         obs = sample_observations(policy.observation_space, N_OBS, seed=1)
         np.save(root / "out" / f"{name}.obs.npy", obs)
@@ -172,13 +146,14 @@ def test_onnx_artefact_reproduces_policy_act_without_rljax_or_jax(artefacts, onn
 
 
 @pytest.mark.parametrize("name", list(RUNS))
-def test_policy_json_describes_the_artefact(artefacts, name):
+def test_policy_json_describes_the_artefact(artefacts, tiny_run, name):
     out_dir, meta, obs, expected, _ = artefacts[name]
     on_disk = json.loads((out_dir / METADATA_FILE).read_text())
     assert on_disk == {k: v for k, v in meta.items() if k != "export_seconds"}
-    config = RUNS[name]
+    run_dir, result = tiny_run(name)
+    config = result.agent.config
     assert meta["algorithm"] == name.split("-")[0] and meta["env"] == config.env
-    assert meta["step"] > 0 and meta["run_dir"].endswith(name) and meta["member"] is None
+    assert meta["step"] > 0 and meta["run_dir"] == str(run_dir) and meta["member"] is None
     assert meta["config_hash"] == rljax.load(meta["run_dir"]).config_hash
     assert meta["config"]["env"] == config.env and meta["config"]["total_timesteps"] == config.total_timesteps
     assert meta["versions"]["jax"] == jax.__version__ and meta["versions"]["rljax"]

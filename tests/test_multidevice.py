@@ -94,6 +94,5 @@ def test_sweep_split_over_two_devices_equals_single_runs():
 
 def test_evaluation_and_load_on_two_devices():
     r = run_check("eval_load", devices=2)
-    for case in ("shard_map", "pmap"):
-        assert r[case] == {"identical": True, "same_actions": True, "evaluated": True}, r
+    assert r["shard_map"] == {"identical": True, "same_actions": True, "evaluated": True}, r
     assert r["sweep"] == {"identical": True, "evaluated": True}, r

@@ -11,29 +11,17 @@ import pytest
 from flax import struct
 
 import rljax
-from rljax.agents.dqn import DQNConfig
-from rljax.agents.pqn import PQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
-from rljax.agents.td3 import TD3Config
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 from rljax.evaluate import DEFAULT_MAX_STEPS, Episodes, eval_columns, evaluate, run_episodes
 from rljax.sweep import SweepSpec, run_sweep
+from tests.conftest import TINY_RUN_NAMES
 
 PPO_NORM = PPOConfig(total_timesteps=2048, num_envs=4, num_steps=64, updates_per_chunk=2, normalize_obs=True,
                      hidden_sizes=(16,))
-CASES = {
-    "ppo_discrete_norm": PPO_NORM,
-    "ppo_continuous": PPOConfig(env="Pendulum-v1", total_timesteps=1024, num_envs=4, num_steps=64,
-                                updates_per_chunk=2, normalize_obs=True, hidden_sizes=(16,)),
-    "dqn": DQNConfig(total_timesteps=400, num_envs=4, learning_starts=100, buffer_size=256, batch_size=16,
-                     hidden_sizes=(16,), updates_per_chunk=25),
-    "sac_norm": SACConfig(env="Pendulum-v1", total_timesteps=240, num_envs=4, learning_starts=64, buffer_size=256,
-                          batch_size=16, hidden_sizes=(16,), updates_per_chunk=20, normalize_obs=True),
-    "td3": TD3Config(env="Pendulum-v1", total_timesteps=240, num_envs=4, learning_starts=64, buffer_size=256,
-                     batch_size=16, hidden_sizes=(16,), updates_per_chunk=20),
-    "pqn": PQNConfig(total_timesteps=1024, num_envs=4, num_steps=32, updates_per_chunk=2, hidden_sizes=(16,)),
-}
+SAC_NORM = SACConfig(env="Pendulum-v1", total_timesteps=240, num_envs=4, learning_starts=64, buffer_size=256,
+                     batch_size=16, hidden_sizes=(16,), updates_per_chunk=20, normalize_obs=True)
 
 
 def _files(directory) -> dict[str, int]:
@@ -45,15 +33,14 @@ def _obs(policy, n=64, scale=3.0):
     return scale * jax.random.normal(jax.random.key(7), (n, *shape))
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_load_acts_as_the_trained_state_and_leaves_the_run_alone(tmp_path, name):
-    config = CASES[name]
-    result = rljax.train(config, run_dir=tmp_path / "run", quiet=True)
-    before = _files(tmp_path)
-    policy = rljax.load(tmp_path / "run")
-    assert _files(tmp_path) == before  # nothing written, not even a lock or a manifest entry
+@pytest.mark.parametrize("name", TINY_RUN_NAMES)
+def test_load_acts_as_the_trained_state_and_leaves_the_run_alone(tiny_run, name):
+    run_dir, result = tiny_run(name)
+    before = _files(run_dir)
+    policy = rljax.load(run_dir)
+    assert _files(run_dir) == before  # nothing written, not even a lock or a manifest entry
     assert policy.step == result.rows[-1]["env_steps"] and policy.member is None
-    assert policy.algorithm == name.split("_")[0]
+    assert policy.algorithm == name.split("-")[0] and policy.config == result.agent.config
     obs = _obs(policy)
     expected = result.agent.act(result.state, obs)
     np.testing.assert_array_equal(np.asarray(policy.act(obs)), np.asarray(expected))
@@ -73,17 +60,19 @@ def test_load_acts_as_the_trained_state_and_leaves_the_run_alone(tmp_path, name)
         assert not np.array_equal(sampled, np.asarray(expected))
 
 
-def test_normalising_agents_act_on_raw_observations(tmp_path):
+@pytest.mark.parametrize("name", ["ppo-pendulum", "sac"])
+def test_normalising_agents_act_on_raw_observations(tiny_run, name):
     """The issue's bug: PPO's act expected normalised observations. Policy.act applies the trained
-    statistics; acting on the same raw obs without them gives other actions."""
-    rljax.train(PPO_NORM, run_dir=tmp_path / "run", quiet=True)
-    policy = rljax.load(tmp_path / "run")
+    statistics: it equals the policy without them on observations normalised by hand."""
+    policy = rljax.load(tiny_run(name)[0])
     stats = policy.params.obs_stats
     assert stats is not None and not np.allclose(np.asarray(stats.var), 1.0)
     obs = _obs(policy, 256)
     normalised = np.asarray(stats.normalize(obs))
     by_hand = policy.apply(policy.params._replace(obs_stats=None), normalised)
-    np.testing.assert_array_equal(np.asarray(policy.act(obs)), np.asarray(by_hand))
+    np.testing.assert_allclose(np.asarray(policy.act(obs)), np.asarray(by_hand), rtol=0, atol=1e-6)
+    unnormalised = policy.apply(policy.params._replace(obs_stats=None), obs)
+    assert np.max(np.abs(np.asarray(unnormalised) - np.asarray(by_hand))) > 1e-3
 
 
 def test_load_picks_steps_and_explains_bad_input(tmp_path):
@@ -202,9 +191,8 @@ def test_eval_columns_by_hand():
                     "eval/length_mean": 2.5, "eval/episodes": 4}
 
 
-def test_evaluate_is_seeded_and_takes_changed_dynamics(tmp_path):
-    rljax.train(PPO_NORM, run_dir=tmp_path / "run", quiet=True)
-    policy = rljax.load(tmp_path / "run")
+def test_evaluate_is_seeded_and_takes_changed_dynamics(tiny_run):
+    policy = rljax.load(tiny_run("ppo-cartpole")[0])
     a, b = evaluate(policy, 16, seed=1), evaluate(policy, 16, seed=1)
     np.testing.assert_array_equal(a.returns, b.returns)
     assert a.returns.shape == (16,) and a.lengths.dtype == np.int32
@@ -226,11 +214,10 @@ def _param_bytes(state):
     return [x.tobytes() for x in to_host(state)]
 
 
-@pytest.mark.parametrize("name", ["ppo_discrete_norm", "sac_norm"])
-def test_evaluation_leaves_training_bit_identical(name):
+@pytest.mark.parametrize("config", [PPO_NORM, SAC_NORM], ids=["ppo", "sac"])
+def test_evaluation_leaves_training_bit_identical(config):
     import dataclasses
 
-    config = CASES[name]
     plain = rljax.train(config, quiet=True, checkpoints=False)
     evaluated = rljax.train(dataclasses.replace(config, eval_interval=2, eval_episodes=4), quiet=True,
                             checkpoints=False)
