@@ -98,10 +98,19 @@ def test_load_picks_steps_and_explains_bad_input(tmp_path):
         last.act(jnp.zeros((3, 5)))
 
 
-def test_load_sweep_members(tmp_path):
+def test_load_sweep_members_and_their_evaluations(tmp_path):
+    """Each member loads as its own policy and is evaluated on its own (its eval/* columns); that
+    evaluation leaves a split sweep's state bit-identical is checked on two devices
+    (test_multidevice)."""
+    import dataclasses
+
     spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0,))
-    result, members, _ = run_sweep(PPO_NORM, spec, run_dir=tmp_path / "sweep", quiet=True, plots=False)
+    config = dataclasses.replace(PPO_NORM, eval_interval=1, eval_episodes=4)
+    result, members, _ = run_sweep(config, spec, run_dir=tmp_path / "sweep", quiet=True, plots=False)
     names = [m.name for m in members]
+    assert all("eval/return_mean" in row for rows in result.member_rows for row in rows)
+    finals = [rows[-1]["eval/return_mean"] for rows in result.member_rows]
+    assert all(np.isfinite(finals)) and finals[0] != finals[1]
     with pytest.raises(ValueError, match="sweep of 2 members: choose one"):
         rljax.load(tmp_path / "sweep")
     with pytest.raises(ValueError, match="no member 'nobody'"):
@@ -215,12 +224,16 @@ def _param_bytes(state):
 
 
 @pytest.mark.parametrize("config", [PPO_NORM, SAC_NORM], ids=["ppo", "sac"])
-def test_evaluation_leaves_training_bit_identical(config):
+def test_evaluation_leaves_training_bit_identical(config, tmp_path):
+    """Same state bits with evaluation on; the columns at the due chunks; and the last evaluation is
+    the loaded policy's greedy episodes on the evaluation key stream."""
     import dataclasses
+
+    from rljax.evaluate import EVAL_STREAM, max_episode_steps
 
     plain = rljax.train(config, quiet=True, checkpoints=False)
     evaluated = rljax.train(dataclasses.replace(config, eval_interval=2, eval_episodes=4), quiet=True,
-                            checkpoints=False)
+                            run_dir=tmp_path / "run")
     assert _param_bytes(plain.state) == _param_bytes(evaluated.state)  # the whole train state
     chunks = len(evaluated.rows)
     with_eval = [i for i, row in enumerate(evaluated.rows) if "eval/return_mean" in row]
@@ -228,41 +241,12 @@ def test_evaluation_leaves_training_bit_identical(config):
     assert all(row["eval/episodes"] == 4 for row in evaluated.rows if "eval/episodes" in row)
     assert not any("eval/return_mean" in row for row in plain.rows)
     assert evaluated.timings["eval_s"] > 0
-
-
-def test_final_evaluation_matches_load_and_evaluate(tmp_path):
-    """The hook's last evaluation is the loaded policy's greedy episodes on the eval key stream."""
-    import dataclasses
-
-    from rljax.evaluate import EVAL_STREAM
-
-    config = dataclasses.replace(PPO_NORM, eval_interval=100, eval_episodes=8)
-    result = rljax.train(config, run_dir=tmp_path / "run", quiet=True)
-    last = result.rows[-1]
     policy = rljax.load(tmp_path / "run")
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), EVAL_STREAM), len(result.rows) - 1)
-    from rljax.evaluate import max_episode_steps
-
-    episodes = run_episodes(policy.env, policy.env_params, lambda o, k: policy.act(o), key, 8,
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), EVAL_STREAM), chunks - 1)
+    episodes = run_episodes(policy.env, policy.env_params, lambda o, k: policy.act(o), key, 4,
                             max_episode_steps(policy.env_params))
-    assert last["eval/return_mean"] == pytest.approx(float(np.mean(np.asarray(episodes.returns))))
-    assert [r for r in result.rows[:-1] if "eval/return_mean" in r] == []
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert '"eval/return_mean"' in lines[-1]
-
-
-def test_sweep_members_are_evaluated_each_on_its_own(tmp_path):
-    import dataclasses
-
-    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1))
-    config = dataclasses.replace(PPO_NORM, eval_interval=1, eval_episodes=4)
-    result, members, _ = run_sweep(config, spec, quiet=True, plots=False)
-    plain, _, _ = run_sweep(PPO_NORM, spec, quiet=True, plots=False)
-    assert _param_bytes(plain.state) == _param_bytes(result.state)
-    finals = [rows[-1]["eval/return_mean"] for rows in result.member_rows]
-    assert all(np.isfinite(finals)) and len(set(finals)) > 1
-    for i in range(len(members)):
-        assert all("eval/return_mean" in row for row in result.member_rows[i])
+    assert evaluated.rows[-1]["eval/return_mean"] == pytest.approx(float(np.mean(np.asarray(episodes.returns))))
+    assert '"eval/return_mean"' in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1]
 
 
 def test_eval_fields_are_validated_and_resumable(tmp_path):
