@@ -311,6 +311,19 @@ def check_out_dir(out_dir: str | os.PathLike, force: bool = False) -> None:
                                   f"or pass --force (force=True) to replace it")
 
 
+def _check_outside_run(out_dir: pathlib.Path, run_dir: str | None) -> None:
+    """Refuses an ``out_dir`` that would replace the policy's run directory, a directory holding it,
+    or an existing directory inside it (``--force`` replaces ``out_dir`` whole)."""
+    if run_dir is None:
+        return
+    out, run = out_dir.resolve(), pathlib.Path(run_dir).resolve()
+    if out == run or out in run.parents or (run in out.parents and out.exists()):
+        what = ("the run directory" if out == run else "a directory holding the run directory" if out in run.parents
+                else "an existing directory inside the run directory")
+        raise ValueError(f"{out_dir} is {what} {run_dir}: exporting there would replace the run's files; name a "
+                         f"directory outside it")
+
+
 def _write_atomically(out_dir: pathlib.Path, files: dict[str, bytes], force: bool) -> None:
     """Writes ``files`` into a temporary sibling of ``out_dir``, then renames it into place (a
     replaced directory is moved aside first and removed last). Nothing is left behind on failure."""
@@ -380,7 +393,8 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
         The contents of ``policy.json`` (plus ``"export_seconds"``, the wall time of the export).
 
     Raises:
-        ValueError: ``onnx`` is not True, False or ``"auto"``.
+        ValueError: ``onnx`` is not True, False or ``"auto"``, or ``out_dir`` is the policy's run
+            directory, holds it, or is an existing directory inside it.
         FileExistsError, NotADirectoryError: ``out_dir`` is non-empty (without ``force``) or a file.
         ExportError: an artefact does not reproduce ``policy.act`` (or ONNX failed with ``onnx=True``).
     """
@@ -390,6 +404,7 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
 
     out = pathlib.Path(out_dir)
     check_out_dir(out, force)
+    _check_outside_run(out, policy.run_dir)
     start = time.perf_counter()
     exported = _stablehlo(policy, platforms)
     files = {STABLEHLO_FILE: exported.serialize()}
@@ -449,7 +464,7 @@ def export_main(argv: Sequence[str] | None = None, prog: str = "rljax export") -
     try:
         meta = export(policy, args.out_dir, onnx={"auto": "auto", "yes": True, "no": False}[args.onnx],
                       force=args.force)
-    except (FileExistsError, NotADirectoryError) as err:
+    except (FileExistsError, NotADirectoryError, ValueError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ExportError as err:

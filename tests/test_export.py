@@ -191,6 +191,22 @@ def test_non_empty_out_dir_is_refused_unless_forced(artefacts, tmp_path):
         export(policy, tmp_path / "new", onnx="yes")
 
 
+def test_export_never_replaces_the_run_directory(artefacts, tmp_path, capsys):
+    import shutil
+
+    _, meta, *_ = artefacts["ppo-cartpole"]
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(meta["run_dir"], run)
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    policy = rljax.load(run)
+    for target in (run, tmp_path / "runs", run / "checkpoints"):
+        with pytest.raises(ValueError, match="run directory"):
+            export(policy, target, onnx=False, force=True)
+        assert cli_main(["export", str(run), str(target), "--onnx", "no", "--force"]) == 2
+        assert "run directory" in capsys.readouterr().err
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+
+
 def test_a_failed_write_leaves_nothing_behind(artefacts, tmp_path, monkeypatch):
     _, meta, *_ = artefacts["ppo-cartpole"]
     policy = rljax.load(meta["run_dir"])
