@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 import os
 import pathlib
 import sys
@@ -72,6 +73,8 @@ def _cast(text: str, kind: Any, name: str) -> Any:
     except ValueError:
         raise ValueError(f"--env-param {name}={text}: {text!r} is not a number ({name} is "
                          f"{getattr(kind, '__name__', kind)})") from None
+    if not math.isfinite(value):
+        raise ValueError(f"--env-param {name}={text}: {name} must be a finite number")
     if kind is int:
         if not value.is_integer():
             raise ValueError(f"--env-param {name}={text}: {name} is an int; {text!r} is not a whole number")
@@ -93,7 +96,8 @@ def parse_env_params(specs: Sequence[str], env_params: Any) -> tuple[Any, dict[s
 
     Raises:
         ValueError: a spec without ``=``, a name that is not a field (the message lists the valid
-            ones), or a value that does not cast.
+            ones), a value that does not cast (or is not finite, or does not fit the field's integer
+            dtype), or a ``max_steps_in_episode`` below 1.
     """
     if not specs:
         return env_params, {}
@@ -118,7 +122,9 @@ def parse_env_params(specs: Sequence[str], env_params: Any) -> tuple[Any, dict[s
         if kind not in (bool, int, float):
             kind = _kind_of_value(current)
         overrides[name] = _cast(text, kind, name)
-    return env_params.replace(**{n: _like(getattr(env_params, n), v) for n, v in overrides.items()}), overrides
+        if name == "max_steps_in_episode" and overrides[name] < 1:
+            raise ValueError(f"--env-param {spec!r}: the time limit max_steps_in_episode must be >= 1")
+    return env_params.replace(**{n: _like(getattr(env_params, n), v, n) for n, v in overrides.items()}), overrides
 
 
 def _kind_of_value(value: Any) -> Any:
@@ -130,12 +136,17 @@ def _kind_of_value(value: Any) -> Any:
     return int if np.issubdtype(dtype, np.integer) else float
 
 
-def _like(current: Any, value: Any) -> Any:
+def _like(current: Any, value: Any, name: str) -> Any:
     """``value`` in the form of ``current``: an array of its dtype if it is an array, else as is."""
     if hasattr(current, "dtype") and hasattr(current, "shape"):
         import jax.numpy as jnp
+        import numpy as np
 
-        return jnp.asarray(value, dtype=current.dtype)
+        dtype = np.dtype(current.dtype)
+        if np.issubdtype(dtype, np.integer) and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+            raise ValueError(f"--env-param {name}={value}: out of range for {name}'s {dtype} "
+                             f"({np.iinfo(dtype).min}..{np.iinfo(dtype).max})")
+        return jnp.asarray(value, dtype=dtype)
     return value
 
 

@@ -79,11 +79,24 @@ def test_env_param_overrides_are_cast_to_the_field_type():
     ("=1", "expected NAME=VALUE"),
     ("length=long", "'long' is not a number"),
     ("max_steps_in_episode=10.5", "max_steps_in_episode is an int"),
+    ("length=nan", "length must be a finite number"),
+    ("gravity=-inf", "gravity must be a finite number"),
+    ("max_steps_in_episode=0", "max_steps_in_episode must be >= 1"),
+    ("max_steps_in_episode=-1", "max_steps_in_episode must be >= 1"),
 ])
 def test_env_param_errors_name_the_bad_input(spec, match):
     _, params = rljax.make("CartPole-v1")
     with pytest.raises(ValueError, match=match):
         parse_env_params([spec], params)
+
+
+def test_an_env_param_out_of_its_dtypes_range_is_a_value_error():
+    import jax.numpy as jnp
+
+    _, params = rljax.make("CartPole-v1")  # as restored from a checkpoint: int32 arrays
+    params = params.replace(max_steps_in_episode=jnp.int32(500))
+    with pytest.raises(ValueError, match=r"max_steps_in_episode=1000000000000: out of range .*int32"):
+        parse_env_params(["max_steps_in_episode=1e12"], params)
 
 
 def test_each_kind_of_evaluation_has_its_own_folder(tmp_path):
