@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import time
 from typing import Any
 
 import jax
@@ -151,15 +152,34 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     if not steps:
         raise FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when "
                                 f"it is stopped; was it run with checkpoints=False?)")
-    if step is None:
+    newest = step is None
+    if newest:
         step = steps[-1]
     elif step not in steps:
         raise ValueError(f"{run_dir} has no checkpoint step {step!r}; it has {steps}")
-    checkpointer = Checkpointer(run_dir, read_only=True)
-    try:
-        host_leaves, meta = checkpointer.read(int(step))
-    finally:
-        checkpointer.manager.close()
+    failed = None
+    for attempt in range(10):
+        try:
+            checkpointer = Checkpointer(run_dir, read_only=True)
+            try:
+                host_leaves, meta = checkpointer.read(int(step))
+            finally:
+                checkpointer.manager.close()
+            break
+        except Exception as err:  # noqa: BLE001 - a live run may remove the step while it is read
+            time.sleep(0.05)
+            steps = checkpoint_steps(run_dir)
+            if step in steps and (failed == step or attempt == 9):  # read twice: the checkpoint is damaged
+                if isinstance(err, KeyError):
+                    raise ValueError(f"checkpoint {step} in {run_dir} cannot be read: {err}") from err
+                raise
+            if step in steps:  # perhaps being removed just now: read it once more
+                failed = step
+                continue
+            if not newest or not steps or attempt == 9:
+                raise FileNotFoundError(f"checkpoint {step} in {run_dir} was removed while it was read (a live "
+                                        f"run keeps only its newest checkpoints); it now has {steps}") from err
+            step = steps[-1]
     by_class = {entry.config_cls.__name__: entry.config_cls for entry in algorithms().values()}
     if meta.get("algorithm") not in by_class:
         raise ValueError(f"checkpoint {step} in {run_dir} was written by algorithm {meta.get('algorithm')!r}, "

@@ -98,6 +98,39 @@ def test_load_picks_steps_and_explains_bad_input(tmp_path):
         last.act(jnp.zeros((3, 5)))
 
 
+def test_load_beside_a_live_run_that_removes_the_step_being_read(tiny_run, tmp_path, monkeypatch):
+    """A live run with keep_checkpoints removes its older steps while load reads them: loading the
+    newest then falls back to the new newest, not a KeyError or a 'damaged data' error."""
+    import shutil
+
+    from rljax.checkpoint import Checkpointer
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run("ppo-cartpole")[0], run)
+    (old,) = [int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()]
+    shutil.copytree(run / "checkpoints" / str(old), run / "checkpoints" / str(2 * old))
+    read = Checkpointer.read
+
+    def removed_while_read(self, step):  # as the run's garbage collection does, mid-read
+        if step == 2 * old and (run / "checkpoints" / str(step)).exists():
+            shutil.rmtree(run / "checkpoints" / str(step))
+            raise KeyError('Item "meta" was not found in the checkpoint.')
+        return read(self, step)
+
+    monkeypatch.setattr(Checkpointer, "read", removed_while_read)
+    assert rljax.load(run).step == old
+    shutil.copytree(run / "checkpoints" / str(old), run / "checkpoints" / str(2 * old))
+    with pytest.raises(FileNotFoundError, match=rf"checkpoint {2 * old} .* was removed while it was read"):
+        rljax.load(run, step=2 * old)
+
+    def unreadable(self, step):
+        raise KeyError('Item "meta" was not found in the checkpoint.')
+
+    monkeypatch.setattr(Checkpointer, "read", unreadable)
+    with pytest.raises(ValueError, match=rf"checkpoint {old} in .* cannot be read"):
+        rljax.load(run, step=old)
+
+
 def test_load_sweep_members_and_their_evaluations(tmp_path):
     """Each member loads as its own policy and is evaluated on its own (its eval/* columns); that
     evaluation leaves a split sweep's state bit-identical is checked on two devices
