@@ -186,7 +186,7 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
                          f"which is not registered (known: {sorted(by_class)})")
     config_cls = by_class[meta["algorithm"]]
     config = config_from_dict(config_cls, meta["config"])
-    index, member_name, config = _member(run_dir, member, config, config_cls)
+    index, member_name, config = _member(run_dir, member, config, config_cls, len(meta.get("rows") or []))
     env, env_params = env_registry.resolve(config.env, env, None)
     agent = build_agent(config, env, env_params, None)
     state = _state_of(agent, config, env_params, host_leaves, index, f"checkpoint {step} in {run_dir}")
@@ -196,14 +196,17 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
                   member=member_name)
 
 
-def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config_cls: Any
+def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config_cls: Any, population: int = 1
             ) -> tuple[int | None, str | None, Any]:
     """``(index in the population, name, config)`` of the member to load: ``(None, None, config)``
-    for a single run."""
+    for a single run. ``population``: how many members' rows the checkpoint's meta holds."""
     from rljax.config import config_from_dict
     from rljax.rundir import RunDirError, read_json
 
     if not (run_dir / "sweep.json").exists():
+        if population > 1:
+            raise ValueError(f"{run_dir} holds a sweep's checkpoint ({population} members) but its sweep.json, "
+                             f"which names the members, is missing: restore {run_dir / 'sweep.json'}")
         if member is not None:
             raise ValueError(f"{run_dir} is a single run, not a sweep: drop member={member!r}")
         return None, None, config

@@ -158,6 +158,10 @@ def test_load_sweep_members_and_their_evaluations(tmp_path):
         np.testing.assert_array_equal(np.asarray(policy.act(obs)), np.asarray(result.agent.act(member_state, obs)))
         by_index = rljax.load(tmp_path / "sweep", member=i)
         np.testing.assert_array_equal(np.asarray(by_index.act(obs)), np.asarray(policy.act(obs)))
+    # without its sweep.json a sweep's checkpoint is not silently loaded as member 0 of a single run
+    (tmp_path / "sweep" / "sweep.json").rename(tmp_path / "sweep.json")
+    with pytest.raises(ValueError, match=r"holds a sweep's checkpoint \(2 members\) but its sweep.json, .* is missing"):
+        rljax.load(tmp_path / "sweep")
 
 
 # ------------------------------------------------------------------------------------------------
