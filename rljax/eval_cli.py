@@ -183,6 +183,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
     if not pathlib.Path(args.run_dir).is_dir():
+        if pathlib.Path(args.run_dir).exists():
+            raise FileNotFoundError(f"{args.run_dir} is not a directory: pass the run directory of a training run")
         raise FileNotFoundError(f"run directory {args.run_dir} does not exist")
     _check_video_path(args.video)
     from rljax.policy import load

@@ -200,6 +200,9 @@ def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, ma
 def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsys):
     status, _, err = _eval(capsys, tmp_path / "nope")
     assert status == 2 and "does not exist" in err
+    (tmp_path / "file").write_text("")
+    status, _, err = _eval(capsys, tmp_path / "file")
+    assert status == 2 and "file is not a directory" in err, err
     status, _, err = _eval(capsys, tmp_path, "--episode", "3")
     assert status == 2
 
