@@ -191,6 +191,8 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     agent = build_agent(config, env, env_params, None)
     state = _state_of(agent, config, env_params, host_leaves, index, f"checkpoint {step} in {run_dir}")
     params = jax.tree.map(jnp.asarray, agent.policy_params(state))
+    if index is not None:  # PBT changes a member's hyperparams during the run: the state holds the current ones
+        config = _with_state_hyperparams(config, state)
     return Policy(agent=agent, params=params, config=config, env=env,
                   env_params=jax.tree.map(jnp.asarray, state.env_params), step=int(step), run_dir=str(run_dir),
                   member=member_name)
@@ -230,6 +232,21 @@ def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config
     except RunDirError:
         pass  # the structural fields are the sweep's; the member's values live in the state
     return index, names[index], config
+
+
+def _with_state_hyperparams(config: Any, state: Any) -> Any:
+    """``config`` with each traced hyperparameter the state holds a different value of (beyond float32
+    rounding) replaced by the state's, as PBT's exploit/explore leaves them."""
+    hyperparams = getattr(state, "hyperparams", None)
+    if hyperparams is None or not dataclasses.is_dataclass(hyperparams):
+        return config
+    changed = {}
+    for field in dataclasses.fields(hyperparams):
+        old, new = getattr(config, field.name, None), np.asarray(getattr(hyperparams, field.name))
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and new.size == 1 \
+                and np.float32(old) != new.astype(np.float32):
+            changed[field.name] = type(old)(new.item())
+    return dataclasses.replace(config, **changed) if changed else config
 
 
 def _state_of(agent: Agent, config: Any, env_params: Any, host_leaves: list[np.ndarray], index: int | None,

@@ -231,6 +231,11 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path, eval_interval)
     final_lr = np.asarray(full.state.hyperparams.learning_rate)
     np.testing.assert_allclose(final_lr, log[-1]["hyperparams"]["learning_rate"])
     assert sorted(final_lr.tolist()) != sorted(np.float32([1e-4, 3e-4, 1e-3, 3e-3]).tolist())
+    # a loaded member's config (so its export's policy.json) holds its learning rate after PBT, not the initial one
+    import rljax
+
+    loaded = [rljax.load(tmp_path / "full", member=i).config.learning_rate for i in range(len(members))]
+    np.testing.assert_allclose(loaded, final_lr, rtol=1e-6)
 
     part, _, _ = run_sweep(config, spec, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=1,
                            on_chunk=lambda c, s, r: c == 1)
