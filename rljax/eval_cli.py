@@ -33,6 +33,10 @@ from typing import Any
 __all__ = ["build_eval_parser", "parse_env_params", "eval_dir", "eval_main"]
 
 
+MAX_EPISODES = 1 << 20
+"""The most episodes one evaluation plays (each is an env of one batch, all on the device at once)."""
+
+
 def build_eval_parser(prog: str = "rljax eval") -> argparse.ArgumentParser:
     """The ``rljax eval`` flags."""
     parser = argparse.ArgumentParser(prog=prog, description="Evaluate a trained policy and write a report "
@@ -172,6 +176,8 @@ def _check_video_path(video: str | None) -> None:
         raise ValueError(f"--video {video}: the video is a GIF; give a path ending in .gif")
     if not path.parent.resolve().is_dir():
         raise ValueError(f"--video {video}: folder {path.parent} does not exist")
+    if not os.access(path.parent.resolve(), os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--video {video}: cannot write there (permission denied)")
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
@@ -180,8 +186,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
     Returns:
         ``(policy, env_params, overrides, draw)``; ``draw`` is None without ``--video``.
     """
-    if args.episodes < 1:
-        raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}] (all of them run at once, one env each), "
+                         f"got {args.episodes}")
+    if not 0 <= args.seed < 2 ** 32:
+        raise ValueError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
     if not pathlib.Path(args.run_dir).is_dir():
         if pathlib.Path(args.run_dir).exists():
             raise FileNotFoundError(f"{args.run_dir} is not a directory: pass the run directory of a training run")

@@ -185,7 +185,9 @@ def test_eval_variants_get_their_own_folders_and_a_video(ppo_run, capsys, tmp_pa
     (["--env-param", "lenght=0.7"], "did you mean 'length'"),
     (["--step", "7"], "7"),
     (["--member", "0"], "member"),
-    (["--episodes", "0"], "--episodes must be >= 1"),
+    (["--episodes", "0"], "--episodes must be in [1, 1048576]"),
+    (["--episodes", str(1 << 21)], f"got {1 << 21}"),
+    (["--seed", "-1"], "--seed must be in [0, 2**32 - 1], got -1"),
     (["--video", "ep.mp4"], "give a path ending in .gif"),
 ])
 def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, match):
