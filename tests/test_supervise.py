@@ -205,7 +205,10 @@ def test_a_signal_to_the_supervisor_is_forwarded_once_and_not_restarted(fake, tm
     run = tmp_path / "run"
     sup = subprocess.Popen([*SUPERVISE, "--backoff", "0", "--", sys.executable,
                             str(script), "--run-dir", str(run)], env=_env(state, "wait,0"), cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+                           # As from a terminal: a suite started in the background (`cmd &` without job
+                           # control) passes SIGINT on as ignored, and then no Ctrl-C could arrive.
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while not (state / "ready").exists() and time.monotonic() < deadline and sup.poll() is None:
