@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BOOTSTRAP_SEED", "BOOTSTRAP_RESAMPLES", "summarize", "bootstrap_ci", "build_report", "write_report",
-           "format_markdown", "REPORT_FILES"]
+           "format_markdown", "replace_into", "REPORT_FILES"]
 
 BOOTSTRAP_SEED = 0
 """Seed of the bootstrap's generator (fixed, so a report's interval is reproducible)."""
@@ -206,8 +206,9 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _replace_into(path: pathlib.Path, write: Any) -> None:
-    """Calls ``write(tmp)`` on a temporary name beside ``path``, then moves it into place."""
+def replace_into(path: pathlib.Path, write: Any) -> None:
+    """Calls ``write(tmp)`` on a temporary name beside ``path``, then moves it into place
+    (``os.replace``); the temporary file is removed however ``write`` ends."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
@@ -230,8 +231,8 @@ def write_report(directory: str | os.PathLike, report: Mapping[str, Any]) -> pat
     """
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _replace_into(directory / "returns.png", lambda tmp: _plot_histogram(report, tmp))
-    _replace_into(directory / "report.md", lambda tmp: tmp.write_text(format_markdown(report), encoding="utf-8"))
+    replace_into(directory / "returns.png", lambda tmp: _plot_histogram(report, tmp))
+    replace_into(directory / "report.md", lambda tmp: tmp.write_text(format_markdown(report), encoding="utf-8"))
     text = json.dumps(_finite(report), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    _replace_into(directory / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    replace_into(directory / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return directory / "report.json"

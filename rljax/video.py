@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.evaluate import max_episode_steps
+
 __all__ = ["NotDrawableError", "EpisodeFrames", "frame_drawer", "rollout_states", "episode_frames", "write_gif",
            "DEFAULT_FPS", "MAX_VIDEO_STEPS"]
 
@@ -207,8 +209,7 @@ def episode_frames(policy: Any, key: Any, *, env_params: Any = None, determinist
     env_params = policy.env_params if env_params is None else env_params
     draw = draw or frame_drawer(policy.env, env_params)
     if max_steps is None:
-        limit = getattr(env_params, "max_steps_in_episode", None)
-        max_steps = MAX_VIDEO_STEPS if limit is None else min(int(np.max(np.asarray(limit))), MAX_VIDEO_STEPS)
+        max_steps = min(max_episode_steps(env_params), MAX_VIDEO_STEPS)
     rollout = _compiled_rollout(policy.agent.policy, policy.env, int(max_steps), bool(deterministic), int(batch),
                                 int(index))
     states, rewards, dones = jax.device_get(rollout(policy.params, env_params, key))
@@ -246,13 +247,9 @@ def write_gif(frames: Sequence[np.ndarray], path: str | os.PathLike, fps: float 
     sample = frames[::max(1, len(frames) // 16)]
     palette = Image.fromarray(np.concatenate(sample, axis=0)).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     images = [Image.fromarray(f).quantize(palette=palette, dither=Image.Dither.NONE) for f in frames]
+    from rljax.report import replace_into
+
     path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], loop=0, optimize=False,
-                       duration=max(10, round(100 / fps) * 10))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    replace_into(path, lambda tmp: images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                                                  optimize=False, duration=max(10, round(100 / fps) * 10)))
     return path

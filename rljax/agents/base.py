@@ -24,10 +24,11 @@ import optax
 
 from rljax import wrappers
 from rljax.config import RunConfig, check_env_steps_per_update, check_ints, field, require
+from rljax.distributions import clip_to_space
 from rljax.env import is_discrete
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "PolicyParams", "observation_normalizer", "clip_to_space", "greedy_or_epsilon", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
+__all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
            "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
@@ -239,13 +240,13 @@ def observation_normalizer(venv: Any) -> tuple[Callable[[Any], Any], Callable[[A
     return stats_of, normalize
 
 
-def clip_to_space(space: Any) -> Callable[[jax.Array], jax.Array]:
-    """``action -> clip(action, low, high)`` for a Box action space (as the training env's
-    :class:`~rljax.wrappers.ClipAction` does); ``action -> int32(action)`` for a discrete one."""
+def into_action_space(space: Any) -> Callable[[jax.Array], jax.Array]:
+    """``action -> action`` as the env takes it: for a Box action space clipped to its bounds
+    (:func:`rljax.distributions.clip_to_space`, as the training env's
+    :class:`~rljax.wrappers.ClipAction` does); for a discrete one as int32."""
     if is_discrete(space):
         return lambda action: jnp.asarray(action).astype(jnp.int32)
-    low, high = jnp.asarray(space.low, jnp.float32), jnp.asarray(space.high, jnp.float32)
-    return lambda action: jnp.clip(action, low, high)
+    return lambda action: clip_to_space(action, space.low, space.high)
 
 
 def greedy_or_epsilon(q_values: jax.Array, key: Any, epsilon: jax.Array, deterministic: bool) -> jax.Array:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax import buffers, wrappers
-from rljax.agents.base import (Agent, PolicyParams, UpdateOutput, clip_to_space, desync, make_env_stack,
+from rljax.agents.base import (Agent, PolicyParams, UpdateOutput, into_action_space, desync, make_env_stack,
                                observation_normalizer)
 from rljax.config import (MAX_ENV_STEPS, RunConfig, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
@@ -544,7 +544,7 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
                        axis_name)
 
     stats_of, normalize_with = observation_normalizer(venv)
-    to_space = clip_to_space(env.action_space(env_params))
+    to_space = into_action_space(env.action_space(env_params))
 
     def policy_params(state: OffPolicyState) -> PolicyParams:
         params, exploration = hooks.policy_params(state.learner, state.hyperparams)

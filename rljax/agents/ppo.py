@@ -18,7 +18,7 @@ import optax
 from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, clip_to_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
+from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, into_action_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                make_env_stack, make_optimizer, pmean, space_dims)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, ActorCritic
@@ -313,7 +313,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         return new_state, UpdateOutput(metrics, episodes)
 
     stats_of, normalize = observation_normalizer(venv)
-    to_space = clip_to_space(env.action_space(env_params))
+    to_space = into_action_space(env.action_space(env_params))
 
     def policy(pp: PolicyParams, obs: jax.Array, key: Any, deterministic: bool) -> jax.Array:
         dist, _ = apply_fn(pp.params, normalize(pp.obs_stats, obs))
