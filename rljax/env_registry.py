@@ -20,9 +20,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GYMNAX_PREFIX", "make", "register", "registered", "gymnax_registered"]
+__all__ = ["GYMNAX_PREFIX", "SUITES", "make", "register", "registered", "gymnax_registered", "suite_registered"]
 
 GYMNAX_PREFIX = "gymnax/"
+
+# Optional env suites: "<prefix>/<id>" names are built by the module's ``make(id, **kwargs) ->
+# (env, params)``; its ``ids() -> list[str]`` lists what it offers. A module is imported only when
+# one of its names is used, and its package is an optional extra (``pip install -e ".[<extra>]"``).
+SUITES: dict[str, str] = {}
 
 # The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).
 BUNDLED_DIR = pathlib.Path(__file__).resolve().parent.parent / "envs"
@@ -79,8 +84,9 @@ def register(name: str, factory: Callable[..., Any]) -> None:
         TypeError: ``factory`` is not callable.
     """
     _load_bundled()
-    if not isinstance(name, str) or not name or name.startswith(GYMNAX_PREFIX):
-        raise ValueError(f"invalid env name {name!r}: use a non-empty id not starting with {GYMNAX_PREFIX!r}")
+    if not isinstance(name, str) or not name or name.startswith(GYMNAX_PREFIX) or _suite_of(name):
+        raise ValueError(f"invalid env name {name!r}: use a non-empty id not starting with {GYMNAX_PREFIX!r} "
+                         f"or a suite prefix ({', '.join(p + '/' for p in sorted(SUITES))})")
     if name in _REGISTRY:
         raise ValueError(f"env {name!r} is already registered")
     if not callable(factory):
@@ -102,6 +108,22 @@ def gymnax_registered() -> list[str]:
     return [GYMNAX_PREFIX + name for name in gymnax.registered_envs]
 
 
+def _suite_of(name: Any) -> str | None:
+    """The suite prefix (a key of :data:`SUITES`) ``name`` starts with, or None."""
+    if not isinstance(name, str) or "/" not in name:
+        return None
+    prefix = name.split("/", 1)[0]
+    return prefix if prefix in SUITES else None
+
+
+def suite_registered(prefix: str) -> list[str]:
+    """Every name the suite ``prefix`` offers, each as ``"<prefix>/<id>"`` (imports the suite's
+    package: raises ``ImportError`` naming the extra to install when it is missing)."""
+    if prefix not in SUITES:
+        raise ValueError(f"unknown env suite {prefix!r}; suites: {sorted(SUITES)}")
+    return [f"{prefix}/{i}" for i in importlib.import_module(SUITES[prefix]).ids()]
+
+
 def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
     """Builds an environment by name.
 
@@ -115,6 +137,9 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
     Raises:
         ValueError: the name is not registered; the message lists the valid names.
     """
+    suite = _suite_of(name)
+    if suite is not None:
+        return importlib.import_module(SUITES[suite]).make(name[len(suite) + 1:], **kwargs)
     if isinstance(name, str) and name.startswith(GYMNAX_PREFIX):
         import gymnax
 
