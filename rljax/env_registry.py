@@ -27,7 +27,10 @@ GYMNAX_PREFIX = "gymnax/"
 # Optional env suites: "<prefix>/<id>" names are built by the module's ``make(id, **kwargs) ->
 # (env, params)``; its ``ids() -> list[str]`` lists what it offers. A module is imported only when
 # one of its names is used, and its package is an optional extra (``pip install -e ".[<extra>]"``).
-SUITES: dict[str, str] = {}
+SUITES: dict[str, str] = {
+    "craftax": "rljax.suites.craftax",
+    "brax": "rljax.suites.brax",
+}
 
 # The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).
 BUNDLED_DIR = pathlib.Path(__file__).resolve().parent.parent / "envs"
