@@ -29,12 +29,18 @@ def _need(module: str, extra: str) -> None:
     pytest.importorskip(module, reason=f"needs the {extra!r} extra: pip install -e '.[{extra}]'")
 
 
-def _probe(env, params, kill):
-    """A jitted ``VecEnv`` rollout of random actions. ``kill(state)`` edits env 0's first state so
-    that its first step ends the episode for real (None: rely on random actions)."""
-    venv = wrappers.VecEnv(env, NUM_ENVS)
-    act_space = env.action_space(params)
-    obs_space = env.observation_space(params)
+def _limited(params, limits):
+    """``NUM_ENVS`` params, env i's time limit ``limits[i]``, for ``VecEnv(batched_params=True)``."""
+    return wrappers.VecEnv.stack_params([params.replace(max_steps_in_episode=n) for n in limits])
+
+
+def _probe(env, params, kill=None, push=False):
+    """A jitted ``VecEnv`` rollout of random actions with per-env ``params`` (batched).
+    ``kill(state)`` edits env 0's first state so that its first step ends the episode for real;
+    ``push``: env 0 always takes the largest action of its Box instead."""
+    venv = wrappers.VecEnv(env, NUM_ENVS, batched_params=True)
+    act_space = env.action_space(env.default_params)
+    obs_space = env.observation_space(env.default_params)
 
     def run(key):
         k_reset, k_run = jax.random.split(key)
@@ -48,6 +54,8 @@ def _probe(env, params, kill):
             obs, vstate = carry
             k_act, k_step = jax.random.split(key)
             action = jax.vmap(act_space.sample)(jax.random.split(k_act, NUM_ENVS))
+            if push:
+                action = action.at[0].set(act_space.high)
             obs2, vstate2, reward, term, trunc, info = venv.step(k_step, vstate, action, params)
             out = dict(obs=obs2, final=info["final_observation"], reward=reward, term=term, trunc=trunc,
                        time=vstate2.env_state.time, in_space=jax.vmap(obs_space.contains)(obs2),
@@ -60,7 +68,8 @@ def _probe(env, params, kill):
     return jax.jit(run)
 
 
-def _check_contract(env, params, out, obs0):
+def _check_contract(env, limits, out, obs0):
+    params = env.default_params
     obs_space, act_space = env.observation_space(params), env.action_space(params)
     assert isinstance(obs_space, Box) and isinstance(act_space, (Box, Discrete))
     assert obs0.shape == (NUM_ENVS, *obs_space.shape) and obs0.dtype == obs_space.dtype
@@ -76,7 +85,7 @@ def _check_contract(env, params, out, obs0):
     length = np.zeros(NUM_ENVS, int)
     for t in range(NUM_STEPS):
         length += 1
-        np.testing.assert_array_equal(trunc[t], length == TIME_LIMIT, err_msg=f"truncated at step {t}")
+        np.testing.assert_array_equal(trunc[t], length == np.asarray(limits), err_msg=f"truncated at step {t}")
         length[done[t]] = 0
         np.testing.assert_array_equal(time[t], length)
     # final_observation: the step's own observation while the episode runs, the finished
@@ -142,13 +151,13 @@ def test_craftax_contract_truncation_and_termination():
     _need("craftax", "craftax")
     env, params = rljax.make(CLASSIC)
     assert params.max_steps_in_episode == 10_000  # Craftax-Classic's own limit, now rljax's
-    params = params.replace(max_steps_in_episode=TIME_LIMIT)
+    limits = [TIME_LIMIT] * NUM_ENVS
 
     def kill(state):  # no health left: the next step ends the game
         return state.replace(inner=state.inner.replace(player_health=jnp.zeros_like(state.inner.player_health)))
 
-    obs0, out = jax.device_get(_probe(env, params, kill)(jax.random.key(0)))
-    term, trunc = _check_contract(env, params, out, obs0)
+    obs0, out = jax.device_get(_probe(env, _limited(params, limits), kill)(jax.random.key(0)))
+    term, trunc = _check_contract(env, limits, out, obs0)
     assert term[0, 0] and not trunc[0, 0], "death is a termination, not a time limit"
     assert trunc[TIME_LIMIT - 1, 1:].all() and not term[TIME_LIMIT - 1, 1:].any()
 
@@ -197,12 +206,12 @@ def test_brax_contract_truncation_and_termination():
     env, params = rljax.make(PENDULUM, backend="positional")
     assert params.max_steps_in_episode == 1000
     np.testing.assert_array_equal(env.action_space(params).high, [3.0])  # its actuator's range
-    params = params.replace(max_steps_in_episode=TIME_LIMIT)
-    obs0, out = jax.device_get(_probe(env, params, None)(jax.random.key(0)))
-    term, trunc = _check_contract(env, params, out, obs0)
-    assert trunc.any(), "no episode reached the time limit"
+    limits = [1000] + [TIME_LIMIT] * (NUM_ENVS - 1)  # env 0 pushes its cart until the pole falls
+    obs0, out = jax.device_get(_probe(env, _limited(params, limits), push=True)(jax.random.key(0)))
+    term, trunc = _check_contract(env, limits, out, obs0)
+    assert trunc[:, 1:].any(), "no episode reached the time limit"
     # Brax's done is a real end: here the pole leaving |angle| <= 0.2 (observation index 1).
-    assert term.any(), "no random episode ended with the pole down"
+    assert term[:, 0].any(), "no random episode ended with the pole down"
     np.testing.assert_array_equal(term, np.abs(out["final"][..., 1]) > 0.2)
 
 
