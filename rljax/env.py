@@ -34,6 +34,9 @@ __all__ = [
     "Space",
     "is_discrete",
     "auto_reset",
+    "observation_spec",
+    "space_spec",
+    "describe_space",
 ]
 
 
@@ -137,6 +140,72 @@ def is_discrete(space: Any) -> bool:
     """True for a discrete space: rljax's :class:`Discrete` or any space with an integer ``n``
     (gymnax's ``Discrete`` included)."""
     return isinstance(space, Discrete) or (hasattr(space, "n") and not hasattr(space, "low"))
+
+
+def space_spec(space: Any) -> Any:
+    """The shapes and dtypes of one element of ``space``, as a pytree of ``jax.ShapeDtypeStruct``.
+
+    Takes rljax's :class:`Box` / :class:`Discrete` and gymnax's spaces
+    (``gymnax.environments.spaces``: ``Box``, ``Discrete``, ``Dict`` -> a dict, ``Tuple`` -> a
+    tuple), or any space with ``shape`` and ``dtype``; a gymnax ``Dict`` or ``Tuple`` becomes a dict or
+    tuple of its members' specs (nested as deep as they are).
+
+    Raises:
+        ValueError: ``space`` is none of these (the message names it).
+    """
+    members = getattr(space, "spaces", None)
+    if isinstance(members, dict):
+        return {k: space_spec(v) for k, v in members.items()}
+    if isinstance(members, (tuple, list)):
+        return tuple(space_spec(v) for v in members)
+    if hasattr(space, "shape") and hasattr(space, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in space.shape), jnp.dtype(space.dtype))
+    raise ValueError(f"cannot read shapes from the space {space!r}: expected a Box, Discrete, Dict or Tuple space "
+                     "(rljax.env or gymnax.environments.spaces)")
+
+
+def _bounds(x: Any) -> str:
+    a = np.asarray(x)
+    return f"{a.flat[0]:g}" if a.size and np.all(a == a.flat[0]) else str(a.tolist())
+
+
+def describe_space(space: Any) -> str:
+    """A one-line description of a space for error messages: ``Discrete(3)``,
+    ``Box(shape=(2,), dtype=float32, low=-1, high=1)``, ``Dict(image: Box(...), vec: Box(...))``,
+    ``Tuple(...)``; rljax's and gymnax's spaces alike (gymnax's have no readable ``repr``)."""
+    members = getattr(space, "spaces", None)
+    if isinstance(members, dict):
+        return "Dict(" + ", ".join(f"{k}: {describe_space(v)}" for k, v in members.items()) + ")"
+    if isinstance(members, (tuple, list)):
+        return "Tuple(" + ", ".join(describe_space(v) for v in members) + ")"
+    if is_discrete(space):
+        return f"Discrete({space.n})"
+    if hasattr(space, "shape") and hasattr(space, "low") and hasattr(space, "high"):
+        dtype = jnp.dtype(getattr(space, "dtype", jnp.float32)).name
+        return (f"Box(shape={tuple(space.shape)}, dtype={dtype}, low={_bounds(space.low)}, "
+                f"high={_bounds(space.high)})")
+    # A space with a repr of its own says more than its class name; object's default repr says less.
+    return repr(space) if type(space).__repr__ is not object.__repr__ else type(space).__name__
+
+
+def observation_spec(env: Any, params: Any = None) -> Any:
+    """The shapes and dtypes of ONE observation of ``env``, as a pytree of ``jax.ShapeDtypeStruct``.
+
+    Read from what ``env.reset`` returns, traced abstractly (``jax.eval_shape``: nothing runs), so it
+    is the truth even where an env's ``observation_space`` is approximate (gymnax's Catch-bsuite
+    declares int32 and returns float32). Any pytree: an array ``[*obs_shape]``, or dicts / tuples of
+    arrays. A batched env stack (``rljax.wrappers.VecEnv`` and wrappers around it) gives the
+    observation of one of its envs (its ``batch_shape`` axes removed).
+
+    Args:
+        env: an env (rljax or gymnax contract) or a wrapper stack.
+        params: its params; ``env.default_params`` when None.
+    """
+    if params is None:
+        params = env.default_params
+    batch = tuple(getattr(env, "batch_shape", ()))
+    obs = jax.eval_shape(lambda key: env.reset(key, params)[0], jax.random.key(0))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[len(batch):], x.dtype), obs)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,15 +20,17 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from rljax import wrappers
-from rljax.config import RunConfig, check_env_steps_per_update, check_ints, field, require
+from rljax.config import RunConfig, check_choice, check_env_steps_per_update, check_ints, check_sizes, field, require
 from rljax.distributions import clip_to_space
-from rljax.env import is_discrete
+from rljax.env import describe_space, is_discrete, observation_spec
+from rljax.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon", "OnPolicyConfig", "bounded_box", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
+__all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon", "EncoderConfig", "OnPolicyConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
            "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
 
 
@@ -151,34 +153,71 @@ def desync(params: Any, axis_name: str | None) -> jax.Array:
     return jax.lax.pmax(c, axis_name) - jax.lax.pmin(c, axis_name)
 
 
-def space_dims(space: Any) -> tuple[bool, int]:
-    """``(discrete, action_dim)``: the number of actions, or the size of a flat Box action."""
-    if is_discrete(space):
+def space_dims(space: Any, algorithm: str = "this algorithm") -> tuple[bool, int]:
+    """``(discrete, action_dim)``: the number of actions of a ``Discrete`` space, or the size of a
+    flat ``Box`` action ``(d,)``; any other action space (a Dict, a Tuple, a multi-dimensional Box, a
+    MultiDiscrete) raises ``ValueError`` naming it and what ``algorithm`` supports."""
+    if is_discrete(space) and np.ndim(space.n) == 0:
         return True, int(space.n)
-    shape = tuple(space.shape)
-    if len(shape) != 1:
-        raise ValueError(f"continuous actions must be a flat Box of shape (d,), got shape {shape}")
+    shape = getattr(space, "shape", None)
+    if shape is None or getattr(space, "spaces", None) is not None or not hasattr(space, "low") or len(shape) != 1:
+        raise ValueError(f"{algorithm} needs a Discrete action space or a flat Box of shape (d,); the action space "
+                         f"is {describe_space(space)}")
     return False, int(shape[0])
+
+
+def _env_name(env: Any) -> str:
+    return str(getattr(env, "name", type(env).__name__))
+
+
+def discrete_actions(env: Any, env_params: Any, algorithm: str) -> int:
+    """The number of actions of ``env``'s action space, which ``algorithm`` (a Q-learning method:
+    DQN, PQN) needs to be ``Discrete``; anything else raises ``ValueError`` naming the space."""
+    space = env.action_space(env_params)
+    if not (is_discrete(space) and np.ndim(space.n) == 0):
+        raise ValueError(f"{algorithm} needs a Discrete action space; {_env_name(env)} has {describe_space(space)} "
+                         f"(use SAC, TD3 or PPO for Box actions)")
+    return int(space.n)
 
 
 def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, Any]:
     """``(action_dim, low [A], high [A])`` (float32 numpy) of ``env``'s action space, which an
     algorithm that squashes its actions into the box (SAC, TD3) needs to be a flat ``Box`` with finite
     bounds ``low < high``; anything else raises ``ValueError`` naming the space and what would fit."""
-    import numpy as np
-
     space = env.action_space(env_params)
-    discrete, action_dim = space_dims(space)
-    name = getattr(env, "name", env)
-    if discrete:
-        raise ValueError(f"{algorithm} needs a Box action space; {name} has {space} "
+    name = _env_name(env)
+    if is_discrete(space):
+        raise ValueError(f"{algorithm} needs a Box action space; {name} has {describe_space(space)} "
                          f"(use DQN, PQN or PPO for Discrete actions)")
+    _, action_dim = space_dims(space, algorithm)
     low = np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
     high = np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
         raise ValueError(f"{algorithm} needs a Box action space with finite bounds low < high; "
-                         f"{name} has low={low.tolist()}, high={high.tolist()}")
+                         f"{name} has {describe_space(space)}")
     return action_dim, low, high
+
+
+def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -> tuple[LeafEncoding, ...]:
+    """How ``algorithm``'s networks encode ``env``'s observations: :func:`rljax.networks.encoder_layout`
+    of :func:`rljax.env.observation_spec` with ``config.encoder`` and ``config.cnn_channels``.
+
+    Raises:
+        ValueError: one line naming the algorithm, the env, its observation space and the leaf the
+            chosen encoder cannot take (before anything is compiled).
+    """
+    spec = observation_spec(env, env_params)
+    try:
+        return encoder_layout(spec, config.encoder, config.cnn_channels)
+    except ValueError as e:
+        raise ValueError(f"{algorithm} cannot encode the observations of {_env_name(env)} "
+                         f"({describe_space(env.observation_space(env_params))}): {e}") from None
+
+
+def first_obs(obs: Any) -> Any:
+    """The first observation of a batch, kept as a batch of one: every leaf ``[N, ...] -> [1, ...]``
+    (what a network's ``init`` is traced on)."""
+    return jax.tree.map(lambda x: x[:1], obs)
 
 
 def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: bool = False,
@@ -330,7 +369,24 @@ def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: An
 
 
 @dataclasses.dataclass(frozen=True)
-class OnPolicyConfig(RunConfig):
+class EncoderConfig(RunConfig):
+    """The observation-encoder fields every built-in algorithm's config has (structural), and their
+    validation (:meth:`validate_encoder`); see :func:`rljax.networks.encoder_layout`."""
+
+    encoder: str = field("auto", "observation encoder: 'auto' (vectors, scalars and 2-D grids flattened into "
+                                 "the MLP, images [H, W, C] through a CNN), 'mlp' (every observation leaf "
+                                 "flattened) or 'cnn' (a CNN for every leaf of 2 or more axes)")
+    cnn_channels: tuple[int, ...] = field((16,), "conv widths of the image encoder, one 3x3 stride-1 VALID conv "
+                                                 "+ relu layer each (MinAtar's torso: (16,))")
+
+    def validate_encoder(self) -> None:
+        """Raises ``ValueError`` naming a bad ``encoder`` or ``cnn_channels`` and what is valid."""
+        check_choice(self, "encoder", ENCODERS)
+        check_sizes(self, "cnn_channels", allow_empty=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyConfig(EncoderConfig):
     """The fields of an algorithm that learns from each fresh rollout in epochs of minibatches
     (PPO, PQN), and their validation.
 
@@ -353,6 +409,7 @@ class OnPolicyConfig(RunConfig):
         field's type (:func:`~rljax.config.check_types`), then that each device's share of the
         rollout splits into whole minibatches and that the run holds at least one update."""
         self.validate_run()
+        self.validate_encoder()
         check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
         batch = self.num_envs * self.num_steps
         check_env_steps_per_update(batch, "num_envs * num_steps")

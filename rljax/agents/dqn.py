@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import optax
 
 from rljax.agents import register
-from rljax.agents.base import Agent, gradient_step, greedy_or_epsilon, make_optimizer, pmean, space_dims
+from rljax.agents.base import (Agent, discrete_actions, gradient_step, greedy_or_epsilon, make_optimizer,
+                               observation_layout, pmean)
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
 from rljax.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
@@ -45,7 +46,7 @@ class DQNConfig(OffPolicyConfig):
     buffer_size: int = field(10_000, "replay capacity, over all devices (each device holds a shard)")
     learning_starts: int = field(10_000, "env steps collected before learning begins")
     target_update_interval: int = field(500, "env steps between target-network updates")
-    hidden_sizes: tuple[int, ...] = field((120, 84), "Q-network MLP widths")
+    hidden_sizes: tuple[int, ...] = field((120, 84), "Q-network MLP widths (after the observation encoder)")
     activation: str = field("relu", "hidden activation")
     double_q: bool = field(False, "double Q-learning: online argmax, target value")
     dueling: bool = field(False, "dueling head V + A - mean(A)")
@@ -135,12 +136,10 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
     """Builds DQN's per-device program for a discrete-action ``env`` (the off-policy skeleton,
     :func:`~rljax.agents.offpolicy.make_offpolicy_agent`, with epsilon-greedy acting, the TD loss
     :func:`dqn_loss` and periodic target updates)."""
-    discrete, num_actions = space_dims(env.action_space(env_params))
-    if not discrete:
-        raise ValueError(f"DQN needs a Discrete action space; {getattr(env, 'name', env)} has "
-                         f"{env.action_space(env_params)} (use SAC for Box actions)")
-    network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes,
-                       activation=config.activation, dueling=config.dueling)
+    num_actions = discrete_actions(env, env_params, "DQN")
+    network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes, activation=config.activation,
+                       dueling=config.dueling, obs_layout=observation_layout(config, env, env_params, "DQN"),
+                       cnn_channels=config.cnn_channels)
     apply_fn = network.apply
 
     def optimizer(hyperparams: DQNHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:

@@ -40,9 +40,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from rljax import buffers, wrappers
-from rljax.agents.base import (Agent, PolicyParams, UpdateOutput, into_action_space, desync, make_env_stack,
-                               observation_normalizer)
-from rljax.config import (MAX_ENV_STEPS, RunConfig, require, check_env_steps_per_update, check_floats, check_ints,
+from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
+                               first_obs, make_env_stack, observation_normalizer)
+from rljax.config import (MAX_ENV_STEPS, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
 from rljax.returns import n_step_transitions
 from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
@@ -53,7 +53,7 @@ __all__ = ["OffPolicyConfig", "OffPolicyState", "UpdateContext", "make_offpolicy
 
 
 @dataclasses.dataclass(frozen=True)
-class OffPolicyConfig(RunConfig):
+class OffPolicyConfig(EncoderConfig):
     """The fields every off-policy algorithm shares, and their validation.
 
     A subclass redeclares a field to change its default or help line (it keeps its place), adds its
@@ -91,6 +91,7 @@ class OffPolicyConfig(RunConfig):
         :data:`~rljax.config.MAX_ENV_STEPS`; the batch and the buffer are split over the devices.
         """
         self.validate_run()
+        self.validate_encoder()
         check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
         why = "(2**30: the replay buffer's and the env steps' int32 counters)"
         check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
@@ -282,6 +283,7 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
     ns = n_step_transitions(window.reward, window.terminated, window.truncated, gamma, n)
 
     def bootstrap(next_obs: jax.Array) -> jax.Array:
+        # One observation leaf [n - 1 + T, B, ...] at each item's bootstrap step.
         idx = ns.bootstrap_index.reshape(ns.bootstrap_index.shape + (1,) * (next_obs.ndim - 2))
         return jnp.take_along_axis(next_obs, idx, axis=0)
 
@@ -565,14 +567,17 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     k_params, k_run = jax.random.split(key)
     k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
 
-    def shape_policy(key: jax.Array, obs: jax.Array):
+    def shape_policy(key: jax.Array, obs: Any):
         # Only its output shapes are used (init_collector traces it abstractly).
-        return jnp.broadcast_to(hooks.example_action, obs.shape[:1] + hooks.example_action.shape), ()
+        batch = jax.tree.leaves(obs)[0].shape[:1]
+        return jnp.broadcast_to(hooks.example_action, batch + hooks.example_action.shape), ()
 
     collector = init_collector(program.venv, env_params, shape_policy, k_env, program.config.n_step)
-    learner = hooks.init_learner(k_params, collector.obs[:1], hyperparams)
-    example = ReplayItem(obs=collector.obs[0], action=jnp.zeros_like(hooks.example_action), reward=jnp.float32(0),
-                         discount=jnp.float32(0), next_obs=collector.obs[0], valid=jnp.bool_(False))
+    learner = hooks.init_learner(k_params, first_obs(collector.obs), hyperparams)
+    # Replay stores each observation leaf with its own shape and dtype (a bool image stays bool).
+    one_obs = jax.tree.map(lambda x: x[0], collector.obs)
+    example = ReplayItem(obs=one_obs, action=jnp.zeros_like(hooks.example_action), reward=jnp.float32(0),
+                         discount=jnp.float32(0), next_obs=one_obs, valid=jnp.bool_(False))
     return OffPolicyState(learner=learner, collector=collector,
                           buffer=program.replay.init(example, hyperparams.priority_alpha), key=k_state,
                           hyperparams=hyperparams,

@@ -19,7 +19,7 @@ from flax import struct
 
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, into_action_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
-                               make_env_stack, make_optimizer, pmean, space_dims)
+                               first_obs, make_env_stack, make_optimizer, observation_layout, pmean, space_dims)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, ActorCritic
 from rljax.returns import gae
@@ -43,7 +43,8 @@ class PPOConfig(OnPolicyConfig):
     num_steps: int = field(128, "steps per env per update (rollout length T)")
     num_epochs: int = field(4, "passes over each rollout")
     num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps")
-    hidden_sizes: tuple[int, ...] = field((64, 64), "MLP widths of the actor and critic torsos")
+    hidden_sizes: tuple[int, ...] = field((64, 64), "MLP widths of the actor and critic torsos (after the "
+                                                    "observation encoder)")
     activation: str = field("tanh", "hidden activation: tanh, relu, elu, gelu, silu, ...")
     shared_torso: bool = field(False, "one torso for actor and critic instead of two")
     normalize_obs: bool = field(False, "normalise observations by running mean/std (shared over devices)")
@@ -105,7 +106,7 @@ class PPOBatch(NamedTuple):
     """A flat batch of samples for the PPO loss; every field has leading dim ``[N]``.
 
     Attributes:
-        obs: ``[N, *obs_shape]``.
+        obs: ``[N, *obs_shape]`` (every leaf of a pytree observation ``[N, *leaf_shape]``).
         action: ``[N, *action_shape]``.
         log_prob: ``[N]`` log-probability under the behaviour policy.
         value: ``[N]`` V(obs) under the behaviour parameters.
@@ -113,7 +114,7 @@ class PPOBatch(NamedTuple):
         target: ``[N]`` value targets (advantage + value).
     """
 
-    obs: jax.Array
+    obs: Any
     action: jax.Array
     log_prob: jax.Array
     value: jax.Array
@@ -259,9 +260,11 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         An :class:`~rljax.agents.base.Agent`.
     """
     num_local = config.num_envs // config.num_devices
-    discrete, action_dim = space_dims(env.action_space(env_params))
+    discrete, action_dim = space_dims(env.action_space(env_params), "PPO")
     network = ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
-                          activation=config.activation, shared_torso=config.shared_torso)
+                          activation=config.activation, shared_torso=config.shared_torso,
+                          obs_layout=observation_layout(config, env, env_params, "PPO"),
+                          cnn_channels=config.cnn_channels)
     venv = make_env_stack(env, env_params, num_local, normalize_obs=config.normalize_obs,
                           normalize_reward=config.normalize_reward, reward_gamma=config.gamma,
                           axis_name=axis_name)
@@ -279,7 +282,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         k_env, k_state = jax.random.split(k_run)
         obs, env_state = venv.reset(k_env, env_params)
         env_state = with_gamma(env_state, hyperparams)
-        params = network.init(k_params, obs[:1])
+        params = network.init(k_params, first_obs(obs))
         opt_state = ppo_optimizer(hyperparams, hyperparams.learning_rate).init(params)
         return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
                         hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
@@ -344,8 +347,8 @@ def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParam
     advantages, targets = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
                               hyperparams.gamma, hyperparams.gae_lambda)
     flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-    batch = PPOBatch(flat(traj.obs), flat(traj.action), flat(traj.extras), flat(values), flat(advantages),
-                     flat(targets))
+    batch = PPOBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(traj.extras), flat(values),
+                     flat(advantages), flat(targets))
     return batch, (values, targets)
 
 

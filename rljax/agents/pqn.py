@@ -13,13 +13,13 @@ Q-learning without a replay buffer or a target network. One update:
 Stability without a target network comes from LayerNorm after each hidden Dense layer of the
 Q-network (``layer_norm``) and from the decorrelation of many parallel envs. Unlike ``purejaxql``
 (which treats a time-limit cut like termination) the targets bootstrap through truncation from the
-true final observation. Observations of any shape are flattened before the MLP.
+true final observation. Observations of any shape and pytree structure go through the encoder the
+``encoder`` field chooses (:func:`rljax.networks.encoder_layout`) before the MLP.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -29,7 +29,7 @@ from flax import struct
 
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, greedy_or_epsilon, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
-                               make_env_stack, make_optimizer, pmean, space_dims)
+                               discrete_actions, first_obs, make_env_stack, make_optimizer, observation_layout, pmean)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.networks import ACTIVATIONS, QNetwork
 from rljax.rollout import RolloutCarry, rollout
@@ -53,7 +53,7 @@ class PQNConfig(OnPolicyConfig):
     num_steps: int = field(64, "steps per env per update (rollout length T)")
     num_epochs: int = field(4, "passes over each rollout")
     num_minibatches: int = field(16, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
-    hidden_sizes: tuple[int, ...] = field((256, 256), "Q-network MLP widths")
+    hidden_sizes: tuple[int, ...] = field((256, 256), "Q-network MLP widths (after the observation encoder)")
     activation: str = field("relu", "hidden activation")
     layer_norm: bool = field(True, "LayerNorm after each hidden Dense, before the activation")
     anneal_lr: bool = field(True, "decay the learning rate linearly to 0 over the run")
@@ -117,7 +117,7 @@ class PQNBatch(NamedTuple):
         target: float ``[N]``, its Q(lambda) target ``G``.
     """
 
-    obs: jax.Array
+    obs: Any
     action: jax.Array
     target: jax.Array
 
@@ -199,13 +199,6 @@ def pqn_loss(params: Any, apply_fn: Callable[[Any, jax.Array], jax.Array], batch
     return loss, {"td_loss": loss, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td))}
 
 
-def _flatten_obs(obs: jax.Array, obs_shape: tuple[int, ...]) -> jax.Array:
-    """``[..., *obs_shape] -> [..., prod(obs_shape)]``: a no-op for flat observations; images
-    (e.g. MinAtar's ``10 x 10 x channels``) become vectors for the MLP."""
-    obs = jnp.asarray(obs)
-    return obs.reshape(obs.shape[:obs.ndim - len(obs_shape)] + (math.prod(obs_shape),))
-
-
 def _schedule_fraction(state: PQNState, span: jax.Array) -> jax.Array:
     """``clip(updates / (span * num_updates), 0, 1)``: 1 from the start when the span is empty."""
     total = span * state.num_updates.astype(jnp.float32)
@@ -222,15 +215,12 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         env_params: its params.
         axis_name: the device axis name when data-parallel, else None.
     """
-    discrete, num_actions = space_dims(env.action_space(env_params))
-    if not discrete:
-        raise ValueError(f"PQN needs a Discrete action space; {getattr(env, 'name', env)} has "
-                         f"{env.action_space(env_params)} (use SAC for Box actions)")
+    num_actions = discrete_actions(env, env_params, "PQN")
     num_local = config.num_envs // config.num_devices
     network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes, activation=config.activation,
-                       layer_norm=config.layer_norm)
-    obs_shape = tuple(env.observation_space(env_params).shape)
-    q_fn = lambda params, obs: network.apply(params, _flatten_obs(obs, obs_shape))  # noqa: E731
+                       layer_norm=config.layer_norm, obs_layout=observation_layout(config, env, env_params, "PQN"),
+                       cnn_channels=config.cnn_channels)
+    q_fn = network.apply
     venv = make_env_stack(env, env_params, num_local, axis_name=axis_name)
     local_batch = num_local * config.num_steps
 
@@ -239,7 +229,7 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         k_params, k_run = jax.random.split(key)
         k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
         obs, env_state = venv.reset(k_env, env_params)
-        params = network.init(k_params, _flatten_obs(obs[:1], obs_shape))
+        params = network.init(k_params, first_obs(obs))
         opt_state = make_optimizer(hyperparams.learning_rate, hyperparams.max_grad_norm).init(params)
         return PQNState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
                         hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
@@ -262,7 +252,7 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
                                    hyperparams.gamma, hyperparams.q_lambda)
         flat = lambda x: x.reshape((local_batch,) + x.shape[2:])  # noqa: E731
-        batch = PQNBatch(flat(traj.obs), flat(traj.action), flat(targets))
+        batch = PQNBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(targets))
 
         progress = state.updates.astype(jnp.float32) / state.num_updates.astype(jnp.float32)
         lr = hyperparams.learning_rate * (1.0 - progress) if config.anneal_lr else hyperparams.learning_rate

@@ -29,12 +29,12 @@ import numpy as np
 import optax
 
 from rljax.agents import register
-from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
+from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, observation_layout, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class, require
 from rljax.distributions import TanhGaussian
-from rljax.networks import ACTIVATIONS, MLP
+from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
 from rljax.parallel import serial_map
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
@@ -101,7 +101,9 @@ class SACActor(nn.Module):
     """``obs -> (mean, log_std)`` of the pre-squash Gaussian, each ``[..., action_dim]``.
 
     ``log_std = log_std_min + (log_std_max - log_std_min) * (tanh(x) + 1) / 2`` keeps it in range
-    with a gradient everywhere (a hard clip would stop learning at the bounds).
+    with a gradient everywhere (a hard clip would stop learning at the bounds). The observation (any
+    pytree, see :class:`rljax.networks.ObsEncoder`) goes through the ``encoder`` (``obs_layout``;
+    no parameters for a vector) before the MLP.
     """
 
     action_dim: int
@@ -109,24 +111,34 @@ class SACActor(nn.Module):
     activation: str = "relu"
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
 
     @nn.compact
-    def __call__(self, obs: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
-        out = MLP(self.hidden_sizes, self.activation, output_dim=2 * self.action_dim, output_gain=0.01)(obs)
+    def __call__(self, obs: Any) -> tuple[jax.Array, jax.Array]:
+        features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
+        out = MLP(self.hidden_sizes, self.activation, output_dim=2 * self.action_dim, output_gain=0.01)(features)
         mean, raw = jnp.split(out, 2, axis=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (jnp.tanh(raw) + 1.0)
         return mean, log_std
 
 
 class SACCritic(nn.Module):
-    """``(obs, a_norm) -> Q``: one critic, float ``[...]``; the twin pair is vmapped over params."""
+    """``(obs, a_norm) -> Q``: one critic, float ``[...]``; the twin pair is vmapped over params.
+
+    The observation goes through the critic's own ``encoder`` (``obs_layout``, see
+    :class:`rljax.networks.ObsEncoder`), whose features are concatenated with the action.
+    """
 
     hidden_sizes: Sequence[int]
     activation: str = "relu"
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
 
     @nn.compact
-    def __call__(self, obs: jax.typing.ArrayLike, action: jax.typing.ArrayLike) -> jax.Array:
-        x = jnp.concatenate([jnp.asarray(obs, jnp.float32), jnp.asarray(action, jnp.float32)], axis=-1)
+    def __call__(self, obs: Any, action: jax.typing.ArrayLike) -> jax.Array:
+        features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
+        x = jnp.concatenate([features, jnp.asarray(action, jnp.float32)], axis=-1)
         return MLP(self.hidden_sizes, self.activation, output_dim=1, output_gain=1.0)(x)[..., 0]
 
 
@@ -163,13 +175,17 @@ def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Ar
 
 def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
                       hidden_sizes: Sequence[int], activation: str = "relu", log_std_min: float = -5.0,
-                      log_std_max: float = 2.0) -> SACNetworks:
-    """SAC's actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``)."""
+                      log_std_max: float = 2.0, obs_layout: tuple[LeafEncoding, ...] = (),
+                      cnn_channels: Sequence[int] = (16,)) -> SACNetworks:
+    """SAC's actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``), on
+    observations encoded by ``obs_layout`` (:func:`rljax.networks.encoder_layout`; ``()`` for a
+    flat vector) with ``cnn_channels``."""
     low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
     center, half = (high + low) / 2.0, (high - low) / 2.0
-    actor = SACActor(action_dim, tuple(hidden_sizes), activation, log_std_min, log_std_max)
-    critic = SACCritic(tuple(hidden_sizes), activation)
+    actor = SACActor(action_dim, tuple(hidden_sizes), activation, log_std_min, log_std_max, tuple(obs_layout),
+                     tuple(cnn_channels))
+    critic = SACCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
 
     def init(key, obs, action):
         return init_actor_and_twin_critics(actor, critic, key, obs, action)
@@ -428,7 +444,8 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
                          f"largest entropy a policy on this Box can have ({max_entropy:g}, uniform on "
                          f"[low, high]): alpha would grow without bound; use a larger target_entropy_scale")
     nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
-                             config.log_std_max)
+                             config.log_std_max, observation_layout(config, env, env_params, "SAC"),
+                             config.cnn_channels)
     action0 = jnp.zeros((action_dim,), jnp.float32)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
 

@@ -37,12 +37,12 @@ import jax.numpy as jnp
 import optax
 
 from rljax.agents import register
-from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, pmean
+from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, observation_layout, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.agents.sac import SACCritic, init_actor_and_twin_critics
 from rljax.config import check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
-from rljax.networks import ACTIVATIONS, MLP
+from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
            "td3_target", "td3_critic_loss", "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers",
@@ -97,15 +97,21 @@ TD3HyperParams = hyperparams_class(TD3Config)
 
 
 class TD3Actor(nn.Module):
-    """``obs -> tanh(f(obs))``, float ``[..., action_dim]`` in ``[-1, 1]`` (the normalised action)."""
+    """``obs -> tanh(f(obs))``, float ``[..., action_dim]`` in ``[-1, 1]`` (the normalised action);
+    the observation (any pytree) goes through the ``encoder`` (``obs_layout``, see
+    :class:`rljax.networks.ObsEncoder`; no parameters for a vector) before the MLP ``f``."""
 
     action_dim: int
     hidden_sizes: Sequence[int]
     activation: str = "relu"
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
 
     @nn.compact
-    def __call__(self, obs: jax.typing.ArrayLike) -> jax.Array:
-        return jnp.tanh(MLP(self.hidden_sizes, self.activation, output_dim=self.action_dim, output_gain=0.01)(obs))
+    def __call__(self, obs: Any) -> jax.Array:
+        features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
+        return jnp.tanh(MLP(self.hidden_sizes, self.activation, output_dim=self.action_dim,
+                            output_gain=0.01)(features))
 
 
 class TD3Networks(NamedTuple):
@@ -130,13 +136,15 @@ class TD3Networks(NamedTuple):
 
 
 def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
-                      hidden_sizes: Sequence[int], activation: str = "relu") -> TD3Networks:
-    """TD3's deterministic actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``)."""
+                      hidden_sizes: Sequence[int], activation: str = "relu",
+                      obs_layout: tuple[LeafEncoding, ...] = (), cnn_channels: Sequence[int] = (16,)) -> TD3Networks:
+    """TD3's deterministic actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``),
+    on observations encoded by ``obs_layout`` (``()`` for a flat vector) with ``cnn_channels``."""
     low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
     center, half = (high + low) / 2.0, (high - low) / 2.0
-    actor = TD3Actor(action_dim, tuple(hidden_sizes), activation)
-    critic = SACCritic(tuple(hidden_sizes), activation)
+    actor = TD3Actor(action_dim, tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
+    critic = SACCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
 
     def init(key, obs, action):
         return init_actor_and_twin_critics(actor, critic, key, obs, action)
@@ -371,7 +379,8 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
     off-policy skeleton (:func:`~rljax.agents.offpolicy.make_offpolicy_agent`) with a noisy
     deterministic behaviour policy (uniform before ``learning_starts``) and :func:`td3_learn_step`."""
     action_dim, low, high = bounded_box(env, env_params, "TD3")
-    nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation)
+    nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation,
+                             observation_layout(config, env, env_params, "TD3"), config.cnn_channels)
 
     def behaviour(learner: TD3Learner, ctx: UpdateContext):
         def act(key: jax.Array, obs: jax.Array) -> jax.Array:
