@@ -6,7 +6,8 @@
 >>> envs.registered()                                      # rljax's own names
 
 Built-in: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 (dynamics
-exact to Gymnasium's), and the probe environments of :mod:`envs.probes`. They register in the
+exact to Gymnasium's), the MinAtar games with boolean observation planes (:mod:`envs.minatar`,
+gymnax's dynamics), and the probe environments of :mod:`envs.probes`. They register in the
 library's registry (:mod:`rljax.env_registry`); ``make``, ``register`` and ``registered`` here are
 that registry's functions. The imports below are relative, so the package works whatever name it is
 imported under (the library loads it by location, so a user's own ``envs`` package cannot hide it).
@@ -20,6 +21,7 @@ from rljax.env_registry import GYMNAX_PREFIX, gymnax_registered, make, register,
 
 from .acrobot import Acrobot
 from .cartpole import CartPole
+from .minatar import GAMES as MINATAR_GAMES, MinAtar
 from .mountain_car import MountainCar, MountainCarContinuous
 from .pendulum import Pendulum
 from .probes import PROBE_KINDS, ProbeEnv
@@ -34,6 +36,8 @@ for _name, _factory in {
     "MountainCarContinuous-v0": MountainCarContinuous,
 }.items():
     register_builtin(_name, _factory)
+for _game in MINATAR_GAMES:
+    register_builtin(f"{_game}-MinAtar", functools.partial(MinAtar, _game))
 for _kind in PROBE_KINDS:
     register_builtin(f"Probe{_kind}-v0", functools.partial(ProbeEnv, _kind, continuous=False))
     register_builtin(f"Probe{_kind}Continuous-v0", functools.partial(ProbeEnv, _kind, continuous=True))

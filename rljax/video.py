@@ -85,6 +85,9 @@ def frame_drawer(env: Any, env_params: Any) -> Callable[[Sequence[Any]], list[np
         NotDrawableError: the env has no ``render`` method and gymnax's visualiser cannot draw it
             (or needs pygame, which is not installed).
     """
+    # An rljax env that is a gymnax env with another observation type (envs.minatar) is drawn as
+    # the gymnax env it holds: the states are that env's.
+    env = getattr(env, "gymnax_env", env)
     render = getattr(env, "render", None)
     if callable(render):
         return lambda states: [_check_frame(render(s, env_params), env) for s in states]
