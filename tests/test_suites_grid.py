@@ -206,6 +206,8 @@ def test_xminigrid_ids_and_errors():
     assert {XM_EMPTY, "xminigrid/MiniGrid-DoorKey-5x5", "xminigrid/XLand-MiniGrid-R1-9x9"} <= set(names)
     with pytest.raises(ValueError, match=r"unknown xminigrid environment 'MiniGrid-Nope'.*MiniGrid-Empty-5x5"):
         rljax.make("xminigrid/MiniGrid-Nope")
+    with pytest.raises(ValueError, match=r"fields of its EnvParams"):
+        rljax.make(XM_EMPTY, views=5)
     env, params = rljax.make(XM_EMPTY, max_steps=64, view_size=5)
     assert params.max_steps_in_episode == 64  # its max_steps becomes rljax's time limit ...
     assert params.inner.max_steps == 2**31 - 1  # ... and is off in the suite itself

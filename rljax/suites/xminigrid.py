@@ -55,7 +55,11 @@ class XMiniGridEnv(SuiteEnv):
     def __init__(self, env_id: str, **kwargs: Any):
         xm = _xminigrid()
         check_id("xminigrid", env_id, list(xm.registered_environments()))
-        self._inner, inner_params = xm.make(env_id, **kwargs)
+        try:
+            self._inner, inner_params = xm.make(env_id, **kwargs)
+        except TypeError as err:  # a field its EnvParams does not have
+            raise ValueError(f"xminigrid/{env_id}: {err} (keyword arguments are fields of its EnvParams, e.g. "
+                             f"view_size, height, width, max_steps)") from None
         if inner_params.max_steps is None or int(inner_params.max_steps) < 1:
             raise ValueError(f"xminigrid/{env_id}: max_steps must be a positive int, got {inner_params.max_steps!r}")
         params = SuiteParams(max_steps_in_episode=int(inner_params.max_steps),
