@@ -30,6 +30,8 @@ GYMNAX_PREFIX = "gymnax/"
 SUITES: dict[str, str] = {
     "craftax": "rljax.suites.craftax",
     "brax": "rljax.suites.brax",
+    "navix": "rljax.suites.navix",
+    "xminigrid": "rljax.suites.xminigrid",
 }
 
 # The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).
