@@ -20,9 +20,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GYMNAX_PREFIX", "SUITES", "make", "register", "registered", "gymnax_registered", "suite_registered"]
+__all__ = ["GYMNAX_PREFIX", "GYMNAX_UNAVAILABLE", "SUITES", "make", "register", "registered", "gymnax_registered", "suite_registered"]
 
 GYMNAX_PREFIX = "gymnax/"
+
+# gymnax environments that cannot be built on a machine without internet access, and why. Every
+# other gymnax id builds offline and trains (tests/test_gymnax_registry.py runs them all).
+GYMNAX_UNAVAILABLE: dict[str, str] = {
+    "MNISTBandit-bsuite": "downloads the MNIST data set when built (gymnax.utils.load_mnist, into /tmp/mnist)",
+}
 
 # Optional env suites: "<prefix>/<id>" names are built by the module's ``make(id, **kwargs) ->
 # (env, params)``; its ``ids() -> list[str]`` lists what it offers. A module is imported only when
@@ -152,6 +158,11 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
         if gid not in gymnax.registered_envs:
             raise ValueError(
                 f"unknown gymnax environment {gid!r}; gymnax has: {', '.join(gymnax.registered_envs)}")
+        if gid in GYMNAX_UNAVAILABLE:
+            try:
+                return gymnax.make(gid, **kwargs)
+            except OSError as e:  # urllib's URLError is an OSError
+                raise RuntimeError(f"{name} {GYMNAX_UNAVAILABLE[gid]}, and that failed: {e}") from e
         return gymnax.make(gid, **kwargs)
     _load_bundled()
     if name not in _REGISTRY:

@@ -34,6 +34,7 @@ from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicySt
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class, require
 from rljax.distributions import TanhGaussian
+from rljax.env import describe_space
 from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
 from rljax.parallel import serial_map
 
@@ -440,9 +441,11 @@ def make_sac(config: SACConfig, env: Any, env_params: Any, axis_name: str | None
     max_entropy = float(np.sum(np.log(high - low)))
     target_entropy = -config.target_entropy_scale * action_dim
     if config.autotune and target_entropy >= max_entropy:
-        raise ValueError(f"target entropy -target_entropy_scale * action_dim = {target_entropy:g} is not below the "
-                         f"largest entropy a policy on this Box can have ({max_entropy:g}, uniform on "
-                         f"[low, high]): alpha would grow without bound; use a larger target_entropy_scale")
+        raise ValueError(f"SAC on {describe_space(env.action_space(env_params))}: the target entropy "
+                         f"-target_entropy_scale * action_dim = {target_entropy:g} is not below the largest entropy "
+                         f"a policy on this Box can have ({max_entropy:g}, uniform on [low, high]), so alpha would "
+                         f"grow without bound; use target_entropy_scale > {-max_entropy / action_dim:.3g} "
+                         f"(--target-entropy-scale)")
     nets = make_sac_networks(action_dim, low, high, config.hidden_sizes, config.activation, config.log_std_min,
                              config.log_std_max, observation_layout(config, env, env_params, "SAC"),
                              config.cnn_channels)
