@@ -137,7 +137,7 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
     A ``"cnn"`` leaf needs ``H, W >= 1 + (kernel - 1) * len(cnn_channels)`` (VALID 3x3 convolutions).
 
     Args:
-        obs_spec: the observation pytree (arrays or ``jax.ShapeDtypeStruct``\ s of ONE observation,
+        obs_spec: the observation pytree (arrays or ``jax.ShapeDtypeStruct`` values of ONE observation,
             e.g. :func:`rljax.env.observation_spec`); dicts, tuples, lists and registered pytrees.
         encoder: one of :data:`ENCODERS`.
         cnn_channels: the CNN's conv widths (only the number of layers matters here).

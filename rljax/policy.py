@@ -71,6 +71,14 @@ class Policy:
         return self.env.action_space(self.env_params)
 
     @property
+    def observation_spec(self) -> Any:
+        """The shapes and dtypes of one observation (:func:`rljax.env.observation_spec`; a pytree of
+        ``jax.ShapeDtypeStruct``)."""
+        from rljax.env import observation_spec
+
+        return observation_spec(self.env, self.env_params)
+
+    @property
     def discrete(self) -> bool:
         """True for a discrete action space (int32 actions)."""
         from rljax.env import is_discrete
@@ -105,14 +113,20 @@ class Policy:
         """:meth:`act` with the :class:`~rljax.agents.base.PolicyParams` passed explicitly."""
         if not deterministic and key is None:
             raise ValueError("deterministic=False samples actions: pass a PRNG key (key=jax.random.key(0))")
-        obs = jnp.asarray(obs)
-        obs_shape = tuple(self.observation_space.shape)
-        single = obs.shape == obs_shape
-        if not single and obs.shape[1:] != obs_shape:
-            raise ValueError(f"obs of shape {obs.shape} is neither one observation {obs_shape} nor a batch "
-                             f"[N, *{obs_shape}]")
-        batch = obs[None] if single else obs
-        action = self.agent.policy(params, batch.astype(jnp.float32), key, deterministic)
+        spec = self.observation_spec
+        try:
+            obs = jax.tree.map(lambda _, x: jnp.asarray(x), spec, obs)
+        except ValueError:
+            raise ValueError(f"obs {jax.tree.map(jnp.shape, obs)} does not have the structure of this env's "
+                             f"observations {jax.tree.map(lambda s: s.shape, spec)}") from None
+        shapes = [(x.shape, s.shape) for x, s in zip(jax.tree.leaves(obs), jax.tree.leaves(spec))]
+        single = all(shape == want for shape, want in shapes)
+        if not single and not (len({shape[:1] for shape, _ in shapes}) == 1
+                               and all(len(shape) == len(want) + 1 and shape[1:] == want for shape, want in shapes)):
+            got, want = jax.tree.map(jnp.shape, obs), jax.tree.map(lambda s: s.shape, spec)
+            raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
+        batch = jax.tree.map(lambda x: (x[None] if single else x).astype(jnp.float32), obs)
+        action = self.agent.policy(params, batch, key, deterministic)
         return action[0] if single else action
 
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rljax.env import Box, is_discrete
+from rljax.env import Box, is_discrete, observation_spec
 
 __all__ = [
     "Wrapper",
@@ -648,6 +648,14 @@ class NormalizeObservation(Wrapper[TInnerState]):
     def __init__(self, env: Any, axis_name: Any = None, frozen: bool = False, epsilon: float = 1e-8,
                  clip: float | None = 10.0):
         super().__init__(env)
+        spec = observation_spec(env)
+        if not isinstance(spec, jax.ShapeDtypeStruct):
+            leaves = jax.tree_util.tree_flatten_with_path(spec)[0]
+            raise ValueError(
+                f"observation normalisation (normalize_obs) needs an observation that is one array; "
+                f"{getattr(env, 'name', type(env).__name__)}'s is a {type(spec).__name__} of "
+                f"{', '.join(f'{jax.tree_util.keystr(k)}: {v.dtype}{list(v.shape)}' for k, v in leaves)} "
+                f"(set normalize_obs=False, or scale the observation inside the env)")
         self.axis_name = axis_name
         self.frozen = bool(frozen)
         self.epsilon = float(epsilon)
