@@ -387,14 +387,15 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
-    from rljax.rundir import predates_env_record, resume_from_scratch
+    from rljax.rundir import resume_from_scratch, saved_env
     from rljax.tracking import Tracking
 
     t_start = time.perf_counter()
-    # The config records how to rebuild an env object (config.env); a run recorded before rljax did
-    # that keeps the name it was saved with, so that it resumes as before.
+    # The config records how to rebuild an env object (config.env). A resume whose config already
+    # names the saved env keeps it: a run saved before rljax recorded env objects says CartPole-v1
+    # (the default) for any object, and resumes from Python as it did then.
     config, env, env_params = env_registry.resolve_run(
-        config, env, env_params, record=not (resume and predates_env_record(run_dir)), run_dir=run_dir)
+        config, env, env_params, record=not (resume and saved_env(run_dir) == config.env), run_dir=run_dir)
     restart = resume and resume_from_scratch(run_dir, config)
     program = Program(config, env, env_params, population)
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):

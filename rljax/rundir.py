@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 __all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record",
            "RESUMABLE_FIELDS", "ConfigMismatchError", "check_resume_config", "resume_from_scratch",
-           "predates_env_record"]
+           "saved_env"]
 
 
 class RunDirError(ValueError):
@@ -198,17 +198,15 @@ def resume_from_scratch(run_dir: str | os.PathLike, config: Any) -> bool:
     return True
 
 
-def predates_env_record(run_dir: str | os.PathLike) -> bool:
-    """Whether the run in ``run_dir`` was saved before configs recorded how to rebuild an env
-    object (its saved config has no ``env_params`` field). Such a run's ``env`` is whatever name
-    its config held (``CartPole-v1`` for an env object given with the default config), so a resume
-    keeps that name rather than recording one: it resumes from Python, passing the env, as before.
-    """
+def saved_env(run_dir: str | os.PathLike) -> str | None:
+    """The ``env`` a run directory's saved config names (its newest checkpoint's, else
+    ``config.json``'s), or None when there is none to read."""
     newest = newest_checkpoint_meta(run_dir)
     saved = newest[1]["config"] if newest is not None else None
     if saved is None:
         try:
             saved = read_json(pathlib.Path(run_dir) / "config.json")
         except RunDirError:
-            return False
-    return isinstance(saved, dict) and "env_params" not in saved
+            return None
+    env = saved.get("env") if isinstance(saved, dict) else None
+    return env if isinstance(env, str) else None

@@ -462,10 +462,10 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
     from rljax import env_registry
-    from rljax.rundir import predates_env_record
+    from rljax.rundir import saved_env
 
     config, env, env_params = env_registry.resolve_run(
-        config, env, env_params, record=not (resume and run_dir is not None and predates_env_record(run_dir)),
+        config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)
     members = build_members(config, env_params, spec)
     population = make_population(config, env_params, members, devices)
