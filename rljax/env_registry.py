@@ -5,11 +5,17 @@ top-level module name a user project may shadow (a project with its own ``envs``
 break rljax). The environments bundled with rljax (the repository's ``envs/`` folder, installed
 beside ``rljax/``) register themselves here; the library loads that folder by its location, not by
 the name ``envs``. User environments register with :func:`register` (``envs.register`` is the same
-function).
+function), or are named without registering as ``"package.module:Name"`` (a class or factory).
+
+A run builds its env with :func:`resolve_run`: ``config.env`` with ``config.env_kwargs`` (constructor
+arguments) and ``config.env_params`` (overrides of the params, :func:`parse_env_params`); for an env
+object passed to ``rljax.train`` it records in ``config.env`` a name that rebuilds it
+(:func:`rebuild_name`), or ``python-object:<module>:<class>`` when none does.
 
 >>> from rljax.env_registry import make
 >>> env, params = make("CartPole-v1")
 >>> env, params = make("gymnax/Breakout-MinAtar")   # any gymnax >= 1.0 environment, unwrapped
+>>> env, params = make("my_envs:GridWorld", size=8)  # a user env by module and class (or factory)
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ __all__ = ["GYMNAX_PREFIX", "SUITES", "OBJECT_PREFIX", "EnvNotRebuildableError",
            "object_name", "resolve_run"]
 
 GYMNAX_PREFIX = "gymnax/"
+OBJECT_PREFIX = "python-object:"
+"""``config.env`` of a run trained on an env object that cannot be rebuilt by name:
+``"python-object:<module>:<qualname>"`` names the object's class (:func:`resolve_run`)."""
 
 # Optional env suites: "<prefix>/<id>" names are built by the module's ``make(id, **kwargs) ->
 # (env, params)``; its ``ids() -> list[str]`` lists what it offers. A module is imported only when
@@ -88,17 +97,19 @@ def register(name: str, factory: Callable[..., Any]) -> None:
     """Registers a user environment so that :func:`make` and every experiment's ``--env`` find it.
 
     Args:
-        name: the id, e.g. ``"MyEnv-v0"``; must be new and must not start with ``gymnax/``.
+        name: the id, e.g. ``"MyEnv-v0"``; must be new and must not start with ``gymnax/``,
+            ``python-object:`` or a suite prefix. (A registered name wins over the
+            ``module:Name`` reading of :func:`make`.)
         factory: called with ``make``'s keyword arguments; returns an env object.
 
     Raises:
-        ValueError: the name is empty, starts with ``gymnax/`` or is taken.
+        ValueError: the name is empty, starts with a reserved prefix or is taken.
         TypeError: ``factory`` is not callable.
     """
     _load_bundled()
-    if not isinstance(name, str) or not name or name.startswith(GYMNAX_PREFIX) or _suite_of(name):
-        raise ValueError(f"invalid env name {name!r}: use a non-empty id not starting with {GYMNAX_PREFIX!r} "
-                         f"or a suite prefix ({', '.join(p + '/' for p in sorted(SUITES))})")
+    if not isinstance(name, str) or not name or name.startswith((GYMNAX_PREFIX, OBJECT_PREFIX)) or _suite_of(name):
+        raise ValueError(f"invalid env name {name!r}: use a non-empty id not starting with {GYMNAX_PREFIX!r}, "
+                         f"{OBJECT_PREFIX!r} or a suite prefix ({', '.join(p + '/' for p in sorted(SUITES))})")
     if name in _REGISTRY:
         raise ValueError(f"env {name!r} is already registered")
     if not callable(factory):
@@ -134,11 +145,6 @@ def suite_registered(prefix: str) -> list[str]:
     if prefix not in SUITES:
         raise ValueError(f"unknown env suite {prefix!r}; suites: {sorted(SUITES)}")
     return [f"{prefix}/{i}" for i in importlib.import_module(SUITES[prefix]).ids()]
-
-
-OBJECT_PREFIX = "python-object:"
-"""``config.env`` of a run trained on an env object that cannot be rebuilt by name:
-``"python-object:<module>:<qualname>"`` names the object's class (:func:`resolve_run`)."""
 
 
 class EnvNotRebuildableError(ValueError):
