@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     algos = _algorithms()
     usage = ("usage: rljax envs\n"
-             f"       rljax train {{{','.join(algos)}}} [--flag value ...]   (--help for the flags)\n"
+             f"       rljax train {{{','.join(algos)}}} [--env NAME|module:Name] [--env-param k=v ...] "
+             "[--flag value ...]   (--help for the flags)\n"
              f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
              "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]\n"
              "       rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif] "

@@ -47,9 +47,13 @@ _WHY_STEPS = "(2**30: larger runs would overflow the train state's int32 step co
 _WHY_SEED = "(jax.random.key keeps a seed's low 32 bits and sweep seeds are uint32)"
 
 
-def field(default: Any, help: str, *, sweepable: bool = False) -> Any:  # noqa: A002 - mirrors argparse
-    """A dataclass field with a help line; ``sweepable=True`` marks a traced hyperparameter."""
-    return dataclasses.field(default=default, metadata={"help": help, "sweepable": sweepable})
+def field(default: Any, help: str, *, sweepable: bool = False, flag: str | None = None) -> Any:  # noqa: A002
+    """A dataclass field with a help line; ``sweepable=True`` marks a traced hyperparameter.
+
+    ``flag`` names the command-line flag when it is not ``--<field-name>`` (which is then an alias);
+    a ``tuple[str, ...]`` field's flag is repeatable, each use adding one entry.
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "sweepable": sweepable, "flag": flag})
 
 
 def sweepable_fields(config_cls: Any) -> tuple[str, ...]:
@@ -121,6 +125,9 @@ def _type_rule(declared: Any) -> tuple[Callable[[Any], bool], str] | None:
         return (lambda v: isinstance(v, str)), "a string"
     if typing.get_origin(declared) is tuple and typing.get_args(declared) == (int, ...):
         return (lambda v: isinstance(v, tuple) and all(_is_int(h) for h in v)), "a tuple of integers, e.g. (64, 64)"
+    if typing.get_origin(declared) is tuple and typing.get_args(declared) == (str, ...):
+        return (lambda v: isinstance(v, tuple) and all(isinstance(h, str) for h in v)), \
+            "a tuple of strings, e.g. ('length=0.7',)"
     return None
 
 
@@ -132,7 +139,7 @@ def _field_rules(config_cls: type) -> tuple[tuple[str, Callable[[Any], bool], st
         rule = _type_rule(hints.get(f.name))
         if rule is None:
             raise TypeError(f"{config_cls.__name__}.{f.name} is declared as {hints.get(f.name)!r}; config fields "
-                            "must be bool, int, float, str or tuple[int, ...] (rljax.config.check_types)")
+                            "must be bool, int, float, str, tuple[int, ...] or tuple[str, ...] (rljax.config.check_types)")
         rules.append((f.name, *rule))
     return tuple(rules)
 
@@ -142,7 +149,8 @@ def check_types(config: Any) -> None:
 
     ``int`` fields take ints (not bools or floats); ``float`` fields take finite ints or floats
     within the float32 range (not bools, strings, None, NaN or inf); ``bool`` fields take bools;
-    ``str`` fields take strings; ``tuple[int, ...]`` fields take tuples of ints. A field of any
+    ``str`` fields take strings; ``tuple[int, ...]`` fields take tuples of ints and
+    ``tuple[str, ...]`` fields tuples of strings. A field of any
     other declared type is a ``TypeError`` in the config class itself.
 
     Raises:
@@ -215,7 +223,15 @@ def check_env_steps_per_update(env_steps_per_update: int, expression: str) -> No
 class RunConfig:
     """Fields every algorithm's config starts with: what to run, for how long, on what."""
 
-    env: str = field("CartPole-v1", "environment name: a registered rljax env or 'gymnax/<id>'")
+    env: str = field("CartPole-v1", "the environment: a registered name (`rljax envs` lists them), 'gymnax/<id>', "
+                                    "a suite's '<suite>/<id>' (craftax/, brax/), or a user env 'package.module:Name' "
+                                    "(a class or factory, imported from the working directory or sys.path)")
+    env_kwargs: tuple[str, ...] = field((), "NAME=VALUE keyword argument for the env's constructor or factory (the "
+                                            "value read as a Python literal, else a string); repeat for several",
+                                        flag="--env-kwarg")
+    env_params: tuple[str, ...] = field((), "NAME=VALUE override of a field of the env's default params (cast to the "
+                                            "field's type, e.g. length=0.7); repeat for several",
+                                        flag="--env-param")
     seed: int = field(0, "PRNG seed in [0, 2**32 - 1]; every key in the run is split from jax.random.key(seed)")
     total_timesteps: int = field(500_000, "environment steps to train for, at most 2**30 (rounded to whole updates)")
     num_envs: int = field(4, "parallel environments, over all devices")
@@ -243,7 +259,14 @@ class RunConfig:
         """Checks the type of every field (of the concrete config class, not only these), then the
         ranges of the shared fields; raises ``ValueError`` naming the bad value and what is valid."""
         check_types(self)
-        require(self.env != "", "env must be a non-empty string (a registered rljax env or 'gymnax/<id>'), got ''")
+        require(self.env != "", "env must be a non-empty string (a registered rljax env, 'gymnax/<id>', "
+                                "'<suite>/<id>' or 'package.module:Name'), got ''")
+        for name in ("env_kwargs", "env_params"):
+            for spec in getattr(self, name):
+                key, sep, _ = spec.partition("=")
+                require(bool(sep) and key.strip().isidentifier(),
+                        f"{name} entry {spec!r} must be NAME=VALUE with NAME a Python identifier, e.g. "
+                        + ("'length=0.7'" if name == "env_params" else "'size=8'"))
         check_ints(self, ("seed",), 0, MAX_SEED, why=_WHY_SEED)
         check_ints(self, ("total_timesteps",), 1, MAX_ENV_STEPS, why=_WHY_STEPS)
         check_ints(self, ("num_envs", "num_devices"))

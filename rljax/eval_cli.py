@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
-import math
 import os
 import pathlib
 import sys
 import time
-import typing
 from collections.abc import Sequence
 from typing import Any
+
+from rljax.env_registry import parse_env_params  # shared with every --env-param flag
 
 __all__ = ["build_eval_parser", "parse_env_params", "eval_dir", "eval_main"]
 
@@ -53,105 +52,6 @@ def build_eval_parser(prog: str = "rljax eval") -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the episodes' randomness; default 0")
     parser.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compile cache")
     return parser
-
-
-def _field_types(params: Any) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(type(params))
-    except Exception:  # annotations that do not resolve: fall back to the values' types
-        return {}
-
-
-def _cast(text: str, kind: Any, name: str) -> Any:
-    """``text`` as a value of ``kind`` (bool, int or float); ValueError naming the param otherwise."""
-    text = text.strip()
-    if kind is bool:
-        lowered = text.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        raise ValueError(f"--env-param {name}={text}: {name} is a bool; give true or false")
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"--env-param {name}={text}: {text!r} is not a number ({name} is "
-                         f"{getattr(kind, '__name__', kind)})") from None
-    if not math.isfinite(value):
-        raise ValueError(f"--env-param {name}={text}: {name} must be a finite number")
-    if kind is int:
-        if not value.is_integer():
-            raise ValueError(f"--env-param {name}={text}: {name} is an int; {text!r} is not a whole number")
-        return int(value)
-    return value
-
-
-def parse_env_params(specs: Sequence[str], env_params: Any) -> tuple[Any, dict[str, Any]]:
-    """Applies ``NAME=VALUE`` overrides to env params.
-
-    Args:
-        specs: ``["length=0.7", ...]``; a later override of the same name wins.
-        env_params: a dataclass of env params (rljax's or gymnax's ``struct.dataclass``).
-
-    Returns:
-        ``(params, overrides)``: ``env_params.replace(...)`` with each value cast to its field's type
-        (bool, int or float; a field holding an array keeps that array's dtype), and
-        ``{name: value}`` of the overrides as Python values.
-
-    Raises:
-        ValueError: a spec without ``=``, a name that is not a field (the message lists the valid
-            ones), a value that does not cast (or is not finite, or does not fit the field's integer
-            dtype), or a ``max_steps_in_episode`` below 1.
-    """
-    if not specs:
-        return env_params, {}
-    if not dataclasses.is_dataclass(env_params):
-        raise ValueError(f"--env-param: the env params ({type(env_params).__name__}) are not a dataclass, so they "
-                         f"cannot be overridden")
-    fields = [f.name for f in dataclasses.fields(env_params)]
-    hints = _field_types(env_params)
-    overrides: dict[str, Any] = {}
-    for spec in specs:
-        name, sep, text = spec.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ValueError(f"--env-param {spec!r}: expected NAME=VALUE, e.g. {fields[0]}=1.0")
-        if name not in fields:
-            close = difflib.get_close_matches(name, fields, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"--env-param {spec!r}: {name!r} is not a param of {type(env_params).__name__}{hint}; "
-                             f"valid names: {', '.join(fields)}")
-        current = getattr(env_params, name)
-        kind = hints.get(name)
-        if kind not in (bool, int, float):
-            kind = _kind_of_value(current)
-        overrides[name] = _cast(text, kind, name)
-        if name == "max_steps_in_episode" and overrides[name] < 1:
-            raise ValueError(f"--env-param {spec!r}: the time limit max_steps_in_episode must be >= 1")
-    return env_params.replace(**{n: _like(getattr(env_params, n), v, n) for n, v in overrides.items()}), overrides
-
-
-def _kind_of_value(value: Any) -> Any:
-    import numpy as np
-
-    dtype = np.asarray(value).dtype
-    if dtype == bool:
-        return bool
-    return int if np.issubdtype(dtype, np.integer) else float
-
-
-def _like(current: Any, value: Any, name: str) -> Any:
-    """``value`` in the form of ``current``: an array of its dtype if it is an array, else as is."""
-    if hasattr(current, "dtype") and hasattr(current, "shape"):
-        import jax.numpy as jnp
-        import numpy as np
-
-        dtype = np.dtype(current.dtype)
-        if np.issubdtype(dtype, np.integer) and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
-            raise ValueError(f"--env-param {name}={value}: out of range for {name}'s {dtype} "
-                             f"({np.iinfo(dtype).min}..{np.iinfo(dtype).max})")
-        return jnp.asarray(value, dtype=dtype)
-    return value
 
 
 def eval_dir(run_dir: str | os.PathLike, step: int, member: str | None = None, deterministic: bool = True,

@@ -2,7 +2,8 @@
 
 ``build_parser(PPOConfig, defaults)`` gives a parser with ``--help`` listing every field with its
 help line; ints accept scientific notation (``--total-timesteps 1e6``), bools are
-``--flag/--no-flag``, tuples are comma-separated. Unknown flags exit with status 2 naming the
+``--flag/--no-flag``, tuples of ints are comma-separated, tuples of strings repeat their flag
+(``--env-param length=0.7 --env-param gravity=3``). Unknown flags exit with status 2 naming the
 closest valid flag. A resumed run's saved config is the base; only the flags typed on the command
 line (:func:`explicit_flags`) override it.
 """
@@ -95,6 +96,12 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
         default = defaults.get(f.name, f.default)
         help_text = f.metadata.get("help", "") + (" [sweepable]" if f.metadata.get("sweepable") else "")
         ftype = _field_type(config_cls, f)
+        if typing.get_origin(ftype) is tuple and typing.get_args(ftype) == (str, ...):
+            # Repeatable: each use adds one entry (--env-param length=0.7 --env-param gravity=3).
+            flags = list(dict.fromkeys(filter(None, (f.metadata.get("flag"), _flag(f.name)))))
+            group.add_argument(*flags, dest=f.name, action="append", type=str, default=list(default),
+                               help=help_text, metavar="NAME=VALUE")
+            continue
         if ftype is bool:
             group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                                default=default, help=help_text)
@@ -138,6 +145,7 @@ def config_from_args(config_cls: Any, args: argparse.Namespace, base: dict[str, 
     (the flags the user actually typed).
     """
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # repeatable flags
     if base is not None:
         explicit = explicit or set()
         for f in dataclasses.fields(config_cls):

@@ -332,8 +332,13 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     Args:
         config: an algorithm config, e.g. :class:`rljax.agents.ppo.PPOConfig`; its ``on_nonfinite``,
             ``max_rollbacks`` and ``rollback_lr_factor`` say how divergence is met (:mod:`rljax.health`).
-        env: an env object (rljax or gymnax contract); None: ``rljax.env_registry.make(config.env)``.
-        env_params: its params; ``env.default_params`` when None.
+        env: an env object (rljax or gymnax contract); None: ``rljax.env_registry.make(config.env,
+            **config.env_kwargs)``. For an object, ``config.json`` (and every checkpoint) records a
+            name that rebuilds it when one does (so ``rljax resume RUN_DIR`` works), else
+            ``python-object:<module>:<class>``, which only a resume from Python (passing the object
+            again) continues (:func:`rljax.env_registry.resolve_run`).
+        env_params: its params; ``env.default_params`` when None. ``config.env_params`` overrides
+            are applied to them in either case.
         run_dir: where ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
             ``checkpoints/`` go; None keeps the run in memory (rows are still returned). The
             directory is locked for the run (:mod:`rljax.runlock`).
@@ -382,11 +387,15 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
-    from rljax.rundir import resume_from_scratch
+    from rljax.rundir import resume_from_scratch, saved_env
     from rljax.tracking import Tracking
 
     t_start = time.perf_counter()
-    env, env_params = env_registry.resolve(config.env, env, env_params)
+    # The config records how to rebuild an env object (config.env). A resume whose config already
+    # names the saved env keeps it: a run saved before rljax recorded env objects says CartPole-v1
+    # (the default) for any object, and resumes from Python as it did then.
+    config, env, env_params = env_registry.resolve_run(
+        config, env, env_params, record=not (resume and saved_env(run_dir) == config.env), run_dir=run_dir)
     restart = resume and resume_from_scratch(run_dir, config)
     program = Program(config, env, env_params, population)
     if run_dir is not None and not resume and any((pathlib.Path(run_dir) / "checkpoints").glob("*")):

@@ -144,8 +144,9 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
             the newest.
         member: for a sweep's run directory, the member's name (``members/<name>``) or index;
             must be None for a single run.
-        env: the env object, for a run of an env that is not registered (an object passed to
-            ``rljax.train(config, env)``); None makes ``config.env``.
+        env: the env object, for a run of an env that cannot be rebuilt by name (recorded as
+            ``python-object:...``: an object passed to ``rljax.train(config, env)``); None makes
+            ``config.env`` (with ``config.env_kwargs``).
 
     Raises:
         FileNotFoundError: no such directory, or no checkpoint in it.
@@ -201,7 +202,7 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     config_cls = by_class[meta["algorithm"]]
     config = config_from_dict(config_cls, meta["config"])
     index, member_name, config = _member(run_dir, member, config, config_cls, len(meta.get("rows") or []))
-    env, env_params = env_registry.resolve(config.env, env, None)
+    config, env, env_params = env_registry.resolve_run(config, env, None, record=False, run_dir=run_dir)
     agent = build_agent(config, env, env_params, None)
     state = _state_of(agent, config, env_params, host_leaves, index, f"checkpoint {step} in {run_dir}")
     params = jax.tree.map(jnp.asarray, agent.policy_params(state))

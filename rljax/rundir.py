@@ -10,13 +10,15 @@ is no checkpoint yet (a run stopped before its first save starts over from scrat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
 from typing import Any, NamedTuple
 
 __all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record",
-           "RESUMABLE_FIELDS", "ConfigMismatchError", "check_resume_config", "resume_from_scratch"]
+           "RESUMABLE_FIELDS", "ConfigMismatchError", "check_resume_config", "resume_from_scratch",
+           "saved_env"]
 
 
 class RunDirError(ValueError):
@@ -121,7 +123,9 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
         except RunDirError:
             on_disk = None  # damaged: the checkpoint's config is used and config.json rewritten on resume
         if isinstance(on_disk, dict):
-            diffs = _config_diffs(config, on_disk, ("total_timesteps",))
+            # Fields the checkpoint lacks (it predates them) are not compared: a resume of such a run
+            # rewrites config.json with them before its next checkpoint.
+            diffs = _config_diffs(config, on_disk, ("total_timesteps", *(set(on_disk) - set(config))))
             if diffs:
                 raise RunDirError(
                     f"{config_path} differs from the config of checkpoint {step}, which is what the run trained "
@@ -149,7 +153,11 @@ def check_resume_config(saved: dict[str, Any], config: Any) -> None:
     except :data:`RESUMABLE_FIELDS`."""
     from rljax.tracking import config_to_dict
 
-    diffs = _config_diffs(saved, config_to_dict(config), RESUMABLE_FIELDS, ("saved", "now"))
+    # A field the saved config lacks (a run saved before it existed) has its default, as in
+    # rljax.config.config_from_dict.
+    defaults = config_to_dict({f.name: f.default for f in dataclasses.fields(config)
+                               if f.name not in saved and f.default is not dataclasses.MISSING})
+    diffs = _config_diffs({**defaults, **saved}, config_to_dict(config), RESUMABLE_FIELDS, ("saved", "now"))
     if diffs:
         raise ConfigMismatchError(
             "cannot resume with a different config; differing fields: " + "; ".join(diffs)
@@ -189,3 +197,16 @@ def resume_from_scratch(run_dir: str | os.PathLike, config: Any) -> bool:
                   f"from scratch; its earlier metrics rows move to metrics.superseded.jsonl", stacklevel=4)
     return True
 
+
+def saved_env(run_dir: str | os.PathLike) -> str | None:
+    """The ``env`` a run directory's saved config names (its newest checkpoint's, else
+    ``config.json``'s), or None when there is none to read."""
+    newest = newest_checkpoint_meta(run_dir)
+    saved = newest[1]["config"] if newest is not None else None
+    if saved is None:
+        try:
+            saved = read_json(pathlib.Path(run_dir) / "config.json")
+        except RunDirError:
+            return None
+    env = saved.get("env") if isinstance(saved, dict) else None
+    return env if isinstance(env, str) else None

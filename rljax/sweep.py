@@ -446,8 +446,10 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
     Args:
         config: the base config (``num_devices`` must be 1: members are single-device runs).
         spec: what to sweep.
-        env: an env object (default ``rljax.make(config.env)``).
-        env_params: base env params (default ``env.default_params``).
+        env: an env object (default ``rljax.make(config.env, **config.env_kwargs)``); recorded in
+            ``config.json`` as :func:`rljax.loop.train` records it.
+        env_params: base env params (default ``env.default_params``), with ``config.env_params``
+            applied; members' ``env.<param>`` values are applied over them.
         run_dir: the sweep directory (None: in memory, no files).
         devices: devices to split the population over (the member count must be a multiple).
         resume: continue the sweep in ``run_dir`` from its newest checkpoint.
@@ -460,8 +462,11 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
     from rljax import env_registry
+    from rljax.rundir import saved_env
 
-    env, env_params = env_registry.resolve(config.env, env, env_params)
+    config, env, env_params = env_registry.resolve_run(
+        config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
+        run_dir=run_dir)
     members = build_members(config, env_params, spec)
     population = make_population(config, env_params, members, devices)
     if spec.pbt is not None:

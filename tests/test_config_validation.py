@@ -43,6 +43,8 @@ def _wrong_values(declared) -> list:
         return [None, 3, ("relu",), math.nan]
     if typing.get_origin(declared) is tuple and typing.get_args(declared) == (int, ...):
         return [None, [64, 64], (64.0,), (True,), ("64",), 64, "64", (math.nan,)]
+    if typing.get_origin(declared) is tuple and typing.get_args(declared) == (str, ...):
+        return [None, ["length=0.7"], ("length=0.7", 3), (None,), "length=0.7", 3, (math.nan,)]
     raise AssertionError(f"no wrong values known for declared type {declared!r}: extend this test and "
                          f"rljax.config.check_types together")
 
@@ -101,6 +103,9 @@ RANGE_CASES = [
     ("PPOConfig", dict(num_devices=-2), "num_devices must be a positive integer, got -2"),
     ("PPOConfig", dict(updates_per_chunk=-1), "updates_per_chunk must be an integer >= 0"),
     ("PPOConfig", dict(env=""), "env must be a non-empty string"),
+    ("PPOConfig", dict(env_params=("length",)), "env_params entry 'length' must be NAME=VALUE"),
+    ("PPOConfig", dict(env_params=("=0.7",)), "env_params entry '=0.7' must be NAME=VALUE"),
+    ("DQNConfig", dict(env_kwargs=("two words=1",)), "env_kwargs entry 'two words=1' must be NAME=VALUE"),
     ("SACConfig", dict(backend="tpu"), "backend='tpu' is not one of ('shard_map', 'pmap')"),
     # PPO.
     ("PPOConfig", dict(num_epochs=0), "num_epochs must be a positive integer, got 0"),
