@@ -62,12 +62,12 @@ def purejaxrl(total_timesteps: float) -> dict | None:
     return res
 
 
-def rljax_seeds(encoder: str, seeds: int, total_timesteps: int) -> list[dict]:
+def rljax_seeds(encoder: str, seeds: range, total_timesteps: int) -> list[dict]:
     """One ``rljax.train`` per seed, in memory (logging on, no checkpoints), each timed."""
     import rljax
 
     rows = []
-    for seed in range(seeds):
+    for seed in seeds:
         t0 = time.perf_counter()
         r = rljax.train(PPOConfig(seed=seed, total_timesteps=total_timesteps, encoder=encoder, **CONFIG),
                         quiet=True, checkpoints=False, tensorboard=False, handle_signals=False)
@@ -84,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--encoders", default="mlp,cnn", help="comma-separated: mlp, cnn")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--total-timesteps", type=float, default=1e7)
     ap.add_argument("--no-peer", action="store_true", help="skip PureJaxRL")
     ap.add_argument("--json", help="also write every figure to this file")
@@ -93,7 +94,8 @@ def main() -> None:
     if bad:
         ap.error(f"--encoders: {bad} are not among mlp, cnn")
     peer = None if a.no_peer else purejaxrl(a.total_timesteps)
-    runs = {e: rljax_seeds(e, a.seeds, int(a.total_timesteps)) for e in encoders}
+    seeds = range(a.first_seed, a.first_seed + a.seeds)
+    runs = {e: rljax_seeds(e, seeds, int(a.total_timesteps)) for e in encoders}
     summary = {}
     for e, rows in runs.items():
         sps = statistics.median(r["sps"] for r in rows)
