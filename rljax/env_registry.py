@@ -184,7 +184,7 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
     """
     suite = _suite_of(name)
     if suite is not None:
-        return importlib.import_module(SUITES[suite]).make(name[len(suite) + 1:], **kwargs)
+        return _call_factory(name, importlib.import_module(SUITES[suite]).make, (name[len(suite) + 1:],), kwargs)
     if isinstance(name, str) and name.startswith(GYMNAX_PREFIX):
         import gymnax
 
@@ -196,8 +196,8 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
             try:
                 return gymnax.make(gid, **kwargs)
             except OSError as e:  # urllib's URLError is an OSError
-                raise RuntimeError(f"{name} {GYMNAX_UNAVAILABLE[gid]}, and that failed: {e}") from e
-        return gymnax.make(gid, **kwargs)
+                raise ValueError(f"{name} {GYMNAX_UNAVAILABLE[gid]}, and that failed: {e}") from e
+        return _call_factory(name, gymnax.make, (gid,), kwargs)
     if isinstance(name, str) and name.startswith(OBJECT_PREFIX):
         raise EnvNotRebuildableError(_not_rebuildable_message(name))
     _load_bundled()
@@ -209,17 +209,31 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
             f"(and any gymnax id as '{GYMNAX_PREFIX}<id>', e.g. '{GYMNAX_PREFIX}Breakout-MinAtar', a suite's "
             f"'<suite>/<id>' ({', '.join(p + '/' for p in sorted(SUITES))}), or a user env as "
             f"'package.module:ClassName')")
-    env = _REGISTRY[name](**kwargs)
+    env = _call_factory(name, _REGISTRY[name], (), kwargs)
     return env, env.default_params
+
+
+def _call_factory(name: str, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``factory(*args, **kwargs)``; a ``TypeError`` from constructor arguments the env does not take
+    (``--env-kwarg``) becomes a ``ValueError`` naming the env and the arguments."""
+    if not kwargs:
+        return factory(*args)
+    try:
+        return factory(*args, **kwargs)
+    except TypeError as e:
+        given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise ValueError(f"env {name!r} cannot be built with the constructor arguments {given} "
+                         f"(--env-kwarg / config.env_kwargs): {e}") from None
 
 
 _ENV_METHODS = ("reset", "step", "observation_space", "action_space")
 
 
 def _ensure_cwd_importable() -> None:
-    """Puts the working directory on ``sys.path`` (last) when it is not there: ``python -m`` puts
+    """Puts the working directory first on ``sys.path`` when it is not there: ``python -m`` puts
     it first, a console script (``rljax``) does not, and ``--env mymod:Env`` must mean the same in
-    both."""
+    both (a user's own ``envs`` or ``experiments`` module must win over rljax's installed ones, as
+    under ``python -m``)."""
     cwd = os.getcwd()
     for entry in sys.path:
         try:
@@ -227,7 +241,7 @@ def _ensure_cwd_importable() -> None:
                 return
         except OSError:
             continue
-    sys.path.append(cwd)
+    sys.path.insert(0, cwd)
     importlib.invalidate_caches()
 
 
@@ -340,13 +354,14 @@ def _same(a: Any, b: Any, depth: int = 0) -> bool:
     """Whether two env objects (or params) are the same value, structurally: same types, equal
     arrays and scalars, and equal attributes all the way down. Conservative: callables other than
     the very same object, and anything deeper than a few levels, are different."""
+    import jax
     import numpy as np
 
     if a is b:
         return True
     if depth > 12 or type(a) is not type(b):
         return False
-    if hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, type):
+    if isinstance(a, (np.ndarray, np.generic, jax.Array)):
         try:
             x, y = np.asarray(a), np.asarray(b)
         except Exception:  # noqa: BLE001 - not readable as an array (a PRNG key, a tracer): unknown
@@ -401,6 +416,8 @@ def _candidates(config_env: str, env: Any) -> list[str]:
     module = getattr(cls, "__module__", "") or ""
     if module.startswith("gymnax.") and isinstance(getattr(env, "name", None), str):
         out.append(GYMNAX_PREFIX + env.name)
+    if _suite_of(getattr(env, "name", None)) is not None:  # a suite env carries its "<suite>/<id>" name
+        out.append(env.name)
     if module not in ("__main__", "builtins") and "<" not in qualname and not module.startswith("rljax._"):
         out.append(f"{module}:{qualname}")
     return list(dict.fromkeys(out))
@@ -547,6 +564,15 @@ def parse_env_params(specs: Sequence[str], env_params: Any) -> tuple[Any, dict[s
         current = getattr(env_params, name)
         kind = hints.get(name)
         if kind not in (bool, int, float):
+            import jax
+            import numpy as np
+
+            scalar = isinstance(current, (bool, int, float, np.generic)) or (
+                isinstance(current, (np.ndarray, jax.Array)) and np.ndim(current) == 0)
+            if not scalar:
+                raise ValueError(f"--env-param {spec!r}: {name!r} holds a {type(current).__name__}, not a number or "
+                                 f"bool, so it cannot be set from the command line; the scalar params of "
+                                 f"{type(env_params).__name__} can")
             kind = _kind_of_value(current)
         overrides[name] = _cast(text, kind, name)
         if name == "max_steps_in_episode" and overrides[name] < 1:

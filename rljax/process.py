@@ -77,6 +77,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     from rljax.health import DesyncError, NonFiniteError
     from rljax.rundir import RunDirError
     from rljax.runlock import RunLockError
+    from rljax.suites._adapter import SuiteNotInstalledError
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
@@ -89,7 +90,8 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     except DesyncError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, EXIT_SOFTWARE
-    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError) as err:
+    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
+            SuiteNotInstalledError) as err:
         print(f"error: {err}", file=sys.stderr)
         return None, EXIT_USAGE
     except ValueError as err:

@@ -88,7 +88,7 @@ def test_unavailable_env_names_its_reason(monkeypatch):
         raise urllib.error.URLError("Name or service not known")
 
     monkeypatch.setattr("gymnax.utils.load_mnist._download", offline)  # whether or not /tmp/mnist holds it
-    with pytest.raises(RuntimeError, match=rf"gymnax/{gid}.*downloads.*MNIST.*Name or service not known"):
+    with pytest.raises(ValueError, match=rf"gymnax/{gid}.*downloads.*MNIST.*Name or service not known"):
         env_registry.make(env_registry.GYMNAX_PREFIX + gid)
 
 

@@ -450,3 +450,80 @@ def test_a_sweep_over_a_named_user_env_with_kwargs_and_params(user_module, tmp_p
     status, err = _main(["sweep", "ppo", "--env", f"{name}:LineWalk", "--env-param", "gaol=1", "--seeds", "2",
                          "--run-dir", "none", "--quiet", "--no-compile-cache"], capsys)
     assert status == 2 and "(did you mean 'goal'?)" in err, err
+
+
+# ----- found by review: env objects holding spaces, the console script's import order, one-line errors -----
+
+
+def test_env_objects_holding_spaces_are_recorded_by_name():
+    """An env that keeps its spaces as attributes (every suite env, a user env building them in
+    __init__) compared unequal to its own rebuild: rljax's Box and Discrete have a shape and dtype but
+    are not arrays."""
+    from rljax.env import Box, Discrete
+    from rljax.env_registry import _same, rebuild_name
+
+    assert _same(Box(-1.0, 1.0, (2,)), Box(-1.0, 1.0, (2,))) and _same(Discrete(3), Discrete(3))
+    assert not _same(Box(-1.0, 1.0, (2,)), Box(-1.0, 2.0, (2,))) and not _same(Discrete(3), Discrete(4))
+    pytest.importorskip("navix", reason="needs the 'navix' extra")
+    env, params = rljax.make("navix/Navix-Empty-5x5-v0")
+    assert rebuild_name(env, params, "CartPole-v1") == "navix/Navix-Empty-5x5-v0"
+    assert rebuild_name(env, params.replace(max_steps_in_episode=7), "CartPole-v1") is None
+
+
+def test_the_console_script_imports_the_users_module_before_installed_ones(tmp_path):
+    """The rljax console script has the working directory nowhere on sys.path; it is put first, as
+    ``python -m`` has it, so a user's own ``envs`` package wins over the ``envs`` rljax installs."""
+    pkg = tmp_path / "envs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from rljax.env_registry import make as _make\n\n"
+                                     "def MyEnv():\n    return _make('Pendulum-v1')[0]\n")
+    code = (f"import sys; sys.path.append({str(ROOT)!r}); from rljax.env_registry import make; "
+            f"env, _ = make('envs:MyEnv'); print(type(env).__name__)")
+    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "Pendulum", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "gymnax/Acrobot-v1"])
+def test_constructor_arguments_an_env_does_not_take_are_one_line(name):
+    with pytest.raises(ValueError, match=rf"env '{name}' cannot be built with the constructor arguments foo=1 "
+                                         r"\(--env-kwarg"):
+        rljax.make(name, foo=1)
+
+
+def test_an_env_param_that_is_not_a_number_is_refused():
+    import dataclasses
+
+    import jax.numpy as jnp
+    from flax import struct
+
+    from rljax.env_registry import parse_env_params
+
+    @struct.dataclass
+    class Params:
+        gain: jnp.ndarray = dataclasses.field(default_factory=lambda: jnp.ones((3,)))
+        inner: tuple = (1, 2)
+        scale: float = 1.0
+
+    with pytest.raises(ValueError, match=r"'inner' holds a tuple, not a number or bool"):
+        parse_env_params(["inner=1"], Params())
+    with pytest.raises(ValueError, match=r"'gain' holds a \w*Array"):
+        parse_env_params(["gain=2"], Params())
+    assert float(parse_env_params(["scale=2"], Params())[0].scale) == 2.0
+
+
+def test_a_missing_suite_package_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from rljax import env_registry
+
+    (tmp_path / "fake_suite_mod.py").write_text(
+        "from rljax.suites._adapter import require\n\n"
+        "def ids():\n    return ['x']\n\n"
+        "def make(env_id, **kwargs):\n    require('no_such_package_rljax_test', 'fakesuite')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(env_registry.SUITES, "fakesuite", "fake_suite_mod")
+    from experiments import ppo_cartpole
+
+    assert ppo_cartpole.main(["--env", "fakesuite/x", "--total-timesteps", "512", "--run-dir", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: the 'fakesuite' env suite needs the package 'no_such_package_rljax_test'")
+    assert "Traceback" not in "\n".join(err)

@@ -28,7 +28,7 @@ from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment, Space
 
-__all__ = ["SuiteParams", "SuiteState", "SuiteEnv", "require", "check_id", "convert_space", "NO_LIMIT"]
+__all__ = ["SuiteParams", "SuiteState", "SuiteEnv", "SuiteNotInstalledError", "require", "check_id", "convert_space", "NO_LIMIT"]
 
 # A time limit no episode reaches: what an adapter gives a suite whose own time limit it replaces
 # with rljax's (so the suite never reports the limit as its own ``done``).
@@ -61,8 +61,13 @@ class SuiteParams(EnvParams):
     inner: Any = None
 
 
+class SuiteNotInstalledError(ImportError):
+    """A suite's package is missing; the message names the extra that installs it."""
+
+
 def require(module: str, extra: str) -> ModuleType:
-    """Imports a suite's package, or raises ``ImportError`` naming the extra that installs it.
+    """Imports a suite's package, or raises :class:`SuiteNotInstalledError` (an ``ImportError``) naming
+    the extra that installs it.
 
     Args:
         module: the package to import, e.g. ``"craftax"``.
@@ -71,7 +76,7 @@ def require(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(f"the {extra!r} env suite needs the package {module!r}, which is not installed: "
+        raise SuiteNotInstalledError(f"the {extra!r} env suite needs the package {module!r}, which is not installed: "
                           f"pip install 'rljax[{extra}]' (or pip install -e \".[{extra}]\" in a checkout)"
                           ) from err
 
