@@ -129,7 +129,8 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
 
     * ``"auto"``: ``ndim <= 2`` (scalars ``[]``, vectors ``[d]``, grids ``[H, W]``) -> ``"flat"``:
       reshaped to a vector of ``prod(shape)`` (a scalar to ``[1]``) and fed to the MLP;
-      ``ndim >= 3`` (images ``[H, W, C]``; further axes are merged into the channels) -> ``"cnn"``.
+      ``ndim >= 3`` (images ``[H, W, C]``; further axes are merged into the channels) -> ``"cnn"``,
+      unless ``H`` or ``W`` is too small for the convolutions (below), then ``"flat"``.
     * ``"mlp"``: every leaf ``"flat"``.
     * ``"cnn"``: every leaf with ``ndim >= 2`` -> ``"cnn"`` (a grid ``[H, W]`` as one channel); a
       leaf with ``ndim < 2`` is an error naming it.
@@ -161,7 +162,8 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
         shape, dtype = tuple(int(d) for d in jnp.shape(leaf)), jnp.dtype(getattr(leaf, "dtype", jnp.float32))
         if not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_) or jnp.issubdtype(dtype, jnp.complexfloating):
             raise ValueError(f"{where} has dtype {dtype}; observations must be real numbers or bools")
-        if encoder == "mlp" or (encoder == "auto" and len(shape) <= 2):
+        small = len(shape) >= 2 and min(shape[:2]) < min_side
+        if encoder == "mlp" or (encoder == "auto" and (len(shape) <= 2 or small)):
             kind = "flat"
         elif len(shape) < 2:
             raise ValueError(f"encoder='cnn' needs observation leaves of at least 2 axes [H, W, ...]; {where} has "
@@ -173,6 +175,11 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
                                  f"{_CNN_KERNEL}x{_CNN_KERNEL} conv layer(s): H and W must be >= {min_side} "
                                  f"(use encoder='mlp' or fewer cnn_channels)")
         layout.append(LeafEncoding(jax.tree_util.keystr(path), _leaf_name(path), kind, shape))
+    names: dict[str, str] = {}
+    for leaf in layout:
+        if leaf.kind == "cnn" and names.setdefault(leaf.name, leaf.path) != leaf.path:
+            raise ValueError(f"observation{names[leaf.name]} and observation{leaf.path} would share the parameter "
+                             f"names {leaf.name}_conv_*: rename one of the keys")
     return tuple(layout)
 
 

@@ -34,7 +34,7 @@ def test_auto_layout_rules():
 @pytest.mark.parametrize("spec, kwargs, says", [
     (SDS((3,), jnp.float32), dict(encoder="conv"), r"encoder='conv' is not one of \('auto', 'mlp', 'cnn'\)"),
     ({"v": SDS((3,), jnp.float32)}, dict(encoder="cnn"), r"at least 2 axes.*observation\['v'\] has shape \(3,\)"),
-    (SDS((4, 4, 1), jnp.float32), dict(cnn_channels=(8, 8)), r"\(4, 4, 1\) is too small for 2 VALID 3x3.*>= 5"),
+    (SDS((4, 4, 1), jnp.float32), dict(encoder="cnn", cnn_channels=(8, 8)), r"\(4, 4, 1\) is too small for 2 VALID 3x3.*>= 5"),
     (SDS((3,), jnp.complex64), {}, r"observation has dtype complex64; observations must be real numbers or bools"),
     ({}, {}, r"has no arrays to encode"),
 ])
@@ -157,3 +157,15 @@ def test_a_dict_observation_policy_loads_acts_and_evaluates(tmp_path):
     assert int(jnp.ravel(expected)[0]) == int(one)
     episodes = rljax.evaluate.evaluate(policy, 4)
     assert episodes.returns.shape == (4,) and np.all(np.isfinite(episodes.returns))
+
+
+def test_auto_flattens_an_image_too_small_for_the_convolutions():
+    layout = encoder_layout({"tiny": SDS((2, 8, 3), jnp.float32), "ok": SDS((3, 3, 1), jnp.float32)})
+    assert [(leaf.name, leaf.kind) for leaf in layout] == [("ok", "cnn"), ("tiny", "flat")]
+    with pytest.raises(ValueError, match="too small"):
+        encoder_layout(SDS((2, 8, 3), jnp.float32), "cnn")
+
+
+def test_image_keys_that_would_share_parameter_names_are_refused():
+    with pytest.raises(ValueError, match=r"observation\['a b'\] and observation\['a_b'\] would share"):
+        encoder_layout({"a b": SDS((5, 5, 1), jnp.float32), "a_b": SDS((5, 5, 1), jnp.float32)})
