@@ -14,7 +14,8 @@ from rljax.agents.dqn import DQNConfig
 from rljax.cli import run_experiment
 
 # One env: the paper's one gradient step per env step. The buffer stores MinAtar's bool planes as
-# bool (10 x 10 x C bytes per observation), so 1e5 transitions of Breakout take ~8 MB for obs + next_obs.
+# bool (10 x 10 x C bytes per observation), so 1e5 transitions of Breakout take 80 MB for obs + next_obs
+# (320 MB as float32).
 DEFAULTS = dict(env="Breakout-MinAtar", total_timesteps=5_000_000, num_envs=1, num_steps=1, batch_size=32,
                 buffer_size=100_000, learning_starts=5_000, target_update_interval=1_000, hidden_sizes=(128,),
                 loss="huber", learning_rate=2.5e-4, epsilon_end=0.1, exploration_fraction=0.02)
