@@ -63,3 +63,20 @@ def run(config: Any, published: str, env: Any = None, env_params: Any = None, as
           f"process {out['process_s']:.1f} s)")
     print(f"  published      {published}")
     return out
+
+
+GRID_PPO = dict(num_envs=32, num_steps=64, num_epochs=4, num_minibatches=4, learning_rate=3e-4, gae_lambda=0.95,
+                ent_coef=0.01, hidden_sizes=(64, 64), eval_interval=1000, eval_episodes=16)
+"""The PPO settings of the grid-world suite benchmarks (Navix, XLand-MiniGrid): 2e5 steps by default."""
+
+
+def grid_ppo_main(description: str, default_env: str, published: str, argv: Any = None) -> int:
+    """``main`` of a grid-world suite benchmark: PPO with :data:`GRID_PPO` on ``--env``."""
+    p = parser(description, 2e5)
+    p.add_argument("--env", default=default_env)
+    args = p.parse_args(argv)
+    import rljax
+
+    config = rljax.PPOConfig(env=args.env, seed=args.seed, total_timesteps=int(args.total_timesteps), **GRID_PPO)
+    run(config, published, as_json=args.json)
+    return 0

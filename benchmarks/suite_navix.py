@@ -27,16 +27,7 @@ PUBLISHED = ("Navix: return <= 1.0 (goal reward 1); ~670 M env steps/s with 2048
 
 
 def main(argv=None) -> int:
-    p = suite_common.parser(__doc__, 2e5)
-    p.add_argument("--env", default="navix/Navix-Empty-5x5-v0")
-    args = p.parse_args(argv)
-    import rljax
-
-    config = rljax.PPOConfig(env=args.env, seed=args.seed, total_timesteps=int(args.total_timesteps), num_envs=32,
-                             num_steps=64, num_epochs=4, num_minibatches=4, learning_rate=3e-4, gae_lambda=0.95,
-                             ent_coef=0.01, hidden_sizes=(64, 64), eval_interval=1000, eval_episodes=16)
-    suite_common.run(config, PUBLISHED, as_json=args.json)
-    return 0
+    return suite_common.grid_ppo_main(__doc__, "navix/Navix-Empty-5x5-v0", PUBLISHED, argv)
 
 
 if __name__ == "__main__":

@@ -28,16 +28,7 @@ PUBLISHED = ("MiniGrid-Empty-5x5: optimal return 0.955 (5 steps, 1 - 0.9 * 5/100
 
 
 def main(argv=None) -> int:
-    p = suite_common.parser(__doc__, 2e5)
-    p.add_argument("--env", default="xminigrid/MiniGrid-Empty-5x5")
-    args = p.parse_args(argv)
-    import rljax
-
-    config = rljax.PPOConfig(env=args.env, seed=args.seed, total_timesteps=int(args.total_timesteps), num_envs=32,
-                             num_steps=64, num_epochs=4, num_minibatches=4, learning_rate=3e-4, gae_lambda=0.95,
-                             ent_coef=0.01, hidden_sizes=(64, 64), eval_interval=1000, eval_episodes=16)
-    suite_common.run(config, PUBLISHED, as_json=args.json)
-    return 0
+    return suite_common.grid_ppo_main(__doc__, "xminigrid/MiniGrid-Empty-5x5", PUBLISHED, argv)
 
 
 if __name__ == "__main__":

@@ -175,6 +175,26 @@ def _final_leaves(run_dir):
     return out
 
 
+def sigterm_after_progress(cmd: list, env: dict, cwd, stderr_path, lines: int = 2) -> tuple[int, str]:
+    """Runs ``cmd``, sends it SIGTERM once it has printed ``lines`` progress lines, and returns its
+    exit status and stderr (written to ``stderr_path``: a file, not a pipe nobody reads while we wait).
+    The calling test's timeout ends a run that never prints."""
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            progress = 0
+            while progress < lines:
+                line = proc.stdout.readline()
+                assert line, f"the run ended before progress line {lines}: {proc.wait()} " \
+                             f"{pathlib.Path(stderr_path).read_text()[-2000:]}"
+                progress += line.startswith("[")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    return proc.returncode, pathlib.Path(stderr_path).read_text()
+
+
 @pytest.mark.timeout(900)
 def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     """SIGTERM stops a CLI run cleanly (exit 75, checkpoint saved); resuming it gives the bits and
@@ -193,23 +213,9 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
 
     run = tmp_path / "cut"
-    stderr_path = tmp_path / "cut.stderr"
-    with open(stderr_path, "w") as stderr:  # a file, not a pipe nobody reads while we wait
-        proc = subprocess.Popen(cmd + flags + ["--total-timesteps", str(10**8), "--run-dir", str(run)], env=env,
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        try:
-            progress = 0
-            while progress < 2:
-                line = proc.stdout.readline()  # the test's timeout ends a run that never prints
-                assert line, f"the run ended before its second progress line: {proc.wait()} " \
-                             f"{stderr_path.read_text()[-2000:]}"
-                progress += line.startswith("[")
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=300)
-        finally:
-            proc.kill()
-    err = stderr_path.read_text()
-    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    returncode, err = sigterm_after_progress(cmd + flags + ["--total-timesteps", str(10**8), "--run-dir", str(run)],
+                                             env, ROOT, tmp_path / "cut.stderr")
+    assert returncode == PREEMPTED_EXIT_CODE, err[-2000:]
     assert "rljax resume" in err and str(run) in err
     cut_rows = read_metrics(run)
     planned = 10**8 // steps_per_chunk

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.checkpoint import PREEMPTED_EXIT_CODE
 from rljax.tracking import read_metrics
-from tests.test_checkpoint import _final_leaves, strip
+from tests.test_checkpoint import _final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -169,23 +168,9 @@ def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, 
              "--env-kwarg", "start_width=0.25", "--checkpoint-every", "3", *SMALL_FLAGS]
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
     run = tmp_path / "cut"
-    stderr_path = tmp_path / "cut.stderr"
-    with open(stderr_path, "w") as stderr:  # a file, not a pipe nobody reads while we wait
-        proc = subprocess.Popen(cmd + flags + ["--total-timesteps", str(10**8), "--run-dir", str(run)],
-                                env=_env_vars(), cwd=project, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        try:
-            progress = 0
-            while progress < 2:
-                line = proc.stdout.readline()  # the test's timeout ends a run that never prints
-                assert line, f"the run ended before its second progress line: {proc.wait()} " \
-                             f"{stderr_path.read_text()[-2000:]}"
-                progress += line.startswith("[")
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=300)
-        finally:
-            proc.kill()
-    err = stderr_path.read_text()
-    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    returncode, err = sigterm_after_progress(cmd + flags + ["--total-timesteps", str(10**8), "--run-dir", str(run)],
+                                             _env_vars(), project, tmp_path / "cut.stderr")
+    assert returncode == PREEMPTED_EXIT_CODE, err[-2000:]
     saved = json.loads((run / "config.json").read_text())
     assert saved["env"] == f"{name}:LineWalk"
     assert saved["env_params"] == ["goal=0.5", "max_steps_in_episode=30"]
