@@ -1,6 +1,6 @@
 """SAC (or PPO) on Brax continuous control through the ``brax/`` adapter.
 
-    python -m benchmarks.suite_brax                                   # SAC, inverted_pendulum, 2e4 steps
+    python -m benchmarks.suite_brax                                   # SAC, inverted_pendulum, 1e5 steps
     python -m benchmarks.suite_brax --env brax/hopper --total-timesteps 1e6 --backend generalized
     python -m benchmarks.suite_brax --algo ppo --total-timesteps 1e6
 
@@ -24,7 +24,7 @@ PUBLISHED = {"brax/inverted_pendulum": "inverted_pendulum: 1000 is the maximum (
 
 
 def main(argv=None) -> int:
-    p = suite_common.parser(__doc__, 2e4)
+    p = suite_common.parser(__doc__, 1e5)
     p.add_argument("--env", default="brax/inverted_pendulum")
     p.add_argument("--backend", default="positional", help="Brax physics pipeline")
     p.add_argument("--algo", choices=("sac", "ppo"), default="sac")
