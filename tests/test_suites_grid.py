@@ -132,6 +132,21 @@ def test_navix_ids_and_errors():
     assert params.max_steps_in_episode == env.navix_env.max_steps == 64
 
 
+def _check_traced_shapes(name, env, params, obs_shape):
+    """``VecEnv`` reset and step traced under jit (nothing runs): uint8 grid observations of
+    ``obs_shape``, float32 rewards, bool flags, a stable state structure; PPO's 'auto' encoder takes
+    the grid through the CNN."""
+    venv = wrappers.VecEnv(env, NUM_ENVS)
+    obs, state = jax.eval_shape(jax.jit(venv.reset), jax.random.key(0), params)
+    out = jax.eval_shape(jax.jit(venv.step), jax.random.key(1), state, jnp.zeros(NUM_ENVS, jnp.int32), params)
+    assert obs.shape == out[0].shape == out[5]["final_observation"].shape == (NUM_ENVS, *obs_shape)
+    assert obs.dtype == out[0].dtype == jnp.uint8
+    assert [x.dtype for x in out[2:5]] == [jnp.float32, jnp.bool_, jnp.bool_]
+    assert jax.tree.structure(out[1]) == jax.tree.structure(state)
+    config = rljax.PPOConfig(env=name)
+    assert [leaf.kind for leaf in observation_layout(config, env, params, "PPO")] == ["cnn"]
+
+
 @pytest.mark.parametrize("name,kwargs,obs_shape", [
     (NAVIX_EMPTY, {}, (5, 5, 3)),
     ("navix/Navix-DoorKey-5x5-v0", {}, (5, 5, 3)),
@@ -147,15 +162,7 @@ def test_navix_spaces_under_jit_and_vmap(name, kwargs, obs_shape):
     space = env.observation_space(params)
     assert space.shape == obs_shape and space.dtype == jnp.uint8
     assert env.action_space(params).n == 7 and params.max_steps_in_episode == 100
-    venv = wrappers.VecEnv(env, NUM_ENVS)
-    obs, state = jax.eval_shape(jax.jit(venv.reset), jax.random.key(0), params)
-    out = jax.eval_shape(jax.jit(venv.step), jax.random.key(1), state, jnp.zeros(NUM_ENVS, jnp.int32), params)
-    assert obs.shape == out[0].shape == out[5]["final_observation"].shape == (NUM_ENVS, *obs_shape)
-    assert obs.dtype == out[0].dtype == jnp.uint8
-    assert [x.dtype for x in out[2:5]] == [jnp.float32, jnp.bool_, jnp.bool_]
-    assert jax.tree.structure(out[1]) == jax.tree.structure(state)
-    config = rljax.PPOConfig(env=name)
-    assert [leaf.kind for leaf in observation_layout(config, env, params, "PPO")] == ["cnn"]
+    _check_traced_shapes(name, env, params, obs_shape)
 
 
 def test_navix_keycorridor_observation_is_in_its_space():
@@ -228,15 +235,7 @@ def test_xminigrid_spaces_under_jit_and_vmap(name, obs_shape, limit):
     assert space.shape == obs_shape and space.dtype == jnp.uint8
     np.testing.assert_array_equal(space.high[0, 0], [12, 11])  # tiles 0..12, colours 0..11
     assert env.action_space(params).n == 6 and params.max_steps_in_episode == limit
-    venv = wrappers.VecEnv(env, NUM_ENVS)
-    obs, state = jax.eval_shape(jax.jit(venv.reset), jax.random.key(0), params)
-    out = jax.eval_shape(jax.jit(venv.step), jax.random.key(1), state, jnp.zeros(NUM_ENVS, jnp.int32), params)
-    assert obs.shape == out[0].shape == out[5]["final_observation"].shape == (NUM_ENVS, *obs_shape)
-    assert obs.dtype == out[0].dtype == jnp.uint8
-    assert [x.dtype for x in out[2:5]] == [jnp.float32, jnp.bool_, jnp.bool_]
-    assert jax.tree.structure(out[1]) == jax.tree.structure(state)
-    config = rljax.PPOConfig(env=name)
-    assert [leaf.kind for leaf in observation_layout(config, env, params, "PPO")] == ["cnn"]
+    _check_traced_shapes(name, env, params, obs_shape)
 
 
 def test_xminigrid_contract_truncation_and_termination():
