@@ -56,17 +56,41 @@ def _is_key(x: Any) -> bool:
 
 
 def to_host(state: Any) -> list[np.ndarray]:
-    """The state's leaves as host numpy arrays (typed keys as their raw key data), in tree order."""
-    leaves = jax.tree.leaves(state)
-    return [np.asarray(jax.random.key_data(x)) if _is_key(x) else np.asarray(x) for x in leaves]
+    """The state's leaves as host numpy arrays (typed keys as their raw key data), in tree order.
+
+    Arrays that span several processes are gathered whole onto every process (a collective: every
+    process of the run calls this at the same point).
+    """
+    from rljax.distributed import fetch
+
+    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(state)]
+    if all(getattr(x, "is_fully_addressable", True) for x in leaves):
+        return [np.asarray(x) for x in leaves]
+    return [np.asarray(x) for x in fetch(leaves)]
 
 
-def from_host(host_leaves: list[np.ndarray], template: Any) -> Any:
+def _host_shapes(state: Any) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """``(shape, dtype)`` of each leaf as :func:`to_host` returns it, without moving any data."""
+    out = []
+    for x in jax.tree.leaves(state):
+        x = jax.eval_shape(jax.random.key_data, x) if _is_key(x) else x
+        out.append((tuple(np.shape(x)), np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)))
+    return out
+
+
+def from_host(host_leaves: list[np.ndarray], template: Any, place: bool = True) -> Any:
     """Rebuilds a state shaped like ``template`` from host leaves, on the template's devices.
 
     Typed keys are re-wrapped with the template's key implementation; every leaf is placed with
-    the template leaf's sharding, so a multi-device state restores onto the same layout.
+    the template leaf's sharding, so a multi-device state restores onto the same layout (one that
+    spans several processes too: each process places its own shards, and every process must call
+    this together). With ``place=False`` the leaves are only checked against the template.
+
+    Raises:
+        ValueError: the leaves do not fit the template (count, shape or dtype).
     """
+    from rljax.distributed import put
+
     t_leaves, treedef = jax.tree.flatten(template)
     if len(t_leaves) != len(host_leaves):
         raise ValueError(f"checkpoint has {len(host_leaves)} arrays but the train state has {len(t_leaves)}: "
@@ -74,17 +98,22 @@ def from_host(host_leaves: list[np.ndarray], template: Any) -> Any:
     out = []
     for h, t in zip(host_leaves, t_leaves):
         if _is_key(t):
-            expected = np.asarray(jax.random.key_data(t)).shape
+            expected = jax.eval_shape(jax.random.key_data, t).shape
             if h.shape != expected:
                 raise ValueError(f"checkpoint key data shape {h.shape} != train state's {expected}")
+        elif h.shape != t.shape or h.dtype != t.dtype:
+            raise ValueError(f"checkpoint array {h.shape} {h.dtype} does not match the train state's "
+                             f"{t.shape} {t.dtype}")
+        if not place:
+            continue
+        if _is_key(t) and not getattr(t, "is_fully_addressable", True):
+            out.append(jax.random.wrap_key_data(put(h, t.sharding), impl=jax.random.key_impl(t)))
+        elif _is_key(t):
             value = jax.random.wrap_key_data(h, impl=jax.random.key_impl(t))
+            out.append(jax.device_put(value, t.sharding) if hasattr(t, "sharding") else value)
         else:
-            if h.shape != t.shape or h.dtype != t.dtype:
-                raise ValueError(f"checkpoint array {h.shape} {h.dtype} does not match the train state's "
-                                 f"{t.shape} {t.dtype}")
-            value = h
-        out.append(jax.device_put(value, t.sharding) if hasattr(t, "sharding") else value)
-    return jax.tree.unflatten(treedef, out)
+            out.append(put(h, t.sharding) if hasattr(t, "sharding") else h)
+    return jax.tree.unflatten(treedef, out) if place else None
 
 
 LAYOUT_KEY = "_array_layout"
@@ -324,10 +353,15 @@ class Checkpointer:
             whenever a checkpoint has them, whatever this says.
         read_only: only read (:meth:`read`): nothing in the run directory is created, removed or
             changed, not even partial writes, so a live run's checkpoints can be read beside it.
+        follower: a process other than the leader (process 0) of a multi-process run: it touches no
+            file. :meth:`save` takes part in gathering the state, which the leader writes;
+            :meth:`restore` and :meth:`steps` return what the leader read (broadcast); ``wait``
+            and ``close`` do nothing. The leader broadcasts in :meth:`restore` and :meth:`steps`
+            whenever the run has several processes, so every process must call them together.
     """
 
     def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True,
-                 checksums: bool = True, read_only: bool = False):
+                 checksums: bool = True, read_only: bool = False, follower: bool = False):
         import orbax.checkpoint as ocp
 
         if not isinstance(keep, int) or keep < 1:
@@ -337,13 +371,20 @@ class Checkpointer:
         self.directory = pathlib.Path(run_dir).absolute() / "checkpoints"
         self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
         self._warned_unverified = False
+        self.follower = follower
+        self.manager = None
+        if follower:
+            return
         if read_only:
             absl = logging.getLogger("absl")
             level = absl.level
             absl.setLevel(logging.ERROR)  # Orbax warns that a read-only manager is read-only
             try:
+                multi = {} if jax.process_count() == 1 else {
+                    "multiprocessing_options": ocp.options.MultiprocessingOptions(
+                        primary_host=jax.process_index(), active_processes={jax.process_index()})}
                 options = ocp.CheckpointManagerOptions(create=False, read_only=True, max_to_keep=None,
-                                                       enable_async_checkpointing=False)
+                                                       enable_async_checkpointing=False, **multi)
                 self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
             finally:
                 absl.setLevel(level)
@@ -351,8 +392,14 @@ class Checkpointer:
         self._remove_orphans()
         # Orbax logs every save at INFO; the run's own progress line is enough.
         logging.getLogger("absl").setLevel(logging.WARNING)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                               enable_async_checkpointing=async_save)
+        # Several processes: only the leader has a manager, so Orbax must not wait for the others
+        # at its barriers; it writes the state that every process gathered (save).
+        multi = {} if jax.process_count() == 1 else {"multiprocessing_options": ocp.options.MultiprocessingOptions(
+            primary_host=jax.process_index(), active_processes={jax.process_index()})}
+        if multi:  # Orbax creates the directory itself only when every process takes part
+            self.directory.mkdir(parents=True, exist_ok=True)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not multi,
+                                               enable_async_checkpointing=async_save, **multi)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def _remove_orphans(self) -> None:
@@ -416,6 +463,8 @@ class Checkpointer:
                 f"not saving checkpoint step {step}: the state holds NaN/inf values in {len(named)} leaves "
                 f"({shown}{more}); the newest saved checkpoint is left as it was. Pass nonfinite_ok=True to "
                 f"save it anyway (a sweep with a diverged member)", named)
+        if self.follower:  # the leader writes what every process gathered
+            return
         arrays, layout = pack(host)
         full = {**meta, LAYOUT_KEY: layout}
         if counts:
@@ -430,10 +479,15 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Blocks until every pending save is committed."""
-        self.manager.wait_until_finished()
+        if self.manager is not None:
+            self.manager.wait_until_finished()
 
     def steps(self) -> list[int]:
-        return sorted(self.manager.all_steps())
+        """The saved steps, oldest first (a multi-process run: the leader's list, on every process)."""
+        from rljax.distributed import broadcast_json, process_count
+
+        steps = None if self.follower else sorted(self.manager.all_steps())
+        return broadcast_json(steps) if process_count() > 1 else steps
 
     def read(self, step: int) -> tuple[list[np.ndarray], dict[str, Any]]:
         """The raw host leaves (tree order) and meta of checkpoint ``step``, without a template
@@ -477,11 +531,33 @@ class Checkpointer:
         Raises:
             NoCheckpointError: no step restores.
         """
+        from rljax.distributed import broadcast_arrays, broadcast_json, process_count
+
+        if process_count() == 1:
+            return self._restore(template)[:3]
+        # The leader reads, checks and sets aside as one process would; the others get its result.
+        shapes = _host_shapes(template)
+        like = [np.zeros(shape, dtype) for shape, dtype in shapes]
+        result, error = None, None
+        if not self.follower:
+            try:
+                result = self._restore(template)
+            except NoCheckpointError as err:
+                error = str(err)
+        verdict = broadcast_json(None if self.follower else {"error": error} if error is not None else
+                                 {"meta": result[1], "skipped": result[2]})
+        if verdict.get("error") is not None:
+            raise NoCheckpointError(verdict["error"])
+        leaves = broadcast_arrays(None if self.follower else result[3], like)
+        return from_host(leaves, template), verdict["meta"], verdict["skipped"]
+
+    def _restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int], list[np.ndarray]]:
+        """:meth:`restore` in this process alone; also returns the restored host leaves."""
         skipped: list[int] = []
         flat = jax.tree_util.tree_flatten_with_path(template)[0]
         paths = [p for p, _ in flat]
-        template_host = to_host(template)
-        n = sum(1 for t in template_host if t.size)
+        template_shapes = _host_shapes(template)
+        n = sum(1 for shape, _ in template_shapes if math.prod(shape))
         for step in sorted(self.manager.all_steps(), reverse=True):
             if step in self._stuck:  # reported when it was first skipped
                 skipped.append(step)
@@ -496,10 +572,12 @@ class Checkpointer:
                 else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
                     if len(arrays) != n:
                         raise ValueError(f"checkpoint has {len(arrays)} arrays, the state {n}")
-                    leaves = [np.asarray(arrays[f"{i:06d}"]) if t.size else t for i, t in enumerate(template_host)]
+                    leaves = [np.asarray(arrays[f"{i:06d}"]) if math.prod(shape) else np.zeros(shape, dtype)
+                              for i, (shape, dtype) in enumerate(template_shapes)]
                 if len(leaves) == len(paths):  # else from_host names the mismatch
                     _check_recorded_nonfinite(step, paths, leaves, meta.get(NONFINITE_KEY) or [])
-                state = from_host(leaves, template)
+                # Several processes: the leader only checks here; all of them place the state together.
+                state = from_host(leaves, template, place=jax.process_count() == 1)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
                               f"({type(err).__name__}: {str(err)[:300]})", stacklevel=2)
@@ -507,7 +585,7 @@ class Checkpointer:
                 continue
             if skipped:
                 self._set_aside([s for s in skipped if s not in self._stuck])
-            return state, meta, skipped
+            return state, meta, skipped, leaves
         raise NoCheckpointError(
             f"no restorable checkpoint in {self.directory}" + (f" (skipped unreadable steps {skipped})" if skipped
                                                                else " (it holds none)"))
@@ -569,8 +647,9 @@ class Checkpointer:
         return False
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        if self.manager is not None:
+            self.manager.wait_until_finished()
+            self.manager.close()
 
 
 def _unused(directory: pathlib.Path, name: str) -> pathlib.Path:
@@ -624,11 +703,15 @@ class PreemptionGuard:
     asks for the same stop from code (tests, notebooks).
     """
 
-    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S):
+    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S, deferred: bool = False):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.grace_s = grace_s
+        self.deferred = deferred
         self.signal_name: str | None = None
         self.finishing = False
+        self.pending = 0  # deferred: the signal received since the last agreement
+        self.agreed_clock = 0.0
+        self.local_clock: Any = time.perf_counter
         self._previous: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None
 
@@ -639,10 +722,29 @@ class PreemptionGuard:
     def request(self, reason: str = "request") -> None:
         self.signal_name = reason
 
+    def agree(self) -> None:
+        """The boundary's agreement between the processes of a multi-process run (a no-op for one).
+
+        A ``deferred`` guard holds a signal as :attr:`pending` until here; then all processes
+        learn of any process's signal at once, so all of them stop after the same chunk, and take
+        the leader's clock as :attr:`agreed_clock` (:func:`rljax.distributed.agree`; a collective:
+        every process calls it at the same points).
+        """
+        if not self.deferred:
+            return
+        from rljax.distributed import agree, signal_name
+
+        signum, who, self.agreed_clock = agree(self.pending, self.local_clock())
+        if signum and self.signal_name is None:
+            self.signal_name = f"{signal_name(signum)} (process {who})"
+
     def _handler(self, signum: int, frame: Any) -> None:
-        if self.signal_name is not None and signum == signal.SIGINT and not self.finishing:
+        if (self.signal_name is not None or self.pending) and signum == signal.SIGINT and not self.finishing:
             raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
+        if self.deferred:
+            self.pending = self.pending or int(signum)
+        else:
+            self.signal_name = signal.Signals(signum).name
 
     def _watch(self, read_fd: int) -> None:
         try:
@@ -718,19 +820,20 @@ class Checkpointing:
             is that member's result and must not stop the others' checkpoints).
     """
 
-    def __init__(self, checkpointer: Checkpointer, every: int, interval_s: float, nonfinite_ok: bool):
+    def __init__(self, checkpointer: Checkpointer, every: int, interval_s: float, nonfinite_ok: bool,
+                 start: float = 0.0):
         self.checkpointer = checkpointer
         self.every = every
         self.interval_s = interval_s
         self.nonfinite_ok = nonfinite_ok
-        self.last_save = time.perf_counter()
+        self.last_save = start  # on the run's clock (rljax.loop.Run.clock)
 
     def due(self, run: Any, chunk_index: int, last: bool) -> bool:
         """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
         always save)."""
         if self.every:
             return (chunk_index + 1) % self.every == 0
-        return time.perf_counter() - self.last_save >= self.interval_s
+        return run.clock() - self.last_save >= self.interval_s
 
     def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> int | None:
         """Saves when due; a state found non-finite is handed to the run's health (a rollback):
@@ -754,7 +857,7 @@ class Checkpointing:
             return run.health.roll_back(run, chunk_index, row, str(err))
         finally:
             run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-        self.last_save = time.perf_counter()
+        self.last_save = run.clock()
         return None
 
     def close(self, run: Any) -> None:

@@ -83,6 +83,10 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         lambda: train(config, run_dir=run_dir, **train_kwargs(args, saved_options, explicit)), run_dir)
     if status is not None:
         return status
+    import jax
+
+    if jax.process_index() != 0:  # a multi-process run: process 0 reports it
+        return 0
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     evaluated = result.final_eval
@@ -108,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              "       rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif] "
              "[--step S] [--member NAME] [--seed N]\n"
              "       rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]\n"
-             "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...")
+             "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...\n"
+             "       rljax launch --num-processes P --devices-per-process D -- COMMAND ...   (multi-host on this "
+             "machine)")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0
@@ -140,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rljax.export import export_main
 
         return export_main(rest)
+    if cmd == "launch":
+        from rljax.launch import launch_main
+
+        return launch_main(rest)
     if cmd == "supervise":
         from rljax.supervise import supervise_main
 

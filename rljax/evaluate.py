@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.distributed import fetch
+
 __all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
@@ -179,7 +181,7 @@ class Evaluation:
                 s if num_devices == 1 else jax.tree.map(lambda x: x[0], s))))
         # Every member's episodes run on one device: the small inputs move there, not the state.
         self._episodes = jax.jit(jax.vmap(episodes))
-        self._device = program.parallel.devices[0]
+        self._device = jax.local_devices()[0] if jax.process_count() > 1 else program.parallel.devices[0]
         base = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), EVAL_STREAM))(
             jnp.asarray(program.seeds, jnp.uint32))
         self._keys = jax.jit(lambda c: jax.vmap(jax.random.fold_in, in_axes=(0, None))(base, c))
@@ -193,7 +195,10 @@ class Evaluation:
         if run.ahead is not None or not self.due(run, chunk_index, chunk_index == run.plan.num_chunks - 1):
             return  # (never both: a due chunk is not launched ahead of)
         t0 = time.perf_counter()
-        policy_params, env_params = jax.device_put(self._inputs(run.state), self._device)
+        inputs = self._inputs(run.state)
+        if jax.process_count() > 1:  # spans processes: every process gathers the (small) inputs whole
+            inputs = fetch(inputs)
+        policy_params, env_params = jax.device_put(inputs, self._device)
         keys = jax.device_put(self._keys(jnp.int32(chunk_index)), self._device)
         out = jax.device_get(self._episodes(policy_params, env_params, keys))
         for i, row in enumerate(rows):

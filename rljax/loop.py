@@ -23,6 +23,12 @@ A hook has up to five methods, each optional: ``due(run, c, last)`` says whether
 every chunk's rows; ``react(run, c, rows)`` and ``boundary(run, c, rows, last)`` may change the run
 and return the chunk to continue from (a rollback); ``boundary`` runs only once the state of chunk
 ``c`` is the current one; ``close(run)`` runs when the loop ends, however it ends.
+
+Several processes (:mod:`rljax.distributed`) run this same loop in lockstep: each launches the
+same chunks, and at every boundary they first *agree* (one small all-gather): a stop signal that
+reached any of them stops all of them after the same chunk, and time-based decisions use the
+leader's clock (:attr:`Run.clock`). Every other decision is made from the rows, which are equal on
+every process. Process 0 alone writes the run directory and checkpoints.
 """
 
 from __future__ import annotations
@@ -282,6 +288,11 @@ class Run:
         rows: member 0's rows; member_rows: every member's rows.
         timings: seconds spent per phase, and the plan.
         ahead: ``(state, output, launch time)`` of a chunk launched before the current one was read.
+        clock: seconds on the run's clock since it started: time-based decisions (the checkpoint
+            cadence) read it, so that every process of a multi-process run takes them at the same
+            chunk (there it is the leader's clock at the last boundary).
+        leader: this process writes the run directory (always, but for processes 1.. of a
+            multi-process run).
     """
 
     config: Any
@@ -299,6 +310,8 @@ class Run:
     member_rows: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
     timings: dict[str, Any] = dataclasses.field(default_factory=dict)
     ahead: tuple[Any, Any, float] | None = None
+    clock: Callable[[], float] = time.perf_counter
+    leader: bool = True
 
     def discard_ahead(self) -> None:
         """Drops the chunk launched ahead (it ran on a state being replaced); its output state is
@@ -365,6 +378,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         rljax.checkpoint.NoCheckpointError: ``resume`` but every checkpoint is unreadable.
         rljax.runlock.RunLockedError: another live process holds ``run_dir``.
     """
+    from rljax import distributed
     from rljax.checkpoint import PreemptionGuard
     from rljax.runlock import RunLock
 
@@ -374,16 +388,17 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     if resume and not pathlib.Path(run_dir).is_dir():
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     with contextlib.ExitStack() as stack:
-        if run_dir is not None:
+        if run_dir is not None and distributed.is_leader():
             stack.enter_context(RunLock(run_dir))
-        guard = stack.enter_context(PreemptionGuard(handle_signals))
+        # Several processes act on a signal only once all of them know of it (at the boundary's agreement).
+        guard = stack.enter_context(PreemptionGuard(handle_signals, deferred=distributed.process_count() > 1))
         return _train(config, env, env_params, run_dir, resume, options, quiet, on_chunk, population, guard)
 
 
 def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, options: RunOptions, quiet: bool,
            on_chunk: Any, population: Any, guard: Any) -> TrainResult:
     """:func:`train` inside its run-directory lock and signal guard: set up, compile, loop."""
-    from rljax import env_registry
+    from rljax import distributed, env_registry
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
@@ -402,19 +417,26 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
         raise FileExistsError(f"run directory {str(run_dir)!r} already holds checkpoints; resume it "
                               f"(`rljax resume {run_dir}`) or choose a new run directory")
     run = Run(config, program, None, None, guard, dataclasses.asdict(options), health=Health(config, program.isolated),
-              member_rows=[[] for _ in range(program.size)])
+              member_rows=[[] for _ in range(program.size)], leader=distributed.is_leader())
+    multiprocess = distributed.process_count() > 1
+    guard.local_clock = lambda: time.perf_counter() - t_start
+    run.clock = (lambda: guard.agreed_clock) if multiprocess else guard.local_clock
     if run_dir is not None and (options.checkpoints or (resume and not restart)):
-        run.checkpointer = Checkpointer(run_dir, keep=options.keep_checkpoints)
+        run.checkpointer = Checkpointer(run_dir, keep=options.keep_checkpoints, follower=not run.leader)
     saved_meta = _start(run, restore=resume and not restart)
     if not options.checkpoints and run.checkpointer is not None:
         run.checkpointer.close()
         run.checkpointer = None
+    quiet = quiet or not run.leader
+    manifest_extra = {"plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__,
+                      "run_options": run.options}
+    if multiprocess:  # every host and device of the job
+        manifest_extra["processes"] = distributed.process_record()
     # The run directory's files exist before compiling: a run stopped while compiling can be resumed.
     run.tracking = Tracking(
-        run_dir, program, run.plan.total_env_steps, run.options, quiet=quiet, resume=resume,
+        run_dir if run.leader else None, program, run.plan.total_env_steps, run.options, quiet=quiet, resume=resume,
         resume_env_steps=None if not resume else (0 if restart else int(saved_meta["env_steps"])),
-        saved_rows=(saved_meta or {}).get("rows"), manifest_extra={
-            "plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__, "run_options": run.options})
+        saved_rows=(saved_meta or {}).get("rows"), manifest_extra=manifest_extra)
     hooks = _hooks(run, run_dir, resume, on_chunk, options)
     compiled, unpack = _compile(run, resume and not restart, quiet, run_dir)
     run.timings["setup_s"] = time.perf_counter() - t_start - run.timings["compile_s"]
@@ -480,10 +502,10 @@ def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOpti
     if on_chunk is not None:
         hooks.append(OnChunk(on_chunk))
     if run.program.pbt is not None:
-        hooks.append(PBT(run.program.pbt, run.program, run_dir, resume, run.start_chunk))
+        hooks.append(PBT(run.program.pbt, run.program, run_dir, resume, run.start_chunk, leader=run.leader))
     if run.checkpointer is not None:
         hooks.append(Checkpointing(run.checkpointer, options.checkpoint_every, options.checkpoint_interval_s,
-                                   nonfinite_ok=run.program.isolated))
+                                   nonfinite_ok=run.program.isolated, start=run.clock()))
     return hooks
 
 
@@ -540,11 +562,14 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
     launch then overlap the device's work. Programs over several CPU devices always wait, which
     avoids XLA's CPU collective-rendezvous deadlock between programs.
     """
+    from rljax import distributed
+
     guard, plan, timings = run.guard, run.plan, run.timings
     launch_ahead = run.program.parallel.can_launch_ahead and not any(
         getattr(h, "needs_every_state", False) for h in hooks)
     t_done, c = -math.inf, run.start_chunk
-    preempted = guard.signal_name if guard.requested else None  # a signal during set-up or compilation
+    guard.agree()  # several processes: a signal during set-up or compilation stops all of them
+    preempted = guard.signal_name if guard.requested else None
     while preempted is None and c < plan.num_chunks:
         if run.ahead is None:
             t_launch = time.perf_counter()
@@ -556,9 +581,10 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
                                                                  if hasattr(h, "due"))):
             run.ahead = (*compiled(run.state), time.perf_counter())
             timings["launched_ahead"] += 1
-        out = unpack(jax.device_get(run.program.first_device(out)))  # waits for chunk c
+        out = unpack(distributed.fetch(run.program.first_device(out)))  # waits for chunk c
         if run.ahead is None:
             jax.block_until_ready(run.state)
+        guard.agree()
         # Device time of chunk c: from its launch, or from the previous chunk's end when it was queued behind it.
         now = time.perf_counter()
         chunk_s, t_done = now - max(t_launch, t_done), now

@@ -10,6 +10,11 @@ with collectives over the axis named :data:`AXIS`. :class:`DataParallel` maps su
 Multi-device train states carry a leading ``[num_devices]`` axis on every leaf (params replicated,
 env batch and keys split); both backends use this layout, so they are interchangeable and give the
 same numbers.
+
+Several processes (:mod:`rljax.distributed`): the mesh spans every process's devices in
+``jax.devices()`` order (process by process), so device ``i`` of the mesh is the same device, with
+the same RNG stream, whether its process is one of one or one of several; each process holds the
+shards of its own devices. Only ``shard_map`` spans processes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rljax.config import BACKENDS
+from rljax.distributed import put
 
 __all__ = ["AXIS", "DataParallel", "first_device", "run_once", "serial_map"]
 
@@ -62,8 +68,27 @@ def serial_map(fn: Callable[..., Any], *xs: Any) -> Any:
 
 
 def first_device(tree: Any, num_devices: int) -> Any:
-    """The device-0 slice of a state or output (the identity on one device)."""
-    return tree if num_devices == 1 else jax.tree.map(lambda x: x[0], tree)
+    """The device-0 slice of a state or output (the identity on one device).
+
+    For arrays spanning several processes, this process's first device's slice (a data-parallel
+    output is the same on every device).
+    """
+    if num_devices == 1:
+        return tree
+    return jax.tree.map(lambda x: x.addressable_shards[0].data[0] if not getattr(x, "is_fully_addressable", True)
+                        else x[0], tree)
+
+
+def _check_multiprocess(num_devices: Any, backend: str) -> None:
+    """A run of several processes uses every device of every process, through ``shard_map``."""
+    total, local, procs = jax.device_count(), jax.local_device_count(), jax.process_count()
+    if num_devices != total:
+        raise ValueError(
+            f"num_devices={num_devices!r}, but this job has {procs} processes x {local} devices = {total} devices; a "
+            f"multi-process run uses all of them: pass --num-devices {total} (sweeps: the population is split over "
+            f"{total} devices)")
+    if backend != "shard_map":
+        raise ValueError(f"backend={backend!r} cannot span {procs} processes; use backend='shard_map' (the default)")
 
 
 class DataParallel:
@@ -81,7 +106,10 @@ class DataParallel:
     def __init__(self, num_devices: int = 1, backend: str = "shard_map"):
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
-        available = jax.local_devices()
+        self.process_count = jax.process_count()
+        if self.process_count > 1:
+            _check_multiprocess(num_devices, backend)
+        available = jax.local_devices() if self.process_count == 1 else jax.devices()
         if not isinstance(num_devices, int) or num_devices < 1 or num_devices > len(available):
             raise ValueError(
                 f"num_devices={num_devices!r} but this process has {len(available)} "
@@ -101,8 +129,10 @@ class DataParallel:
 
         False for programs spanning several CPU devices: XLA's CPU collective rendezvous can
         deadlock when a program with collectives starts before the previous one has finished.
+        Also False for several processes: every process must launch the same programs and
+        collectives in the same order, so each waits for the boundary's agreement first.
         """
-        return self.num_devices == 1 or self.devices[0].platform != "cpu"
+        return self.process_count == 1 and (self.num_devices == 1 or self.devices[0].platform != "cpu")
 
     def map(self, fn: Callable[..., Any], donate: bool = False) -> Callable[..., Any]:
         """Maps ``fn(state, *rest) -> out`` over devices (``rest`` is replicated).
@@ -146,7 +176,11 @@ class DataParallel:
         """Puts a ``[P, ...]`` pytree on the devices, split along the population axis."""
         if self.num_devices == 1:
             return tree
-        return jax.device_put(tree, NamedSharding(self.mesh, P(AXIS)))
+        sharding = NamedSharding(self.mesh, P(AXIS))
+        if self.process_count > 1 and all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(tree)):
+            # Every process holds the same whole tree: each places its own shards.
+            return jax.tree.map(lambda x: put(x, sharding), jax.device_get(tree))
+        return jax.device_put(tree, sharding)
 
     def init(self, init_fn: Callable[[jax.Array, Any], Any], key: jax.Array) -> Any:
         """Builds the state on every device: ``init_fn(key, device_index)`` per device.
@@ -159,5 +193,6 @@ class DataParallel:
         indices = jnp.arange(self.num_devices, dtype=jnp.int32)
         if self.backend == "pmap":
             return jax.pmap(lambda i: init_fn(key, i), axis_name=AXIS, devices=self.devices)(indices)
-        indices = jax.device_put(indices, NamedSharding(self.mesh, P(AXIS)))
+        # From host memory: with several processes each places the shards of its own devices.
+        indices = put(np.arange(self.num_devices, dtype=np.int32), NamedSharding(self.mesh, P(AXIS)))
         return run_once(self.map(lambda i: init_fn(key, i)), indices)

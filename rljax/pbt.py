@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax import buffers
+from rljax.distributed import fetch
 from rljax.config import sweepable_fields
 
 __all__ = ["PBT", "PBTSpec", "parse_pbt", "validate_pbt", "check_eval_interval", "exploit_explore",
@@ -242,16 +243,19 @@ class PBT:
         ValueError: evaluation is on and ``spec.interval`` is not a multiple of ``eval_interval``.
     """
 
-    def __init__(self, spec: PBTSpec, program: Any, run_dir: Any, resume: bool, start_chunk: int):
+    def __init__(self, spec: PBTSpec, program: Any, run_dir: Any, resume: bool, start_chunk: int,
+                 leader: bool = True):
         import functools
         import pathlib
+
+        from rljax.distributed import broadcast_json, process_count
 
         check_eval_interval(spec, program.config)
         self.spec = spec
         self.program = program
         self.score_key = EVAL_SCORE if getattr(program.config, "eval_interval", 0) > 0 else TRAIN_SCORE
         self.step = jax.jit(functools.partial(exploit_explore, spec=spec), donate_argnums=0)
-        self.log = None if run_dir is None else pathlib.Path(run_dir) / "pbt.jsonl"
+        self.log = None if run_dir is None or not leader else pathlib.Path(run_dir) / "pbt.jsonl"
         kept: list[str] = []
         if self.log is not None and resume and self.log.exists():
             kept = [line for line in self.log.read_text().splitlines()
@@ -259,8 +263,10 @@ class PBT:
             self.log.write_text("".join(line + "\n" for line in kept))
         # The training-return curve of each member's lineage so far, for the AUC tie-break.
         self.curves: list[list[dict[str, Any]]] = [[] for _ in program.names]
-        if run_dir is not None and resume and start_chunk > 0:
+        if self.log is not None and resume and start_chunk > 0:
             self.curves = _replay_curves(pathlib.Path(run_dir), list(program.names), [json.loads(x) for x in kept])
+        if process_count() > 1:  # the leader read the run directory; every process ranks alike
+            self.curves = broadcast_json(self.curves)
 
     def due(self, run: Any, chunk_index: int, last: bool) -> bool:
         """After every ``interval``-th chunk but the last."""
@@ -292,15 +298,16 @@ class PBT:
         if not self.due(run, chunk_index, last):
             return None
         scores, auc = self.scores(chunk_index, rows)
-        new, source = self.step(run.state, jnp.asarray(scores), jnp.int32(chunk_index), tiebreak=jnp.asarray(auc))
+        # Host values, not committed device arrays: the state may span processes.
+        new, source = self.step(run.state, np.asarray(scores), np.int32(chunk_index), tiebreak=np.asarray(auc))
         new = self.program.place(new)
-        source = np.asarray(jax.device_get(source))
+        source = np.asarray(fetch(source))
         jax.block_until_ready(new)
         run.state = new
         self.curves = [list(self.curves[int(j)]) for j in source]  # a copy's curve is its donor's
+        hyperparams = fetch(new.hyperparams)  # a collective over processes: every process fetches
         if self.log is not None:
             names = self.program.names
-            hyperparams = jax.device_get(new.hyperparams)
             finite = lambda xs: [None if not np.isfinite(x) else float(x) for x in xs]  # noqa: E731
             record = {"chunk": chunk_index, "env_steps": rows[0]["env_steps"], "score": self.score_key,
                       "scores": finite(scores), "tiebreak": "auc", "auc": finite(auc),

@@ -122,7 +122,10 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         atexit.register(_ignore_sigterm_at_exit)
     result = out[0] if isinstance(out, tuple) else out
     if result.preempted:
-        print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
+        import jax
+
+        if jax.process_index() == 0:  # a multi-process run: process 0 speaks for all of them
+            print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
         return out, PREEMPTED_EXIT_CODE
     return out, None
 
@@ -142,10 +145,19 @@ def enable_compilation_cache(path: str | None = None) -> str:
 
 def request_cpu_devices(num_devices: int) -> None:
     """Makes ``num_devices`` CPU devices available when JAX has not started yet and the CPU is the
-    platform (fake devices for data-parallel runs and tests on one machine)."""
+    platform (fake devices for data-parallel runs and tests on one machine).
+
+    When the environment says this process is one of several (``rljax launch``, SLURM, a
+    Kubernetes job: :func:`rljax.distributed.initialize_from_env`), it joins that job instead;
+    ``num_devices`` then counts the devices of all processes.
+    """
     import jax
     from jax._src import xla_bridge
 
+    from rljax.distributed import initialize_from_env
+
+    if initialize_from_env() is not None:
+        return
     if num_devices <= 1 or xla_bridge.backends_are_initialized():
         return
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):

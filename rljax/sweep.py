@@ -478,7 +478,9 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
 
     from rljax.runlock import RunLock
 
-    with RunLock(run_dir) if run_dir is not None else contextlib.nullcontext():
+    from rljax.distributed import is_leader
+
+    with RunLock(run_dir) if run_dir is not None and is_leader() else contextlib.nullcontext():
         return _run_sweep(config, spec, env, env_params, members, population, run_dir, resume, quiet, plots,
                           train_kwargs)
 
@@ -486,9 +488,12 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
 def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members: Any, population: Any,
                run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any]):
     """:func:`run_sweep` inside the sweep directory's lock."""
+    from rljax.distributed import is_leader
     from rljax.loop import train
     from rljax.tracking import config_to_dict, manifest
 
+    leader = is_leader()  # several processes: process 0 writes the sweep directory, the others only read it
+    quiet = quiet or not leader
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -498,7 +503,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             saved = json.loads((run_dir / "sweep.json").read_text())
             if saved["members"] != sweep_record["members"]:
                 raise ValueError(f"cannot resume {run_dir}: the sweep's members differ from the saved sweep.json")
-        else:
+        elif leader:
             if (run_dir / "sweep.json").exists():
                 raise FileExistsError(f"{run_dir} already holds a sweep; resume it or choose a new --run-dir")
             (run_dir / "sweep.json").write_text(json.dumps(sweep_record, indent=2))
@@ -511,7 +516,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                    **train_kwargs)
     agg = []
     if result.preempted is None:
-        if run_dir is not None:
+        if run_dir is not None and leader:
             # From the members' metrics.jsonl, not this process's rows: a resumed sweep summarises
             # its whole history.
             from rljax.tracking import read_metrics
