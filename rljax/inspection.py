@@ -223,8 +223,7 @@ def _sweep_members(run_dir: pathlib.Path) -> tuple[list[Any], list[list[dict[str
 
 
 def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dict[str, Any]]]]:
-    from rljax.pbt import EVAL_SCORE
-    from rljax.sweep import _member_summary, _table, rank_configs, score_description
+    from rljax.sweep import ranking
 
     manifest = _read_json(run_dir / "manifest.json") or {}
     config = _read_json(run_dir / "config.json") or {}
@@ -238,9 +237,7 @@ def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dic
     done = [int(rows[-1]["env_steps"]) if rows else 0 for rows in member_rows]
     lines.append(_progress_line(member_rows[int(np.argmin(done))], _plan_total(run_dir, first_manifest, config),
                                 per=" per member"))
-    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
-    per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
-    table = _table(rank_configs(per_member, members), score_description(per_member)).rstrip("\n").splitlines()
+    table = ranking(members, member_rows)[1].rstrip("\n").splitlines()
     lines += table[:1] + [line for line in table[4:]][:12]
     if len(table) > 16:
         lines.append(f"  ... {len(table) - 16} more configs (summary.md)")

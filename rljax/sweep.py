@@ -39,7 +39,7 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "rank_configs", "score_description", "mean_curve", "sweep_main"]
+           "run_sweep", "summarize", "rank_configs", "score_description", "ranking", "mean_curve", "sweep_main"]
 
 ENV_PREFIX = "env."
 
@@ -394,6 +394,17 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
             by_label.setdefault(m.label, []).append(m.index)
         _plot(run_dir, members, member_rows, by_label)
     return agg
+
+
+def ranking(members: Sequence[Member], member_rows: Sequence[list[dict]]) -> tuple[list[dict[str, Any]], str]:
+    """The ranked per-config aggregate (:func:`rank_configs`) of members' rows and its ``summary.md``
+    table, scored as :func:`summarize` scores them, without writing anything (``rljax inspect``)."""
+    from rljax.pbt import EVAL_SCORE
+
+    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
+    per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
+    agg = rank_configs(per_member, members)
+    return agg, _table(agg, score_description(per_member))
 
 
 def mean_curve(member_rows: Sequence[list[dict[str, Any]]], key: str
