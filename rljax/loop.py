@@ -21,7 +21,7 @@ hooks, each a small object in the module that owns its concern:
 * :class:`rljax.checkpoint.Checkpointing`: the save cadence, the final save and the save on a stop.
 
 A hook has up to six methods, each optional: ``start(run)`` runs once after compiling, before the
-first chunk (:class:`rljax.watchdog.StallWatchdog` starts its clock there); ``due(run, c, last)`` says whether it needs chunk
+first chunk (the stall watchdog starts its clock there); ``due(run, c, last)`` says whether it needs chunk
 ``c``'s state on the host (then the next chunk is not launched ahead); ``record(run, c, rows)`` sees
 every chunk's rows; ``react(run, c, rows)`` and ``boundary(run, c, rows, last)`` may change the run
 and return the chunk to continue from (a rollback); ``boundary`` runs only once the state of chunk
@@ -281,8 +281,8 @@ class RunOptions:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                     and value >= 0 and (value > 0 or name == "stall_factor")):
-                raise ValueError(f"{name} must be a finite number {'>= 0 (0: no stall watchdog)' if name == 'stall_factor' else '> 0'}, "
-                                 f"got {value!r}")
+                allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
+                raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
 
 
@@ -528,7 +528,8 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
-        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0, "eval_s": 0.0,
+        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0,
+        "checkpoint_s": 0.0, "eval_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack

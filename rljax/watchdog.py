@@ -21,8 +21,8 @@ The report, ``RUN_DIR/stall-<UTC time>.txt`` (on stderr after the warning for a 
 directory), holds the threshold and how it was reached, what the run was doing (``Run.phase``, the
 innermost rljax frame of the main thread, the last finished chunk and its row, the plan) and the
 Python stack of every thread (``sys._current_frames()``; threads that XLA runs host callbacks on
-included). The watchdog warns once per process: a stall that persists gives one report, not one per
-poll. It only reads the run; it never stops it.
+included). The watchdog warns once per run (a resumed run is a new process and can warn again): a
+stall that persists gives one report, not one per poll. It only reads the run; it never stops it.
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ class StallWatchdog:
                 where = self.report_path = path
             except OSError as err:
                 print(f"rljax: could not write the stall report to {self.run_dir} ({err})", file=stream, flush=True)
-        print(f"rljax: warning: no chunk finished for {waited:.0f} s (stall threshold {limit:.3g} s; {getattr(run, 'phase', None)}); "
+        phase = getattr(run, "phase", None)
+        print(f"rljax: warning: no chunk finished for {waited:.0f} s (stall threshold {limit:.3g} s; {phase}); "
               + (f"stacks of all threads and the run's state: {where}" if where != "stderr"
                  else "stacks of all threads and the run's state follow"), file=stream, flush=True)
         if where == "stderr":
