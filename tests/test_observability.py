@@ -373,3 +373,18 @@ def test_episode_counts_are_whole_episodes_per_chunk():
     assert all(r["episodes"] == 4 and r["episode_length_mean"] == 200.0 for r in result.rows)
     assert all(math.isfinite(r["episode_return_mean"]) for r in result.rows)
     assert result.final_return == pytest.approx(np.mean([r["episode_return_mean"] for r in result.rows]))
+
+
+def test_inspect_a_run_stopped_before_its_first_chunk(tmp_path, capsys):
+    """A run directory with no rows yet (stopped while compiling) is summarised, with no plots."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"env": "CartPole-v1", "seed": 3, "total_timesteps": 1000}))
+    (run / "manifest.json").write_text(json.dumps({"algorithm": "PPOConfig", "plan": {
+        "env_steps_per_update": 64, "updates_per_chunk": 2}}))
+    (run / "metrics.jsonl").write_text("")
+    assert cli_main(["inspect", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "run " in out and "PPO on CartPole-v1, seed 3" in out
+    assert "progress: 0 / 1,024 env steps (0 %, not finished), 0 chunks logged" in out
+    assert "no episode has finished yet" in out and "plots:" not in out
