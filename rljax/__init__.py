@@ -22,6 +22,8 @@ The public API (everything else is reachable through its module, and may change)
 * Environments: :func:`make`, :func:`register_env`, :func:`registered_envs`; the contract an env
   meets: :mod:`rljax.env`; wrappers: :mod:`rljax.wrappers`.
 * Numerics: :mod:`rljax.returns` (GAE, n-step), :mod:`rljax.distributions`, :mod:`rljax.buffers`.
+* Watching a run: the ``metrics.jsonl`` columns (``docs/metrics.md``), per-chunk host time and
+  device memory (:mod:`rljax.observe`), stall reports (:mod:`rljax.watchdog`), ``rljax inspect``.
 * Errors a run can end with: :class:`NonFiniteError`, :class:`DesyncError`,
   :class:`ConfigMismatchError`.
 

@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              "       rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]\n"
              "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...\n"
              "       rljax launch --num-processes P --devices-per-process D -- COMMAND ...   (multi-host on this "
-             "machine)")
+             "machine)\n"
+             "       rljax inspect RUN_DIR [--out DIR] [--no-plots]   (a run's or sweep's summary and plots)")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0
@@ -154,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rljax.supervise import supervise_main
 
         return supervise_main(rest)
+    if cmd == "inspect":
+        from rljax.inspection import inspect_main
+
+        return inspect_main(rest)
     if cmd == "resume":
         if not rest or rest[0].startswith("-"):
             print(f"error: resume needs a run directory\n{usage}", file=sys.stderr)

@@ -132,6 +132,13 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run.add_argument("--no-checkpoints", action="store_true", help="never save (the run cannot be resumed)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
+    run.add_argument("--stall-factor", type=_parse_float, default=10.0, metavar="X",
+                     help="warn once, with every thread's Python stack in RUN_DIR/stall-*.txt, when no chunk "
+                          "finished for X times the median chunk interval (at least --stall-min); 0: no stall watchdog")
+    run.add_argument("--stall-first-chunk", type=_parse_float, default=600.0, metavar="SECONDS",
+                     help="the stall threshold until the first chunk finishes (compiling does not count)")
+    run.add_argument("--stall-min", type=_parse_float, default=60.0, metavar="SECONDS",
+                     help="the stall threshold's floor after the first chunk")
     run.add_argument("--no-compile-cache", action="store_true",
                      help="disable the persistent XLA compilation cache (~/.cache/rljax/xla)")
     return parser
@@ -173,7 +180,8 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
 # Run flags (dest) -> ``rljax.loop.train`` option, for the options a run saves and a resume keeps.
 RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s",
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
-                     "no_tensorboard": "tensorboard"}
+                     "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
+                     "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -185,7 +193,8 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
     """
     out = dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
-               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints)
+               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
+               stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

@@ -13,12 +13,15 @@ hooks, each a small object in the module that owns its concern:
   roll back);
 * :class:`rljax.evaluate.Evaluation`: the greedy policy's episodes every ``eval_interval`` chunks
   (the ``eval/*`` columns);
+* :class:`rljax.observe.ChunkTiming`: the rows' per-chunk ``time/*`` and ``memory/*`` columns;
 * :class:`rljax.tracking.Tracking`: metrics rows, tensorboard and progress lines;
+* :class:`rljax.watchdog.StallWatchdog`: a warning with every thread's stack when chunks stop finishing;
 * ``on_chunk``: the caller's callback (:class:`OnChunk`);
 * :class:`rljax.pbt.PBT`: exploit/explore of a sweep's population;
 * :class:`rljax.checkpoint.Checkpointing`: the save cadence, the final save and the save on a stop.
 
-A hook has up to five methods, each optional: ``due(run, c, last)`` says whether it needs chunk
+A hook has up to six methods, each optional: ``start(run)`` runs once after compiling, before the
+first chunk (the stall watchdog starts its clock there); ``due(run, c, last)`` says whether it needs chunk
 ``c``'s state on the host (then the next chunk is not launched ahead); ``record(run, c, rows)`` sees
 every chunk's rows; ``react(run, c, rows)`` and ``boundary(run, c, rows, last)`` may change the run
 and return the chunk to continue from (a rollback); ``boundary`` runs only once the state of chunk
@@ -210,7 +213,8 @@ class TrainResult:
         state: the final train state (leading ``[num_devices]`` axis when data-parallel).
         rows: the metrics rows, one per chunk, as written to ``metrics.jsonl``.
         run_dir: the run directory, or None when the run was not tracked.
-        timings: seconds spent compiling, computing, logging, checkpointing and evaluating (``eval_s``), and the plan.
+        timings: seconds spent compiling, computing, waiting for the device (``host_wait_s``),
+            logging, checkpointing and evaluating (``eval_s``), and the plan.
         agent: the agent that was trained (its ``act`` evaluates the final policy).
         preempted: the signal (or request) that stopped the run early, or None if it finished.
         member_rows: for a sweep (``population``), each member's rows; ``rows`` then holds
@@ -252,6 +256,12 @@ class RunOptions:
         keep_checkpoints: how many recent checkpoints to keep.
         checkpoints: False disables checkpointing entirely (the run cannot be resumed).
         tensorboard: write tensorboard events.
+        stall_factor: warn (once, with every thread's stack in ``RUN_DIR/stall-*.txt``) when no
+            chunk finished for this many times the median chunk interval; 0 turns the watchdog off
+            (:mod:`rljax.watchdog`).
+        stall_first_chunk_s: the stall threshold until the first chunk finishes (compiling does
+            not count).
+        stall_min_s: the threshold's floor after the first chunk.
     """
 
     checkpoint_every: int = 0
@@ -259,6 +269,9 @@ class RunOptions:
     keep_checkpoints: int = 3
     checkpoints: bool = True
     tensorboard: bool = True
+    stall_factor: float = 10.0
+    stall_first_chunk_s: float = 600.0
+    stall_min_s: float = 60.0
 
     def __post_init__(self) -> None:
         every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
@@ -270,6 +283,13 @@ class RunOptions:
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep!r}")
         object.__setattr__(self, "checkpoint_interval_s", float(interval))
+        for name in ("stall_factor", "stall_first_chunk_s", "stall_min_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value >= 0 and (value > 0 or name == "stall_factor")):
+                allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
+                raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
+            object.__setattr__(self, name, float(value))
 
 
 @dataclasses.dataclass
@@ -293,6 +313,7 @@ class Run:
             chunk (there it is the leader's clock at the last boundary).
         leader: this process writes the run directory (always, but for processes 1.. of a
             multi-process run).
+        phase: what the host loop is doing, in words (read by the stall watchdog's report).
     """
 
     config: Any
@@ -312,6 +333,7 @@ class Run:
     ahead: tuple[Any, Any, float] | None = None
     clock: Callable[[], float] = time.perf_counter
     leader: bool = True
+    phase: str = "setting up"
 
     def discard_ahead(self) -> None:
         """Drops the chunk launched ahead (it ran on a state being replaced); its output state is
@@ -339,7 +361,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
           resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
           keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False, tensorboard: bool = True,
           handle_signals: bool = True, on_chunk: Callable[[int, Any, dict[str, Any]], Any] | None = None,
-          population: Any = None) -> TrainResult:
+          population: Any = None, stall_factor: float = 10.0, stall_first_chunk_s: float = 600.0,
+          stall_min_s: float = 60.0) -> TrainResult:
     """Trains an agent (or a sweep's population); the Python entry point behind every experiment.
 
     Args:
@@ -358,8 +381,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         resume: continue the run in ``run_dir`` from its newest valid checkpoint; the config must
             match except for :data:`rljax.rundir.RESUMABLE_FIELDS`. A run with no committed
             checkpoint starts over (its rows move to ``metrics.superseded.jsonl``).
-        checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard: the
-            :class:`RunOptions`.
+        checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
+        stall_factor, stall_first_chunk_s, stall_min_s: the :class:`RunOptions`.
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk.
@@ -382,7 +405,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     from rljax.checkpoint import PreemptionGuard
     from rljax.runlock import RunLock
 
-    options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard)
+    options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
+                         stall_factor, stall_first_chunk_s, stall_min_s)
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if resume and not pathlib.Path(run_dir).is_dir():
@@ -493,12 +517,20 @@ def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOpti
     """The boundary hooks of a run, in the order they see each chunk."""
     from rljax.checkpoint import Checkpointing
     from rljax.evaluate import Evaluation
+    from rljax.observe import ChunkTiming
     from rljax.pbt import PBT
+    from rljax.watchdog import StallWatchdog
 
     hooks: list[Any] = [run.health]
     if run.config.eval_interval > 0:  # adds its columns to the rows before they are logged
         hooks.append(Evaluation(run.program, run.config.eval_interval, run.config.eval_episodes))
+    # Device memory of this process's devices (several processes: the leader's stand for the run's).
+    local = [d for d in run.program.parallel.devices if d.process_index == jax.process_index()]
+    hooks.append(ChunkTiming(local))  # adds its columns before they are logged
     hooks.append(run.tracking)
+    # Every process watches for its own stalls; only the leader writes reports to the run directory.
+    hooks.append(StallWatchdog(run_dir if run.leader else None, options.stall_factor, options.stall_first_chunk_s,
+                               options.stall_min_s))
     if on_chunk is not None:
         hooks.append(OnChunk(on_chunk))
     if run.program.pbt is not None:
@@ -522,7 +554,8 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
-        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0, "eval_s": 0.0,
+        "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0,
+        "checkpoint_s": 0.0, "eval_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
@@ -570,7 +603,11 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
     t_done, c = -math.inf, run.start_chunk
     guard.agree()  # several processes: a signal during set-up or compilation stops all of them
     preempted = guard.signal_name if guard.requested else None
+    for hook in hooks:
+        if hasattr(hook, "start"):
+            hook.start(run)
     while preempted is None and c < plan.num_chunks:
+        run.phase = f"computing chunk {c} (the host waits for the device)"
         if run.ahead is None:
             t_launch = time.perf_counter()
             run.state, out = compiled(run.state)
@@ -581,6 +618,7 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
                                                                  if hasattr(h, "due"))):
             run.ahead = (*compiled(run.state), time.perf_counter())
             timings["launched_ahead"] += 1
+        t_wait = time.perf_counter()
         out = unpack(distributed.fetch(run.program.first_device(out)))  # waits for chunk c
         if run.ahead is None:
             jax.block_until_ready(run.state)
@@ -589,6 +627,8 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         now = time.perf_counter()
         chunk_s, t_done = now - max(t_launch, t_done), now
         timings["compute_s"] += chunk_s
+        timings["host_wait_s"] += now - t_wait
+        run.phase = f"boundary of chunk {c}: hooks (logging, evaluation, checkpoint, ...)"
         t_log, eval_before = time.perf_counter(), timings["eval_s"]
         wall_s = wall()
         rows = [chunk_row(plan, c, member, wall_s, chunk_s) for member in run.program.split(out)]

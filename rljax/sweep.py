@@ -39,7 +39,7 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "rank_configs", "score_description", "sweep_main"]
+           "run_sweep", "summarize", "rank_configs", "score_description", "ranking", "mean_curve", "sweep_main"]
 
 ENV_PREFIX = "env."
 
@@ -396,6 +396,35 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
     return agg
 
 
+def ranking(members: Sequence[Member], member_rows: Sequence[list[dict]]) -> tuple[list[dict[str, Any]], str]:
+    """The ranked per-config aggregate (:func:`rank_configs`) of members' rows and its ``summary.md``
+    table, scored as :func:`summarize` scores them, without writing anything (``rljax inspect``)."""
+    from rljax.pbt import EVAL_SCORE
+
+    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
+    per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
+    agg = rank_configs(per_member, members)
+    return agg, _table(agg, score_description(per_member))
+
+
+def mean_curve(member_rows: Sequence[list[dict[str, Any]]], key: str
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The mean and std over members (seeds) of column ``key`` against env steps: each member's
+    finite values, linearly interpolated onto the union of their env steps. Returns ``(env_steps,
+    mean, std)``, or None when no member has a value (used by the sweep's plots and ``rljax inspect``)."""
+    curves = []
+    for rows in member_rows:
+        pts = [(r["env_steps"], r[key]) for r in rows
+               if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        if pts:
+            curves.append(np.array(pts, float).T)
+    if not curves:
+        return None
+    grid_x = np.unique(np.concatenate([c[0] for c in curves]))
+    ys = np.array([np.interp(grid_x, x, y) for x, y in curves])
+    return grid_x, ys.mean(0), ys.std(0)
+
+
 def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
     """One PNG per config: each seed's training return curve and evaluations, the mean and spread."""
     import matplotlib
@@ -409,23 +438,19 @@ def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
     out.mkdir(exist_ok=True)
     for label, idx in by_label.items():
         fig, ax = plt.subplots(figsize=(6, 4))
-        curves = []
         for i in idx:
             rows = [r for r in member_rows[i] if r.get("episode_return_mean") is not None]
             x = np.array([r["env_steps"] for r in rows], float)
             y = np.array([r["episode_return_mean"] for r in rows], float)
             (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
-            curves.append((x, y))
             evals = np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
                               if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2)
             if len(evals):
                 ax.plot(evals[:, 0], evals[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
                         label=f"seed {members[i].seed} eval")
-        common = [c for c in curves if len(c[0])]
-        if common:
-            grid_x = np.unique(np.concatenate([c[0] for c in common]))
-            ys = np.array([np.interp(grid_x, x, y) for x, y in common])
-            mean, std = ys.mean(0), ys.std(0)
+        curve = mean_curve([member_rows[i] for i in idx], "episode_return_mean")
+        if curve is not None:
+            grid_x, mean, std = curve
             ax.plot(grid_x, mean, color="k", linewidth=2, label="mean")
             ax.fill_between(grid_x, mean - std, mean + std, color="k", alpha=0.15)
         ax.set_xlabel("env steps")

@@ -23,11 +23,11 @@ from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
 from rljax.agents.td3 import TD3Config
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
+from rljax.observe import is_measured
 from rljax.rundir import ConfigMismatchError
 from rljax.tracking import read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TIMING = ("wall_time_s", "sps")
 
 PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
                       num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
@@ -49,7 +49,8 @@ def assert_same_bits(a, b):
 
 
 def strip(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+    """The rows without their measured columns (wall_time_s, sps, time/*, memory/*: rljax.observe.is_measured)."""
+    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
 
 
 DQN_ONE_STEP = DQNConfig(**{**DQN_SMALL.__dict__, "n_step": 1, "prioritized": False})  # empty n-step tail

@@ -28,18 +28,19 @@ from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer
 from rljax.cli import call_training, main as cli_main, run_experiment
+from rljax.observe import is_measured
 from rljax.rundir import ConfigMismatchError
 from rljax.tracking import Tracker, read_metrics
 from tests.nan_env import NaNReward
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TIMING = ("wall_time_s", "sps")
 PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
                       num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
 
 
 def strip(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+    """The rows without their measured columns (wall_time_s, sps, time/*, memory/*: rljax.observe.is_measured)."""
+    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
 
 
 def final_leaves(run_dir):
