@@ -234,6 +234,8 @@ def put(x: Any, sharding: Any) -> Any:
 
     if getattr(sharding, "is_fully_addressable", True):
         return jax.device_put(x, sharding)
+    if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed keys: their data
+        return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
     x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 

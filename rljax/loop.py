@@ -468,6 +468,10 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     wall_offset = float((saved_meta or {}).get("wall_time_s", 0.0)) if run_dir is not None else 0.0
     try:
         preempted = _host_loop(run, compiled, unpack, hooks, lambda: wall_offset + time.perf_counter() - t_start)
+    except Exception as err:
+        if multiprocess:  # a collective that failed because another process died: say so
+            distributed.raise_if_peer_failure(err)
+        raise
     finally:
         guard.finishing = True
         _close(hooks, run)

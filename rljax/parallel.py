@@ -179,7 +179,7 @@ class DataParallel:
         sharding = NamedSharding(self.mesh, P(AXIS))
         if self.process_count > 1 and all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(tree)):
             # Every process holds the same whole tree: each places its own shards.
-            return jax.tree.map(lambda x: put(x, sharding), jax.device_get(tree))
+            return jax.tree.map(lambda x: put(x, sharding), tree)
         return jax.device_put(tree, sharding)
 
     def init(self, init_fn: Callable[[jax.Array, Any], Any], key: jax.Array) -> Any:

@@ -11,6 +11,7 @@ status  meaning
 2       usage error: bad flag or config, used or locked run directory, nothing to resume
 65      diverged (non-finite loss or state, not recovered)
 70      devices out of sync (a data-parallel bug)
+69      multi-process run: another process died or became unreachable; restart the whole job
 74      I/O error (a full disk, a read-only file system); the newest checkpoint is intact
 75      preempted (SIGTERM/SIGINT): checkpoint saved, resume it
 ======  ==========================================================================
@@ -22,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "call_training", "enable_compilation_cache",
+__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "call_training", "enable_compilation_cache",
            "request_cpu_devices"]
 
 
@@ -34,6 +35,8 @@ EXIT_SOFTWARE = 70
 """Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync."""
 EXIT_IO = 74
 """Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
+EXIT_PEER_LOST = 69
+"""Exit status (EX_UNAVAILABLE) of a process of a multi-process run that lost another process."""
 
 
 def _os_error(err: BaseException) -> OSError | None:
@@ -74,6 +77,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     import threading
 
     from rljax.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    from rljax.distributed import PeerLostError
     from rljax.health import DesyncError, NonFiniteError
     from rljax.rundir import RunDirError
     from rljax.runlock import RunLockError
@@ -90,6 +94,12 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     except DesyncError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, EXIT_SOFTWARE
+    except PeerLostError as err:
+        # Exit at once: JAX's shutdown would wait at a barrier for the lost process until its
+        # heartbeat times out, then abort.
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_LOST)
     except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
             SuiteNotInstalledError) as err:
         print(f"error: {err}", file=sys.stderr)
