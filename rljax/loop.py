@@ -559,7 +559,7 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0,
-        "checkpoint_s": 0.0, "eval_s": 0.0,
+        "checkpoint_s": 0.0, "eval_s": 0.0, "agree_s": 0.0,
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
@@ -626,7 +626,9 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         out = unpack(distributed.fetch(run.program.first_device(out)))  # waits for chunk c
         if run.ahead is None:
             jax.block_until_ready(run.state)
+        t_agree = time.perf_counter()
         guard.agree()
+        timings["agree_s"] += time.perf_counter() - t_agree
         # Device time of chunk c: from its launch, or from the previous chunk's end when it was queued behind it.
         now = time.perf_counter()
         chunk_s, t_done = now - max(t_launch, t_done), now

@@ -14,6 +14,8 @@ column; in short, for the row of chunk ``c``:
   tensorboard, progress line), which ends after that row was written and so can only be reported here;
 * ``time/checkpoint_s``: the checkpoint saved at the *previous* boundary (after chunk ``c - 1``'s
   row was written), 0 when none was;
+* ``time/agree_s``: the processes' agreement at chunk ``c``'s boundary (a multi-process run's one
+  small all-gather, :mod:`rljax.distributed`; 0 for one process);
 * ``time/interval_s``: host time since the previous row was recorded (the first row of a process:
   since the loop started, after compiling).
 
@@ -36,7 +38,7 @@ __all__ = ["ChunkTiming", "TIME_COLUMNS", "MEMORY_COLUMNS", "MEASURED_FIELDS", "
 
 # Row column -> the running total in ``Run.timings`` it is the per-row difference of.
 TIME_COLUMNS = {"time/compute_s": "compute_s", "time/host_wait_s": "host_wait_s", "time/eval_s": "eval_s",
-                "time/logging_s": "logging_s", "time/checkpoint_s": "checkpoint_s"}
+                "time/logging_s": "logging_s", "time/checkpoint_s": "checkpoint_s", "time/agree_s": "agree_s"}
 MEMORY_COLUMNS = {"memory/bytes_in_use": "bytes_in_use", "memory/peak_bytes_in_use": "peak_bytes_in_use",
                   "memory/bytes_limit": "bytes_limit"}
 MEASURED_FIELDS = ("wall_time_s", "sps")

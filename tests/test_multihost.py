@@ -253,3 +253,48 @@ def test_a_multiprocess_run_must_use_every_device(tmp_path):
     assert done.returncode == 2, done.stderr[-3000:]
     assert "this job has 2 processes x 2 devices = 4 devices" in done.stderr
     assert "--num-devices 4" in done.stderr
+
+
+def _pids_with_env(marker: str, process_id: str) -> list[int]:
+    """Processes whose command line holds ``marker`` and whose environment says RLJAX_PROCESS_ID."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(marker.encode() in part for part in cmdline) and f"RLJAX_PROCESS_ID={process_id}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
+@pytest.mark.timeout(600)
+def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):
+    """rljax supervise -- rljax launch ...: one process killed mid-run, the whole job restarts from
+    the newest checkpoint and ends bit-identical to the uninterrupted run."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rljax.cli", "supervise", "--backoff", "0.5", "--", sys.executable, "-m", "rljax.cli",
+           "launch", "-n", "2", "-d", "2", "--peer-timeout", "30", "--", sys.executable, *PPO, "--run-dir", str(run_dir)]
+    sup = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_rows(run_dir, 1, [sup])
+        victims = _pids_with_env(str(run_dir), "1")
+        assert victims, "process 1 of the job not found"
+        os.kill(victims[0], signal.SIGKILL)
+        _, err = sup.communicate(timeout=TIMEOUT_S)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+    assert sup.returncode == 0, err[-3000:]
+    attempts = [json.loads(line) for line in (run_dir / "supervisor.jsonl").read_text().splitlines()]
+    attempts = [a for a in attempts if a.get("event") == "attempt"]
+    assert len(attempts) == 2, attempts
+    assert attempts[0]["exit_status"] not in (0, 75) and attempts[0]["action"] == "restart"
+    assert attempts[1]["exit_status"] == 0 and "--resume" in attempts[1]["argv"]
+    assert _rows(run_dir) == _rows(two_by_two)
+    for a, b in zip(_final_checkpoint(run_dir), _final_checkpoint(two_by_two)):
+        np.testing.assert_array_equal(a, b)
