@@ -143,22 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0], prog=f"rljax train {rest[0]}")
-    if cmd == "export":
-        from rljax.export import export_main
+    if cmd in _TOOLS:
+        import importlib
 
-        return export_main(rest)
-    if cmd == "launch":
-        from rljax.launch import launch_main
-
-        return launch_main(rest)
-    if cmd == "supervise":
-        from rljax.supervise import supervise_main
-
-        return supervise_main(rest)
-    if cmd == "inspect":
-        from rljax.inspection import inspect_main
-
-        return inspect_main(rest)
+        module, function = _TOOLS[cmd]
+        return getattr(importlib.import_module(module), function)(rest)
     if cmd == "resume":
         if not rest or rest[0].startswith("-"):
             print(f"error: resume needs a run directory\n{usage}", file=sys.stderr)
@@ -184,6 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name)
     print(f"error: unknown command {cmd!r}\n{usage}", file=sys.stderr)
     return 2
+
+
+# Subcommands that take their arguments whole: name -> (module, function), imported when used.
+_TOOLS = {"export": ("rljax.export", "export_main"), "supervise": ("rljax.supervise", "supervise_main"),
+          "launch": ("rljax.launch", "launch_main"), "inspect": ("rljax.inspection", "inspect_main")}
 
 
 def _algorithms() -> dict[str, Any]:
