@@ -132,6 +132,10 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run.add_argument("--no-checkpoints", action="store_true", help="never save (the run cannot be resumed)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
+    run.add_argument("--deterministic", choices=("auto", "on", "off"), default="auto",
+                     help="bit-identical reruns and resumes in another process: auto = on the CPU (free there), "
+                          "not on a GPU (it costs throughput there); on = also on a GPU (sets XLA's deterministic "
+                          "flags at process start); recorded in manifest.json (docs/runbook.md)")
     run.add_argument("--no-compile-cache", action="store_true",
                      help="disable the persistent XLA compilation cache (~/.cache/rljax/xla)")
     return parser
@@ -173,7 +177,7 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
 # Run flags (dest) -> ``rljax.loop.train`` option, for the options a run saves and a resume keeps.
 RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s",
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
-                     "no_tensorboard": "tensorboard"}
+                     "no_tensorboard": "tensorboard", "deterministic": "deterministic"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -185,7 +189,8 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
     """
     out = dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
-               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints)
+               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
+               deterministic=args.deterministic)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

@@ -246,6 +246,9 @@ class RunOptions:
         keep_checkpoints: how many recent checkpoints to keep.
         checkpoints: False disables checkpointing entirely (the run cannot be resumed).
         tensorboard: write tensorboard events.
+        deterministic: ``"auto"``, ``"on"`` or ``"off"``: whether the run must be bit-identical
+            when rerun or resumed in another process (:func:`rljax.process.request_deterministic`;
+            what each backend guarantees: docs/runbook.md). Recorded in ``manifest.json``.
     """
 
     checkpoint_every: int = 0
@@ -253,6 +256,7 @@ class RunOptions:
     keep_checkpoints: int = 3
     checkpoints: bool = True
     tensorboard: bool = True
+    deterministic: str = "auto"
 
     def __post_init__(self) -> None:
         every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
@@ -264,6 +268,9 @@ class RunOptions:
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep!r}")
         object.__setattr__(self, "checkpoint_interval_s", float(interval))
+        from rljax.process import check_deterministic_mode
+
+        check_deterministic_mode(self.deterministic)
 
 
 @dataclasses.dataclass
@@ -326,7 +333,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
           resume: bool = False, checkpoint_every: int = 0, checkpoint_interval_s: float = 60.0,
           keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False, tensorboard: bool = True,
           handle_signals: bool = True, on_chunk: Callable[[int, Any, dict[str, Any]], Any] | None = None,
-          population: Any = None) -> TrainResult:
+          population: Any = None, deterministic: str = "auto") -> TrainResult:
     """Trains an agent (or a sweep's population); the Python entry point behind every experiment.
 
     Args:
@@ -345,8 +352,9 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
         resume: continue the run in ``run_dir`` from its newest valid checkpoint; the config must
             match except for :data:`rljax.rundir.RESUMABLE_FIELDS`. A run with no committed
             checkpoint starts over (its rows move to ``metrics.superseded.jsonl``).
-        checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard: the
-            :class:`RunOptions`.
+        checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
+            deterministic: the :class:`RunOptions`. ``deterministic="on"`` sets XLA's deterministic
+            flags if JAX has not started yet, and raises ``ValueError`` on a GPU that started without them.
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk.
@@ -368,7 +376,11 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     from rljax.checkpoint import PreemptionGuard
     from rljax.runlock import RunLock
 
-    options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard)
+    from rljax.process import request_deterministic
+
+    options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
+                         deterministic)
+    request_deterministic(deterministic)
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if resume and not pathlib.Path(run_dir).is_dir():
@@ -387,6 +399,7 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
+    from rljax.process import determinism_record
     from rljax.rundir import resume_from_scratch, saved_env
     from rljax.tracking import Tracking
 
@@ -414,7 +427,8 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
         run_dir, program, run.plan.total_env_steps, run.options, quiet=quiet, resume=resume,
         resume_env_steps=None if not resume else (0 if restart else int(saved_meta["env_steps"])),
         saved_rows=(saved_meta or {}).get("rows"), manifest_extra={
-            "plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__, "run_options": run.options})
+            "plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__, "run_options": run.options,
+            "determinism": determinism_record(options.deterministic)})
     hooks = _hooks(run, run_dir, resume, on_chunk, options)
     compiled, unpack = _compile(run, resume and not restart, quiet, run_dir)
     run.timings["setup_s"] = time.perf_counter() - t_start - run.timings["compile_s"]

@@ -462,8 +462,11 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
     from rljax import env_registry
+    from rljax.process import request_deterministic
     from rljax.rundir import saved_env
 
+    # Before anything starts JAX: XLA reads the deterministic flags only then.
+    request_deterministic(train_kwargs.get("deterministic", "auto"))
     config, env, env_params = env_registry.resolve_run(
         config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)
@@ -487,6 +490,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any]):
     """:func:`run_sweep` inside the sweep directory's lock."""
     from rljax.loop import train
+    from rljax.process import determinism_record
     from rljax.tracking import config_to_dict, manifest
 
     if run_dir is not None:
@@ -504,8 +508,9 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             (run_dir / "sweep.json").write_text(json.dumps(sweep_record, indent=2))
             (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
             (run_dir / "manifest.json").write_text(json.dumps(
-                manifest(config, config.seed, {"algorithm": type(config).__name__, "sweep": True,
-                                                "members": len(members)}), indent=2, default=str))
+                manifest(config, config.seed, {"algorithm": type(config).__name__, "sweep": True, "members": len(members),
+                                                "determinism": determinism_record(train_kwargs.get("deterministic", "auto"))}),
+                indent=2, default=str))
     t0 = time.perf_counter()
     result = train(config, env, env_params, run_dir=run_dir, resume=resume, quiet=quiet, population=population,
                    **train_kwargs)
@@ -542,7 +547,7 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                prog: str | None = None) -> int:
     """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
     from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
-    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices
+    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices, request_deterministic
 
     parser = build_parser(config_cls, defaults, description=__doc__, prog=prog or f"python -m experiments.{name} sweep")
     group = parser.add_argument_group("sweep")
@@ -599,13 +604,15 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                 raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
     except ValueError as err:
         parser.error(str(err))
+    options = train_kwargs(args, saved_options, explicit)
     request_cpu_devices(args.devices)
+    # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
+    request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
     run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     if str(run_dir).lower() == "none":
         run_dir = None
     _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
-                                                plots=not args.no_plots,
-                                                **train_kwargs(args, saved_options, explicit)), run_dir)
+                                                plots=not args.no_plots, **options), run_dir)
     return status or 0

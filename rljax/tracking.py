@@ -200,7 +200,9 @@ class Tracker:
                 record = manifest(config, seed, manifest_extra)
             record.setdefault("resumes", []).append({
                 "from_env_steps": resume_env_steps, "argv": list(sys.argv), "unix_time": time.time(),
-                "config_hash": config_hash(config), **_git_state()})
+                "config_hash": config_hash(config), **_git_state(),
+                **({"determinism": manifest_extra["determinism"]} if manifest_extra and "determinism" in manifest_extra
+                   else {})})
             _atomic_write_json(self.run_dir / "manifest.json", record)
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
