@@ -61,11 +61,16 @@ class Population:
         if len(configs) % num_devices:
             raise ValueError(f"{len(configs)} sweep members cannot be split evenly over {num_devices} devices; "
                              f"use a member count that is a multiple of {num_devices}")
-        stack = lambda *xs: jnp.stack([jnp.asarray(x) for x in xs])  # noqa: E731
-        hyperparams = jax.tree.map(stack, *[c.hyperparams() for c in configs])
+        hyperparams = jax.tree.map(lambda *xs: _stack(xs), *[c.hyperparams() for c in configs])
         return cls(seeds=tuple(c.seed for c in configs), hyperparams=hyperparams,
-                   env_params=jax.tree.map(stack, *env_params), names=tuple(names), configs=tuple(configs),
-                   num_devices=num_devices)
+                   env_params=jax.tree.map(lambda *xs: _stack(xs), *env_params), names=tuple(names),
+                   configs=tuple(configs), num_devices=num_devices)
+
+
+# One compiled stack per leaf signature: stacking P scalars one jnp.asarray at a time cost ~0.2 ms
+# per member and leaf (1.8 s for 512 members of PPO on CartPole). Python numbers enter a jit weakly
+# typed, so the stacked leaves keep exactly the dtype and weak type they had as jnp.asarray(x).
+_stack = jax.jit(lambda xs: jnp.stack([jnp.asarray(x) for x in xs]))
 
 
 def strong_types(tree: Any) -> Any:

@@ -15,7 +15,8 @@ Output (``RUN_DIR``): ``sweep.json`` (the spec and members), ``config.json`` (th
 ``metrics.jsonl``, ``tb/``), ``checkpoints/`` (the whole population), ``summary.csv`` (one row per
 member), ``summary.md`` (configs ranked by their mean score over seeds: the last evaluation return
 with ``--eval-interval``, else the final training return; ties by AUC; :func:`summarize`) and
-``plots/<config>.png`` (learning curves, mean and spread over seeds). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
+``plots/<config>.png`` (learning curves, mean and spread over seeds, of the best :data:`MAX_PLOTS`
+configs; :func:`plot_configs` draws the others on demand). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
 population evolves while it trains (population-based training, :mod:`rljax.pbt`; ``pbt.jsonl``).
 """
 
@@ -39,7 +40,7 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "rank_configs", "score_description", "sweep_main"]
+           "run_sweep", "summarize", "plot_configs", "rank_configs", "score_description", "sweep_main", "MAX_PLOTS"]
 
 ENV_PREFIX = "env."
 
@@ -392,35 +393,92 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
         by_label: dict[str, list[int]] = {}
         for m in members:
             by_label.setdefault(m.label, []).append(m.index)
-        _plot(run_dir, members, member_rows, by_label)
+        best = [a["config"] for a in agg[:MAX_PLOTS]]
+        _plot(run_dir, members, member_rows, {label: by_label[label] for label in best})
+        if len(agg) > MAX_PLOTS:
+            with open(run_dir / "summary.md", "a", encoding="utf-8") as f:
+                f.write(f"\nLearning curves of the {MAX_PLOTS} best of the {len(agg)} configs are in `plots/`; draw "
+                        f"any other with `rljax.sweep.plot_configs(RUN_DIR, [config, ...])`.\n")
     return agg
 
 
-def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
-    """One PNG per config: each seed's training return curve and evaluations, the mean and spread."""
-    import matplotlib
+def plot_configs(run_dir: str | os.PathLike, configs: Sequence[str] | None = None) -> list[pathlib.Path]:
+    """Draws ``plots/<config>.png`` for ``configs`` (labels as in ``summary.md``; None: every
+    config) of the sweep in ``run_dir``, from its members' ``metrics.jsonl``: the plots a sweep of
+    more than :data:`MAX_PLOTS` configs did not draw when it finished.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns:
+        The PNG paths written.
+
+    Raises:
+        ValueError: a label that is not one of the sweep's configs (the message lists some).
+    """
+    from rljax.tracking import read_metrics
+
+    run_dir = pathlib.Path(run_dir)
+    members = [Member(**m) for m in json.loads((run_dir / "sweep.json").read_text())["members"]]
+    by_label: dict[str, list[int]] = {}
+    for m in members:
+        by_label.setdefault(m.label, []).append(m.index)
+    wanted = list(by_label) if configs is None else list(configs)
+    unknown = [c for c in wanted if c not in by_label]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a config of the sweep in {run_dir}; its configs include "
+                         f"{sorted(by_label)[:5]}")
+    rows = [read_metrics(run_dir / "members" / m.name) if m.label in wanted else [] for m in members]
+    return _plot(run_dir, members, rows, {label: by_label[label] for label in wanted})
+
+
+# A sweep draws the learning curves of at most this many configs (its best) when it finishes: a
+# PNG costs ~0.1 s, so a 512-config sweep spent a minute on plots nobody opens. The others are
+# drawn on demand (plot_configs).
+MAX_PLOTS = 32
+
+# Up to this many seeds of a config get a legend entry and a colour of their own; more share one
+# colour and one entry (a legend of hundreds of lines is unreadable, and laying it out cost seconds).
+LEGEND_SEEDS = 8
+
+
+def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> list[pathlib.Path]:
+    """One PNG per config: each seed's training return curve and evaluations, the mean and spread.
+
+    Drawn with matplotlib's object API (no pyplot state) and one line collection per config, so a
+    config with hundreds of seeds costs about what one with a few does."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
 
     from rljax.pbt import EVAL_SCORE
 
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
+    written = []
     for label, idx in by_label.items():
-        fig, ax = plt.subplots(figsize=(6, 4))
-        curves = []
+        fig = Figure(figsize=(6, 4))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        few = len(idx) <= LEGEND_SEEDS
+        curves, evals = [], []
         for i in idx:
             rows = [r for r in member_rows[i] if r.get("episode_return_mean") is not None]
             x = np.array([r["env_steps"] for r in rows], float)
             y = np.array([r["episode_return_mean"] for r in rows], float)
-            (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
             curves.append((x, y))
-            evals = np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
-                              if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2)
-            if len(evals):
-                ax.plot(evals[:, 0], evals[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
-                        label=f"seed {members[i].seed} eval")
+            evals.append(np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
+                                   if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2))
+        if few:
+            for i, (x, y), ev in zip(idx, curves, evals):
+                (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
+                if len(ev):
+                    ax.plot(ev[:, 0], ev[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
+                            label=f"seed {members[i].seed} eval")
+        else:
+            ax.add_collection(LineCollection([np.column_stack(c) for c in curves if len(c[0])], colors="C0",
+                                             alpha=0.15, linewidths=0.8, label=f"{len(idx)} seeds"))
+            ev = np.concatenate(evals) if evals else np.zeros((0, 2))
+            if len(ev):
+                ax.plot(ev[:, 0], ev[:, 1], "o", color="C1", markersize=2, alpha=0.4, label="evaluations")
+            ax.autoscale_view()
         common = [c for c in curves if len(c[0])]
         if common:
             grid_x = np.unique(np.concatenate([c[0] for c in common]))
@@ -432,10 +490,11 @@ def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
         ax.set_ylabel("episode return")
         ax.set_title(label, fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)
         safe = re.sub(r"[^\w.=,+-]", "_", label).replace(",", "_")[:120]
         fig.savefig(out / f"{safe}.png", dpi=90)
-        plt.close(fig)
+        written.append(out / f"{safe}.png")
+    return written
 
 
 def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any = None,
@@ -521,9 +580,11 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             # its whole history.
             from rljax.tracking import read_metrics
 
+            t_summary = time.perf_counter()
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
             with open(os.devnull, "w") as devnull:
                 agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
+            result.timings["summary_s"] = time.perf_counter() - t_summary
             if spec.pbt is not None:
                 from rljax.pbt import EVAL_SCORE, TRAIN_SCORE
 
@@ -539,6 +600,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
         if not quiet:
             print(f"sweep: {len(members)} members, {ran:,} env steps in {t['compute_s']:.1f}s "
                   f"({result.timings['population_sps']:,.0f} env steps/s in all), compile {t['compile_s']:.1f}s, "
+                  + (f"summary and plots {t['summary_s']:.1f}s, " if "summary_s" in t else "") +
                   f"total {time.perf_counter() - t0:.1f}s" + (f"; results in {run_dir}" if run_dir else ""))
     return result, members, agg
 
