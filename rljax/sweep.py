@@ -208,6 +208,11 @@ def _member_env_params(env_params: Any, member: Member) -> Any:
     return env_params.replace(**env_over) if env_over else env_params
 
 
+def _member_count(spec: SweepSpec) -> int:
+    """How many members ``spec`` makes (:func:`build_members` without building them)."""
+    return math.prod(len(v) for v in spec.grid.values()) * (spec.num_samples if spec.sample else 1) * len(spec.seeds)
+
+
 def make_population(config: Any, env_params: Any, members: Sequence[Member], num_devices: int = 1):
     """The :class:`rljax.population.Population` for ``members``."""
     from rljax.population import Population
@@ -498,7 +503,7 @@ def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> list[pathlib
 
 
 def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any = None,
-              run_dir: str | os.PathLike | None = None, devices: int = 1, resume: bool = False,
+              run_dir: str | os.PathLike | None = None, devices: int | None = None, resume: bool = False,
               quiet: bool = False, plots: bool = True, **train_kwargs: Any):
     """Trains every member of ``spec`` as one compiled program and summarises the results.
 
@@ -510,7 +515,9 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         env_params: base env params (default ``env.default_params``), with ``config.env_params``
             applied; members' ``env.<param>`` values are applied over them.
         run_dir: the sweep directory (None: in memory, no files).
-        devices: devices to split the population over (the member count must be a multiple).
+        devices: devices to split the population over (the member count must be a multiple); None:
+            as many of this process's devices as divide the member count
+            (:func:`rljax.population.auto_devices`).
         resume: continue the sweep in ``run_dir`` from its newest checkpoint.
         quiet: no progress lines or summary print.
         plots: write learning-curve PNGs.
@@ -530,6 +537,12 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)
     members = build_members(config, env_params, spec)
+    if devices is None:
+        import jax
+
+        from rljax.population import auto_devices
+
+        devices = auto_devices(len(members), len(jax.local_devices()))
     population = make_population(config, env_params, members, devices)
     if spec.pbt is not None:
         from rljax.pbt import validate_pbt
@@ -620,7 +633,10 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     group.add_argument("--num-samples", type=int, default=0, help="random configurations to draw")
     group.add_argument("--sample-seed", type=int, default=0, help="seed of the random draw")
     group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
-    group.add_argument("--devices", type=int, default=1, help="devices to split the population over")
+    group.add_argument("--devices", type=int, default=0,
+                       help="devices to split the population over; 0: as many as divide the member count, on a "
+                            "CPU one fake device per core (members never communicate: a split population uses "
+                            "every core)")
     group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
     group.add_argument("--pbt-interval", type=int, default=0, metavar="CHUNKS",
                        help="population-based training: exploit/explore every this many chunks (with --pbt)")
@@ -652,8 +668,8 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         if not args.resume:
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-            if args.devices < 1:
-                raise ValueError(f"--devices must be >= 1, got {args.devices}")
+            if args.devices < 0:
+                raise ValueError(f"--devices must be >= 1 (or 0: automatic), got {args.devices}")
             pbt = None
             if args.pbt_interval or args.pbt:
                 from rljax.pbt import PBTSpec, parse_pbt
@@ -667,7 +683,12 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     except ValueError as err:
         parser.error(str(err))
     options = train_kwargs(args, saved_options, explicit)
-    request_cpu_devices(args.devices)
+    if args.devices:
+        request_cpu_devices(args.devices)
+    else:  # one fake CPU device per core, as many as divide the population (no effect off the CPU)
+        from rljax.population import auto_devices
+
+        request_cpu_devices(auto_devices(_member_count(spec), os.cpu_count() or 1))
     # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
@@ -675,6 +696,6 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     if str(run_dir).lower() == "none":
         run_dir = None
-    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
+    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices or None,
                                                 plots=not args.no_plots, **options), run_dir)
     return status or 0
