@@ -27,7 +27,7 @@ def test_gpu_benchmark_smoke_prints_every_row(tmp_path):
     for row in ("PPO CartPole, PureJaxRL config, 1 seed", "4 seeds vmapped", "64 envs x 16 steps",
                 "env stepping, CartPole-v1, 64 envs", "env stepping, Pendulum-v1, 256 envs", "sweep CLI, 4 seeds",
                 "deterministic mode"):
-        line = next((l for l in text.splitlines() if l.startswith("| " + row)), None)
+        line = next((l for l in text.splitlines() if l.startswith("| ") and row in l), None)
         assert line is not None and "failed" not in line, (row, text[-3000:])
     results = json.loads(out.read_text())
     assert results["ppo1"]["rljax"]["sps"] > 0 and results["ppo512"]["rljax"]["sps"] > 0
