@@ -20,7 +20,7 @@ from typing import Any
 
 from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
 from rljax.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, enable_compilation_cache,
-                           request_cpu_devices)
+                           request_cpu_devices, request_deterministic)
 
 __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_training", "enable_compilation_cache",
            "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
@@ -68,7 +68,10 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         config = config_from_args(config_cls, args, base, explicit)
     except (ValueError, TypeError) as err:
         parser.error(str(err))
+    options = train_kwargs(args, saved_options, explicit)
     request_cpu_devices(config.num_devices)
+    # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
+    request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
 
@@ -80,7 +83,7 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     elif run_dir.lower() == "none":
         run_dir = None
     result, status = call_training(
-        lambda: train(config, run_dir=run_dir, **train_kwargs(args, saved_options, explicit)), run_dir)
+        lambda: train(config, run_dir=run_dir, **options), run_dir)
     if status is not None:
         return status
     import jax

@@ -139,6 +139,10 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
                      help="the stall threshold until the first chunk finishes (compiling does not count)")
     run.add_argument("--stall-min", type=_parse_float, default=60.0, metavar="SECONDS",
                      help="the stall threshold's floor after the first chunk")
+    run.add_argument("--deterministic", choices=("auto", "on", "off"), default="auto",
+                     help="bit-identical reruns and resumes in another process: auto = on the CPU (free there), "
+                          "not on a GPU (it costs throughput there); on = also on a GPU (sets XLA's deterministic "
+                          "flags at process start); recorded in manifest.json (docs/runbook.md)")
     run.add_argument("--no-compile-cache", action="store_true",
                      help="disable the persistent XLA compilation cache (~/.cache/rljax/xla)")
     return parser
@@ -181,7 +185,8 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
 RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s",
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
                      "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
-                     "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s"}
+                     "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
+                     "deterministic": "deterministic"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -194,7 +199,8 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
     out = dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
-               stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min)
+               stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
+               deterministic=args.deterministic)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

@@ -262,6 +262,9 @@ class RunOptions:
         stall_first_chunk_s: the stall threshold until the first chunk finishes (compiling does
             not count).
         stall_min_s: the threshold's floor after the first chunk.
+        deterministic: ``"auto"``, ``"on"`` or ``"off"``: whether the run must be bit-identical
+            when rerun or resumed in another process (:func:`rljax.process.request_deterministic`;
+            what each backend guarantees: docs/runbook.md). Recorded in ``manifest.json``.
     """
 
     checkpoint_every: int = 0
@@ -272,6 +275,7 @@ class RunOptions:
     stall_factor: float = 10.0
     stall_first_chunk_s: float = 600.0
     stall_min_s: float = 60.0
+    deterministic: str = "auto"
 
     def __post_init__(self) -> None:
         every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
@@ -290,6 +294,9 @@ class RunOptions:
                 allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
                 raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
+        from rljax.process import check_deterministic_mode
+
+        check_deterministic_mode(self.deterministic)
 
 
 @dataclasses.dataclass
@@ -362,7 +369,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
           keep_checkpoints: int = 3, checkpoints: bool = True, quiet: bool = False, tensorboard: bool = True,
           handle_signals: bool = True, on_chunk: Callable[[int, Any, dict[str, Any]], Any] | None = None,
           population: Any = None, stall_factor: float = 10.0, stall_first_chunk_s: float = 600.0,
-          stall_min_s: float = 60.0) -> TrainResult:
+          stall_min_s: float = 60.0, deterministic: str = "auto") -> TrainResult:
     """Trains an agent (or a sweep's population); the Python entry point behind every experiment.
 
     Args:
@@ -382,7 +389,9 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             match except for :data:`rljax.rundir.RESUMABLE_FIELDS`. A run with no committed
             checkpoint starts over (its rows move to ``metrics.superseded.jsonl``).
         checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
-        stall_factor, stall_first_chunk_s, stall_min_s: the :class:`RunOptions`.
+        stall_factor, stall_first_chunk_s, stall_min_s, deterministic: the :class:`RunOptions`.
+            ``deterministic="on"`` sets XLA's deterministic flags if JAX has not started yet, and
+            raises ``ValueError`` on a GPU that started without them.
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk.
@@ -405,8 +414,11 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     from rljax.checkpoint import PreemptionGuard
     from rljax.runlock import RunLock
 
+    from rljax.process import request_deterministic
+
     options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
-                         stall_factor, stall_first_chunk_s, stall_min_s)
+                         stall_factor, stall_first_chunk_s, stall_min_s, deterministic)
+    request_deterministic(deterministic)
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir of the run to continue")
     if resume and not pathlib.Path(run_dir).is_dir():
@@ -426,6 +438,7 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
+    from rljax.process import determinism_record
     from rljax.rundir import resume_from_scratch, saved_env
     from rljax.tracking import Tracking
 
@@ -453,7 +466,7 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
         run.checkpointer = None
     quiet = quiet or not run.leader
     manifest_extra = {"plan": dataclasses.asdict(run.plan), "algorithm": type(config).__name__,
-                      "run_options": run.options}
+                      "run_options": run.options, "determinism": determinism_record(options.deterministic)}
     if multiprocess:  # every host and device of the job
         manifest_extra["processes"] = distributed.process_record()
     # The run directory's files exist before compiling: a run stopped while compiling can be resumed.

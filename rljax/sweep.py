@@ -15,7 +15,8 @@ Output (``RUN_DIR``): ``sweep.json`` (the spec and members), ``config.json`` (th
 ``metrics.jsonl``, ``tb/``), ``checkpoints/`` (the whole population), ``summary.csv`` (one row per
 member), ``summary.md`` (configs ranked by their mean score over seeds: the last evaluation return
 with ``--eval-interval``, else the final training return; ties by AUC; :func:`summarize`) and
-``plots/<config>.png`` (learning curves, mean and spread over seeds). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
+``plots/<config>.png`` (learning curves, mean and spread over seeds, of the best :data:`MAX_PLOTS`
+configs; :func:`plot_configs` draws the others on demand). With ``--pbt-interval N --pbt FIELD=LOW:HIGH`` the
 population evolves while it trains (population-based training, :mod:`rljax.pbt`; ``pbt.jsonl``).
 """
 
@@ -39,7 +40,8 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "rank_configs", "score_description", "ranking", "mean_curve", "sweep_main"]
+           "run_sweep", "summarize", "plot_configs", "rank_configs", "score_description", "ranking", "mean_curve",
+           "sweep_main", "MAX_PLOTS"]
 
 ENV_PREFIX = "env."
 
@@ -205,6 +207,11 @@ def _member_env_params(env_params: Any, member: Member) -> Any:
         if isinstance(getattr(env_params, k), int):
             env_over[k] = int(v)
     return env_params.replace(**env_over) if env_over else env_params
+
+
+def _member_count(spec: SweepSpec) -> int:
+    """How many members ``spec`` makes (:func:`build_members` without building them)."""
+    return math.prod(len(v) for v in spec.grid.values()) * (spec.num_samples if spec.sample else 1) * len(spec.seeds)
 
 
 def make_population(config: Any, env_params: Any, members: Sequence[Member], num_devices: int = 1):
@@ -392,7 +399,12 @@ def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows
         by_label: dict[str, list[int]] = {}
         for m in members:
             by_label.setdefault(m.label, []).append(m.index)
-        _plot(run_dir, members, member_rows, by_label)
+        best = [a["config"] for a in agg[:MAX_PLOTS]]
+        _plot(run_dir, members, member_rows, {label: by_label[label] for label in best})
+        if len(agg) > MAX_PLOTS:
+            with open(run_dir / "summary.md", "a", encoding="utf-8") as f:
+                f.write(f"\nLearning curves of the {MAX_PLOTS} best of the {len(agg)} configs are in `plots/`; draw "
+                        f"any other with `rljax.sweep.plot_configs(RUN_DIR, [config, ...])`.\n")
     return agg
 
 
@@ -425,29 +437,83 @@ def mean_curve(member_rows: Sequence[list[dict[str, Any]]], key: str
     return grid_x, ys.mean(0), ys.std(0)
 
 
-def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
-    """One PNG per config: each seed's training return curve and evaluations, the mean and spread."""
-    import matplotlib
+def plot_configs(run_dir: str | os.PathLike, configs: Sequence[str] | None = None) -> list[pathlib.Path]:
+    """Draws ``plots/<config>.png`` for ``configs`` (labels as in ``summary.md``; None: every
+    config) of the sweep in ``run_dir``, from its members' ``metrics.jsonl``: the plots a sweep of
+    more than :data:`MAX_PLOTS` configs did not draw when it finished.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns:
+        The PNG paths written.
+
+    Raises:
+        ValueError: a label that is not one of the sweep's configs (the message lists some).
+    """
+    from rljax.tracking import read_metrics
+
+    run_dir = pathlib.Path(run_dir)
+    members = [Member(**m) for m in json.loads((run_dir / "sweep.json").read_text())["members"]]
+    by_label: dict[str, list[int]] = {}
+    for m in members:
+        by_label.setdefault(m.label, []).append(m.index)
+    wanted = list(by_label) if configs is None else list(configs)
+    unknown = [c for c in wanted if c not in by_label]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a config of the sweep in {run_dir}; its configs include "
+                         f"{sorted(by_label)[:5]}")
+    rows = [read_metrics(run_dir / "members" / m.name) if m.label in wanted else [] for m in members]
+    return _plot(run_dir, members, rows, {label: by_label[label] for label in wanted})
+
+
+# A sweep draws the learning curves of at most this many configs (its best) when it finishes: a
+# PNG costs ~0.1 s, so a 512-config sweep spent a minute on plots nobody opens. The others are
+# drawn on demand (plot_configs).
+MAX_PLOTS = 32
+
+# Up to this many seeds of a config get a legend entry and a colour of their own; more share one
+# colour and one entry (a legend of hundreds of lines is unreadable, and laying it out cost seconds).
+LEGEND_SEEDS = 8
+
+
+def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> list[pathlib.Path]:
+    """One PNG per config: each seed's training return curve and evaluations, the mean and spread.
+
+    Drawn with matplotlib's object API (no pyplot state) and one line collection per config, so a
+    config with hundreds of seeds costs about what one with a few does."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
 
     from rljax.pbt import EVAL_SCORE
 
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
+    written = []
     for label, idx in by_label.items():
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = Figure(figsize=(6, 4))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        few = len(idx) <= LEGEND_SEEDS
+        curves, evals = [], []
         for i in idx:
             rows = [r for r in member_rows[i] if r.get("episode_return_mean") is not None]
             x = np.array([r["env_steps"] for r in rows], float)
             y = np.array([r["episode_return_mean"] for r in rows], float)
-            (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
-            evals = np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
-                              if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2)
-            if len(evals):
-                ax.plot(evals[:, 0], evals[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
-                        label=f"seed {members[i].seed} eval")
+            curves.append((x, y))
+            evals.append(np.array([(r["env_steps"], r[EVAL_SCORE]) for r in member_rows[i]
+                                   if r.get(EVAL_SCORE) is not None], float).reshape(-1, 2))
+        if few:
+            for i, (x, y), ev in zip(idx, curves, evals):
+                (line,) = ax.plot(x, y, alpha=0.3, linewidth=1, label=f"seed {members[i].seed}")
+                if len(ev):
+                    ax.plot(ev[:, 0], ev[:, 1], "o--", color=line.get_color(), markersize=3, linewidth=0.8,
+                            label=f"seed {members[i].seed} eval")
+        else:
+            ax.add_collection(LineCollection([np.column_stack(c) for c in curves if len(c[0])], colors="C0",
+                                             alpha=0.15, linewidths=0.8, label=f"{len(idx)} seeds"))
+            ev = np.concatenate(evals) if evals else np.zeros((0, 2))
+            if len(ev):
+                ax.plot(ev[:, 0], ev[:, 1], "o", color="C1", markersize=2, alpha=0.4, label="evaluations")
+            ax.autoscale_view()
         curve = mean_curve([member_rows[i] for i in idx], "episode_return_mean")
         if curve is not None:
             grid_x, mean, std = curve
@@ -457,14 +523,15 @@ def _plot(run_dir: pathlib.Path, members, member_rows, by_label) -> None:
         ax.set_ylabel("episode return")
         ax.set_title(label, fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)
         safe = re.sub(r"[^\w.=,+-]", "_", label).replace(",", "_")[:120]
         fig.savefig(out / f"{safe}.png", dpi=90)
-        plt.close(fig)
+        written.append(out / f"{safe}.png")
+    return written
 
 
 def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any = None,
-              run_dir: str | os.PathLike | None = None, devices: int = 1, resume: bool = False,
+              run_dir: str | os.PathLike | None = None, devices: int | None = None, resume: bool = False,
               quiet: bool = False, plots: bool = True, **train_kwargs: Any):
     """Trains every member of ``spec`` as one compiled program and summarises the results.
 
@@ -476,7 +543,9 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         env_params: base env params (default ``env.default_params``), with ``config.env_params``
             applied; members' ``env.<param>`` values are applied over them.
         run_dir: the sweep directory (None: in memory, no files).
-        devices: devices to split the population over (the member count must be a multiple).
+        devices: devices to split the population over (the member count must be a multiple); None:
+            as many of this process's devices as divide the member count
+            (:func:`rljax.population.auto_devices`).
         resume: continue the sweep in ``run_dir`` from its newest checkpoint.
         quiet: no progress lines or summary print.
         plots: write learning-curve PNGs.
@@ -487,12 +556,23 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
     from rljax import env_registry
+    from rljax.process import request_deterministic
     from rljax.rundir import saved_env
 
+    # Before anything starts JAX: XLA reads the deterministic flags only then.
+    request_deterministic(train_kwargs.get("deterministic", "auto"))
     config, env, env_params = env_registry.resolve_run(
         config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)
     members = build_members(config, env_params, spec)
+    if devices is None:
+        import jax
+
+        from rljax.population import auto_devices
+
+        # Several processes: a population spans every process's devices (rljax.distributed).
+        devices = auto_devices(len(members), jax.device_count() if jax.process_count() > 1
+                               else len(jax.local_devices()))
     population = make_population(config, env_params, members, devices)
     if spec.pbt is not None:
         from rljax.pbt import validate_pbt
@@ -515,6 +595,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     """:func:`run_sweep` inside the sweep directory's lock."""
     from rljax.distributed import is_leader
     from rljax.loop import train
+    from rljax.process import determinism_record
     from rljax.tracking import config_to_dict, manifest
 
     leader = is_leader()  # several processes: process 0 writes the sweep directory, the others only read it
@@ -534,8 +615,9 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             (run_dir / "sweep.json").write_text(json.dumps(sweep_record, indent=2))
             (run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
             (run_dir / "manifest.json").write_text(json.dumps(
-                manifest(config, config.seed, {"algorithm": type(config).__name__, "sweep": True,
-                                                "members": len(members)}), indent=2, default=str))
+                manifest(config, config.seed, {"algorithm": type(config).__name__, "sweep": True, "members": len(members),
+                                                "determinism": determinism_record(train_kwargs.get("deterministic", "auto"))}),
+                indent=2, default=str))
     t0 = time.perf_counter()
     result = train(config, env, env_params, run_dir=run_dir, resume=resume, quiet=quiet, population=population,
                    **train_kwargs)
@@ -546,9 +628,11 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             # its whole history.
             from rljax.tracking import read_metrics
 
+            t_summary = time.perf_counter()
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
             with open(os.devnull, "w") as devnull:
                 agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
+            result.timings["summary_s"] = time.perf_counter() - t_summary
             if spec.pbt is not None:
                 from rljax.pbt import EVAL_SCORE, TRAIN_SCORE
 
@@ -564,6 +648,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
         if not quiet:
             print(f"sweep: {len(members)} members, {ran:,} env steps in {t['compute_s']:.1f}s "
                   f"({result.timings['population_sps']:,.0f} env steps/s in all), compile {t['compile_s']:.1f}s, "
+                  + (f"summary and plots {t['summary_s']:.1f}s, " if "summary_s" in t else "") +
                   f"total {time.perf_counter() - t0:.1f}s" + (f"; results in {run_dir}" if run_dir else ""))
     return result, members, agg
 
@@ -572,7 +657,7 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                prog: str | None = None) -> int:
     """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
     from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
-    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices
+    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices, request_deterministic
 
     parser = build_parser(config_cls, defaults, description=__doc__, prog=prog or f"python -m experiments.{name} sweep")
     group = parser.add_argument_group("sweep")
@@ -583,7 +668,10 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     group.add_argument("--num-samples", type=int, default=0, help="random configurations to draw")
     group.add_argument("--sample-seed", type=int, default=0, help="seed of the random draw")
     group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
-    group.add_argument("--devices", type=int, default=1, help="devices to split the population over")
+    group.add_argument("--devices", type=int, default=0,
+                       help="devices to split the population over; 0: as many as divide the member count, on a "
+                            "CPU one fake device per core (members never communicate: a split population uses "
+                            "every core)")
     group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
     group.add_argument("--pbt-interval", type=int, default=0, metavar="CHUNKS",
                        help="population-based training: exploit/explore every this many chunks (with --pbt)")
@@ -615,8 +703,8 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         if not args.resume:
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-            if args.devices < 1:
-                raise ValueError(f"--devices must be >= 1, got {args.devices}")
+            if args.devices < 0:
+                raise ValueError(f"--devices must be >= 1 (or 0: automatic), got {args.devices}")
             pbt = None
             if args.pbt_interval or args.pbt:
                 from rljax.pbt import PBTSpec, parse_pbt
@@ -629,13 +717,20 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                 raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
     except ValueError as err:
         parser.error(str(err))
-    request_cpu_devices(args.devices)
+    options = train_kwargs(args, saved_options, explicit)
+    if args.devices:
+        request_cpu_devices(args.devices)
+    else:  # one fake CPU device per core, as many as divide the population (no effect off the CPU)
+        from rljax.population import auto_devices
+
+        request_cpu_devices(auto_devices(_member_count(spec), os.cpu_count() or 1))
+    # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
+    request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
     run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     if str(run_dir).lower() == "none":
         run_dir = None
-    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
-                                                plots=not args.no_plots,
-                                                **train_kwargs(args, saved_options, explicit)), run_dir)
+    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices or None,
+                                                plots=not args.no_plots, **options), run_dir)
     return status or 0

@@ -30,8 +30,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["Tracker", "Tracking", "json_scalar", "config_to_dict", "config_hash", "manifest", "read_metrics",
-           "format_progress"]
+__all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
+           "read_metrics", "format_progress"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")
@@ -83,13 +83,13 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def manifest(config: Any, seed: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What produced a run: config hash, seed, code version, packages, devices, command line."""
+def provenance() -> dict[str, Any]:
+    """The part of a manifest that describes the process, not the run: git commit and dirty flag,
+    package versions, Python, platform, devices, backend, command line. Costly (two ``git``
+    processes, ten package look-ups): a sweep computes it once for all its members."""
     import jax
 
     return {
-        "config_hash": config_hash(config),
-        "seed": seed,
         **_git_state(),
         "packages": _versions(),
         "python": platform.python_version(),
@@ -97,6 +97,19 @@ def manifest(config: Any, seed: int | None = None, extra: Mapping[str, Any] | No
         "devices": [str(d) for d in jax.devices()],
         "backend": jax.default_backend(),
         "argv": list(sys.argv),
+    }
+
+
+def manifest(config: Any, seed: int | None = None, extra: Mapping[str, Any] | None = None,
+             process: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What produced a run: config hash, seed, code version, packages, devices, command line.
+
+    ``process``: this process's :func:`provenance`, when the caller already has it (computed here
+    otherwise)."""
+    return {
+        "config_hash": config_hash(config),
+        "seed": seed,
+        **(dict(process) if process is not None else provenance()),
         "created_unix": time.time(),
         **(dict(extra) if extra else {}),
     }
@@ -163,13 +176,14 @@ class Tracker:
             neither overlap nor restart.
         recovered_rows: rows saved with the checkpoint (its own chunk's row): any of them missing
             from ``metrics.jsonl`` (a deleted file, a last line cut short by a crash) is put back.
+        process: this process's :func:`provenance` when the caller has it (a sweep's members share one).
     """
 
     def __init__(self, run_dir: str | os.PathLike, config: Any, *, seed: int | None = None,
                  resume: bool = False, tensorboard: bool = True, quiet: bool = False,
                  total_env_steps: int = 0, manifest_extra: Mapping[str, Any] | None = None,
                  stream: TextIO | None = None, resume_env_steps: int | None = None,
-                 recovered_rows: list[Mapping[str, Any]] | None = None):
+                 recovered_rows: list[Mapping[str, Any]] | None = None, process: Mapping[str, Any] | None = None):
         self.run_dir = pathlib.Path(run_dir)
         self.quiet = quiet
         self.total_env_steps = total_env_steps
@@ -197,23 +211,24 @@ class Tracker:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
             record = self._read_manifest()
             if record is None:
-                record = manifest(config, seed, manifest_extra)
+                record = manifest(config, seed, manifest_extra, process)
+            git = _git_state() if process is None else {k: process[k] for k in ("git_commit", "git_dirty")}
             record.setdefault("resumes", []).append({
                 "from_env_steps": resume_env_steps, "argv": list(sys.argv), "unix_time": time.time(),
-                "config_hash": config_hash(config), **_git_state()})
+                "config_hash": config_hash(config), **git,
+                **({"determinism": manifest_extra["determinism"]} if manifest_extra and "determinism" in manifest_extra
+                   else {})})
             _atomic_write_json(self.run_dir / "manifest.json", record)
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
-            _atomic_write_json(self.run_dir / "manifest.json", manifest(config, seed, manifest_extra))
+            _atomic_write_json(self.run_dir / "manifest.json", manifest(config, seed, manifest_extra, process))
         self._jsonl = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb = None
         self._open_tensorboard(purge_step)
 
     def _open_tensorboard(self, purge_step: int | None) -> None:
         if self._tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=30, purge_step=purge_step)
+            self._tb = EventFile(self.run_dir / "tb", purge_step)
 
     def _read_manifest(self) -> dict[str, Any] | None:
         """The manifest, or None when it is missing; a damaged one is moved aside (kept) with a warning."""
@@ -308,12 +323,14 @@ class Tracker:
             raise OSError(err.errno, f"cannot write a metrics row to {self._metrics_path}: {err.strerror or err}"
                           ) from err
         if self._tb is not None:
-            # One event holding every scalar of the row: the writer thread wakes once per chunk.
+            # One event holding every scalar of the row, written out with the row (one write per
+            # chunk: a live TensorBoard sees the row as soon as metrics.jsonl does).
             from tensorboardX.proto.summary_pb2 import Summary
 
             values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in clean.items()
                       if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)]
-            self._tb._get_file_writer().add_summary(Summary(value=values), global_step=steps)
+            self._tb.add_summary(Summary(value=values), steps)
+            self._tb.flush()
         self.last_env_steps = steps
         if not self.quiet:
             print(format_progress(clean, self.total_env_steps), file=self.stream, flush=True)
@@ -378,6 +395,7 @@ class Tracking:
         self.total_env_steps = total_env_steps
         saved_rows = saved_rows or [None] * program.size
         if run_dir is not None:
+            process = provenance()  # once, not once per member
             for i, name in enumerate(program.names):
                 extra = dict(manifest_extra)
                 if program.isolated:
@@ -386,7 +404,7 @@ class Tracking:
                     pathlib.Path(run_dir) / "members" / name if program.isolated else run_dir, program.configs[i],
                     seed=program.seeds[i], tensorboard=options["tensorboard"], quiet=quiet or program.isolated,
                     total_env_steps=total_env_steps, resume=resume, resume_env_steps=resume_env_steps,
-                    manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r]))
+                    manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r], process=process))
         self.print_progress = (program.isolated or not self.trackers) and not quiet
 
     def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
@@ -414,6 +432,42 @@ class Tracking:
     def close(self, run: Any = None) -> None:
         for tracker in self.trackers:
             tracker.close()
+
+
+class EventFile:
+    """One tensorboard event file (``DIR/events.out.tfevents.<time>.<host>``), written in the
+    calling thread.
+
+    tensorboardX's ``SummaryWriter`` starts a writer thread per directory and creates its file on
+    first use; a sweep of 512 members paid ~6 s of host time for 512 threads, their files and their
+    closing (measured: docs/design.md). Rows come once per chunk, so writing them directly costs
+    less than handing them to a thread. The file is the same: a ``brain.Event:2`` header, then one
+    event per row; ``purge_step`` (on a resume or rollback) adds the session-start event at that
+    step, which makes TensorBoard drop the events of an earlier file from that step on, as
+    ``SummaryWriter(purge_step=...)`` does.
+    """
+
+    def __init__(self, logdir: str | os.PathLike, purge_step: int | None = None):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        os.makedirs(logdir, exist_ok=True)
+        self._event = Event
+        self._writer = EventsWriter(os.path.join(str(logdir), "events"))
+        if purge_step is not None:
+            self._writer.write_event(Event(step=purge_step, wall_time=time.time(), file_version="brain.Event:2"))
+            self._writer.write_event(Event(step=purge_step, wall_time=time.time(),
+                                           session_log=SessionLog(status=SessionLog.START)))
+
+    def add_summary(self, summary: Any, step: int) -> None:
+        """Appends one ``Summary`` proto at ``step`` (buffered until :meth:`flush`)."""
+        self._writer.write_event(self._event(summary=summary, step=step, wall_time=time.time()))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def _aside_name(path: pathlib.Path) -> pathlib.Path:

@@ -66,3 +66,60 @@ def tiny_run(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+# ----- the backend the suite runs on: tolerances, kernel checks and bit-exactness that know it -----
+#
+# The suite runs on the CPU (CI) and on a GPU machine. Three kinds of check depend on the backend:
+# float tolerances (a GPU reduces in another order: a jit-vs-eager comparison differs by ~2e-5
+# there), kernel checks (jaxlib's LAPACK custom calls exist only on the CPU), and bit-identity
+# across processes (a GPU is bit-exact between processes only with XLA's deterministic flags).
+
+GPU_DETERMINISTIC_FLAGS = ("--xla_gpu_deterministic_ops=true",)
+"""The XLA flags that make GPU programs deterministic (``rljax.process.DETERMINISTIC_XLA_FLAGS``)."""
+
+
+def backend() -> str:
+    """The default JAX backend of this test process: ``"cpu"``, ``"gpu"`` or ``"tpu"``."""
+    return jax.default_backend()
+
+
+def bitexact_backend() -> bool:
+    """Whether separate processes of the same program give the same bits here: always on the CPU;
+    on other backends only when XLA's deterministic flags are set (:mod:`rljax.process`)."""
+    from rljax.process import deterministic_flags_set
+
+    return backend() == "cpu" or deterministic_flags_set(os.environ.get("XLA_FLAGS", ""))
+
+
+def float_rtol(cpu: float = 1e-5, accelerator: float = 1e-4) -> float:
+    """A relative tolerance for comparing two float32 computations of the same maths (jit vs eager,
+    vmapped vs not): ``cpu`` on the CPU, the looser ``accelerator`` elsewhere (other kernels,
+    other reduction orders)."""
+    return cpu if backend() == "cpu" else accelerator
+
+
+def cpu_subprocess_env(devices: int = 1, **extra: str) -> dict:
+    """The environment of a subprocess that must run on ``devices`` fake CPU devices even on a GPU
+    machine: ``JAX_PLATFORMS=cpu`` (JAX would otherwise pick the GPU) and no visible CUDA device
+    (the CUDA plugin then never initialises, so it cannot crash the process at teardown), the
+    repository on ``PYTHONPATH``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
+            "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": root, **extra}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "requires_bitexact_backend: compares bits across processes (a resume in another process); "
+                   "runs on the CPU always, elsewhere only with XLA's deterministic flags in XLA_FLAGS")
+
+
+def pytest_collection_modifyitems(config, items):
+    if bitexact_backend():
+        return
+    skip = pytest.mark.skip(reason=f"bit-identity across processes is guaranteed on the {backend()} backend only in "
+                                   f"deterministic mode: rerun with XLA_FLAGS={' '.join(GPU_DETERMINISTIC_FLAGS)}")
+    for item in items:
+        if "requires_bitexact_backend" in item.keywords:
+            item.add_marker(skip)

@@ -196,6 +196,7 @@ def sigterm_after_progress(cmd: list, env: dict, cwd, stderr_path, lines: int = 
     return proc.returncode, pathlib.Path(stderr_path).read_text()
 
 
+@pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(900)
 def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     """SIGTERM stops a CLI run cleanly (exit 75, checkpoint saved); resuming it gives the bits and

@@ -40,6 +40,7 @@ def reference(tmp_path_factory):
     return workdir, env, ref
 
 
+@pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("index,kill", CASES)
 def test_killed_run_resumes_bit_identical(reference, index, kill):

@@ -4,21 +4,20 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import cpu_subprocess_env
+
 SCRIPT = pathlib.Path(__file__).with_name("multidevice_checks.py")
 ROOT = SCRIPT.parents[1]
 
 
 def run_check(name: str, devices: int = 4, timeout: int = 300) -> dict:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), name], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(SCRIPT), name], env=cpu_subprocess_env(devices), capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"check {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

@@ -18,6 +18,7 @@ from rljax.agents.ppo import PPOBatch, PPOConfig, make_ppo, ppo_loss
 from rljax.distributions import Categorical
 from rljax.loop import plan_updates
 from rljax.networks import ActorCritic
+from tests.conftest import float_rtol
 
 
 def _fixed_apply(logits, values):
@@ -142,8 +143,9 @@ def test_update_jit_equals_no_jit():
     with jax.disable_jit():
         s_eager, out_eager = agent.update(state)
     for x, y in zip(jax.tree.leaves(s_jit.params), jax.tree.leaves(s_eager.params)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out_jit.metrics["value_loss"], out_eager.metrics["value_loss"], rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=float_rtol(), atol=1e-6)
+    # float_rtol: a GPU's fused, jitted kernels reduce in another order than its eager ops (2e-5 measured).
+    np.testing.assert_allclose(out_jit.metrics["value_loss"], out_eager.metrics["value_loss"], rtol=float_rtol())
 
 
 PROBE_CFG = dict(num_envs=16, num_steps=8, num_epochs=4, num_minibatches=2, hidden_sizes=(32, 32),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from rljax.agents.offpolicy import ReplayItem
 from rljax.agents.sac import (SACConfig, SACNetworks, make_sac, make_sac_networks, sac_actor_loss, sac_alpha_loss,
                               sac_critic_loss, soft_td_target)
 from rljax.distributions import TanhGaussian
+from tests.conftest import cpu_subprocess_env
 
 GAMMA = 0.99
 
@@ -240,10 +240,8 @@ SCRIPT = pathlib.Path(__file__).with_name("multidevice_sac_checks.py")
 
 
 def test_four_device_learning_step_equals_single_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(SCRIPT.parents[1])}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "learn", "train"], env=env, capture_output=True, text=True,
-                          timeout=240, cwd=SCRIPT.parents[1])
+    proc = subprocess.run([sys.executable, str(SCRIPT), "learn", "train"], env=cpu_subprocess_env(4), capture_output=True,
+                          text=True, timeout=240, cwd=SCRIPT.parents[1])
     results = {line.split()[1]: json.loads(line.split(" ", 2)[2]) for line in proc.stdout.splitlines()
                if line.startswith("RESULT ")}
     assert proc.returncode == 0 and len(results) == 2, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

@@ -81,10 +81,27 @@ def test_member_equals_single_run(config, field):
         assert [r["episode_return_mean"] for r in single.rows] == [r["episode_return_mean"] for r in result.member_rows[idx]]
 
 
+def _qr_operand_shapes(jaxpr) -> list[tuple[int, ...]]:
+    """The operand shape of every QR in ``jaxpr`` and the jaxprs nested in it (jit, scan, map)."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "qr":
+            shapes.append(tuple(eqn.invars[0].aval.shape))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    shapes += _qr_operand_shapes(inner)
+    return shapes
+
+
 @pytest.mark.parametrize("config", [PPO, DQN, SAC], ids=["ppo", "dqn", "sac"])
 def test_population_init_has_no_batched_lapack_call(config):
     """A batched LAPACK QR (a vmapped orthogonal init) can deadlock XLA's CPU pool (it hung CI):
-    every LAPACK call in the population's init program must be unbatched."""
+    every QR in the population's init program must be unbatched. Checked on every backend in the
+    traced program (each QR's operand is one matrix), and on the CPU also in the lowered program
+    (each LAPACK custom call has no batch dimension); other backends use other kernels (cuSOLVER),
+    which this deadlock does not concern."""
     import re
 
     from rljax.agents import build_agent
@@ -96,7 +113,13 @@ def test_population_init_has_no_batched_lapack_call(config):
     population = make_population(config, params, members, 1)
     agent = build_agent(config, env, params, None)
     keys = jax.vmap(jax.random.key)(np.asarray(population.seeds, np.uint32))
-    text = population_init(agent, 4).lower(keys, population.hyperparams, population.env_params).as_text()
+    init = population_init(agent, 4)
+    shapes = _qr_operand_shapes(jax.make_jaxpr(init)(keys, population.hyperparams, population.env_params).jaxpr)
+    assert shapes, "expected the orthogonal initialiser's QR in the init program"
+    assert all(len(s) == 2 for s in shapes), shapes  # [rows, cols]: no member axis
+    if jax.default_backend() != "cpu":
+        return
+    text = init.lower(keys, population.hyperparams, population.env_params).as_text()
     calls = [line for line in text.splitlines() if re.search(r"custom_call @lapack_", line)]
     assert calls, "expected the orthogonal initialiser's QR in the init program"
     batched = [line for line in calls if "num_batch_dims" in line and 'num_batch_dims = "0"' not in line]

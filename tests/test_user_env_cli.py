@@ -155,6 +155,7 @@ LAUNCHER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(900)
 def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, tmp_path):
     """The target: ``--env mod:LineWalk --env-param ... --env-kwarg ...`` trains from the command
