@@ -580,7 +580,7 @@ class Checkpointer:
                 state = from_host(leaves, template, place=jax.process_count() == 1)
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
-                              f"({type(err).__name__}: {str(err)[:300]})", stacklevel=2)
+                              f"({type(err).__name__}: {str(err)[:300]})", stacklevel=3)
                 skipped.append(step)
                 continue
             if skipped:
@@ -611,7 +611,7 @@ class Checkpointer:
                 aside.mkdir(exist_ok=True)
                 dst = _unused(aside, f"{step}-{stamp}")
                 os.replace(src, dst)
-                warnings.warn(f"moved unreadable checkpoint step {step} to {dst}", stacklevel=3)
+                warnings.warn(f"moved unreadable checkpoint step {step} to {dst}", stacklevel=4)
                 continue
             except OSError as err:
                 reasons.append(f"{type(err).__name__}: {err}")
@@ -619,18 +619,18 @@ class Checkpointer:
                 dst = _unused(self.directory, f"{step}.unreadable-{stamp}")
                 os.replace(src, dst)
                 warnings.warn(f"moved unreadable checkpoint step {step} to {dst} (could not move it to "
-                              f"checkpoints_unreadable/: {reasons[0]})", stacklevel=3)
+                              f"checkpoints_unreadable/: {reasons[0]})", stacklevel=4)
                 continue
             except OSError as err:
                 reasons.append(f"{type(err).__name__}: {err}")
             self._stuck.add(step)
             warnings.warn(f"could not move unreadable checkpoint step {step} out of {self.directory} "
                           f"({'; '.join(reasons)}); it is left in place and skipped, and a later save of "
-                          f"step {step} in this run is skipped unless it can be moved by then", stacklevel=3)
+                          f"step {step} in this run is skipped unless it can be moved by then", stacklevel=4)
         try:
             self.manager.reload()
         except Exception as err:  # noqa: BLE001 - the listing is refreshed again on the next call
-            warnings.warn(f"could not refresh the checkpoint listing of {self.directory}: {err}", stacklevel=3)
+            warnings.warn(f"could not refresh the checkpoint listing of {self.directory}: {err}", stacklevel=4)
 
     def _clear_stuck(self, step: int) -> bool:
         """Before saving ``step`` over an unreadable step left in place: whether it is gone now."""
