@@ -602,7 +602,8 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     quiet = quiet or not leader
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if leader:
+            run_dir.mkdir(parents=True, exist_ok=True)
         sweep_record = {"spec": dataclasses.asdict(spec), "devices": population.num_devices,
                         "members": [dataclasses.asdict(m) for m in members]}
         if resume:
