@@ -93,9 +93,11 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     ``updates_per_chunk = 0`` the chunk size K aims at ~10 chunks of at most 200 updates: each
     chunk boundary costs the host a fixed time (reading scalars, logging; figures in
     docs/design.md), so chunks of well under a second would show in the run time, while
-    longer runs still log a row at least every 200 updates. When K does not divide n, a divisor
-    of n within a factor 2 of K is preferred; otherwise n is rounded up to a whole number of
-    chunks (fewer than one update per chunk extra), so every chunk runs the same compiled program.
+    longer runs still log a row at least every 200 updates. When K does not divide n, the
+    divisor of n nearest K between K/2 and min(2K, 200) is preferred (the automatic K stays at
+    most 200); otherwise n is rounded up to a whole number of chunks (fewer than one update per
+    chunk extra), so every chunk runs the same compiled program. An explicit ``updates_per_chunk``
+    is kept as given (capped at n), with n rounded up the same way.
     """
     if env_steps_per_update <= 0:
         raise ValueError(f"env_steps_per_update must be positive, got {env_steps_per_update}")
@@ -103,7 +105,8 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     target = updates_per_chunk if updates_per_chunk > 0 else max(1, min(MAX_AUTO_CHUNK, math.ceil(n / AUTO_CHUNKS)))
     target = min(target, n)
     if n % target and updates_per_chunk == 0:
-        divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target) + 1) if n % d == 0]
+        divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target, MAX_AUTO_CHUNK) + 1)
+                    if n % d == 0]
         if divisors:
             target = min(divisors, key=lambda d: (abs(d - target), -d))
     num_chunks = math.ceil(n / target)
