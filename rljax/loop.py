@@ -43,8 +43,8 @@ import numpy as np
 from rljax.agents.base import Agent, psum
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["ChunkOutput", "Plan", "RunOptions", "Run", "OnChunk", "plan_updates", "pack_output", "make_chunk",
-           "chunk_row", "nonfinite_count", "TrainResult", "train"]
+__all__ = ["ChunkOutput", "Plan", "RunOptions", "Run", "OnChunk", "plan_updates", "resume_plan", "pack_output",
+           "make_chunk", "chunk_row", "nonfinite_count", "TrainResult", "train"]
 
 
 class ChunkOutput(NamedTuple):
@@ -113,6 +113,19 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     k = math.ceil(n / num_chunks)
     return Plan(num_updates=num_chunks * k, updates_per_chunk=k, num_chunks=num_chunks,
                 env_steps_per_update=env_steps_per_update)
+
+
+def resume_plan(total_timesteps: int, env_steps_per_update: int, saved_updates_per_chunk: int) -> Plan:
+    """The plan of a resumed run: ``total_timesteps`` (maybe extended) cut into chunks of the saved
+    size, which is part of the compiled program (so the continuation runs the same program,
+    bit-exact), even when the new total is below one saved chunk."""
+    k = saved_updates_per_chunk
+    plan = plan_updates(total_timesteps, env_steps_per_update, k)
+    if plan.updates_per_chunk != k:  # the new total is below one saved chunk
+        num_chunks = math.ceil(plan.num_updates / k)
+        plan = Plan(num_updates=k * num_chunks, updates_per_chunk=k, num_chunks=num_chunks,
+                    env_steps_per_update=env_steps_per_update)
+    return plan
 
 
 def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]
@@ -457,12 +470,7 @@ def _start(run: Run, restore: bool) -> dict[str, Any] | None:
     if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
         check_resume_config(meta["config"], config)
     run.rollbacks = int(meta.get("rollbacks", 0))
-    k_saved = int(meta["plan"]["updates_per_chunk"])
-    plan = plan_updates(config.total_timesteps, steps_per_update, k_saved)
-    if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
-        num_chunks = math.ceil(plan.num_updates / k_saved)
-        plan = Plan(num_updates=k_saved * num_chunks, updates_per_chunk=k_saved, num_chunks=num_chunks,
-                    env_steps_per_update=steps_per_update)
+    plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))
     if plan.num_updates != int(meta["plan"]["num_updates"]):
         state = state.replace(num_updates=jax.device_put(
             jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
@@ -496,10 +504,13 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
     packed_chunk, unpack = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name))
     chunk_fn = program.map_chunk(packed_chunk)
     if not quiet:
-        print(f"rljax: {'resuming' if resuming else 'training'} {type(config).__name__.removesuffix('Config')} on "
-              f"{config.env}" + (f" ({program.size} members)" if program.isolated else "")
-              + (f", run directory {run_dir}" if run_dir is not None else "")
-              + f"; compiling {plan.updates_per_chunk} updates per chunk ...", flush=True)
+        print(_header(run, resuming, run_dir), flush=True)
+        num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
+        if num_devices > 1 and platform == "cpu":
+            # A 2-device PPO CartPole run on a 2-core VM was 3x slower than 1 device (issue 16), with no hint why.
+            print(f"note: the {num_devices} CPU devices are fake devices sharing this machine's cores: expect the "
+                  f"run to be slower than on 1 device (several CPU devices test a multi-device setup, they do not "
+                  f"speed it up)", flush=True)
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
@@ -507,6 +518,20 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
+
+
+def _header(run: Run, resuming: bool, run_dir: Any) -> str:
+    """The line printed before compiling: what trains where, on which devices, and the plan."""
+    program, plan, config = run.program, run.plan, run.config
+    num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
+    done = f", from chunk {run.start_chunk + 1}" if resuming else ""
+    return (f"rljax: {'resuming' if resuming else 'training'} {type(config).__name__.removesuffix('Config')} on "
+            f"{config.env}" + (f" ({program.size} members)" if program.isolated else "")
+            + f", {num_devices} {platform} device{'s' if num_devices > 1 else ''}, "
+            + (f"run directory {run_dir}" if run_dir is not None else "no run directory (in memory)")
+            + f"; plan: {plan.num_chunks} chunks x {plan.updates_per_chunk} updates x {plan.env_steps_per_update} "
+            f"env steps = {plan.total_env_steps:,} env steps" + (" per member" if program.isolated else "")
+            + f"{done}; compiling ...")
 
 
 def _close(hooks: list[Any], run: Run) -> None:

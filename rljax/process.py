@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 __all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "call_training", "enable_compilation_cache",
-           "request_cpu_devices"]
+           "request_cpu_devices", "finished_run", "report_finished"]
 
 
 EXIT_USAGE = 2
@@ -151,3 +151,42 @@ def request_cpu_devices(num_devices: int) -> None:
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return
     jax.config.update("jax_num_cpu_devices", num_devices)
+
+
+def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
+    """What to tell a user who resumes a run that has nothing left to train, or None.
+
+    A resume continues from the newest checkpoint; when that checkpoint is the run's last chunk under
+    ``config.total_timesteps`` (as :func:`rljax.loop.resume_plan` cuts it), the resume would compile
+    the program only to run no chunk. Only the checkpoint's JSON meta is read: nothing is compiled
+    or restored. Returns the message (the run's steps, and how to extend it with
+    ``--total-timesteps``), or None when there is something to train (or no checkpoint).
+    """
+    from rljax.loop import resume_plan
+    from rljax.rundir import newest_checkpoint_meta
+
+    newest = newest_checkpoint_meta(run_dir)
+    if newest is None:
+        return None
+    step, meta = newest
+    try:
+        saved = meta["plan"]
+        plan = resume_plan(config.total_timesteps, int(saved["env_steps_per_update"]), int(saved["updates_per_chunk"]))
+        done_chunks, env_steps = int(meta["chunk_index"]) + 1, int(meta["env_steps"])
+    except (KeyError, TypeError, ValueError):
+        return None  # an unexpected meta: let the resume itself decide (and say what is wrong)
+    if done_chunks < plan.num_chunks:
+        return None
+    return (f"{run_dir} has finished: its newest checkpoint (step {step}) is at {env_steps:,} env steps, the end of "
+            f"a run of total_timesteps={config.total_timesteps:,}; nothing to train, nothing compiled. To train it "
+            f"further, extend it: rljax resume {run_dir} --total-timesteps N (N > {env_steps:,})")
+
+
+
+def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
+    """Prints :func:`finished_run`'s message and returns True when ``run_dir`` has nothing left to
+    train (the command then exits 0 without compiling); False otherwise."""
+    message = finished_run(run_dir, config)
+    if message is not None:
+        print(message, flush=True)
+    return message is not None

@@ -36,3 +36,140 @@ def test_total_timesteps_help_says_what_the_plan_does(capsys):
     assert "rounded to whole updates" not in text
     assert "rounded up to a whole number of equal chunks" in text
     assert "up to one update per chunk more" in text
+
+
+TINY = ["--total-timesteps", "256", "--num-envs", "4", "--num-steps", "32", "--num-epochs", "1", "--num-minibatches",
+        "1", "--hidden-sizes", "8", "--no-tensorboard"]
+
+
+def test_a_run_says_what_it_compiles_before_compiling_and_a_finished_run_resumes_to_a_message(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    run = tmp_path / "run"
+    assert cli.main(["train", "ppo", *TINY, "--run-dir", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # The first line, before the compile: algorithm, env, devices, run directory and the plan.
+    assert lines[0].startswith("rljax: training PPO on CartPole-v1, 1 cpu device, run directory " + str(run))
+    assert "plan: 2 chunks x 1 updates x 128 env steps = 256 env steps" in lines[0] and "compiling" in lines[0]
+    assert lines[1].startswith("[ 50.0%]")
+
+    # Resuming the finished run compiled it for nothing and printed `return nan ... (0 steps/s)`.
+    import rljax.loop
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained (compiled) again")
+
+    monkeypatch.setattr(rljax.loop, "train", no_training)
+    assert cli.main(["resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "has finished" in out and "256 env steps" in out and "nothing compiled" in out
+    assert f"rljax resume {run} --total-timesteps N" in out
+    assert "nan" not in out and "compiling" not in out
+    monkeypatch.undo()
+    # Extending it still trains (the message is only for a run with nothing left).
+    assert cli.main(["resume", str(run), "--total-timesteps", "384", "--quiet"]) == 0
+    assert "done: 384 env steps" in capsys.readouterr().out
+
+
+def test_manifest_records_the_whole_command(monkeypatch):
+    from rljax.agents.ppo import PPOConfig
+    from rljax.tracking import manifest
+
+    # `python -m experiments.ppo_cartpole` with no flags: sys.argv holds only the module's file path.
+    monkeypatch.setattr(sys, "argv", ["/repo/experiments/ppo_cartpole.py"])
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "experiments.ppo_cartpole"])
+    assert manifest(PPOConfig())["argv"] == [sys.executable, "-m", "experiments.ppo_cartpole"]
+
+
+def test_a_sweeps_progress_line_is_the_populations(capsys):
+    import types
+
+    from rljax.tracking import Tracking
+
+    program = types.SimpleNamespace(isolated=True, size=3, names=("a", "b", "c"))
+    tracking = Tracking(None, program, 1000, {"tensorboard": False}, quiet=False, resume=False, resume_env_steps=None,
+                        saved_rows=None, manifest_extra={})
+    rows = [{"env_steps": 500, "sps": 100.0, "episode_return_mean": r} for r in (10.0, 40.0, None)]
+    tracking.record(None, 0, rows)
+    line = capsys.readouterr().out
+    # Member 0 alone said 10.00; the population's mean over members with episodes is 25, its best 40.
+    assert "return    25.00" in line and "best    40.00" in line and "3 members" in line and "sps       300" in line
+
+
+def test_help_keeps_example_lines_and_names_the_sweep(capsys):
+    from experiments import ppo_cartpole
+
+    with pytest.raises(SystemExit):
+        ppo_cartpole.main(["--help"])
+    out = capsys.readouterr().out
+    for line in ppo_cartpole.__doc__.splitlines():
+        if line.strip().startswith("python -m"):
+            assert line.rstrip() in out.splitlines(), line   # one example a line, as written
+    assert "python -m experiments.ppo_cartpole sweep --grid" in out and "sweep --help" in out
+    with pytest.raises(SystemExit):
+        cli.main(["train", "ppo", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: rljax train ppo ") and "rljax sweep ppo --grid" in out
+    assert cli.main(["--help"]) == 0 and "rljax sweep" in capsys.readouterr().out
+
+
+def test_resume_shows_its_own_usage_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    (run / "manifest.json").write_text(json.dumps({"algorithm": "PPOConfig"}))
+    with pytest.raises(SystemExit):
+        cli.main(["resume", str(run), "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: rljax resume {run}") and "python -m experiments.ppo" not in out
+
+
+def test_sweeps_take_num_devices_and_rank_without_a_run_directory(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "ppo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--num-devices NUM_DEVICES devices to split the population over" in out
+    assert "--devices DEVICES deprecated: use --num-devices" in out
+    # --run-dir none printed no ranking; --devices (the old name) still works, with a warning.
+    status = cli.main(["sweep", "ppo", *TINY, "--grid", "learning_rate=1e-3,3e-3", "--devices", "1", "--run-dir", "none",
+                       "--no-plots"])
+    captured = capsys.readouterr()
+    assert status == 0
+    assert "--devices is deprecated; use --num-devices" in captured.err
+    assert "| rank | config |" in captured.out and "learning_rate=0.001" in captured.out
+    assert "(2 members: return = mean over members" in captured.out
+
+
+def test_envs_lists_spaces_and_fitting_algorithms(capsys, monkeypatch):
+    import importlib.util
+
+    from rljax import envs_cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(envs_cli.importlib.util, "find_spec", lambda name: None if name == "brax" else real(name))
+    assert cli.main(["envs"]) == 0
+    out = capsys.readouterr().out
+    table = {line.split()[0]: line for line in out.split("\n\n")[0].splitlines()[1:]}
+    assert "Box(4,) float32" in table["CartPole-v1"] and "Discrete(2)" in table["CartPole-v1"]
+    assert table["CartPole-v1"].endswith("ppo dqn pqn") and table["Pendulum-v1"].endswith("ppo sac td3")
+    assert "Box(1,) float32 [-2, 2]" in table["Pendulum-v1"]
+    # Every registered and gymnax env is listed, except MNISTBandit (it downloads MNIST), listed apart with why.
+    from rljax import env_registry
+
+    assert "gymnax/MNISTBandit-bsuite" not in table
+    assert "gymnax/MNISTBandit-bsuite: downloads the MNIST data set" in out
+    assert len(table) == len(env_registry.registered()) + len(env_registry.gymnax_registered()) - 1
+    assert 'brax/<id>: not installed; pip install -e ".[brax]"' in out
+    assert cli.main(["envs", "nope"]) == 2
+
+
+def test_several_cpu_devices_come_with_a_note(tmp_path):
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-m", "rljax.cli", "train", "ppo", *TINY, "--num-devices", "2",
+                           "--run-dir", "none"], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "2 cpu devices" in proc.stdout
+    assert "note: the 2 CPU devices are fake devices sharing this machine's cores" in proc.stdout
