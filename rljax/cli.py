@@ -51,8 +51,7 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     algo = config_cls.__name__.removesuffix("Config")
     parser = build_parser(
         config_cls, defaults, description or f"Trains {algo}: every field of {config_cls.__name__} is a flag.", prog=prog,
-        epilog=f"Sweeps: seeds x hyperparameters x env params trained as one compiled program, ranked:\n"
-               f"  {sweep_prog} --grid learning_rate=1e-4,3e-4 --seeds 2     ({sweep_prog} --help for its flags)\n"
+        epilog=f"Sweeps (seeds x hyperparameters x env params as one compiled program, ranked): {sweep_prog} --help\n"
                f"Resume or extend a run: rljax resume RUN_DIR [--total-timesteps N]. Environments: rljax envs.")
     args = parser.parse_args(argv)
     base = None
