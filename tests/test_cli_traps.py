@@ -104,11 +104,12 @@ def test_help_keeps_example_lines_and_names_the_sweep(capsys):
     for line in ppo_cartpole.__doc__.splitlines():
         if line.strip().startswith("python -m"):
             assert line.rstrip() in out.splitlines(), line   # one example a line, as written
-    assert "python -m experiments.ppo_cartpole sweep --grid" in out and "sweep --help" in out
+    assert "Sweeps (seeds x hyperparameters x env params as one compiled program, ranked): " \
+           "python -m experiments.ppo_cartpole sweep --help" in out
     with pytest.raises(SystemExit):
         cli.main(["train", "ppo", "--help"])
     out = capsys.readouterr().out
-    assert out.startswith("usage: rljax train ppo ") and "rljax sweep ppo --grid" in out
+    assert out.startswith("usage: rljax train ppo ") and "rljax sweep ppo --help" in out
     assert cli.main(["--help"]) == 0 and "rljax sweep" in capsys.readouterr().out
 
 
