@@ -20,7 +20,7 @@ from typing import Any
 
 from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
 from rljax.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, enable_compilation_cache,
-                           report_finished, request_cpu_devices)
+                           report_finished, request_cpu_devices, setting_up_line)
 
 __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_training", "enable_compilation_cache",
            "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
@@ -76,17 +76,19 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         parser.error(str(err))
     if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
         return 0
+    run_dir = args.run_dir
+    if run_dir is None:
+        run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
+    elif run_dir.lower() == "none":
+        run_dir = None
+    if not args.quiet:
+        print(setting_up_line(config, run_dir), flush=True)
     request_cpu_devices(config.num_devices)
     if not args.no_compile_cache:
         enable_compilation_cache()
 
     from rljax.loop import train
 
-    run_dir = args.run_dir
-    if run_dir is None:
-        run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
-    elif run_dir.lower() == "none":
-        run_dir = None
     result, status = call_training(
         lambda: train(config, run_dir=run_dir, **train_kwargs(args, saved_options, explicit)), run_dir)
     if status is not None:

@@ -567,13 +567,11 @@ def _population_devices(parser: Any, args: Any, explicit: set[str]) -> None:
     explicit.discard("num_devices")
 
 
-def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
-               prog: str | None = None) -> int:
-    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
-    from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
-    from rljax.process import call_training, enable_compilation_cache, report_finished, request_cpu_devices
+def _sweep_parser(config_cls: Any, defaults: dict[str, Any] | None, prog: str) -> Any:
+    """The run's flags (:func:`rljax.flags.build_parser`) plus the sweep's."""
+    from rljax.flags import build_parser
 
-    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog or f"python -m experiments.{name} sweep")
+    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog)
     group = parser.add_argument_group("sweep")
     group.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="values of a sweepable field (or env.<param>); repeat for a grid")
@@ -596,6 +594,17 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         if action.dest == "num_devices":
             action.help = ("devices to split the population over (members are single-device runs; the member count "
                            "must be a multiple). On a CPU these are fake devices sharing the same cores: no faster")
+    return parser
+
+
+def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
+               prog: str | None = None) -> int:
+    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
+    from rljax.flags import config_from_args, explicit_flags, train_kwargs
+    from rljax.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
+                               setting_up_line)
+
+    parser = _sweep_parser(config_cls, defaults, prog or f"python -m experiments.{name} sweep")
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}
@@ -637,12 +646,13 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
         parser.error(str(err))
     if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
         return 0
+    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = None if str(run_dir).lower() == "none" else run_dir
+    if not args.quiet:
+        print(setting_up_line(config, run_dir, sweep=True), flush=True)
     request_cpu_devices(args.devices)
     if not args.no_compile_cache:
         enable_compilation_cache()
-    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    if str(run_dir).lower() == "none":
-        run_dir = None
     _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices,
                                                 plots=not args.no_plots,
                                                 **train_kwargs(args, saved_options, explicit)), run_dir)

@@ -47,10 +47,12 @@ def test_a_run_says_what_it_compiles_before_compiling_and_a_finished_run_resumes
     run = tmp_path / "run"
     assert cli.main(["train", "ppo", *TINY, "--run-dir", str(run)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    # The first line, before the compile: algorithm, env, devices, run directory and the plan.
-    assert lines[0].startswith("rljax: training PPO on CartPole-v1, 1 cpu device, run directory " + str(run))
-    assert "plan: 2 chunks x 1 updates x 128 env steps = 256 env steps" in lines[0] and "compiling" in lines[0]
-    assert lines[1].startswith("[ 50.0%]")
+    # The first line, before JAX starts: algorithm, env and run directory; the second, before the
+    # compile: devices and the plan too.
+    assert lines[0] == f"rljax: setting up PPO on CartPole-v1, run directory {run} ..."
+    assert lines[1].startswith("rljax: training PPO on CartPole-v1, 1 cpu device, run directory " + str(run))
+    assert "plan: 2 chunks x 1 updates x 128 env steps = 256 env steps" in lines[1] and "compiling" in lines[1]
+    assert lines[2].startswith("[ 50.0%]")
 
     # Resuming the finished run compiled it for nothing and printed `return nan ... (0 steps/s)`.
     import rljax.loop
@@ -174,3 +176,34 @@ def test_several_cpu_devices_come_with_a_note(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 cpu devices" in proc.stdout
     assert "note: the 2 CPU devices are fake devices sharing this machine's cores" in proc.stdout
+
+
+def test_nothing_installs_or_looks_up_the_distribution_by_the_taken_name():
+    # `rljax` on PyPI is an unrelated project: the distribution is rljax-chunked (the import name stays rljax).
+    import pathlib
+    import re
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "rljax-chunked" and project["scripts"] == {"rljax": "rljax.cli:main"}
+    for extra, requirements in project["optional-dependencies"].items():
+        for req in requirements:
+            name = re.match(r"[\w.-]+", req).group(0)
+            assert name != "rljax", f"extra {extra!r} installs the unrelated PyPI project: {req}"
+    offenders = []
+    texts = [root / "README.md", *root.glob("docs/*.md"), *root.glob("rljax/**/*.py"), *root.glob("tests/*.py")]
+    for path in [p for p in texts if p.name != pathlib.Path(__file__).name]:  # not this test's own pattern
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"(?<![\w-])(pip install ['\"]?rljax\b(?!-)|rljax\[|version\(['\"]rljax['\"]\))", line):
+                offenders.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert not offenders, offenders
+
+
+def test_envs_lists_a_suite_with_its_spaces():
+    pytest.importorskip("navix", reason='needs the navix extra: pip install -e ".[navix]"')
+    from rljax.envs_cli import list_envs
+
+    table = {line.split()[0]: line for line in list_envs("navix").splitlines()[1:] if line.strip()}
+    assert "navix/Navix-Empty-5x5-v0" in table and table["navix/Navix-Empty-5x5-v0"].endswith("ppo dqn pqn")
+    assert "Discrete(" in table["navix/Navix-Empty-5x5-v0"]
