@@ -112,6 +112,7 @@ def test_help_keeps_example_lines_and_names_the_sweep(capsys):
         cli.main(["train", "ppo", "--help"])
     out = capsys.readouterr().out
     assert out.startswith("usage: rljax train ppo ") and "rljax sweep ppo --help" in out
+    assert "fake devices that share the same cores" in " ".join(out.split())   # --num-devices on a CPU
     assert cli.main(["--help"]) == 0 and "rljax sweep" in capsys.readouterr().out
 
 

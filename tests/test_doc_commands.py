@@ -261,24 +261,50 @@ def test_setup_commands_have_the_documented_shape():
     assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2" in ci  # what the README says CI runs
 
 
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("doc", DOCS)
-def test_doc_commands_run(doc, tmp_path, shell_env):
-    commands = [c for c in _doc_commands(doc) if not c.startswith(".venv/bin/python -m pytest")]  # the suite itself
-    assert commands, f"no commands found in {doc}"
-    _run_all(commands, _workdir(tmp_path), shell_env)
+GROUPS = 3  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
 
 
-def _help_groups(n: int = 3) -> list[list[str]]:
-    """The --help examples not already in a doc, in ``n`` groups (so xdist spreads them)."""
+def _groups(commands: list[str], n: int = GROUPS) -> list[list[str]]:
+    """``commands`` in ``n`` groups, each in document order: a command that names a directory an
+    earlier command made (``--run-dir runs/cp3``, then ``rljax eval runs/cp3``) joins that command's
+    group; the others are dealt out in turn."""
+    groups: list[list[str]] = [[] for _ in range(n)]
+    made: dict[str, int] = {}
+    for i, command in enumerate(commands):
+        text = runnable(command)  # placeholders filled: RUN_DIR is runs/cp3
+        used = [made[p] for p in re.findall(r"(?<![\w/])((?:runs|out)/[\w.-]+)", text) if p in made]
+        g = used[0] if used else i % n
+        groups[g].append(command)
+        for path in re.findall(r"--run-dir\s+((?:runs|out)/[\w.-]+)", text):
+            made.setdefault(path, g)
+    return groups
+
+
+def _commands(source: str) -> list[str]:
+    """A doc's commands (the set-up commands' final parts; not the test suite itself), or, for
+    ``--help``, the help examples that are not already in a doc."""
+    if source != "--help":
+        return [c for c in _doc_commands(source) if not c.startswith(".venv/bin/python -m pytest")]
     in_docs = {c for doc in DOCS for c in _doc_commands(doc)}
-    todo = [c for c in help_commands() if c not in in_docs]
-    return [todo[i::n] for i in range(n)]
+    return [c for c in help_commands() if c not in in_docs]
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("group", range(3))
-def test_help_example_commands_run(group, tmp_path, shell_env):
-    commands = _help_groups()[group]
-    assert commands
+@pytest.mark.parametrize("source", [*DOCS, "--help"])
+@pytest.mark.parametrize("group", range(GROUPS))
+def test_documented_commands_run(source, group, tmp_path, shell_env):
+    commands = _groups(_commands(source))[group]
+    if not commands:
+        pytest.skip(f"no commands of {source} fell in group {group}")
     _run_all(commands, _workdir(tmp_path), shell_env)
+
+
+def test_every_source_has_commands_and_groups_keep_dependencies():
+    for source in [*DOCS, "--help"]:
+        commands = _commands(source)
+        assert commands, f"no commands found in {source}"
+        groups = _groups(commands)
+        assert sorted(c for g in groups for c in g) == sorted(commands)
+    readme = _groups(_commands("README.md"))
+    trains_cp3 = next(i for i, g in enumerate(readme) if any("--run-dir runs/cp3" in c for c in g))
+    assert all(i == trains_cp3 for i, g in enumerate(readme) for c in g if c.startswith(("rljax eval", "rljax export")))
