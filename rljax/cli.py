@@ -49,10 +49,11 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
 
         return sweep_main(config_cls, defaults, argv[1:], name, prog=sweep_prog)
     algo = config_cls.__name__.removesuffix("Config")
-    parser = build_parser(
-        config_cls, defaults, description or f"Trains {algo}: every field of {config_cls.__name__} is a flag.", prog=prog,
-        epilog=f"Sweeps (seeds x hyperparameters x env params as one compiled program, ranked): {sweep_prog} --help\n"
-               f"Resume or extend a run: rljax resume RUN_DIR [--total-timesteps N]. Environments: rljax envs.")
+    epilog = (f"Sweeps (seeds x hyperparameters x env params as one compiled program, ranked): {sweep_prog} --help\n"
+              f"Resume or extend a run: rljax resume RUN_DIR [--total-timesteps N]. Environments: rljax envs.")
+    parser = build_parser(config_cls, defaults,
+                          description or f"Trains {algo}: every field of {config_cls.__name__} is a flag.",
+                          prog=prog, epilog=epilog)
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}

@@ -141,8 +141,8 @@ def list_envs(suite: str | None = None) -> str:
         out.append("Optional suites (`rljax envs SUITE` lists a suite's envs with their spaces; docs/suites.md):")
         for prefix in sorted(env_registry.SUITES):
             installed = importlib.util.find_spec(_SUITE_PACKAGES[prefix]) is not None
-            out.append(f"  {prefix}/<id>: " + ("installed" if installed else
-                                              f"not installed; pip install -e \".[{prefix}]\" in the rljax checkout"))
+            state = "installed" if installed else f"not installed; pip install -e \".[{prefix}]\" in the rljax checkout"
+            out.append(f"  {prefix}/<id>: {state}")
     if failed:
         out.append("")
         out.append("Cannot be built here (not listed above):")

@@ -500,7 +500,7 @@ def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOpti
 
 def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, Callable[[Any], ChunkOutput]]:
     """Compiles the chunk for the run's state; returns ``(executable, unpack)``."""
-    program, plan, config = run.program, run.plan, run.config
+    program, plan = run.program, run.plan
     packed_chunk, unpack = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name))
     chunk_fn = program.map_chunk(packed_chunk)
     if not quiet:

@@ -182,7 +182,6 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
             f"further, extend it: rljax resume {run_dir} --total-timesteps N (N > {env_steps:,})")
 
 
-
 def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
     """Prints :func:`finished_run`'s message and returns True when ``run_dir`` has nothing left to
     train (the command then exits 0 without compiling); False otherwise."""

@@ -42,8 +42,8 @@ TINY = ["--total-timesteps", "256", "--num-envs", "4", "--num-steps", "32", "--n
         "1", "--hidden-sizes", "8", "--no-tensorboard"]
 
 
-def test_a_run_says_what_it_compiles_before_compiling_and_a_finished_run_resumes_to_a_message(tmp_path, capsys,
-                                                                                                 monkeypatch):
+def test_a_run_says_what_it_compiles_before_compiling_and_a_finished_run_resumes_to_a_message(
+        tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     assert cli.main(["train", "ppo", *TINY, "--run-dir", str(run)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -134,7 +134,8 @@ def test_sweeps_take_num_devices_and_rank_without_a_run_directory(capsys):
     assert "--num-devices NUM_DEVICES devices to split the population over" in out
     assert "--devices DEVICES deprecated: use --num-devices" in out
     # --run-dir none printed no ranking; --devices (the old name) still works, with a warning.
-    status = cli.main(["sweep", "ppo", *TINY, "--grid", "learning_rate=1e-3,3e-3", "--devices", "1", "--run-dir", "none",
+    status = cli.main(["sweep", "ppo", *TINY, "--grid", "learning_rate=1e-3,3e-3", "--devices", "1",
+                       "--run-dir", "none",
                        "--no-plots"])
     captured = capsys.readouterr()
     assert status == 0

@@ -40,7 +40,8 @@ TIMEOUT_S = 240  # one command: a start-up, a compile and a few chunks; hangs fa
 # The two set-up commands create a virtual environment and install into it (pip, from the network):
 # not run here. Their shape is checked instead (test_setup_commands_have_the_documented_shape), and
 # what they end with (the quick-start training run) runs like every other command.
-SETUP = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install -e (?P<spec>\S+) && (?P<then>\.venv/bin/python .*)$")
+SETUP = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install -e (?P<spec>\S+) "
+                   r"&& (?P<then>\.venv/bin/python .*)$")
 
 
 def _join_lines(lines: list[str]) -> list[str]:
@@ -115,7 +116,8 @@ def help_commands() -> list[str]:
     return list(dict.fromkeys(commands))
 
 
-_TRAINS = re.compile(r"(?:^|\s)(?:python3?|\.venv/bin/python) -m experiments\.(\w+)(.*)|(?:^|\s)rljax (train|sweep) (\w+)(.*)")
+_TRAINS = re.compile(r"(?:^|\s)(?:python3?|\.venv/bin/python) -m experiments\.(\w+)(.*)"
+                     r"|(?:^|\s)rljax (train|sweep) (\w+)(.*)")
 _RESUMES = re.compile(r"(?:^|\s)rljax resume (\S+)")
 
 
@@ -237,7 +239,8 @@ def test_the_extractor_finds_every_command():
     assert any("rljax resume RUN_DIR --total-timesteps 2e6" == c for c in fenced_commands(ROOT / "docs/runbook.md"))
     helps = help_commands()
     assert "python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3" in helps
-    assert "python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 --seeds 2" in helps
+    sample = "python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 --seeds 2"
+    assert sample in helps
     # Small step counts: whole updates (PPO CartPole: 4 envs x 128 steps), in the order of the sizes asked
     # for (an extension stays an extension), in every training part of a command.
     assert runnable("python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3") == (
@@ -246,7 +249,8 @@ def test_the_extractor_finds_every_command():
     assert runnable("rljax sweep sac --num-envs 8 --grid learning_rate=1e-4,3e-4") == (
         "rljax sweep sac --num-envs 8 --grid learning_rate=1e-4,3e-4 --total-timesteps 16")
     assert runnable("python -m experiments.ppo_cartpole --run-dir \"$D\" || [ $? -eq 75 ] && rljax resume \"$D\"") == (
-        "python -m experiments.ppo_cartpole --run-dir \"$D\" --total-timesteps 1024 || [ $? -eq 75 ] && rljax resume \"$D\"")
+        "python -m experiments.ppo_cartpole --run-dir \"$D\" --total-timesteps 1024 || [ $? -eq 75 ] "
+        "&& rljax resume \"$D\"")
 
 
 def test_setup_commands_have_the_documented_shape():
@@ -258,7 +262,8 @@ def test_setup_commands_have_the_documented_shape():
             assert spec == "." or re.fullmatch(r"\.\[[\w,]+\]", spec), spec
             assert set(re.findall(r"\w+", spec[2:-1]) if spec != "." else []) <= set(extras), spec
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2" in ci  # what the README says CI runs
+    # What the README says CI runs.
+    assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2" in ci
 
 
 GROUPS = 3  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
