@@ -47,7 +47,9 @@ from rljax.parallel import serial_map
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
                  anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
                  max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", total_timesteps=500_000)
-PEERS_DIR = pathlib.Path(os.environ.get("RLJAX_PEERS_DIR", pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"))
+# The peers' run scripts and venv set-up (setup.sh) install other projects, so they are not part of this
+# repository: RLJAX_PEERS_DIR names the folder holding them; without it the peer rows are skipped.
+PEERS_DIR = pathlib.Path(os.environ["RLJAX_PEERS_DIR"]) if os.environ.get("RLJAX_PEERS_DIR") else None
 REFERENCE = ("PureJaxRL, measured 2026-11-30 on a 2-core CPU VM (jax 0.10.2): 1 seed compile 6.4 s, 86k steps/s "
              "(114k best), return 500; 8 seeds vmapped 148k steps/s total; 64 envs 117k steps/s")
 
@@ -257,9 +259,9 @@ def overhead_pools() -> dict:
 
 
 def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
-    setup = PEERS_DIR / "setup.sh"
-    if not setup.exists():
-        print(f"rejax: {PEERS_DIR}/setup.sh not found (set RLJAX_PEERS_DIR); skipped")
+    setup = None if PEERS_DIR is None else PEERS_DIR / "setup.sh"
+    if setup is None or not setup.exists():
+        print(f"rejax: no setup.sh in RLJAX_PEERS_DIR ({PEERS_DIR}); skipped")
         return None
     python = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=True).stdout.split()[-1]
     keys = ["num_envs", "num_steps", "num_epochs", "num_minibatches", "learning_rate", "total_timesteps",

@@ -46,10 +46,9 @@ REFERENCE = ("PureJaxRL measured 2026-12-01 on a 2-core x86 CPU VM, jax 0.10.2, 
 def purejaxrl(total_timesteps: float) -> dict | None:
     """PureJaxRL's own make_train with the same configuration, in its own venv; None when not set up."""
     pj_dir, python = os.environ.get("RLJAX_PUREJAXRL_DIR"), os.environ.get("RLJAX_PEERS_PYTHON")
-    peers = pathlib.Path(os.environ.get("RLJAX_PEERS_DIR",
-                                        pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"))
-    script = peers / "purejaxrl_run.py"
-    if not (pj_dir and python and script.is_file()):
+    peers = os.environ.get("RLJAX_PEERS_DIR")  # outside this repository (see the module docstring)
+    script = pathlib.Path(peers or "RLJAX_PEERS_DIR-not-set") / "purejaxrl_run.py"
+    if not (pj_dir and python and peers and script.is_file()):
         print(f"PureJaxRL: not set up (RLJAX_PUREJAXRL_DIR, RLJAX_PEERS_PYTHON, {script}); {REFERENCE}", flush=True)
         return None
     t0 = time.perf_counter()

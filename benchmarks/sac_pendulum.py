@@ -28,7 +28,9 @@ import subprocess
 import sys
 import time
 
-PEERS_DIR = pathlib.Path(os.environ.get("RLJAX_PEERS_DIR", pathlib.Path(__file__).resolve().parents[2] / "shared" / "peers"))
+# The peers' run scripts and venv set-up (setup.sh) install other projects, so they are not part of this
+# repository: RLJAX_PEERS_DIR names the folder holding them; without it the peer rows are skipped.
+PEERS_DIR = pathlib.Path(os.environ["RLJAX_PEERS_DIR"]) if os.environ.get("RLJAX_PEERS_DIR") else None
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -144,9 +146,9 @@ REJAX_SETTINGS = dict(num_envs=1, batch_size=256, fill_buffer=1000, learning_rat
 
 def rejax() -> dict | None:
     """rejax's SAC (its own venv) with 1 env, UTD 1, 2x64 MLPs: one process, timed from outside."""
-    setup = PEERS_DIR / "setup.sh"
-    if not setup.exists():
-        print(f"rejax: {PEERS_DIR}/setup.sh not found (set RLJAX_PEERS_DIR); skipped")
+    setup = None if PEERS_DIR is None else PEERS_DIR / "setup.sh"
+    if setup is None or not setup.exists():
+        print(f"rejax: no setup.sh in RLJAX_PEERS_DIR ({PEERS_DIR}); skipped")
         return None
     python = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=True).stdout.split()[-1]
     t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python -m experiments.ppo_cartpole                         # 5e5 steps, solves CartPole (return 500)
     python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3
-    python -m experiments.ppo_cartpole --num-devices 2         # data-parallel over 2 (CPU) devices
+    python -m experiments.ppo_cartpole --num-devices 2         # data-parallel; on a CPU 2 fake devices (slower)
     python -m experiments.ppo_cartpole --env gymnax/Acrobot-v1 # any env with discrete actions
 """
 

@@ -2,7 +2,7 @@
 
     python -m experiments.pqn_cartpole                          # solves CartPole (return 500)
     python -m experiments.pqn_cartpole --seed 3 --run-dir runs/pqn3
-    python -m experiments.pqn_cartpole --num-devices 2          # data-parallel over 2 (CPU) devices
+    python -m experiments.pqn_cartpole --num-devices 2          # data-parallel; on a CPU 2 fake devices (slower)
     python -m experiments.pqn_cartpole --env gymnax/Acrobot-v1  # any env with discrete actions
 """
 

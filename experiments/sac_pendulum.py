@@ -4,7 +4,7 @@ automatic entropy tuning; returns pass -200 well within 2e4 env steps (run time:
     python -m experiments.sac_pendulum                          # 2e4 steps
     python -m experiments.sac_pendulum --gradient-steps 4       # update-to-data ratio 1
     python -m experiments.sac_pendulum --n-step 3 --num-steps 4 --prioritized
-    python -m experiments.sac_pendulum --num-devices 2          # data-parallel over 2 (CPU) devices
+    python -m experiments.sac_pendulum --num-devices 2          # data-parallel; on a CPU 2 fake devices (slower)
 """
 
 import sys

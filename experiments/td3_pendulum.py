@@ -4,7 +4,7 @@
     python -m experiments.td3_pendulum                          # 2e4 steps
     python -m experiments.td3_pendulum --gradient-steps 4       # update-to-data ratio 1
     python -m experiments.td3_pendulum --n-step 3 --num-steps 4 --prioritized
-    python -m experiments.td3_pendulum --num-devices 2          # data-parallel over 2 (CPU) devices
+    python -m experiments.td3_pendulum --num-devices 2          # data-parallel; on a CPU 2 fake devices (slower)
 """
 
 import sys

@@ -18,9 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rljax.distributed import launched_as_leader
 from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
 from rljax.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, enable_compilation_cache,
-                           request_cpu_devices, request_deterministic)
+                           report_finished, request_cpu_devices, request_deterministic, setting_up_line)
 
 __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_training", "enable_compilation_cache",
            "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
@@ -28,7 +29,7 @@ __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_t
 
 def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
                    argv: Sequence[str] | None = None, description: str | None = None,
-                   name: str | None = None, prog: str | None = None) -> int:
+                   name: str | None = None, prog: str | None = None, sweep_prog: str | None = None) -> int:
     """Parses flags, trains, and prints a summary. Returns a process exit status.
 
     Args:
@@ -38,15 +39,22 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         description: ``--help`` text.
         name: experiment name, used for the default run directory.
         prog: the command as usage and error lines show it (default ``python -m experiments.<name>``).
+        sweep_prog: the command that sweeps this experiment (default ``<prog> sweep``).
     """
     name = name or config_cls.__name__.lower()
     prog = prog or f"python -m experiments.{name}"
+    sweep_prog = sweep_prog or f"{prog} sweep"
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sweep"]:
         from rljax.sweep import sweep_main
 
-        return sweep_main(config_cls, defaults, argv[1:], name, prog=f"{prog} sweep")
-    parser = build_parser(config_cls, defaults, description, prog=prog)
+        return sweep_main(config_cls, defaults, argv[1:], name, prog=sweep_prog)
+    algo = config_cls.__name__.removesuffix("Config")
+    epilog = (f"Sweeps (seeds x hyperparameters x env params as one compiled program, ranked): {sweep_prog} --help\n"
+              f"Resume or extend a run: rljax resume RUN_DIR [--total-timesteps N]. Environments: rljax envs.")
+    parser = build_parser(config_cls, defaults,
+                          description or f"Trains {algo}: every field of {config_cls.__name__} is a flag.",
+                          prog=prog, epilog=epilog)
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}
@@ -69,6 +77,15 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     options = train_kwargs(args, saved_options, explicit)
+    if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
+        return 0
+    run_dir = args.run_dir
+    if run_dir is None:
+        run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
+    elif run_dir.lower() == "none":
+        run_dir = None
+    if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
+        print(setting_up_line(config, run_dir), flush=True)
     request_cpu_devices(config.num_devices)
     # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
     request_deterministic(options["deterministic"])
@@ -77,11 +94,6 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
 
     from rljax.loop import train
 
-    run_dir = args.run_dir
-    if run_dir is None:
-        run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
-    elif run_dir.lower() == "none":
-        run_dir = None
     result, status = call_training(
         lambda: train(config, run_dir=run_dir, **options), run_dir)
     if status is not None:
@@ -107,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``rljax`` console script: ``rljax envs`` | ``rljax train ALGO [flags]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     algos = _algorithms()
-    usage = ("usage: rljax envs\n"
+    usage = ("usage: rljax envs [SUITE]   (each env's spaces and the algorithms that fit it)\n"
              f"       rljax train {{{','.join(algos)}}} [--env NAME|module:Name] [--env-param k=v ...] "
              "[--flag value ...]   (--help for the flags)\n"
              f"       rljax sweep {{{','.join(algos)}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
@@ -124,10 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "envs":
-        from rljax import env_registry
+        from rljax.envs_cli import envs_main
 
-        print("\n".join(env_registry.registered() + env_registry.gymnax_registered()))
-        return 0
+        return envs_main(rest)
     if cmd == "eval":
         from rljax.eval_cli import eval_main
 
@@ -145,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: train needs an algorithm, one of {sorted(algos)}; got {rest[:1]}\n{usage}",
                   file=sys.stderr)
             return 2
-        return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0], prog=f"rljax train {rest[0]}")
+        return run_experiment(algos[rest[0]], None, rest[1:], name=rest[0], prog=f"rljax train {rest[0]}",
+                              sweep_prog=f"rljax sweep {rest[0]}")
     if cmd in _TOOLS:
         import importlib
 
@@ -171,9 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"python -m experiments.<name> --resume {run_dir}", file=sys.stderr)
             return 2
         name, cls = by_class[algorithm]
+        prog = f"rljax resume {run_dir}"
         if record.sweep:
-            return run_experiment(cls, None, ["sweep", *rest[1:], "--resume", run_dir], name=name)
-        return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name)
+            from rljax.sweep import sweep_main
+
+            return sweep_main(cls, None, [*rest[1:], "--resume", run_dir], name, prog=prog)
+        return run_experiment(cls, None, [*rest[1:], "--resume", run_dir], name=name, prog=prog,
+                              sweep_prog=f"rljax sweep {name}")
     print(f"error: unknown command {cmd!r}\n{usage}", file=sys.stderr)
     return 2
 

@@ -23,7 +23,8 @@ from typing import Any
 
 __all__ = ["field", "hyperparams_class", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED",
            "MAX_ENV_STEPS", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats",
-           "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict"]
+           "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict",
+           "TOTAL_TIMESTEPS_HELP"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
@@ -42,6 +43,13 @@ compared with those counters (``learning_starts``, ``target_update_interval``) s
 
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest float32: hyperparameters become float32 scalars, so larger values would be inf."""
+
+TOTAL_TIMESTEPS_HELP = (
+    "environment steps to train for, at most 2**30. The run does total_timesteps // (env steps per update) "
+    "updates (at least 1), rounded up to a whole number of equal chunks (rljax.loop.plan_updates), so it may run "
+    "up to one update per chunk more")
+"""The help line of ``total_timesteps``, shared by every config that redeclares the field: it says what
+:func:`rljax.loop.plan_updates` does with the number."""
 
 _WHY_STEPS = "(2**30: larger runs would overflow the train state's int32 step counters)"
 _WHY_SEED = "(jax.random.key keeps a seed's low 32 bits and sweep seeds are uint32)"
@@ -233,12 +241,15 @@ class RunConfig:
                                             "field's type, e.g. length=0.7); repeat for several",
                                         flag="--env-param")
     seed: int = field(0, "PRNG seed in [0, 2**32 - 1]; every key in the run is split from jax.random.key(seed)")
-    total_timesteps: int = field(500_000, "environment steps to train for, at most 2**30 (rounded to whole updates)")
+    total_timesteps: int = field(500_000, TOTAL_TIMESTEPS_HELP)
     num_envs: int = field(4, "parallel environments, over all devices")
-    num_devices: int = field(1, "devices for the data-parallel learner; the env batch is split over them")
+    num_devices: int = field(1, "devices for the data-parallel learner; the env batch is split over them. On a CPU "
+                                "these are N fake devices that share the same cores, so a CPU run does not get "
+                                "faster (it is usually slower); use it there to test a multi-device setup")
     backend: str = field("shard_map", "multi-device backend: 'shard_map' (jit + shard_map) or 'pmap'")
     updates_per_chunk: int = field(0, "updates compiled into one chunk between host-loop visits "
-                                      "(0: about 1/10 of the run, at most 200)")
+                                      "(0: automatic, at most 200 and about 1/10 of the run, preferring a size "
+                                      "that divides the run's updates)")
     on_nonfinite: str = field("stop", "when a loss or the train state becomes NaN/inf: 'stop' (exit, the last "
                                       "checkpoint intact) or 'rollback' (restore the last checkpoint with a "
                                       "lower learning rate)")

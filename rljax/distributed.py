@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PeerLostError", "initialize_from_env", "is_initialized", "process_index", "process_count",
+__all__ = ["PeerLostError", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
            "is_leader", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
            "process_record", "is_peer_failure", "DEFAULT_HEARTBEAT_TIMEOUT_S"]
 
@@ -145,6 +145,16 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any] 
     _STATE["info"] = {"process_index": jax.process_index(), "process_count": jax.process_count(),
                       "local_devices": jax.local_device_count(), "devices": jax.device_count()}
     return _STATE["info"]
+
+
+def launched_as_leader(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process will be process 0 of its job (or is alone), read from the environment
+    before JAX starts (for what a command prints before joining the job)."""
+    env = os.environ if env is None else env
+    for name in ("RLJAX_PROCESS_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+        if env.get(name, "0") not in ("", "0"):
+            return False
+    return True
 
 
 def is_initialized() -> bool:

@@ -7,7 +7,7 @@
   clipped to their bounds, the parameters embedded as constants, and a **symbolic** batch
   dimension ``b``: one artefact serves any batch size. Loading it needs only ``jax``.
 * ``policy.onnx`` -- the same function as an ONNX model (converted by ``jax2onnx``, run with
-  ``onnxruntime``), when those optional packages are installed (``pip install 'rljax[export]'``).
+  ``onnxruntime``), when those optional packages are installed (``pip install -e ".[export]"``).
 * ``policy.json`` -- what the artefact is: spaces, input/output signatures, algorithm, env, env
   params, config hash, checkpoint step, run directory, versions, each file's sha256, and the
   largest action difference measured against :meth:`rljax.Policy.act` when it was written.
@@ -130,7 +130,8 @@ def _onnx_available() -> str | None:
         try:
             __import__(name)
         except ImportError as err:
-            return f"{name} is not installed ({err}); pip install 'rljax[export]'"
+            return (f"{name} is not installed ({err}); pip install -e \".[export]\" in the rljax checkout (or "
+                    f"pip install 'rljax-chunked[export]')")
     return None
 
 

@@ -39,6 +39,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n(run with --help to list every flag)\n")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that keeps the description's and epilog's lines as written (their examples are one
+    command a line) and shows each flag's default."""
+
+
 def _field_type(cls: Any, f: dataclasses.Field) -> Any:
     hints = typing.get_type_hints(cls)
     return hints.get(f.name, type(f.default))
@@ -79,18 +84,19 @@ def _flag(name: str) -> str:
 
 
 def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, description: str | None = None,
-                 prog: str | None = None) -> argparse.ArgumentParser:
+                 prog: str | None = None, epilog: str | None = None) -> argparse.ArgumentParser:
     """An argument parser with one flag per field of ``config_cls`` plus run options.
 
     Args:
         config_cls: a config dataclass whose fields were declared with ``rljax.config.field``.
         defaults: experiment defaults that override the dataclass defaults.
-        description: text for ``--help``.
+        description: text for ``--help``, above the flags (its lines are kept as written).
         prog: program name for messages.
+        epilog: text for ``--help``, below the flags (its lines are kept as written).
     """
     defaults = defaults or {}
-    parser = _Parser(prog=prog, description=description,
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    parser = _Parser(prog=prog, description=description, epilog=epilog, formatter_class=_HelpFormatter,
+                     allow_abbrev=False)
     group = parser.add_argument_group("config (every field of " + config_cls.__name__ + ")")
     for f in dataclasses.fields(config_cls):
         default = defaults.get(f.name, f.default)

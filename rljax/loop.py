@@ -52,8 +52,8 @@ import numpy as np
 from rljax.agents.base import Agent, psum
 from rljax.rollout import EpisodeSummary
 
-__all__ = ["ChunkOutput", "Plan", "RunOptions", "Run", "OnChunk", "plan_updates", "pack_output", "make_chunk",
-           "chunk_row", "nonfinite_count", "TrainResult", "train"]
+__all__ = ["ChunkOutput", "Plan", "RunOptions", "Run", "OnChunk", "plan_updates", "resume_plan", "pack_output",
+           "make_chunk", "chunk_row", "nonfinite_count", "TrainResult", "train"]
 
 
 class ChunkOutput(NamedTuple):
@@ -102,9 +102,11 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     ``updates_per_chunk = 0`` the chunk size K aims at ~10 chunks of at most 200 updates: each
     chunk boundary costs the host a fixed time (reading scalars, logging; figures in
     docs/design.md), so chunks of well under a second would show in the run time, while
-    longer runs still log a row at least every 200 updates. When K does not divide n, a divisor
-    of n within a factor 2 of K is preferred; otherwise n is rounded up to a whole number of
-    chunks (fewer than one update per chunk extra), so every chunk runs the same compiled program.
+    longer runs still log a row at least every 200 updates. When K does not divide n, the
+    divisor of n nearest K between K/2 and min(2K, 200) is preferred (the automatic K stays at
+    most 200); otherwise n is rounded up to a whole number of chunks (fewer than one update per
+    chunk extra), so every chunk runs the same compiled program. An explicit ``updates_per_chunk``
+    is kept as given (capped at n), with n rounded up the same way.
     """
     if env_steps_per_update <= 0:
         raise ValueError(f"env_steps_per_update must be positive, got {env_steps_per_update}")
@@ -112,13 +114,27 @@ def plan_updates(total_timesteps: int, env_steps_per_update: int, updates_per_ch
     target = updates_per_chunk if updates_per_chunk > 0 else max(1, min(MAX_AUTO_CHUNK, math.ceil(n / AUTO_CHUNKS)))
     target = min(target, n)
     if n % target and updates_per_chunk == 0:
-        divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target) + 1) if n % d == 0]
+        divisors = [d for d in range(max(1, (target + 1) // 2), min(n, 2 * target, MAX_AUTO_CHUNK) + 1)
+                    if n % d == 0]
         if divisors:
             target = min(divisors, key=lambda d: (abs(d - target), -d))
     num_chunks = math.ceil(n / target)
     k = math.ceil(n / num_chunks)
     return Plan(num_updates=num_chunks * k, updates_per_chunk=k, num_chunks=num_chunks,
                 env_steps_per_update=env_steps_per_update)
+
+
+def resume_plan(total_timesteps: int, env_steps_per_update: int, saved_updates_per_chunk: int) -> Plan:
+    """The plan of a resumed run: ``total_timesteps`` (maybe extended) cut into chunks of the saved
+    size, which is part of the compiled program (so the continuation runs the same program,
+    bit-exact), even when the new total is below one saved chunk."""
+    k = saved_updates_per_chunk
+    plan = plan_updates(total_timesteps, env_steps_per_update, k)
+    if plan.updates_per_chunk != k:  # the new total is below one saved chunk
+        num_chunks = math.ceil(plan.num_updates / k)
+        plan = Plan(num_updates=k * num_chunks, updates_per_chunk=k, num_chunks=num_chunks,
+                    env_steps_per_update=env_steps_per_update)
+    return plan
 
 
 def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]
@@ -517,12 +533,7 @@ def _start(run: Run, restore: bool) -> dict[str, Any] | None:
     if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
         check_resume_config(meta["config"], config)
     run.rollbacks = int(meta.get("rollbacks", 0))
-    k_saved = int(meta["plan"]["updates_per_chunk"])
-    plan = plan_updates(config.total_timesteps, steps_per_update, k_saved)
-    if plan.updates_per_chunk != k_saved:  # the new total is below one saved chunk
-        num_chunks = math.ceil(plan.num_updates / k_saved)
-        plan = Plan(num_updates=k_saved * num_chunks, updates_per_chunk=k_saved, num_chunks=num_chunks,
-                    env_steps_per_update=steps_per_update)
+    plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))
     if plan.num_updates != int(meta["plan"]["num_updates"]):
         state = state.replace(num_updates=jax.device_put(
             jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
@@ -560,14 +571,17 @@ def _hooks(run: Run, run_dir: Any, resume: bool, on_chunk: Any, options: RunOpti
 
 def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, Callable[[Any], ChunkOutput]]:
     """Compiles the chunk for the run's state; returns ``(executable, unpack)``."""
-    program, plan, config = run.program, run.plan, run.config
+    program, plan = run.program, run.plan
     packed_chunk, unpack = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name))
     chunk_fn = program.map_chunk(packed_chunk)
     if not quiet:
-        print(f"rljax: {'resuming' if resuming else 'training'} {type(config).__name__.removesuffix('Config')} on "
-              f"{config.env}" + (f" ({program.size} members)" if program.isolated else "")
-              + (f", run directory {run_dir}" if run_dir is not None else "")
-              + f"; compiling {plan.updates_per_chunk} updates per chunk ...", flush=True)
+        print(_header(run, resuming, run_dir), flush=True)
+        num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
+        if num_devices > 1 and platform == "cpu":
+            # A 2-device PPO CartPole run on a 2-core VM was 3x slower than 1 device (issue 16), with no hint why.
+            print(f"note: the {num_devices} CPU devices are fake devices sharing this machine's cores: expect the "
+                  f"run to be slower than on 1 device (several CPU devices test a multi-device setup, they do not "
+                  f"speed it up)", flush=True)
     t0 = time.perf_counter()
     compiled = chunk_fn.lower(run.state).compile()
     run.timings.update({
@@ -576,6 +590,20 @@ def _compile(run: Run, resuming: bool, quiet: bool, run_dir: Any) -> tuple[Any, 
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
+
+
+def _header(run: Run, resuming: bool, run_dir: Any) -> str:
+    """The line printed before compiling: what trains where, on which devices, and the plan."""
+    program, plan, config = run.program, run.plan, run.config
+    num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
+    done = f", from chunk {run.start_chunk + 1}" if resuming else ""
+    return (f"rljax: {'resuming' if resuming else 'training'} {type(config).__name__.removesuffix('Config')} on "
+            f"{config.env}" + (f" ({program.size} members)" if program.isolated else "")
+            + f", {num_devices} {platform} device{'s' if num_devices > 1 else ''}, "
+            + (f"run directory {run_dir}" if run_dir is not None else "no run directory (in memory)")
+            + f"; plan: {plan.num_chunks} chunks x {plan.updates_per_chunk} updates x {plan.env_steps_per_update} "
+            f"env steps = {plan.total_env_steps:,} env steps" + (" per member" if program.isolated else "")
+            + f"{done}; compiling ...")
 
 
 def _close(hooks: list[Any], run: Run) -> None:

@@ -144,7 +144,7 @@ class Program:
         else:
             if config.num_devices != 1:
                 raise ValueError(f"sweep members are single-device runs: num_devices={config.num_devices}; split "
-                                 f"the population over devices instead (the sweep's --devices)")
+                                 f"the population over devices instead (the sweep's --num-devices)")
             self.parallel = DataParallel(population.num_devices, "shard_map")
             self.agent = build_agent(config, env, env_params, None)
             self.names, self.configs, self.seeds = population.names, population.configs, population.seeds

@@ -40,8 +40,8 @@ import numpy as np
 from rljax.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "plot_configs", "rank_configs", "score_description", "ranking", "mean_curve",
-           "sweep_main", "MAX_PLOTS"]
+           "run_sweep", "summarize", "plot_configs", "ranking_table", "rank_configs", "score_description", "ranking",
+           "mean_curve", "sweep_main", "MAX_PLOTS"]
 
 ENV_PREFIX = "env."
 
@@ -350,6 +350,17 @@ def _table(agg: list[dict[str, Any]], description: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ranking_table(members: Sequence[Member], member_rows: Sequence[list[dict]]) -> tuple[list[dict[str, Any]], str]:
+    """``(ranked configs, table text)`` of :func:`summarize`, computed from ``member_rows`` alone
+    (nothing written): what a sweep without a run directory prints."""
+    from rljax.pbt import EVAL_SCORE
+
+    evaluated = any(rows and EVAL_SCORE in rows[-1] for rows in member_rows)
+    per_member = [_member_summary(m, rows, evaluated) for m, rows in zip(members, member_rows)]
+    agg = rank_configs(per_member, members)
+    return agg, _table(agg, score_description(per_member))
+
+
 def summarize(run_dir: str | os.PathLike, members: Sequence[Member], member_rows: Sequence[list[dict]],
               plots: bool = True, stream: Any = None) -> list[dict[str, Any]]:
     """Writes ``summary.csv``, ``summary.md`` and ``plots/``; prints the ranked table.
@@ -542,7 +553,8 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
             ``config.json`` as :func:`rljax.loop.train` records it.
         env_params: base env params (default ``env.default_params``), with ``config.env_params``
             applied; members' ``env.<param>`` values are applied over them.
-        run_dir: the sweep directory (None: in memory, no files).
+        run_dir: the sweep directory (None: in memory, no files; the ranking is still returned and,
+            unless ``quiet``, printed).
         devices: devices to split the population over (the member count must be a multiple); None:
             as many of this process's devices as divide the member count
             (:func:`rljax.population.auto_devices`).
@@ -643,6 +655,10 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                             f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
                             "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
                             "resulting values, is in `pbt.jsonl`).\n")
+        else:  # no files to write, but the ranking is still the point of a sweep
+            agg, table = ranking_table(members, result.member_rows)
+            if not quiet:
+                print(table, flush=True)
         t = result.timings
         ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"]) * len(members)
         result.timings["population_sps"] = ran / max(t["compute_s"], 1e-9)
@@ -654,13 +670,26 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     return result, members, agg
 
 
-def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
-               prog: str | None = None) -> int:
-    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
-    from rljax.flags import build_parser, config_from_args, explicit_flags, train_kwargs
-    from rljax.process import call_training, enable_compilation_cache, request_cpu_devices, request_deterministic
+def _population_devices(parser: Any, args: Any, explicit: set[str]) -> None:
+    """Moves ``--num-devices`` (or its deprecated alias ``--devices``, with a warning) to
+    ``args.devices``, the devices the population is split over (0 when neither is given: as many as
+    divide the member count); each member's config keeps ``num_devices=1`` (members are
+    single-device runs)."""
+    given = "num_devices" in explicit
+    if args.devices is not None:
+        print("warning: --devices is deprecated; use --num-devices (the same flag as a run's)", file=sys.stderr)
+        if given and args.num_devices != args.devices:
+            parser.error(f"--devices {args.devices} and --num-devices {args.num_devices} disagree; give --num-devices")
+        args.num_devices, given = args.devices, True
+    args.devices, args.num_devices = (args.num_devices if given else 0), 1
+    explicit.discard("num_devices")
 
-    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog or f"python -m experiments.{name} sweep")
+
+def _sweep_parser(config_cls: Any, defaults: dict[str, Any] | None, prog: str) -> Any:
+    """The run's flags (:func:`rljax.flags.build_parser`) plus the sweep's."""
+    from rljax.flags import build_parser
+
+    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog)
     group = parser.add_argument_group("sweep")
     group.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="values of a sweepable field (or env.<param>); repeat for a grid")
@@ -669,10 +698,9 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     group.add_argument("--num-samples", type=int, default=0, help="random configurations to draw")
     group.add_argument("--sample-seed", type=int, default=0, help="seed of the random draw")
     group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
-    group.add_argument("--devices", type=int, default=0,
-                       help="devices to split the population over; 0: as many as divide the member count, on a "
-                            "CPU one fake device per core (members never communicate: a split population uses "
-                            "every core)")
+    # One name for devices everywhere: --num-devices (the config field's flag) splits the population over
+    # devices; members themselves are single-device runs. --devices, the old name, still works and warns.
+    group.add_argument("--devices", type=int, default=None, help="deprecated: use --num-devices")
     group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
     group.add_argument("--pbt-interval", type=int, default=0, metavar="CHUNKS",
                        help="population-based training: exploit/explore every this many chunks (with --pbt)")
@@ -680,10 +708,28 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                        help="a hyperparameter PBT perturbs, and its allowed range; repeat for several")
     group.add_argument("--pbt-fraction", type=float, default=0.25,
                        help="share of members replaced (bottom) by copies of the best (top) each PBT step")
+    for action in parser._actions:
+        if action.dest == "num_devices":
+            action.help = ("devices to split the population over (members are single-device runs; the member count "
+                           "must be a multiple); default: as many as divide the member count, on a CPU one fake "
+                           "device per core (members never communicate, so a split population uses every core)")
+    return parser
+
+
+def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
+               prog: str | None = None) -> int:
+    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
+    from rljax.flags import config_from_args, explicit_flags, train_kwargs
+    from rljax.distributed import launched_as_leader
+    from rljax.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
+                               request_deterministic, setting_up_line)
+
+    parser = _sweep_parser(config_cls, defaults, prog or f"python -m experiments.{name} sweep")
     args = parser.parse_args(argv)
     base = None
     saved_options: dict[str, Any] = {}
     explicit = explicit_flags(parser, argv)
+    _population_devices(parser, args, explicit)
     if args.resume:
         from rljax.rundir import RunDirError, read_json, run_record
 
@@ -705,7 +751,7 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
             if args.seeds < 1:
                 raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
             if args.devices < 0:
-                raise ValueError(f"--devices must be >= 1 (or 0: automatic), got {args.devices}")
+                raise ValueError(f"--num-devices must be >= 1 (or 0: automatic), got {args.devices}")
             pbt = None
             if args.pbt_interval or args.pbt:
                 from rljax.pbt import PBTSpec, parse_pbt
@@ -718,6 +764,12 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
                 raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
     except ValueError as err:
         parser.error(str(err))
+    if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
+        return 0
+    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = None if str(run_dir).lower() == "none" else run_dir
+    if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
+        print(setting_up_line(config, run_dir, sweep=True), flush=True)
     options = train_kwargs(args, saved_options, explicit)
     if args.devices:
         request_cpu_devices(args.devices)
@@ -729,9 +781,6 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
-    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    if str(run_dir).lower() == "none":
-        run_dir = None
     _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices or None,
                                                 plots=not args.no_plots, **options), run_dir)
     return status or 0

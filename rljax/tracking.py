@@ -16,6 +16,7 @@ calls :meth:`Tracker.log` once per chunk with already-reduced scalars.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 __all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
-           "read_metrics", "format_progress"]
+           "read_metrics", "format_progress", "format_population_progress", "command_line"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")
@@ -74,13 +75,34 @@ def _git_state() -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str | None]:
+    """Installed versions of :data:`PACKAGES` (None: not installed). ``rljax`` is the import name:
+    its version is that of whichever distribution installed the package (``rljax-chunked``; the
+    name ``rljax`` on PyPI belongs to an unrelated project, so it is not looked up by that name)."""
     out: dict[str, str | None] = {}
     for name in PACKAGES:
+        dist = _own_distribution() if name == "rljax" else name
         try:
-            out[name] = importlib.metadata.version(name)
+            out[name] = importlib.metadata.version(dist) if dist else None
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+@functools.cache
+def _own_distribution() -> str | None:
+    """The distribution that installed the ``rljax`` package, or None (a bare source tree). Cached:
+    mapping packages to distributions reads every installed one (a quarter second), and a sweep
+    writes one manifest per member."""
+    return next(iter(importlib.metadata.packages_distributions().get("rljax", [])), None)
+
+
+def command_line() -> list[str]:
+    """The command that started this process, whole: the Python executable, then what it ran (``-m
+    module`` or a script, a console script's path) and every argument, so ``python -m
+    experiments.ppo_cartpole`` is recorded as that and not as the module's file path alone
+    (``sys.argv`` loses the interpreter and the ``-m``)."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    return [sys.executable or argv[0], *argv[1:]]
 
 
 def provenance() -> dict[str, Any]:
@@ -96,7 +118,7 @@ def provenance() -> dict[str, Any]:
         "platform": platform.platform(),
         "devices": [str(d) for d in jax.devices()],
         "backend": jax.default_backend(),
-        "argv": list(sys.argv),
+        "argv": command_line(),
     }
 
 
@@ -144,6 +166,25 @@ def format_progress(row: Mapping[str, Any], total_env_steps: int) -> str:
     eval_s = "" if evaluated is None else f"  eval {evaluated:8.2f}"
     return (f"[{pct:5.1f}%] steps {steps:>10,d}/{total_env_steps:,d}  sps {sps:>9,.0f}  "
             f"eta {_fmt_s(eta)}  return {ret_s}{eval_s}")
+
+
+def format_population_progress(rows: list[Mapping[str, Any]], total_env_steps: int) -> str:
+    """A sweep's progress line: :func:`format_progress` of the whole population, whose return (and
+    evaluation) is the mean over the members that finished an episode in the chunk (were
+    evaluated), followed by the best member's; steps are per member, steps/s the population's."""
+    def finite(key: str) -> list[float]:
+        values = [r.get(key) for r in rows]
+        return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+    returns, evals = finite("episode_return_mean"), finite("eval/return_mean")
+    row = {"env_steps": rows[0]["env_steps"], "sps": float(rows[0].get("sps") or 0.0) * len(rows),
+           "episode_return_mean": sum(returns) / len(returns) if returns else None,
+           **({"eval/return_mean": sum(evals) / len(evals)} if evals else {})}
+    best = f"  best {max(returns):8.2f}" if returns else ""
+    best_eval = f"  best eval {max(evals):8.2f}" if evals else ""
+    return (format_progress(row, total_env_steps) + best + best_eval
+            + f"  ({len(rows)} members: return = mean over members, best = best member; steps per member, "
+              f"sps in all)")
 
 
 def _fmt_s(seconds: float) -> str:
@@ -214,7 +255,7 @@ class Tracker:
                 record = manifest(config, seed, manifest_extra, process)
             git = _git_state() if process is None else {k: process[k] for k in ("git_commit", "git_dirty")}
             record.setdefault("resumes", []).append({
-                "from_env_steps": resume_env_steps, "argv": list(sys.argv), "unix_time": time.time(),
+                "from_env_steps": resume_env_steps, "argv": command_line(), "unix_time": time.time(),
                 "config_hash": config_hash(config), **git,
                 **({"determinism": manifest_extra["determinism"]} if manifest_extra and "determinism" in manifest_extra
                    else {})})
@@ -412,12 +453,10 @@ class Tracking:
         for tracker, row in zip(self.trackers, rows):
             tracker.log(row)
         if self.print_progress:
-            row = rows[0]
             if self.program.isolated:
-                row = {**row, "sps": row["sps"] * self.program.size}
-            print(format_progress(row, self.total_env_steps)
-                  + (f"  ({self.program.size} members; steps per member, sps in all)"
-                     if self.program.isolated else ""), flush=True)
+                print(format_population_progress(rows, self.total_env_steps), flush=True)
+            else:
+                print(format_progress(rows[0], self.total_env_steps), flush=True)
 
     def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
         """Every member's :meth:`Tracker.rewind`."""

@@ -105,9 +105,9 @@ def test_grid_suites_are_registered():
 @pytest.mark.parametrize("prefix,module,extra", [("navix", "navix", "navix"), ("xminigrid", "xminigrid", "xminigrid")])
 def test_missing_package_names_the_extra(monkeypatch, prefix, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
-    with pytest.raises(ImportError, match=rf"pip install 'rljax\[{extra}\]'"):
+    with pytest.raises(ImportError, match=rf"pip install -e \"\.\[{extra}\]\".*'rljax-chunked\[{extra}\]'"):
         rljax.make(f"{prefix}/Anything")
-    with pytest.raises(ImportError, match=rf"rljax\[{extra}\]"):
+    with pytest.raises(ImportError, match=rf"rljax-chunked\[{extra}\]"):
         env_registry.suite_registered(prefix)
 
 

@@ -32,7 +32,8 @@ from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, observation_layout, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
-from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class, require
+from rljax.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_sizes,
+                          field, hyperparams_class, require)
 from rljax.distributions import TanhGaussian
 from rljax.env import describe_space
 from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
@@ -52,7 +53,7 @@ class SACConfig(OffPolicyConfig):
     """
 
     env: str = field("Pendulum-v1", "environment name (needs a bounded Box action space)")
-    total_timesteps: int = field(20_000, "environment steps to train for (rounded to whole updates)")
+    total_timesteps: int = field(20_000, TOTAL_TIMESTEPS_HELP)
     num_envs: int = field(4, "parallel environments, over all devices")
     # ----- structural -----
     gradient_steps: int = field(2, "gradient steps per update (update-to-data ratio = this / (num_envs*num_steps))")

@@ -41,7 +41,8 @@ from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer,
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.agents.sac import SACCritic, init_actor_and_twin_critics
-from rljax.config import check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
+from rljax.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_ints,
+                          check_sizes, field, hyperparams_class)
 from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
@@ -59,7 +60,7 @@ class TD3Config(OffPolicyConfig):
     """
 
     env: str = field("Pendulum-v1", "environment name (needs a bounded Box action space)")
-    total_timesteps: int = field(20_000, "environment steps to train for (rounded to whole updates)")
+    total_timesteps: int = field(20_000, TOTAL_TIMESTEPS_HELP)
     # ----- structural -----
     gradient_steps: int = field(2, "critic gradient steps per update (update-to-data ratio = this / "
                                    "(num_envs*num_steps))")

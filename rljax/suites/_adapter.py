@@ -77,7 +77,8 @@ def require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as err:
         raise SuiteNotInstalledError(f"the {extra!r} env suite needs the package {module!r}, which is not installed: "
-                          f"pip install 'rljax[{extra}]' (or pip install -e \".[{extra}]\" in a checkout)"
+                          f"pip install -e \".[{extra}]\" in the rljax checkout (or pip install 'rljax-chunked[{extra}]', "
+                          f"the published distribution's name)"
                           ) from err
 
 

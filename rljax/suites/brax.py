@@ -1,6 +1,6 @@
 """Brax continuous control (Freeman et al. 2021) as rljax environments: ``brax/<id>``.
 
-Needs the ``brax`` extra (``pip install 'rljax[brax]'``). Ids are Brax's own environment names
+Needs the ``brax`` extra (``pip install -e ".[brax]"``). Ids are Brax's own environment names
 (``brax.envs.get_environment``): ant, halfcheetah, hopper, humanoid, inverted_pendulum, ... .
 Observations are Brax's float32 vectors; actions a ``Box`` of the actuators' control ranges (Brax
 clips actions to them: ``[-1, 1]`` for most, ``[-3, 3]`` for inverted_pendulum).

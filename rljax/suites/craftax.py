@@ -1,6 +1,6 @@
 """Craftax (Matthews et al. 2024) as rljax environments: ``craftax/<id>``.
 
-Needs the ``craftax`` extra (``pip install 'rljax[craftax]'``). Ids: Craftax-Classic (the JAX
+Needs the ``craftax`` extra (``pip install -e ".[craftax]"``). Ids: Craftax-Classic (the JAX
 rewrite of Crafter) and Craftax, each with symbolic (a flat float32 vector) or pixel
 (``(H, W, 3)`` float32) observations; 17 (Classic) or 43 discrete actions.
 

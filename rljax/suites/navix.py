@@ -1,6 +1,6 @@
 """Navix (Pignatelli et al. 2024), MiniGrid in JAX, as rljax environments: ``navix/<id>``.
 
-Needs the ``navix`` extra (``pip install 'rljax[navix]'``). Ids are Navix's own registry names
+Needs the ``navix`` extra (``pip install -e ".[navix]"``). Ids are Navix's own registry names
 (``Navix-Empty-5x5-v0``, ``Navix-DoorKey-5x5-v0``, ``Navix-FourRooms-v0``, ...; :func:`ids` lists
 the installed version's). Observations are Navix's symbolic grid by default: the whole map as
 ``(H, W, 3)`` uint8, each cell ``(object tag, colour, state)`` as in MiniGrid; 7 discrete actions

@@ -1,6 +1,6 @@
 """XLand-MiniGrid (Nikulin et al. 2024) as rljax environments: ``xminigrid/<id>``.
 
-Needs the ``xminigrid`` extra (``pip install 'rljax[xminigrid]'``). Ids are XLand-MiniGrid's own
+Needs the ``xminigrid`` extra (``pip install -e ".[xminigrid]"``). Ids are XLand-MiniGrid's own
 registry names: its MiniGrid ports (``MiniGrid-Empty-5x5``, ``MiniGrid-DoorKey-5x5``,
 ``MiniGrid-FourRooms``, ...) and its XLand meta-RL grids (``XLand-MiniGrid-R1-9x9``, ...);
 :func:`ids` lists the installed version's. Observations are the agent's egocentric view,
