@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.updates * num_envs * num_steps
     ppo = ["-m", "experiments.ppo_cartpole", "--num-devices", "4", "--num-envs", str(num_envs),
            "--total-timesteps", str(steps), "--updates-per-chunk", "4", "--no-tensorboard", "--no-checkpoints"]
-    sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "8", "--devices", "4", "--total-timesteps",
+    sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "8", "--num-devices", "4", "--total-timesteps",
              str(args.updates * 512), "--updates-per-chunk", "4", "--no-plots", "--no-tensorboard",
              "--no-checkpoints"]
     with tempfile.TemporaryDirectory() as tmp:

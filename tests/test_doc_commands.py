@@ -31,7 +31,7 @@ import tomllib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/runbook.md")
+DOCS = ("README.md", "docs/runbook.md", "docs/scale-out.md")
 PLACEHOLDERS = {"RUN_DIR": "runs/cp3", "SWEEP_DIR": "runs/sweep1"}
 """Names the docs use for a directory an earlier command made (README and runbook both train runs/cp3)."""
 

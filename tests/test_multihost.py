@@ -156,7 +156,7 @@ def test_sigterm_to_one_process_stops_both_and_resume_is_bit_exact(two_by_two, t
 
 @pytest.mark.timeout(600)
 def test_a_sweep_over_two_processes_equals_the_same_sweep_in_one(tmp_path):
-    sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--devices", "4", "--total-timesteps",
+    sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--num-devices", "4", "--total-timesteps",
              "2048", "--updates-per-chunk", "2", "--no-plots", "--no-tensorboard"]
     multi, single = tmp_path / "multi", tmp_path / "single"
     done = _launch([*sweep, "--run-dir", str(multi)])
