@@ -212,7 +212,7 @@ def run_purejaxrl(a: argparse.Namespace, z: dict, seeds: int, cfg: dict) -> dict
     sets = [f"{k}={v}" for k, v in cfg.items()]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [a.peers_pythonpath, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([a.peers_python, a.peer_script, "--dir", a.purejaxrl, "--seeds", str(seeds),
-                           "--repeats", "2", "--set", *sets], env=env, capture_output=True, text=True,
+                           "--repeats", str(a.peer_repeats), "--set", *sets], env=env, capture_output=True, text=True,
                           timeout=a.timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
@@ -262,6 +262,9 @@ def main(argv=None) -> int:
                     help="the peers' purejaxrl_run.py")
     ap.add_argument("--peers-python", default=sys.executable, help="python for PureJaxRL")
     ap.add_argument("--peers-pythonpath", default=None, help="site folder with gymnax 0.0.9 and distrax")
+    ap.add_argument("--peer-repeats", type=int, default=1,
+                    help="PureJaxRL's timed runs per row after its compile (best one counts); 1 keeps the script "
+                         "under 5 minutes on an H200")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per row")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     ap.add_argument("--section", default=None, help=argparse.SUPPRESS)

@@ -16,6 +16,11 @@ interleaved (rljax, PureJaxRL, rljax, ...), so both see the same machine load.
 Printed per round: env steps/s of the whole population (compiled compute only, compile excluded, as
 PureJaxRL's script measures), compile seconds, and the ratio rljax / PureJaxRL. ``--devices 1,2``
 also runs the population split over 2 fake CPU devices (one process per device count).
+
+``--profile`` instead times, in one process and interleaved, one chunk of the population's program
+(what a sweep compiles: the vmapped chunk with its metrics vector, non-finite check and episode
+sums) against the same vmapped scan of updates without those, and against a single seed's chunk run
+once per member: what the population path adds per member inside the chunk.
 """
 
 from __future__ import annotations
@@ -59,6 +64,58 @@ def child(seeds: int, devices: int, steps: int, plots: bool) -> dict:
                 num_chunks=t["num_chunks"], final_return=round(statistics.mean(r for r in returns if r is not None), 1))
 
 
+def profile_chunk(seeds: int, steps: int, repeats: int = 3) -> None:
+    """Seconds of one chunk: the sweep's program, a bare vmapped scan, and one seed's chunk x ``seeds``."""
+    import jax
+    import jax.numpy as jnp
+
+    import envs
+    from rljax.agents import build_agent
+    from rljax.agents.ppo import PPOConfig
+    from rljax.loop import make_chunk, pack_output, plan_updates
+    from rljax.parallel import run_once
+    from rljax.population import population_init
+    from rljax.sweep import SweepSpec, build_members, make_population
+
+    cfg = PPOConfig(**{**PUREJAXRL, "total_timesteps": steps})
+    env, params = envs.make(cfg.env)
+    agent = build_agent(cfg, env, params, None)
+    plan = plan_updates(cfg.total_timesteps, agent.env_steps_per_update, 0)
+    pop = make_population(cfg, params, build_members(cfg, params, SweepSpec(seeds=tuple(range(seeds)))))
+    keys = jax.vmap(jax.random.key)(jnp.arange(seeds, dtype=jnp.uint32))
+    init = population_init(agent, plan.num_updates)
+
+    def fresh():
+        return jax.block_until_ready(run_once(init, keys, pop.hyperparams, pop.env_params))
+
+    packed, _ = pack_output(make_chunk(agent.update, plan.updates_per_chunk, None))
+
+    def bare_chunk(state):
+        state, outs = jax.lax.scan(lambda s, _: agent.update(s), state, None, length=plan.updates_per_chunk)
+        return state, outs.metrics
+
+    programs = {
+        "sweep program (vmapped chunk + metrics vector + checks)": jax.jit(jax.vmap(packed), donate_argnums=0)
+        .lower(fresh()).compile(),
+        "bare vmapped scan of updates": jax.jit(jax.vmap(bare_chunk), donate_argnums=0).lower(fresh()).compile()}
+    one = jax.jit(packed, donate_argnums=0).lower(jax.tree.map(lambda x: x[0], fresh())).compile()
+    times: dict[str, list[float]] = {k: [] for k in [*programs, f"one seed's chunk x {seeds}"]}
+    for _ in range(repeats):
+        for name, fn in programs.items():
+            state = fresh()
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(state))
+            times[name].append(time.perf_counter() - t0)
+        state = fresh()
+        t0 = time.perf_counter()
+        for i in range(seeds):
+            jax.block_until_ready(one(jax.tree.map(lambda x, i=i: x[i], state)))
+        times[f"one seed's chunk x {seeds}"].append(time.perf_counter() - t0)
+    print(f"# one chunk of {plan.updates_per_chunk} updates, {seeds} members, {repeats} interleaved repeats (s)")
+    for name, ts in times.items():
+        print(f"{name}: " + ", ".join(f"{t:.2f}" for t in ts), flush=True)
+
+
 def run_rljax(seeds: int, devices: int, steps: int, plots: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.population_vs_purejaxrl", "--child", "--seeds", str(seeds),
@@ -91,8 +148,12 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=PUREJAXRL["total_timesteps"], help="env steps per seed")
     ap.add_argument("--devices", default="1", help="comma-separated device counts for rljax's population")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="time the population's chunk against its parts")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.profile:
+        profile_chunk(a.seeds, a.steps)
+        return
     if a.child:
         print("RESULT " + json.dumps(child(a.seeds, int(a.devices), a.steps, not a.no_plots)), flush=True)
         return

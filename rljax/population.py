@@ -67,9 +67,10 @@ class Population:
                    configs=tuple(configs), num_devices=num_devices)
 
 
-# One compiled stack per leaf signature: stacking P scalars one jnp.asarray at a time cost ~0.2 ms
-# per member and leaf (1.8 s for 512 members of PPO on CartPole). Python numbers enter a jit weakly
-# typed, so the stacked leaves keep exactly the dtype and weak type they had as jnp.asarray(x).
+# One compiled stack per leaf signature: stacking P scalars one jnp.asarray at a time costs a
+# dispatch per member and leaf, seconds for hundreds of members (docs/design.md). Python numbers
+# enter a jit weakly typed, so the stacked leaves keep exactly the dtype and weak type they had as
+# jnp.asarray(x).
 _stack = jax.jit(lambda xs: jnp.stack([jnp.asarray(x) for x in xs]))
 
 
@@ -78,9 +79,9 @@ def auto_devices(size: int, available: int) -> int:
     the ``available`` devices that divide it evenly (members are never split unevenly).
 
     On a CPU the command line makes one fake device per core (``rljax.sweep.sweep_main``): XLA
-    runs one program on about one core at these batch sizes, while a population split over two
-    devices runs its halves on two (8 PPO CartPole seeds on the 2-core VM: 1.7x the env steps/s
-    of one device; docs/design.md). Members never communicate, so the split adds no collective.
+    runs one program on about one core at these batch sizes, while a population split over N
+    devices runs its parts on N cores (figures: docs/design.md). Members never communicate, so
+    the split adds no collective.
     """
     if size < 1 or available < 1:
         raise ValueError(f"need a population and a device: size={size}, available={available}")

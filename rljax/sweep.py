@@ -475,9 +475,9 @@ def plot_configs(run_dir: str | os.PathLike, configs: Sequence[str] | None = Non
     return _plot(run_dir, members, rows, {label: by_label[label] for label in wanted})
 
 
-# A sweep draws the learning curves of at most this many configs (its best) when it finishes: a
-# PNG costs ~0.1 s, so a 512-config sweep spent a minute on plots nobody opens. The others are
-# drawn on demand (plot_configs).
+# A sweep draws the learning curves of at most this many configs (its best) when it finishes: each
+# PNG costs a noticeable fraction of a second, so a sweep of hundreds of configs spent a minute on
+# plots nobody opens (docs/design.md). The others are drawn on demand (plot_configs).
 MAX_PLOTS = 32
 
 # Up to this many seeds of a config get a legend entry and a colour of their own; more share one

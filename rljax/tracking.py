@@ -477,36 +477,56 @@ class EventFile:
     """One tensorboard event file (``DIR/events.out.tfevents.<time>.<host>``), written in the
     calling thread.
 
-    tensorboardX's ``SummaryWriter`` starts a writer thread per directory and creates its file on
-    first use; a sweep of 512 members paid ~6 s of host time for 512 threads, their files and their
-    closing (measured: docs/design.md). Rows come once per chunk, so writing them directly costs
-    less than handing them to a thread. The file is the same: a ``brain.Event:2`` header, then one
-    event per row; ``purge_step`` (on a resume or rollback) adds the session-start event at that
-    step, which makes TensorBoard drop the events of an earlier file from that step on, as
-    ``SummaryWriter(purge_step=...)`` does.
+    tensorboardX's ``SummaryWriter`` starts a writer thread per directory and ``fsync``s its file at
+    every flush; a sweep of hundreds of members paid seconds of host time for the threads, their
+    files, their closing and the ``fsync``s (measured: docs/design.md). Rows come once per chunk,
+    so writing them directly costs less than handing them to a thread. The file is the same: TFRecord framing (length, masked
+    CRC-32C, payload, masked CRC-32C), a ``brain.Event:2`` header, then one event per row;
+    ``purge_step`` (on a resume or rollback) adds the session-start event at that step, which makes
+    TensorBoard drop the events of an earlier file from that step on, as
+    ``SummaryWriter(purge_step=...)`` does. :meth:`flush` hands the bytes to the OS, as
+    ``metrics.jsonl``'s flush does (no ``fsync``).
     """
 
     def __init__(self, logdir: str | os.PathLike, purge_step: int | None = None):
-        from tensorboardX.event_file_writer import EventsWriter
+        import socket
+
         from tensorboardX.proto.event_pb2 import Event, SessionLog
 
         os.makedirs(logdir, exist_ok=True)
         self._event = Event
-        self._writer = EventsWriter(os.path.join(str(logdir), "events"))
+        base = os.path.join(str(logdir), f"events.out.tfevents.{str(time.time())[:10]}.{socket.gethostname()}")
+        path, k = base, 0
+        while os.path.exists(path):  # a second file in the same second (a quick rollback): never overwrite
+            k += 1
+            path = f"{base}.{k}"
+        self.path = path
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_step is not None:
-            self._writer.write_event(Event(step=purge_step, wall_time=time.time(), file_version="brain.Event:2"))
-            self._writer.write_event(Event(step=purge_step, wall_time=time.time(),
-                                           session_log=SessionLog(status=SessionLog.START)))
+            self._write(Event(step=purge_step, wall_time=time.time(), file_version="brain.Event:2"))
+            self._write(Event(step=purge_step, wall_time=time.time(), session_log=SessionLog(status=SessionLog.START)))
+
+    def _write(self, event: Any) -> None:
+        import struct
+
+        from tensorboardX.record_writer import masked_crc32c
+
+        data = event.SerializeToString()
+        header = struct.pack("Q", len(data))
+        self._file.write(header + struct.pack("I", masked_crc32c(header)) + data
+                         + struct.pack("I", masked_crc32c(data)))
 
     def add_summary(self, summary: Any, step: int) -> None:
         """Appends one ``Summary`` proto at ``step`` (buffered until :meth:`flush`)."""
-        self._writer.write_event(self._event(summary=summary, step=step, wall_time=time.time()))
+        self._write(self._event(summary=summary, step=step, wall_time=time.time()))
 
     def flush(self) -> None:
-        self._writer.flush()
+        self._file.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if not self._file.closed:
+            self._file.close()
 
 
 def _aside_name(path: pathlib.Path) -> pathlib.Path:

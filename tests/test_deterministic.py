@@ -77,6 +77,7 @@ def test_on_sets_the_flags_before_jax_starts_and_keeps_the_users():
 def test_on_after_a_gpu_started_without_the_flags_is_an_error_not_silence(monkeypatch):
     """JAX has started in this test process; on a GPU without the flags, ``on`` cannot take effect
     and says so (the GPU is simulated: this runs on any backend)."""
+    jax.devices()  # JAX's backend has started
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="already initialised its gpu backend.*--deterministic on"):

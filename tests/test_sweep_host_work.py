@@ -25,15 +25,20 @@ PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num
 
 
 def _events(tb_dir):
-    """Every event of every file in ``tb_dir``, file by file (TFRecord framing)."""
+    """Every event of every file in ``tb_dir``, file by file (TFRecord framing, checksums checked
+    as TensorBoard checks them)."""
     from tensorboardX.proto import event_pb2
+    from tensorboardX.record_writer import masked_crc32c
 
     files = []
     for path in sorted(tb_dir.glob("events.out.tfevents.*")):
         data, pos, events = path.read_bytes(), 0, []
         while pos < len(data):
             n = int.from_bytes(data[pos:pos + 8], "little")
-            events.append(event_pb2.Event.FromString(data[pos + 12:pos + 12 + n]))
+            assert int.from_bytes(data[pos + 8:pos + 12], "little") == masked_crc32c(data[pos:pos + 8])
+            payload = data[pos + 12:pos + 12 + n]
+            assert int.from_bytes(data[pos + 12 + n:pos + 16 + n], "little") == masked_crc32c(payload)
+            events.append(event_pb2.Event.FromString(payload))
             pos += 16 + n
         files.append(events)
     return files
