@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from rljax.observe import is_measured
+
 # Columns that measure the machine, not the run.
-TIMING_COLUMNS = ("wall_time_s", "sps")
 
 # name -> (experiment module, config overrides, how: "train" | "sweep" | "pbt")
 CASES: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -92,7 +93,7 @@ def _leaves(tree: Any) -> dict[str, np.ndarray]:
 
 
 def _clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
+    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
 
 
 def run_case(name: str, spec: tuple[str, dict[str, Any], str]) -> tuple[dict[str, np.ndarray], Any]:

@@ -72,8 +72,9 @@ from typing import Any
 
 import numpy as np
 
+from rljax.observe import is_measured
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TIMING = ("wall_time_s", "sps")
 """Metrics fields that depend on the clock; every other field must match the reference exactly."""
 
 PREEMPTED = 75
@@ -425,7 +426,7 @@ def _metric_rows(run_dir: pathlib.Path) -> tuple[list[dict[str, Any]], list[int]
 
 
 def _strip(row: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in row.items() if k not in TIMING}, sort_keys=True)
+    return json.dumps({k: v for k, v in row.items() if not is_measured(k)}, sort_keys=True)
 
 
 def compare(run_dir: pathlib.Path, ref: Reference) -> tuple[str, str]:
@@ -452,7 +453,7 @@ def compare(run_dir: pathlib.Path, ref: Reference) -> tuple[str, str]:
             first = next(r for r in rows if int(r["env_steps"]) == differ[0])
             ref_first = next(r for r in ref.rows if int(r["env_steps"]) == differ[0])
             fields = sorted(k for k in set(first) | set(ref_first)
-                            if k not in TIMING and json.dumps(first.get(k)) != json.dumps(ref_first.get(k)))
+                            if not is_measured(k) and json.dumps(first.get(k)) != json.dumps(ref_first.get(k)))
             problems.append(f"metrics differ at env steps {differ[:5]} (fields {fields[:6]})")
     if len(leaves) != len(ref.leaves):
         problems.append(f"final checkpoint has {len(leaves)} leaves, the reference {len(ref.leaves)}")

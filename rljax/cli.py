@@ -100,19 +100,23 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         return status
     import jax
 
-    if jax.process_index() != 0:  # a multi-process run: process 0 reports it
-        return 0
+    if jax.process_index() == 0:  # a multi-process run: process 0 reports it
+        print(_done_line(result), flush=True)
+    return 0
+
+
+def _done_line(result: Any) -> str:
+    """The summary line of a finished run."""
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     evaluated = result.final_eval
-    print(f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "
-          + ("" if evaluated is None else f"greedy eval {evaluated['eval/return_mean']:.2f} over "
-                                          f"{evaluated['eval/episodes']} episodes, ")
-          + f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "
-          f"({ran / max(t['compute_s'], 1e-9):,.0f} steps/s), logging {t['logging_s']:.2f}s, "
-          f"checkpoints {t['checkpoint_s']:.2f}s" + (f", evaluation {t['eval_s']:.1f}s" if evaluated else "")
-          + (f"; run directory: {result.run_dir}" if result.run_dir else ""))
-    return 0
+    return (f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "
+            + ("" if evaluated is None else f"greedy eval {evaluated['eval/return_mean']:.2f} over "
+                                            f"{evaluated['eval/episodes']} episodes, ")
+            + f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "
+            f"({ran / max(t['compute_s'], 1e-9):,.0f} steps/s), logging {t['logging_s']:.2f}s, "
+            f"checkpoints {t['checkpoint_s']:.2f}s" + (f", evaluation {t['eval_s']:.1f}s" if evaluated else "")
+            + (f"; run directory: {result.run_dir}" if result.run_dir else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -310,7 +310,7 @@ class RunOptions:
                 allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
                 raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
-        from rljax.process import check_deterministic_mode
+        from rljax.determinism import check_deterministic_mode
 
         check_deterministic_mode(self.deterministic)
 
@@ -430,7 +430,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
     from rljax.checkpoint import PreemptionGuard
     from rljax.runlock import RunLock
 
-    from rljax.process import request_deterministic
+    from rljax.determinism import request_deterministic
 
     options = RunOptions(checkpoint_every, checkpoint_interval_s, keep_checkpoints, checkpoints, tensorboard,
                          stall_factor, stall_first_chunk_s, stall_min_s, deterministic)
@@ -454,7 +454,7 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     from rljax.checkpoint import Checkpointer
     from rljax.health import Health
     from rljax.population import Program
-    from rljax.process import determinism_record
+    from rljax.determinism import determinism_record
     from rljax.rundir import resume_from_scratch, saved_env
     from rljax.tracking import Tracking
 

@@ -568,7 +568,7 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         ``member_rows``), the members, and the ranked per-config aggregate.
     """
     from rljax import env_registry
-    from rljax.process import request_deterministic
+    from rljax.determinism import request_deterministic
     from rljax.rundir import saved_env
 
     # Before anything starts JAX: XLA reads the deterministic flags only then.
@@ -607,7 +607,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     """:func:`run_sweep` inside the sweep directory's lock."""
     from rljax.distributed import is_leader
     from rljax.loop import train
-    from rljax.process import determinism_record
+    from rljax.determinism import determinism_record
     from rljax.tracking import config_to_dict, manifest
 
     leader = is_leader()  # several processes: process 0 writes the sweep directory, the others only read it

@@ -105,7 +105,7 @@ def stablehlo_run(artefacts):
 @pytest.fixture(scope="module")
 def onnx_run(artefacts):
     if not HAS_ONNX:
-        pytest.skip("jax2onnx/onnxruntime not installed (pip install -e ".[export]")")
+        pytest.skip("jax2onnx/onnxruntime not installed (pip install -e '.[export]')")
     return run_loader(artefacts, "onnx", "## Loading `policy.onnx`", "load_onnx_policy(os.path.join(root, name))",
                       ONNX_FILE)
 
