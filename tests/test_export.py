@@ -229,7 +229,7 @@ def test_a_failed_write_leaves_nothing_behind(artefacts, tmp_path, monkeypatch):
 @pytest.mark.skipif(HAS_ONNX, reason="jax2onnx is installed")
 def test_onnx_true_without_the_converter_is_an_error(artefacts, tmp_path):
     _, meta, *_ = artefacts["ppo-cartpole"]
-    with pytest.raises(ExportError, match=r"jax2onnx is not installed.*rljax\[export\]"):
+    with pytest.raises(ExportError, match=r"jax2onnx is not installed.*pip install -e \"\.\[export\]\""):
         export(rljax.load(meta["run_dir"]), tmp_path / "out", onnx=True)
     assert not (tmp_path / "out").exists()
 
