@@ -169,19 +169,29 @@ def _bounds(x: Any) -> str:
     return f"{a.flat[0]:g}" if a.size and np.all(a == a.flat[0]) else str(a.tolist())
 
 
-def describe_space(space: Any) -> str:
+def describe_space(space: Any, compact: bool = False) -> str:
     """A one-line description of a space for error messages: ``Discrete(3)``,
     ``Box(shape=(2,), dtype=float32, low=-1, high=1)``, ``Dict(image: Box(...), vec: Box(...))``,
-    ``Tuple(...)``; rljax's and gymnax's spaces alike (gymnax's have no readable ``repr``)."""
+    ``Tuple(...)``; rljax's and gymnax's spaces alike (gymnax's have no readable ``repr``).
+
+    ``compact``: boxes as ``Box(2,) float32 [-1, 1]`` (bounds only when every element shares them
+    and they are finite-looking: float32's largest value stands for "unbounded" in some envs'
+    spaces, gymnax's Reacher), for listings such as ``rljax envs``.
+    """
     members = getattr(space, "spaces", None)
     if isinstance(members, dict):
-        return "Dict(" + ", ".join(f"{k}: {describe_space(v)}" for k, v in members.items()) + ")"
+        return "Dict(" + ", ".join(f"{k}: {describe_space(v, compact)}" for k, v in members.items()) + ")"
     if isinstance(members, (tuple, list)):
-        return "Tuple(" + ", ".join(describe_space(v) for v in members) + ")"
+        return "Tuple(" + ", ".join(describe_space(v, compact) for v in members) + ")"
     if is_discrete(space):
         return f"Discrete({space.n})"
     if hasattr(space, "shape") and hasattr(space, "low") and hasattr(space, "high"):
         dtype = jnp.dtype(getattr(space, "dtype", jnp.float32)).name
+        if compact:
+            low, high = np.asarray(space.low), np.asarray(space.high)
+            same = low.size and high.size and np.all(low == low.flat[0]) and np.all(high == high.flat[0])
+            bounded = same and np.all(np.abs([low.flat[0], high.flat[0]]) < 1e38)
+            return f"Box{tuple(space.shape)} {dtype}" + (f" [{low.flat[0]:g}, {high.flat[0]:g}]" if bounded else "")
         return (f"Box(shape={tuple(space.shape)}, dtype={dtype}, low={_bounds(space.low)}, "
                 f"high={_bounds(space.high)})")
     # A space with a repr of its own says more than its class name; object's default repr says less.

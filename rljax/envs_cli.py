@@ -59,30 +59,6 @@ does not fit). An algorithm registered from elsewhere is not listed: its builder
 _SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid"}
 
 
-def _space(space: Any) -> str:
-    """A compact description: ``Discrete(2)``, ``Box(4,) float32``, ``Box(1,) float32 [-2, 2]``, ``Dict(...)``."""
-    import numpy as np
-
-    from rljax.env import describe_space, is_discrete
-
-    members = getattr(space, "spaces", None)
-    if isinstance(members, dict):
-        return "Dict(" + ", ".join(f"{k}: {_space(v)}" for k, v in members.items()) + ")"
-    if isinstance(members, (tuple, list)):
-        return "Tuple(" + ", ".join(_space(v) for v in members) + ")"
-    if is_discrete(space):
-        return f"Discrete({space.n})"
-    if hasattr(space, "shape") and hasattr(space, "low") and hasattr(space, "high"):
-        dtype = np.dtype(getattr(space, "dtype", np.float32)).name
-        low, high = np.asarray(space.low), np.asarray(space.high)
-        same = low.size and high.size and np.all(low == low.flat[0]) and np.all(high == high.flat[0])
-        # float32's largest value stands for "unbounded" in some envs' spaces (gymnax's Reacher).
-        bounded = same and np.all(np.abs([low.flat[0], high.flat[0]]) < 1e38)
-        bounds = f" [{low.flat[0]:g}, {high.flat[0]:g}]" if bounded else ""
-        return f"Box{tuple(space.shape)} {dtype}{bounds}"
-    return describe_space(space)
-
-
 def fitting_algorithms(env: Any, params: Any) -> list[str]:
     """The built-in algorithms (:data:`ALGORITHM_FITS`) whose action-space check accepts ``env``."""
     fits = []
@@ -99,9 +75,11 @@ def describe_env(name: str) -> tuple[str, str, list[str]]:
     """``(observation space, action space, fitting algorithms)`` of the env ``name`` (built with its
     default arguments; nothing is compiled). Raises whatever building it raises."""
     from rljax import env_registry
+    from rljax.env import describe_space
 
     env, params = env_registry.make(name)
-    return _space(env.observation_space(params)), _space(env.action_space(params)), fitting_algorithms(env, params)
+    return (describe_space(env.observation_space(params), compact=True),
+            describe_space(env.action_space(params), compact=True), fitting_algorithms(env, params))
 
 
 def _table(names: Sequence[str], out: list[str]) -> list[tuple[str, str]]:
