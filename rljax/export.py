@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -42,7 +41,7 @@ import numpy as np
 
 from rljax.env import is_discrete
 from rljax.process import EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE
-from rljax.tracking import config_to_dict
+from rljax.tracking import config_to_dict, package_version
 
 __all__ = ["export", "export_main", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
            "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CONTINUOUS_TOLERANCE"]
@@ -238,13 +237,6 @@ def _shortest(array: np.ndarray) -> Any:
     return np.vectorize(one, otypes=[object])(array).tolist()
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _signature(exported: Any) -> dict[str, Any]:
     def describe(name: str, aval: Any) -> dict[str, Any]:
         return {"name": name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],
@@ -266,8 +258,8 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
                                            platforms=list(exported.platforms),
                                            calling_convention_version=exported.calling_convention_version)}
     if ONNX_FILE in files:
-        entries[ONNX_FILE] = _file_entry(files[ONNX_FILE], format="ONNX", converter=f"jax2onnx {_version('jax2onnx')}",
-                                         checked_with=f"onnxruntime {_version('onnxruntime')}")
+        entries[ONNX_FILE] = _file_entry(files[ONNX_FILE], format="ONNX", converter=f"jax2onnx {package_version('jax2onnx')}",
+                                         checked_with=f"onnxruntime {package_version('onnxruntime')}")
     return {
         "format": "rljax-policy", "format_version": FORMAT_VERSION,
         "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).call(obs) with obs "
@@ -282,7 +274,7 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
         "signature": _signature(exported), "files": entries,
         **({"onnx_skipped": onnx_note} if onnx_note else {}),
         "checks": checks,
-        "versions": {"rljax": _version("rljax"), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
+        "versions": {"rljax": package_version("rljax"), "jax": jax.__version__, "jaxlib": package_version("jaxlib"),
                      "python": sys.version.split()[0]},
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

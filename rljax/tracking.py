@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 __all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
-           "read_metrics", "format_progress", "format_population_progress", "command_line"]
+           "read_metrics", "format_progress", "format_population_progress", "command_line", "package_version"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")
@@ -78,14 +78,18 @@ def _versions() -> dict[str, str | None]:
     """Installed versions of :data:`PACKAGES` (None: not installed). ``rljax`` is the import name:
     its version is that of whichever distribution installed the package (``rljax-chunked``; the
     name ``rljax`` on PyPI belongs to an unrelated project, so it is not looked up by that name)."""
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        dist = _own_distribution() if name == "rljax" else name
-        try:
-            out[name] = importlib.metadata.version(dist) if dist else None
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return {name: package_version(name) for name in PACKAGES}
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None: not installed); for ``rljax``, the
+    version of whichever distribution installed this package (``rljax-chunked``: the name ``rljax``
+    on PyPI belongs to an unrelated project, so it is never looked up by that name)."""
+    dist = _own_distribution() if name == "rljax" else name
+    try:
+        return importlib.metadata.version(dist) if dist else None
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @functools.cache
