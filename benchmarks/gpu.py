@@ -258,8 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated rows of {SECTIONS}")
     ap.add_argument("--purejaxrl", default=os.environ.get("RLJAX_PUREJAXRL_DIR"),
                     help="folder holding PureJaxRL's ppo.py (kept outside the project); default $RLJAX_PUREJAXRL_DIR")
-    ap.add_argument("--peer-script", default=str(ROOT.parent / "shared" / "peers" / "purejaxrl_run.py"),
-                    help="the peers' purejaxrl_run.py")
+    ap.add_argument("--peer-script", default=os.environ.get("RLJAX_PEER_SCRIPT", ""),
+                    help="a script, kept outside this repository, that times PureJaxRL's own make_train "
+                         "(purejaxrl_run.py); without it the recorded PureJaxRL figures are shown")
     ap.add_argument("--peers-python", default=sys.executable, help="python for PureJaxRL")
     ap.add_argument("--peers-pythonpath", default=None, help="site folder with gymnax 0.0.9 and distrax")
     ap.add_argument("--peer-repeats", type=int, default=1,
@@ -277,7 +278,7 @@ def main(argv=None) -> int:
     unknown = [s for s in only if s not in SECTIONS]
     if unknown:
         ap.error(f"--only {unknown[0]!r} is not one of {SECTIONS}")
-    peers = bool(a.purejaxrl) and os.path.exists(a.peer_script)
+    peers = bool(a.purejaxrl) and bool(a.peer_script) and os.path.exists(a.peer_script)
     t_start = time.perf_counter()
     print(f"# benchmarks/gpu.py {'--smoke ' if a.smoke else ''}{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"PureJaxRL: {'run beside it from ' + a.purejaxrl if peers else 'figures recorded in issue 14 (H200, 2026-12)'}",
