@@ -64,8 +64,6 @@ def to_host(state: Any) -> list[np.ndarray]:
     from rljax.distributed import fetch
 
     leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(state)]
-    if all(getattr(x, "is_fully_addressable", True) for x in leaves):
-        return [np.asarray(x) for x in leaves]
     return [np.asarray(x) for x in fetch(leaves)]
 
 

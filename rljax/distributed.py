@@ -185,11 +185,7 @@ def _allgather(x: np.ndarray) -> np.ndarray:
     """Every process's ``x`` (same shape and dtype everywhere), stacked: ``[P, ...]``."""
     from jax.experimental import multihost_utils
 
-    try:
-        return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
-    except Exception as err:  # noqa: BLE001 - re-raised, named
-        raise_if_peer_failure(err)
-        raise
+    return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
 
 
 def agree(signum: int, leader_clock: float) -> tuple[int, int, float]:
@@ -227,11 +223,7 @@ def fetch(tree: Any) -> Any:
         return jax.device_get(tree)
     from jax.experimental import multihost_utils
 
-    try:
-        return multihost_utils.process_allgather(tree, tiled=True)
-    except Exception as err:  # noqa: BLE001 - re-raised, named
-        raise_if_peer_failure(err)
-        raise
+    return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def put(x: Any, sharding: Any) -> Any:
@@ -265,11 +257,7 @@ def broadcast_json(obj: Any) -> Any:
 def _broadcast(x: np.ndarray) -> np.ndarray:
     from jax.experimental import multihost_utils
 
-    try:
-        return np.asarray(multihost_utils.broadcast_one_to_all(x, is_source=is_leader()))
-    except Exception as err:  # noqa: BLE001 - re-raised, named
-        raise_if_peer_failure(err)
-        raise
+    return np.asarray(multihost_utils.broadcast_one_to_all(x, is_source=is_leader()))
 
 
 def broadcast_arrays(arrays: Sequence[np.ndarray] | None, like: Sequence[np.ndarray]) -> list[np.ndarray]:

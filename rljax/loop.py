@@ -444,7 +444,14 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, run_dir: str 
             stack.enter_context(RunLock(run_dir))
         # Several processes act on a signal only once all of them know of it (at the boundary's agreement).
         guard = stack.enter_context(PreemptionGuard(handle_signals, deferred=distributed.process_count() > 1))
-        return _train(config, env, env_params, run_dir, resume, options, quiet, on_chunk, population, guard)
+        try:
+            return _train(config, env, env_params, run_dir, resume, options, quiet, on_chunk, population, guard)
+        except Exception as err:
+            # Any collective, in set-up (restore, manifest) or in the loop, fails when a peer process
+            # has died: say so (rljax.distributed.PeerLostError) rather than with XLA's words alone.
+            if distributed.process_count() > 1:
+                distributed.raise_if_peer_failure(err)
+            raise
 
 
 def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, options: RunOptions, quiet: bool,
@@ -497,10 +504,6 @@ def _train(config: Any, env: Any, env_params: Any, run_dir: Any, resume: bool, o
     wall_offset = float((saved_meta or {}).get("wall_time_s", 0.0)) if run_dir is not None else 0.0
     try:
         preempted = _host_loop(run, compiled, unpack, hooks, lambda: wall_offset + time.perf_counter() - t_start)
-    except Exception as err:
-        if multiprocess:  # a collective that failed because another process died: say so
-            distributed.raise_if_peer_failure(err)
-        raise
     finally:
         guard.finishing = True
         _close(hooks, run)
