@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rljax.observe import is_measured
+from rljax.training.hooks.observe import is_measured
 
 # Columns that measure the machine, not the run.
 
@@ -66,7 +66,7 @@ PARALLEL_CASES: dict[str, tuple[str, dict[str, Any], str]] = {
 
 def _config(module: str, overrides: dict[str, Any]) -> Any:
     """The experiment module's config (its ``DEFAULTS``) at seed 0 with ``overrides``."""
-    from rljax.config import RunConfig
+    from rljax.core.config import RunConfig
 
     mod = importlib.import_module(module)
     classes = [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, RunConfig) and v is not RunConfig]
@@ -105,13 +105,13 @@ def run_case(name: str, spec: tuple[str, dict[str, Any], str]) -> tuple[dict[str
     if how == "train":
         result = rljax.train(config, quiet=True, handle_signals=False)
         return _leaves(_params_of(result)), _clean_rows(result.rows)
-    from rljax.sweep import SweepSpec, run_sweep
+    from rljax.training.sweep import SweepSpec, run_sweep
 
     if how == "sweep":
         field = "learning_rate"
         sweep = SweepSpec(grid={field: [getattr(config, field), 2 * getattr(config, field)]}, seeds=(0, 1))
     else:
-        from rljax.pbt import PBTSpec
+        from rljax.training.hooks.pbt import PBTSpec
 
         sweep = SweepSpec(grid={"learning_rate": [1e-4, 2.5e-4, 5e-4, 1e-3]}, seeds=(0,),
                           pbt=PBTSpec(interval=2, fields={"learning_rate": (1e-5, 1e-2)}, fraction=0.25, seed=3))

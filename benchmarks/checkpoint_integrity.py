@@ -29,12 +29,12 @@ import jax
 import numpy as np
 
 import envs
-from rljax import checkpoint as ckpt_lib
+from rljax.store import checkpoint as ckpt_lib
 from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
-from rljax.checkpoint import Checkpointer, pack, to_host
+from rljax.store.checkpoint import Checkpointer, pack, to_host
 from rljax.agents import build_agent
-from rljax.loop import plan_updates
+from rljax.training.loop import plan_updates
 
 from benchmarks.ppo_cartpole import PUREJAXRL
 

@@ -24,7 +24,7 @@ import numpy as np
 import envs
 import rljax
 from rljax.agents.dqn import DQNConfig
-from rljax.wrappers import EpisodeStatistics, VecEnv
+from rljax.core.wrappers import EpisodeStatistics, VecEnv
 
 
 def greedy_return(result, env_name: str, episodes: int = 20, seed: int = 123) -> float:

@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from rljax.observe import is_measured
+from rljax.training.hooks.observe import is_measured
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 """Metrics fields that depend on the clock; every other field must match the reference exactly."""
@@ -398,7 +398,7 @@ def _await_write(proc: subprocess.Popen, run_dir: pathlib.Path, before: set[str]
 
 def final_checkpoint(run_dir: pathlib.Path) -> tuple[list[int], list[np.ndarray] | None, int | None]:
     """The committed steps, and the leaves and step of the newest one (None, None if there is none)."""
-    from rljax.checkpoint import Checkpointer
+    from rljax.store.checkpoint import Checkpointer
 
     if not (run_dir / "checkpoints").is_dir():
         return [], None, None

@@ -12,7 +12,7 @@ memory is freed before the next starts):
 ==============  ==============================================================================
 ppo1            PPO CartPole, PureJaxRL's config (4 envs x 128 steps, 4 epochs x 4 minibatches,
                 5e5 steps), 1 seed, ``rljax.train`` with a run directory (tracking, checkpoints)
-ppo512          the same, 512 seeds vmapped through ``rljax.sweep.run_sweep`` (tracking on)
+ppo512          the same, 512 seeds vmapped through ``rljax.training.sweep.run_sweep`` (tracking on)
 envs2048        2048 envs x 128 steps, 1e8 env steps, ``rljax.train`` with a run directory
 envstep         env stepping (a jitted scan of vmapped steps, auto-reset, actions pre-drawn), CartPole
                 and Pendulum at 65,536 and 1,048,576 envs, rljax's envs beside gymnax's
@@ -104,7 +104,7 @@ def section_ppo1(z: dict) -> dict:
 
 def section_ppo512(z: dict) -> dict:
     from rljax.agents.ppo import PPOConfig
-    from rljax.sweep import SweepSpec, run_sweep
+    from rljax.training.sweep import SweepSpec, run_sweep
 
     cfg = PPOConfig(**{**PUREJAXRL_CFG, "total_timesteps": z["seed_steps"]})
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,7 +187,7 @@ def _same_final_checkpoint(a: str, b: str) -> tuple[bool, float]:
     """Whether the newest checkpoints of runs ``a`` and ``b`` hold the same bits, and the largest
     absolute difference of their float leaves. Read in a CPU-only subprocess: this process must
     not take GPU memory (the next row's process needs it)."""
-    code = ("import sys, json, numpy as np\nfrom rljax.checkpoint import Checkpointer\n"
+    code = ("import sys, json, numpy as np\nfrom rljax.store.checkpoint import Checkpointer\n"
             "def leaves(d):\n    c = Checkpointer(d)\n    out = c.read(max(c.steps()))[0]\n    c.close()\n    return out\n"
             "x, y = leaves(sys.argv[1]), leaves(sys.argv[2])\n"
             "same = len(x) == len(y) and all(np.array_equal(p, q) for p, q in zip(x, y))\n"

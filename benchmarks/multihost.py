@@ -48,7 +48,7 @@ def _env() -> dict[str, str]:
 def _run(argv: list[str], processes: int) -> None:
     cmd = [sys.executable, *argv]
     if processes > 1:
-        cmd = [sys.executable, "-m", "rljax.cli", "launch", "-n", str(processes), "-d", str(4 // processes), "--", *cmd]
+        cmd = [sys.executable, "-m", "rljax.cli.main", "launch", "-n", str(processes), "-d", str(4 // processes), "--", *cmd]
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -68,7 +68,7 @@ def _param_bytes(num_envs: int) -> int:
 
     from rljax.agents import build_agent
     from rljax.agents.ppo import PPOConfig
-    from rljax.env_registry import make
+    from rljax.core.registry import make
 
     config = PPOConfig(num_envs=num_envs)
     env, env_params = make(config.env)

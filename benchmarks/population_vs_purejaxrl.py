@@ -6,7 +6,7 @@
 
 Both sides train PureJaxRL's CartPole configuration (4 envs x 128 steps, 4 epochs x 4 minibatches,
 5e5 env steps per seed) for 8 seeds vmapped in one compiled program, each in a fresh process so each
-pays its own compile. rljax runs :func:`rljax.sweep.run_sweep` with tracking on (a temporary run
+pays its own compile. rljax runs :func:`rljax.training.sweep.run_sweep` with tracking on (a temporary run
 directory: every member's metrics.jsonl and tensorboard events, the sweep's checkpoints, summary
 and plots) and its health checks; PureJaxRL runs its own unmodified ``make_train`` through
 ``purejaxrl_run.py`` (the peers' timing script, beside this project; ``--peer-script``), in the
@@ -44,11 +44,11 @@ PEER_SCRIPT = ROOT.parent / "shared" / "peers" / "purejaxrl_run.py"
 
 def child(seeds: int, devices: int, steps: int, plots: bool) -> dict:
     """One rljax population run in this (fresh) process: run_sweep with a run directory."""
-    from rljax.process import request_cpu_devices
+    from rljax.cli.process import request_cpu_devices
 
     request_cpu_devices(devices)
     from rljax.agents.ppo import PPOConfig
-    from rljax.sweep import SweepSpec, run_sweep
+    from rljax.training.sweep import SweepSpec, run_sweep
 
     cfg = PPOConfig(**{**PUREJAXRL, "total_timesteps": steps})
     t0 = time.perf_counter()
@@ -72,10 +72,10 @@ def profile_chunk(seeds: int, steps: int, repeats: int = 3) -> None:
     import envs
     from rljax.agents import build_agent
     from rljax.agents.ppo import PPOConfig
-    from rljax.loop import make_chunk, pack_output, plan_updates
-    from rljax.parallel import run_once
-    from rljax.population import population_init
-    from rljax.sweep import SweepSpec, build_members, make_population
+    from rljax.training.loop import make_chunk, pack_output, plan_updates
+    from rljax.runtime.devices import run_once
+    from rljax.training.population import population_init
+    from rljax.training.sweep import SweepSpec, build_members, make_population
 
     cfg = PPOConfig(**{**PUREJAXRL, "total_timesteps": steps})
     env, params = envs.make(cfg.env)

@@ -38,11 +38,11 @@ import numpy as np
 
 import envs
 import rljax
-import rljax.checkpoint
+import rljax.store.checkpoint
 from rljax.agents.ppo import PPOConfig
 from rljax.agents import build_agent
-from rljax.loop import make_chunk, pack_output, plan_updates
-from rljax.parallel import serial_map
+from rljax.training.loop import make_chunk, pack_output, plan_updates
+from rljax.runtime.devices import serial_map
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
                  anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
@@ -107,7 +107,7 @@ def shared_executables() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-class _NoChecksumCheckpointer(rljax.checkpoint.Checkpointer):
+class _NoChecksumCheckpointer(rljax.store.checkpoint.Checkpointer):
     """The checkpointer without checksums, to measure what they cost inside a run."""
 
     def __init__(self, *args, **kwargs):
@@ -126,16 +126,16 @@ def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
     times: dict[str, list[float]] = {k: [] for k in variants}
     saves: dict[str, int] = {}
     rljax.train(cfg, quiet=True)  # fills the cache
-    real = rljax.checkpoint.Checkpointer
+    real = rljax.store.checkpoint.Checkpointer
     for i in range(repeats):
         for name, kw in variants.items():
             with tempfile.TemporaryDirectory() as tmp:
-                # train() imports the class from rljax.checkpoint when it is called
-                rljax.checkpoint.Checkpointer = _NoChecksumCheckpointer if "no checksums" in name else real
+                # train() imports the class from rljax.store.checkpoint when it is called
+                rljax.store.checkpoint.Checkpointer = _NoChecksumCheckpointer if "no checksums" in name else real
                 try:
                     r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True, **kw)
                 finally:
-                    rljax.checkpoint.Checkpointer = real
+                    rljax.store.checkpoint.Checkpointer = real
                 times[name].append(r.timings["total_s"] - r.timings["compile_s"])
                 saves[name] = len(list(pathlib.Path(tmp, "run", "checkpoints").glob("[0-9]*")))
     res = {f"{k}_s": min(v) for k, v in times.items()}

@@ -1,4 +1,4 @@
-"""Shows that ``rljax.buffers.add`` writes in place: no copy of the buffer per add.
+"""Shows that ``rljax.core.buffers.add`` writes in place: no copy of the buffer per add.
 
 A CartPole transition (obs float32[4], action int32, reward float32, terminated bool, truncated
 bool, next_obs float32[4]) is 42 bytes, so a 1e6-slot buffer is 42 MB. Each case jits a function
@@ -53,7 +53,7 @@ def _child(variant: str, capacity: int, steps: int, batch: int, reps: int) -> di
     import jax
     import jax.numpy as jnp
 
-    from rljax import buffers
+    from rljax.core import buffers
 
     example = {
         "obs": jnp.zeros((4,), jnp.float32),

@@ -40,7 +40,7 @@ def evaluate(agent, state, env, env_params, key, num_episodes: int = 10) -> floa
     import jax
     import jax.numpy as jnp
 
-    from rljax import wrappers
+    from rljax.core import wrappers
 
     venv = wrappers.VecEnv(wrappers.ClipAction(env), num_episodes)
     horizon = int(env_params.max_steps_in_episode)

@@ -32,7 +32,7 @@ def measure(checkout: pathlib.Path, members: int, steps: int, extra: list[str]) 
     """One sweep CLI process over ``members`` seeds; its phases in seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         code = ("import json, sys, time; t0 = time.perf_counter()\n"
-                "import rljax.sweep as sweep\n"
+                "import rljax.training.sweep as sweep\n"
                 "from experiments.ppo_cartpole import main\n"
                 "t_imports = time.perf_counter() - t0\n"
                 "real = sweep._run_sweep\n"

@@ -20,7 +20,7 @@ import jax
 
 import rljax
 from rljax.agents.ppo import PPOConfig
-from rljax.sweep import SweepSpec, run_sweep
+from rljax.training.sweep import SweepSpec, run_sweep
 
 GRID = {"learning_rate": [1e-4, 2.5e-4, 5e-4, 1e-3], "ent_coef": [0.0, 0.003, 0.01, 0.03]}  # 16 configs
 

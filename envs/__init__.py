@@ -8,7 +8,7 @@
 Built-in: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 (dynamics
 exact to Gymnasium's), the MinAtar games with boolean observation planes (:mod:`envs.minatar`,
 gymnax's dynamics), and the probe environments of :mod:`envs.probes`. They register in the
-library's registry (:mod:`rljax.env_registry`); ``make``, ``register`` and ``registered`` here are
+library's registry (:mod:`rljax.core.registry`); ``make``, ``register`` and ``registered`` here are
 that registry's functions. The imports below are relative, so the package works whatever name it is
 imported under (the library loads it by location, so a user's own ``envs`` package cannot hide it).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from rljax.env_registry import GYMNAX_PREFIX, gymnax_registered, make, register, register_builtin, registered
+from rljax.core.registry import GYMNAX_PREFIX, gymnax_registered, make, register, register_builtin, registered
 
 from .acrobot import Acrobot
 from .cartpole import CartPole

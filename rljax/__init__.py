@@ -16,14 +16,14 @@ The public API (everything else is reachable through its module, and may change)
   :class:`SACConfig`, :class:`TD3Config`, :class:`PQNConfig`; the registry: :func:`register`
   (add an algorithm), :func:`algorithms`.
 * A trained policy: :func:`load` (a checkpoint's :class:`Policy`, its ``act`` on raw
-  observations), :mod:`rljax.evaluate` (``evaluate(policy, episodes)``: vectorised episodes on the
+  observations), :mod:`rljax.policy.evaluate` (``evaluate(policy, episodes)``: vectorised episodes on the
   device; evaluation during training with ``eval_interval``); ``rljax eval`` and
   ``rljax export`` on the command line.
 * Environments: :func:`make`, :func:`register_env`, :func:`registered_envs`; the contract an env
-  meets: :mod:`rljax.env`; wrappers: :mod:`rljax.wrappers`.
-* Numerics: :mod:`rljax.returns` (GAE, n-step), :mod:`rljax.distributions`, :mod:`rljax.buffers`.
+  meets: :mod:`rljax.env`; wrappers: :mod:`rljax.core.wrappers`.
+* Numerics: :mod:`rljax.core.returns` (GAE, n-step), :mod:`rljax.core.distributions`, :mod:`rljax.core.buffers`.
 * Watching a run: the ``metrics.jsonl`` columns (``docs/metrics.md``), per-chunk host time and
-  device memory (:mod:`rljax.observe`), stall reports (:mod:`rljax.watchdog`), ``rljax inspect``.
+  device memory (:mod:`rljax.training.hooks.observe`), stall reports (:mod:`rljax.training.hooks.watchdog`), ``rljax inspect``.
 * Errors a run can end with: :class:`NonFiniteError`, :class:`DesyncError`,
   :class:`ConfigMismatchError`.
 
@@ -39,14 +39,14 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute); a module itself when the attribute is None.
 _API: dict[str, tuple[str, str | None]] = {
-    "train": ("rljax.loop", "train"),
-    "TrainResult": ("rljax.loop", "TrainResult"),
-    "load": ("rljax.policy", "load"),
-    "Policy": ("rljax.policy", "Policy"),
-    "evaluate": ("rljax.evaluate", None),
-    "run_sweep": ("rljax.sweep", "run_sweep"),
-    "SweepSpec": ("rljax.sweep", "SweepSpec"),
-    "PBTSpec": ("rljax.pbt", "PBTSpec"),
+    "train": ("rljax.training.loop", "train"),
+    "TrainResult": ("rljax.training.loop", "TrainResult"),
+    "load": ("rljax.policy.trained", "load"),
+    "Policy": ("rljax.policy.trained", "Policy"),
+    "evaluate": ("rljax.policy.evaluate", None),
+    "run_sweep": ("rljax.training.sweep", "run_sweep"),
+    "SweepSpec": ("rljax.training.sweep", "SweepSpec"),
+    "PBTSpec": ("rljax.training.hooks.pbt", "PBTSpec"),
     "PPOConfig": ("rljax.agents.ppo", "PPOConfig"),
     "DQNConfig": ("rljax.agents.dqn", "DQNConfig"),
     "SACConfig": ("rljax.agents.sac", "SACConfig"),
@@ -54,17 +54,17 @@ _API: dict[str, tuple[str, str | None]] = {
     "PQNConfig": ("rljax.agents.pqn", "PQNConfig"),
     "register": ("rljax.agents", "register"),
     "algorithms": ("rljax.agents", "algorithms"),
-    "make": ("rljax.env_registry", "make"),
-    "register_env": ("rljax.env_registry", "register"),
-    "registered_envs": ("rljax.env_registry", "registered"),
-    "NonFiniteError": ("rljax.health", "NonFiniteError"),
-    "DesyncError": ("rljax.health", "DesyncError"),
-    "ConfigMismatchError": ("rljax.rundir", "ConfigMismatchError"),
+    "make": ("rljax.core.registry", "make"),
+    "register_env": ("rljax.core.registry", "register"),
+    "registered_envs": ("rljax.core.registry", "registered"),
+    "NonFiniteError": ("rljax.training.hooks.health", "NonFiniteError"),
+    "DesyncError": ("rljax.training.hooks.health", "DesyncError"),
+    "ConfigMismatchError": ("rljax.store.rundir", "ConfigMismatchError"),
     "env": ("rljax.env", None),
-    "wrappers": ("rljax.wrappers", None),
-    "returns": ("rljax.returns", None),
-    "distributions": ("rljax.distributions", None),
-    "buffers": ("rljax.buffers", None),
+    "wrappers": ("rljax.core.wrappers", None),
+    "returns": ("rljax.core.returns", None),
+    "distributions": ("rljax.core.distributions", None),
+    "buffers": ("rljax.core.buffers", None),
 }
 
 __all__ = sorted(_API)

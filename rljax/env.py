@@ -204,7 +204,7 @@ def observation_spec(env: Any, params: Any = None) -> Any:
     Read from what ``env.reset`` returns, traced abstractly (``jax.eval_shape``: nothing runs), so it
     is the truth even where an env's ``observation_space`` is approximate (gymnax's Catch-bsuite
     declares int32 and returns float32). Any pytree: an array ``[*obs_shape]``, or dicts / tuples of
-    arrays. A batched env stack (``rljax.wrappers.VecEnv`` and wrappers around it) gives the
+    arrays. A batched env stack (``rljax.core.wrappers.VecEnv`` and wrappers around it) gives the
     observation of one of its envs (its ``batch_shape`` axes removed).
 
     Args:

@@ -76,7 +76,7 @@ def tiny_run(tmp_path_factory):
 # across processes (a GPU is bit-exact between processes only with XLA's deterministic flags).
 
 GPU_DETERMINISTIC_FLAGS = ("--xla_gpu_deterministic_ops=true",)
-"""The XLA flags that make GPU programs deterministic (``rljax.process.DETERMINISTIC_XLA_FLAGS``)."""
+"""The XLA flags that make GPU programs deterministic (``rljax.cli.process.DETERMINISTIC_XLA_FLAGS``)."""
 
 
 def backend() -> str:
@@ -86,8 +86,8 @@ def backend() -> str:
 
 def bitexact_backend() -> bool:
     """Whether separate processes of the same program give the same bits here: always on the CPU;
-    on other backends only when XLA's deterministic flags are set (:mod:`rljax.process`)."""
-    from rljax.process import deterministic_flags_set
+    on other backends only when XLA's deterministic flags are set (:mod:`rljax.cli.process`)."""
+    from rljax.cli.process import deterministic_flags_set
 
     return backend() == "cpu" or deterministic_flags_set(os.environ.get("XLA_FLAGS", ""))
 

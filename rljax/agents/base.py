@@ -3,7 +3,7 @@
 An algorithm is ``make_<algo>(config, env, env_params, axis_name) -> Agent``. The :class:`Agent`'s
 functions are the **per-device program**: they see this device's share of the env batch and reduce
 across devices with collectives over ``axis_name`` (``None`` on one device, where the collectives in
-:func:`pmean` and friends are the identity). The loop (``rljax.loop``) scans ``update`` into chunks
+:func:`pmean` and friends are the identity). The loop (``rljax.training.loop``) scans ``update`` into chunks
 and maps it over devices; agents never know which backend runs them.
 
 The shared learning pieces: :func:`make_optimizer` (clip, Adam, step), :func:`gradient_step` (grad,
@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rljax import wrappers
-from rljax.config import RunConfig, check_choice, check_env_steps_per_update, check_ints, check_sizes, field, require
-from rljax.distributions import clip_to_space
+from rljax.core import wrappers
+from rljax.core.config import RunConfig, check_choice, check_env_steps_per_update, check_ints, check_sizes, field, require
+from rljax.core.distributions import clip_to_space
 from rljax.env import describe_space, is_discrete, observation_spec
-from rljax.networks import ENCODERS, LeafEncoding, encoder_layout
-from rljax.rollout import EpisodeSummary
+from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
+from rljax.core.rollout import EpisodeSummary
 
 __all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon", "EncoderConfig", "OnPolicyConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
            "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
@@ -53,7 +53,7 @@ class PolicyParams(NamedTuple):
     Attributes:
         params: the acting network's parameters (PPO's actor-critic, DQN's/PQN's Q-network,
             SAC's/TD3's actor).
-        obs_stats: the observation statistics (:class:`rljax.wrappers.RunningMeanStd`) the agent
+        obs_stats: the observation statistics (:class:`rljax.core.wrappers.RunningMeanStd`) the agent
             normalised with, or None when it did not normalise observations.
         exploration: float32 scalar, the exploration the stochastic policy adds where it is not a
             distribution (DQN/PQN: the final epsilon; TD3: the Gaussian noise std); 0 elsewhere.
@@ -199,7 +199,7 @@ def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, An
 
 
 def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -> tuple[LeafEncoding, ...]:
-    """How ``algorithm``'s networks encode ``env``'s observations: :func:`rljax.networks.encoder_layout`
+    """How ``algorithm``'s networks encode ``env``'s observations: :func:`rljax.core.networks.encoder_layout`
     of :func:`rljax.env.observation_spec` with ``config.encoder`` and ``config.cnn_channels``.
 
     Raises:
@@ -250,13 +250,13 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
 def observation_normalizer(venv: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], jax.Array]]:
     """How an env stack normalises observations, as two pure functions for acting.
 
-    Finds the stack's :class:`rljax.wrappers.NormalizeObservation` (or its raw-observation variant
-    :class:`~rljax.wrappers.ObservationStatistics`) by walking the wrappers and, in step, the
+    Finds the stack's :class:`rljax.core.wrappers.NormalizeObservation` (or its raw-observation variant
+    :class:`~rljax.core.wrappers.ObservationStatistics`) by walking the wrappers and, in step, the
     ``env_state`` chain of their states.
 
     Returns:
         ``(stats_of, normalize)``: ``stats_of(env_state)`` is the
-        :class:`~rljax.wrappers.RunningMeanStd` in a state of this stack (None when the stack does
+        :class:`~rljax.core.wrappers.RunningMeanStd` in a state of this stack (None when the stack does
         not normalise observations); ``normalize(stats, obs)`` is
         ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` with the wrapper's epsilon and clip,
         the identity when ``stats`` is None.
@@ -281,8 +281,8 @@ def observation_normalizer(venv: Any) -> tuple[Callable[[Any], Any], Callable[[A
 
 def into_action_space(space: Any) -> Callable[[jax.Array], jax.Array]:
     """``action -> action`` as the env takes it: for a Box action space clipped to its bounds
-    (:func:`rljax.distributions.clip_to_space`, as the training env's
-    :class:`~rljax.wrappers.ClipAction` does); for a discrete one as int32."""
+    (:func:`rljax.core.distributions.clip_to_space`, as the training env's
+    :class:`~rljax.core.wrappers.ClipAction` does); for a discrete one as int32."""
     if is_discrete(space):
         return lambda action: jnp.asarray(action).astype(jnp.int32)
     return lambda action: clip_to_space(action, space.low, space.high)
@@ -371,7 +371,7 @@ def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: An
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig(RunConfig):
     """The observation-encoder fields every built-in algorithm's config has (structural), and their
-    validation (:meth:`validate_encoder`); see :func:`rljax.networks.encoder_layout`."""
+    validation (:meth:`validate_encoder`); see :func:`rljax.core.networks.encoder_layout`."""
 
     encoder: str = field("auto", "observation encoder: 'auto' (vectors, scalars and 2-D grids flattened into "
                                  "the MLP, images [H, W, C] through a CNN), 'mlp' (every observation leaf "
@@ -406,7 +406,7 @@ class OnPolicyConfig(EncoderConfig):
 
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid: every
-        field's type (:func:`~rljax.config.check_types`), then that each device's share of the
+        field's type (:func:`~rljax.core.config.check_types`), then that each device's share of the
         rollout splits into whole minibatches and that the run holds at least one update."""
         self.validate_run()
         self.validate_encoder()

@@ -26,8 +26,8 @@ from rljax.agents.base import (Agent, discrete_actions, gradient_step, greedy_or
                                observation_layout, pmean)
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
-from rljax.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
-from rljax.networks import ACTIVATIONS, QNetwork
+from rljax.core.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
+from rljax.core.networks import ACTIVATIONS, QNetwork
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNLearner", "DQNState", "dqn_loss", "make_dqn"]
 

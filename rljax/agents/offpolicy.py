@@ -6,7 +6,7 @@ An off-policy algorithm is its networks, its losses and a short ``make_<algo>`` 
 One off-policy update, inside the compiled chunk:
 
 1. **collect**: ``num_steps`` steps of the behaviour policy in the local envs (the shared
-   :func:`rljax.rollout.rollout`), turned into n-step replay items (:class:`ReplayItem`) that keep
+   :func:`rljax.core.rollout.rollout`), turned into n-step replay items (:class:`ReplayItem`) that keep
    terminated vs truncated apart: a truncated episode bootstraps from its final observation.
    The last ``n - 1`` steps are carried to the next update, so no step is lost at the boundary.
    Until ``n - 1`` real steps have been collected the carried tail holds placeholders; the items
@@ -21,7 +21,7 @@ One off-policy update, inside the compiled chunk:
 
 Observation normalisation (``normalize_obs``) with replay: the env stack returns **raw**
 observations and keeps the running statistics in its state (:func:`observation_stack`,
-``rljax.wrappers.ObservationStatistics``). Replay stores raw observations; the behaviour policy
+``rljax.core.wrappers.ObservationStatistics``). Replay stores raw observations; the behaviour policy
 and the learner normalise them with the statistics current when they use them (acting: those of the
 step; learning: those after this update's collection), as Stable-Baselines3's ``VecNormalize``
 does for off-policy algorithms. Normalising at collection time instead would leave each stored item
@@ -39,13 +39,15 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rljax import buffers, wrappers
+from rljax.core import buffers
+
+from rljax.core import wrappers
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
                                first_obs, make_env_stack, observation_normalizer)
-from rljax.config import (MAX_ENV_STEPS, require, check_env_steps_per_update, check_floats, check_ints,
+from rljax.core.config import (MAX_ENV_STEPS, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
-from rljax.returns import n_step_transitions
-from rljax.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
+from rljax.core.returns import n_step_transitions
+from rljax.core.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
 __all__ = ["OffPolicyConfig", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem", "Collector",
            "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
@@ -86,9 +88,9 @@ class OffPolicyConfig(EncoderConfig):
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid.
 
-        Every field's type first (:func:`~rljax.config.check_types`), then the shared ranges: replay
+        Every field's type first (:func:`~rljax.core.config.check_types`), then the shared ranges: replay
         sizes and step thresholds are compared with int32 env-step counters, so they share
-        :data:`~rljax.config.MAX_ENV_STEPS`; the batch and the buffer are split over the devices.
+        :data:`~rljax.core.config.MAX_ENV_STEPS`; the batch and the buffer are split over the devices.
         """
         self.validate_run()
         self.validate_encoder()
@@ -176,7 +178,7 @@ class Replay(NamedTuple):
 
 
 def make_replay(capacity: int, prioritized: bool, priority_eps: float = 1e-6) -> Replay:
-    """A :class:`Replay` over ``rljax.buffers``.
+    """A :class:`Replay` over ``rljax.core.buffers``.
 
     Args:
         capacity: slots in this device's shard.
@@ -218,7 +220,7 @@ def observation_stack(venv: Any, normalize_obs: bool, axis_name: str | None
 
     Returns:
         ``(venv, normalize)``: with ``normalize_obs``, ``venv`` wrapped in
-        ``rljax.wrappers.ObservationStatistics`` (raw observations, statistics in its state) and
+        ``rljax.core.wrappers.ObservationStatistics`` (raw observations, statistics in its state) and
         ``normalize(env_state, obs) = clip((obs - mean) / sqrt(var + eps), -10, 10)`` with the
         statistics in ``env_state``; otherwise ``venv`` unchanged and ``normalize`` the identity.
     """
@@ -269,7 +271,7 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
         num_steps: T, steps per env.
         n: n-step horizon (Python int >= 1).
         gamma: discount (may be traced).
-        observe: ``observe(env_state, obs)``, what the policy sees (see :func:`rljax.rollout.rollout`);
+        observe: ``observe(env_state, obs)``, what the policy sees (see :func:`rljax.core.rollout.rollout`);
             the items keep the env's observations.
 
     Returns:

@@ -20,10 +20,10 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, into_action_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                first_obs, make_env_stack, make_optimizer, observation_layout, pmean, space_dims)
-from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
-from rljax.networks import ACTIVATIONS, ActorCritic
-from rljax.returns import gae
-from rljax.rollout import RolloutCarry, rollout
+from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
+from rljax.core.networks import ACTIVATIONS, ActorCritic
+from rljax.core.returns import gae
+from rljax.core.rollout import RolloutCarry, rollout
 
 __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_optimizer", "ppo_learn",
            "explained_variance", "make_ppo"]
@@ -33,7 +33,7 @@ __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "p
 class PPOConfig(OnPolicyConfig):
     """PPO's configuration. Defaults: PureJaxRL's CartPole-v1 setup (solves it in 5e5 steps).
 
-    Fields are in three groups: the run (from :class:`~rljax.config.RunConfig`), **structural**
+    Fields are in three groups: the run (from :class:`~rljax.core.config.RunConfig`), **structural**
     fields that shape the compiled program, and **sweepable** hyperparameters (traced values in the
     train state; a sweep vmaps over them in one program). ``--help`` on any experiment prints the
     help line of each field.
@@ -328,7 +328,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
 
 
 def _sampling_policy(apply_fn: Any, params: Any):
-    """The behaviour policy for :func:`rljax.rollout.rollout`: ``(key, obs) -> (action, log_prob)``."""
+    """The behaviour policy for :func:`rljax.core.rollout.rollout`: ``(key, obs) -> (action, log_prob)``."""
     def sample(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         dist, _ = apply_fn(params, obs)
         action = dist.sample(key)

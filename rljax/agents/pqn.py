@@ -14,7 +14,7 @@ Stability without a target network comes from LayerNorm after each hidden Dense 
 Q-network (``layer_norm``) and from the decorrelation of many parallel envs. Unlike ``purejaxql``
 (which treats a time-limit cut like termination) the targets bootstrap through truncation from the
 true final observation. Observations of any shape and pytree structure go through the encoder the
-``encoder`` field chooses (:func:`rljax.networks.encoder_layout`) before the MLP.
+``encoder`` field chooses (:func:`rljax.core.networks.encoder_layout`) before the MLP.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from flax import struct
 from rljax.agents import register
 from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, greedy_or_epsilon, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
                                discrete_actions, first_obs, make_env_stack, make_optimizer, observation_layout, pmean)
-from rljax.config import check_choice, check_floats, check_sizes, field, hyperparams_class
-from rljax.networks import ACTIVATIONS, QNetwork
-from rljax.rollout import RolloutCarry, rollout
+from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
+from rljax.core.networks import ACTIVATIONS, QNetwork
+from rljax.core.rollout import RolloutCarry, rollout
 
 __all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "q_lambda_targets", "pqn_loss", "make_pqn"]
 
@@ -43,7 +43,7 @@ class PQNConfig(OnPolicyConfig):
     except Adam where it uses RAdam; ``experiments/pqn_cartpole.py`` holds a smaller, faster setup
     tuned for a CPU.
 
-    Fields are in three groups: the run (from :class:`~rljax.config.RunConfig`), **structural**
+    Fields are in three groups: the run (from :class:`~rljax.core.config.RunConfig`), **structural**
     fields that shape the compiled program, and **sweepable** hyperparameters (traced values in the
     train state; a sweep vmaps over them in one program).
     """

@@ -3,7 +3,7 @@
 * Twin critics ``Q_1, Q_2`` on ``concat(obs, a_norm)`` (``a_norm``: the action rescaled to
   ``[-1, 1]``) with Polyak-averaged targets; the TD target and the actor use their minimum (clipped
   double Q, Fujimoto et al. 2018).
-* A tanh-squashed Gaussian actor (:class:`rljax.distributions.TanhGaussian`) whose bounds are the
+* A tanh-squashed Gaussian actor (:class:`rljax.core.distributions.TanhGaussian`) whose bounds are the
   env's ``Box`` ``[low, high]``; ``log_std`` is squashed smoothly into ``[log_std_min, log_std_max]``.
 * Automatic entropy tuning: ``log alpha`` is learned so the policy's entropy tracks
   ``target_entropy = -target_entropy_scale * |A|``.
@@ -32,12 +32,12 @@ from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, observation_layout, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
-from rljax.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_sizes,
+from rljax.core.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_sizes,
                           field, hyperparams_class, require)
-from rljax.distributions import TanhGaussian
+from rljax.core.distributions import TanhGaussian
 from rljax.env import describe_space
-from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
-from rljax.parallel import serial_map
+from rljax.core.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
+from rljax.runtime.devices import serial_map
 
 __all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
            "init_actor_and_twin_critics", "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss",
@@ -104,7 +104,7 @@ class SACActor(nn.Module):
 
     ``log_std = log_std_min + (log_std_max - log_std_min) * (tanh(x) + 1) / 2`` keeps it in range
     with a gradient everywhere (a hard clip would stop learning at the bounds). The observation (any
-    pytree, see :class:`rljax.networks.ObsEncoder`) goes through the ``encoder`` (``obs_layout``;
+    pytree, see :class:`rljax.core.networks.ObsEncoder`) goes through the ``encoder`` (``obs_layout``;
     no parameters for a vector) before the MLP.
     """
 
@@ -129,7 +129,7 @@ class SACCritic(nn.Module):
     """``(obs, a_norm) -> Q``: one critic, float ``[...]``; the twin pair is vmapped over params.
 
     The observation goes through the critic's own ``encoder`` (``obs_layout``, see
-    :class:`rljax.networks.ObsEncoder`), whose features are concatenated with the action.
+    :class:`rljax.core.networks.ObsEncoder`), whose features are concatenated with the action.
     """
 
     hidden_sizes: Sequence[int]
@@ -169,7 +169,7 @@ def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Ar
                                 ) -> tuple[Any, Any]:
     """``(actor_params, critic_params)``: the actor from one half of ``key``, the twin critics (a
     leading ``[2]`` axis) from the other, initialised one after the other
-    (:func:`rljax.parallel.serial_map`: a vmapped initialiser can deadlock XLA's CPU pool)."""
+    (:func:`rljax.runtime.devices.serial_map`: a vmapped initialiser can deadlock XLA's CPU pool)."""
     k_actor, k_critic = jax.random.split(key)
     actor_params = actor.init(k_actor, obs)
     return actor_params, serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
@@ -180,7 +180,7 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
                       log_std_max: float = 2.0, obs_layout: tuple[LeafEncoding, ...] = (),
                       cnn_channels: Sequence[int] = (16,)) -> SACNetworks:
     """SAC's actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``), on
-    observations encoded by ``obs_layout`` (:func:`rljax.networks.encoder_layout`; ``()`` for a
+    observations encoded by ``obs_layout`` (:func:`rljax.core.networks.encoder_layout`; ``()`` for a
     flat vector) with ``cnn_channels``."""
     low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))

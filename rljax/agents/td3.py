@@ -41,9 +41,9 @@ from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer,
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
 from rljax.agents.sac import SACCritic, init_actor_and_twin_critics
-from rljax.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_ints,
+from rljax.core.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_ints,
                           check_sizes, field, hyperparams_class)
-from rljax.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
+from rljax.core.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
            "td3_target", "td3_critic_loss", "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers",
@@ -100,7 +100,7 @@ TD3HyperParams = hyperparams_class(TD3Config)
 class TD3Actor(nn.Module):
     """``obs -> tanh(f(obs))``, float ``[..., action_dim]`` in ``[-1, 1]`` (the normalised action);
     the observation (any pytree) goes through the ``encoder`` (``obs_layout``, see
-    :class:`rljax.networks.ObsEncoder`; no parameters for a vector) before the MLP ``f``."""
+    :class:`rljax.core.networks.ObsEncoder`; no parameters for a vector) before the MLP ``f``."""
 
     action_dim: int
     hidden_sizes: Sequence[int]

@@ -1,0 +1,145 @@
+"""``rljax envs [SUITE]``: the environments, their spaces, and the algorithms that fit them.
+
+::
+
+    rljax envs            # rljax's own envs and every gymnax env; one line per optional suite
+    rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid), when its extra is installed
+
+One line per env: its name (what ``--env`` takes), observation space, action space and the built-in
+algorithms whose action-space check accepts it (PPO: ``Discrete`` or a flat ``Box``; DQN and PQN:
+``Discrete``; SAC and TD3: a flat ``Box`` with finite bounds). The checks are the agents' own
+(:func:`rljax.agents.base.space_dims`, ``discrete_actions``, ``bounded_box``), run on the spaces
+alone: building an env and asking for its spaces compiles nothing, so the whole list takes seconds.
+An env that cannot be built here is not listed as trainable: gymnax ids that need a download
+(:data:`rljax.core.registry.GYMNAX_UNAVAILABLE`) and any env whose construction fails are listed
+apart, with the reason. A suite whose package is missing is listed with the extra that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["ALGORITHM_FITS", "describe_env", "fitting_algorithms", "list_envs", "envs_main"]
+
+
+def _ppo(env: Any, params: Any) -> None:
+    from rljax.agents.base import space_dims
+
+    space_dims(env.action_space(params), "PPO")
+
+
+def _q_learning(name: str) -> Callable[[Any, Any], None]:
+    def check(env: Any, params: Any) -> None:
+        from rljax.agents.base import discrete_actions
+
+        discrete_actions(env, params, name)
+
+    return check
+
+
+def _squashed(name: str) -> Callable[[Any, Any], None]:
+    def check(env: Any, params: Any) -> None:
+        from rljax.agents.base import bounded_box
+
+        bounded_box(env, params, name)
+
+    return check
+
+
+ALGORITHM_FITS: dict[str, Callable[[Any, Any], None]] = {
+    "ppo": _ppo, "dqn": _q_learning("DQN"), "pqn": _q_learning("PQN"), "sac": _squashed("SAC"), "td3": _squashed("TD3"),
+}
+"""Built-in algorithm -> the action-space check its builder runs (raises ``ValueError`` when the env
+does not fit). An algorithm registered from elsewhere is not listed: its builder says what it needs."""
+
+# The package each optional suite imports (rljax.suites.<prefix> needs it); checked without importing it.
+_SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid"}
+
+
+def fitting_algorithms(env: Any, params: Any) -> list[str]:
+    """The built-in algorithms (:data:`ALGORITHM_FITS`) whose action-space check accepts ``env``."""
+    fits = []
+    for name, check in ALGORITHM_FITS.items():
+        try:
+            check(env, params)
+        except ValueError:
+            continue
+        fits.append(name)
+    return fits
+
+
+def describe_env(name: str) -> tuple[str, str, list[str]]:
+    """``(observation space, action space, fitting algorithms)`` of the env ``name`` (built with its
+    default arguments; nothing is compiled). Raises whatever building it raises."""
+    from rljax.core import registry as env_registry
+    from rljax.env import describe_space
+
+    env, params = env_registry.make(name)
+    return (describe_space(env.observation_space(params), compact=True),
+            describe_space(env.action_space(params), compact=True), fitting_algorithms(env, params))
+
+
+def _table(names: Sequence[str], out: list[str]) -> list[tuple[str, str]]:
+    """Appends one aligned line per buildable env to ``out``; returns ``(name, why)`` of those that failed."""
+    rows, failed = [], []
+    for name in names:
+        try:
+            obs, act, algos = describe_env(name)
+        except Exception as err:  # noqa: BLE001 - any failure to build means: not trainable here, say why
+            failed.append((name, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]))
+            continue
+        rows.append((name, obs, act, " ".join(algos) or "none of the built-in algorithms"))
+    if rows:
+        widths = [max(len(r[i]) for r in rows + [("env", "observations", "actions", "")]) for i in range(3)]
+        out.append("  ".join(h.ljust(w) for h, w in zip(("env", "observations", "actions"), widths)) + "  algorithms")
+        out += ["  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    return failed
+
+
+def list_envs(suite: str | None = None) -> str:
+    """The text ``rljax envs [SUITE]`` prints (see the module docstring)."""
+    from rljax.core import registry as env_registry
+
+    out: list[str] = []
+    if suite is not None:
+        if suite not in env_registry.SUITES:
+            raise ValueError(f"unknown env suite {suite!r}; suites: {', '.join(sorted(env_registry.SUITES))}")
+        if importlib.util.find_spec(_SUITE_PACKAGES[suite]) is None:
+            return f"{suite}: not installed; pip install -e \".[{suite}]\" in the rljax checkout"
+        failed = _table(env_registry.suite_registered(suite), out)
+    else:
+        gymnax = [n for n in env_registry.gymnax_registered()
+                  if n[len(env_registry.GYMNAX_PREFIX):] not in env_registry.GYMNAX_UNAVAILABLE]
+        failed = _table(env_registry.registered() + gymnax, out)
+        failed += [(env_registry.GYMNAX_PREFIX + gid, why) for gid, why in env_registry.GYMNAX_UNAVAILABLE.items()]
+        out.append("")
+        out.append("Optional suites (`rljax envs SUITE` lists a suite's envs with their spaces; docs/suites.md):")
+        for prefix in sorted(env_registry.SUITES):
+            installed = importlib.util.find_spec(_SUITE_PACKAGES[prefix]) is not None
+            state = "installed" if installed else f"not installed; pip install -e \".[{prefix}]\" in the rljax checkout"
+            out.append(f"  {prefix}/<id>: {state}")
+    if failed:
+        out.append("")
+        out.append("Cannot be built here (not listed above):")
+        out += [f"  {name}: {why}" for name, why in failed]
+    return "\n".join(out)
+
+
+def envs_main(argv: Sequence[str]) -> int:
+    """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite or extra arguments)."""
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        if argv and argv[0] in ("-h", "--help"):
+            print(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("::\n\n")[1].split("\n\n")[0])
+            return 0
+        print(f"error: rljax envs takes at most one suite name; got {list(argv)}", file=sys.stderr)
+        return 2
+    try:
+        text = list_envs(argv[0] if argv else None)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0

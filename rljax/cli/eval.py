@@ -1,0 +1,195 @@
+"""``rljax eval RUN_DIR``: evaluate a run's checkpoint and write a report beside it.
+
+::
+
+    rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif]
+                       [--step S] [--member NAME] [--seed N]
+
+Loads the policy read-only (:func:`rljax.policy.trained.load`: no run lock, so a run that is still training
+can be evaluated), plays ``N`` episodes in parallel on the device with the env's time limit
+(:func:`rljax.policy.evaluate.evaluate`), and writes ``report.json``, ``report.md`` and ``returns.png``
+(:mod:`rljax.policy.report`) into ``RUN_DIR/eval/<step>/`` (a sweep member's into
+``RUN_DIR/members/<name>/eval/<step>/``). An evaluation of another kind than the default gets its
+own folder, so it never replaces the default one: ``<step>-stochastic``, ``<step>-length=0.7``
+(``--env-param`` overrides, sorted by name), or both. Every input is checked before any episode is
+played, so bad input writes nothing; each file is written to a temporary name and moved into
+place. Exit statuses: :mod:`rljax.cli.process` (2: usage error, 74: I/O error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rljax.core.registry import parse_env_params  # shared with every --env-param flag
+
+__all__ = ["build_eval_parser", "parse_env_params", "eval_dir", "eval_main"]
+
+
+MAX_EPISODES = 1 << 20
+"""The most episodes one evaluation plays (each is an env of one batch, all on the device at once)."""
+
+
+def build_eval_parser(prog: str = "rljax eval") -> argparse.ArgumentParser:
+    """The ``rljax eval`` flags."""
+    parser = argparse.ArgumentParser(prog=prog, description="Evaluate a trained policy and write a report "
+                                     "into RUN_DIR/eval/<step>/.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run (or sweep) directory with checkpoints")
+    parser.add_argument("--episodes", type=int, default=100, help="episodes to play (in parallel); default 100")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample the policy (default: act deterministically, i.e. greedily)")
+    parser.add_argument("--env-param", action="append", default=[], metavar="NAME=VALUE",
+                        help="override an env param (e.g. length=0.7 for CartPole); repeat for several")
+    parser.add_argument("--video", metavar="FILE.gif", help="also write a GIF of one episode")
+    parser.add_argument("--step", type=int, help="checkpoint step (env steps); default: the newest")
+    parser.add_argument("--member", help="sweep member: its name (members/<name>) or index")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes' randomness; default 0")
+    parser.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compile cache")
+    return parser
+
+
+def eval_dir(run_dir: str | os.PathLike, step: int, member: str | None = None, deterministic: bool = True,
+             overrides: dict[str, Any] | None = None) -> pathlib.Path:
+    """Where an evaluation's report goes: ``RUN_DIR[/members/<member>]/eval/<step>[-stochastic][-k=v...]``."""
+    base = pathlib.Path(run_dir)
+    if member is not None:
+        base = base / "members" / str(member)
+    name = str(int(step))
+    if not deterministic:
+        name += "-stochastic"
+    for key in sorted(overrides or {}):
+        name += f"-{key}={overrides[key]:g}" if isinstance(overrides[key], float) else f"-{key}={overrides[key]}"
+    return base / "eval" / name
+
+
+def _check_video_path(video: str | None) -> None:
+    if video is None:
+        return
+    path = pathlib.Path(video)
+    if path.suffix.lower() != ".gif":
+        raise ValueError(f"--video {video}: the video is a GIF; give a path ending in .gif")
+    if not path.parent.resolve().is_dir():
+        raise ValueError(f"--video {video}: folder {path.parent} does not exist")
+    if not os.access(path.parent.resolve(), os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--video {video}: cannot write there (permission denied)")
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
+    """Everything that can fail on bad input, before any episode is played.
+
+    Returns:
+        ``(policy, env_params, overrides, draw)``; ``draw`` is None without ``--video``.
+    """
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}] (all of them run at once, one env each), "
+                         f"got {args.episodes}")
+    if not 0 <= args.seed < 2 ** 32:
+        raise ValueError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
+    if not pathlib.Path(args.run_dir).is_dir():
+        if pathlib.Path(args.run_dir).exists():
+            raise FileNotFoundError(f"{args.run_dir} is not a directory: pass the run directory of a training run")
+        raise FileNotFoundError(f"run directory {args.run_dir} does not exist")
+    _check_video_path(args.video)
+    from rljax.policy.trained import load
+
+    member = int(args.member) if args.member is not None and args.member.isdigit() else args.member
+    policy = load(args.run_dir, args.step, member=member)
+    env_params, overrides = parse_env_params(args.env_param, policy.env_params)
+    draw = None
+    if args.video:
+        from rljax.policy.video import frame_drawer
+
+        draw = frame_drawer(policy.env, env_params)
+    return policy, env_params, overrides, draw
+
+
+def _env_params_dict(env_params: Any) -> dict[str, Any]:
+    from rljax.store.tracking import json_scalar
+
+    if not dataclasses.is_dataclass(env_params):
+        return {}
+    return {f.name: json_scalar(getattr(env_params, f.name)) for f in dataclasses.fields(env_params)}
+
+
+def _write_video(args: argparse.Namespace, policy: Any, env_params: Any, draw: Any) -> str:
+    """Plays and draws one episode, writes the GIF; returns a note for the summary line."""
+    import jax
+
+    from rljax.policy.video import DEFAULT_FPS, episode_frames, write_gif
+
+    # evaluate()'s key and batch: a greedy video is the report's first episode
+    episode = episode_frames(policy, jax.random.key(args.seed), env_params=env_params,
+                             deterministic=not args.stochastic, batch=args.episodes, index=0, draw=draw)
+    write_gif(episode.frames, args.video, getattr(policy.env, "render_fps", DEFAULT_FPS))
+    ended = "" if episode.finished else ", did not end"
+    return f"; video {args.video} (return {episode.episode_return:.2f}, {episode.length} steps{ended})"
+
+
+def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any, overrides: dict[str, Any],
+                         draw: Any) -> str:
+    """Plays the episodes, writes the report (and the video); returns the summary line."""
+    import jax
+
+    from rljax.policy.evaluate import evaluate
+    from rljax.policy.report import build_report, write_report
+
+    t0 = time.perf_counter()
+    episodes = evaluate(policy, args.episodes, seed=args.seed, env_params=env_params,
+                        deterministic=not args.stochastic)
+    returns, lengths, truncated = jax.device_get((episodes.returns, episodes.lengths, episodes.truncated))
+    wall = time.perf_counter() - t0
+    report = build_report(returns, lengths, truncated, run_dir=str(args.run_dir), member=policy.member,
+                          algorithm=policy.algorithm, env=str(getattr(policy.config, "env", policy.env)),
+                          checkpoint_step=int(policy.step), config_hash=policy.config_hash,
+                          deterministic=not args.stochastic, seed=args.seed, env_param_overrides=overrides,
+                          env_params=_env_params_dict(env_params), eval_wall_s=round(wall, 3),
+                          video=args.video)
+    note = _write_video(args, policy, env_params, draw) if draw is not None else ""
+    out = write_report(eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, overrides), report)
+    r, n = report["return"], report["length"]
+    mode = "greedy" if not args.stochastic else "stochastic"
+    return (f"eval {report['env']} {report['algorithm']} step {policy.step} ({mode}), {args.episodes} episodes: "
+            f"return {r['mean']:.2f} ± {r['std']:.2f} (95 % CI {r['ci_low']:.2f}..{r['ci_high']:.2f}, "
+            f"min {r['min']:.2f}, max {r['max']:.2f}), length {n['mean']:.1f}; {wall:.2f}s{note}; "
+            f"report {out.parent / 'report.md'}")
+
+
+def eval_main(argv: Sequence[str] | None = None, prog: str = "rljax eval") -> int:
+    """The ``rljax eval`` command. Returns a process exit status (:mod:`rljax.cli.process`).
+
+    Args:
+        argv: the arguments after ``eval`` (default ``sys.argv[1:]``).
+        prog: the command as usage and error lines show it.
+    """
+    from rljax.cli.process import EXIT_IO, EXIT_USAGE, enable_compilation_cache
+
+    parser = build_eval_parser(prog)
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exit_:  # --help (0) or a usage error argparse has printed (2)
+        return int(exit_.code or 0)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    from rljax.policy.video import NotDrawableError
+
+    try:
+        policy, env_params, overrides, draw = _prepare(args)
+    except (FileNotFoundError, ValueError, NotDrawableError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # the checkpoint could not be read
+        print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
+        return EXIT_IO
+    try:
+        line = _evaluate_and_report(args, policy, env_params, overrides, draw)
+    except OSError as err:  # writing the video or the report (a full disk)
+        print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
+        return EXIT_IO
+    print(line)
+    return 0

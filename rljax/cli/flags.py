@@ -1,0 +1,213 @@
+"""Command-line flags: one per config field plus the run options, and configs built from them.
+
+``build_parser(PPOConfig, defaults)`` gives a parser with ``--help`` listing every field with its
+help line; ints accept scientific notation (``--total-timesteps 1e6``), bools are
+``--flag/--no-flag``, tuples of ints are comma-separated, tuples of strings repeat their flag
+(``--env-param length=0.7 --env-param gravity=3``). Unknown flags exit with status 2 naming the
+closest valid flag. A resumed run's saved config is the base; only the flags typed on the command
+line (:func:`explicit_flags`) override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_parser", "config_from_args", "explicit_flags", "train_kwargs", "RUN_OPTION_FLAGS"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a 'did you mean' for unknown flags."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        if "unrecognized arguments" in message:
+            flags = [s for a in self._actions for s in a.option_strings]
+            bad = message.split(":", 1)[1].split()
+            hints = []
+            for b in bad:
+                if b.startswith("-"):
+                    close = difflib.get_close_matches(b.split("=")[0], flags, n=1)
+                    if close:
+                        hints.append(f"{b} -> did you mean {close[0]}?")
+            if hints:
+                message += " (" + "; ".join(hints) + ")"
+        # A short message, not the whole usage block: the flag list is one --help away.
+        self.exit(2, f"{self.prog}: error: {message}\n(run with --help to list every flag)\n")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that keeps the description's and epilog's lines as written (their examples are one
+    command a line) and shows each flag's default."""
+
+
+def _field_type(cls: Any, f: dataclasses.Field) -> Any:
+    hints = typing.get_type_hints(cls)
+    return hints.get(f.name, type(f.default))
+
+
+def _parse_int(text: str) -> int:
+    """Ints that accept scientific notation when integral: '1e6' -> 1000000."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(value)
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _parse_int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(p) for p in text.replace(" ", "").split(",") if p)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 64,64") from None
+    return values
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, description: str | None = None,
+                 prog: str | None = None, epilog: str | None = None) -> argparse.ArgumentParser:
+    """An argument parser with one flag per field of ``config_cls`` plus run options.
+
+    Args:
+        config_cls: a config dataclass whose fields were declared with ``rljax.core.config.field``.
+        defaults: experiment defaults that override the dataclass defaults.
+        description: text for ``--help``, above the flags (its lines are kept as written).
+        prog: program name for messages.
+        epilog: text for ``--help``, below the flags (its lines are kept as written).
+    """
+    defaults = defaults or {}
+    parser = _Parser(prog=prog, description=description, epilog=epilog, formatter_class=_HelpFormatter,
+                     allow_abbrev=False)
+    group = parser.add_argument_group("config (every field of " + config_cls.__name__ + ")")
+    for f in dataclasses.fields(config_cls):
+        default = defaults.get(f.name, f.default)
+        help_text = f.metadata.get("help", "") + (" [sweepable]" if f.metadata.get("sweepable") else "")
+        ftype = _field_type(config_cls, f)
+        if typing.get_origin(ftype) is tuple and typing.get_args(ftype) == (str, ...):
+            # Repeatable: each use adds one entry (--env-param length=0.7 --env-param gravity=3).
+            flags = list(dict.fromkeys(filter(None, (f.metadata.get("flag"), _flag(f.name)))))
+            group.add_argument(*flags, dest=f.name, action="append", type=str, default=list(default),
+                               help=help_text, metavar="NAME=VALUE")
+            continue
+        if ftype is bool:
+            group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+                               default=default, help=help_text)
+            continue
+        if ftype is int:
+            conv: Any = _parse_int
+        elif ftype is float:
+            conv = _parse_float
+        elif typing.get_origin(ftype) is tuple:
+            conv = _parse_int_tuple
+        else:
+            conv = str
+        metavar = "N,N" if conv is _parse_int_tuple else None
+        group.add_argument(_flag(f.name), dest=f.name, type=conv, default=default, help=help_text,
+                           metavar=metavar)
+    run = parser.add_argument_group("run")
+    run.add_argument("--run-dir", default=None,
+                     help="run directory (default: runs/<experiment>-<time>); 'none' keeps no files")
+    run.add_argument("--resume", default=None, metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR from its newest valid checkpoint (its saved config "
+                          "is used; flags given explicitly override it where that is allowed)")
+    run.add_argument("--checkpoint-every", type=_parse_int, default=0, metavar="CHUNKS",
+                     help="save a checkpoint every this many chunks; 0: every --checkpoint-interval seconds "
+                          "(always at the end and on SIGTERM/SIGINT)")
+    run.add_argument("--checkpoint-interval", type=_parse_float, default=60.0, metavar="SECONDS",
+                     help="time between checkpoints when --checkpoint-every is 0")
+    run.add_argument("--keep-checkpoints", type=_parse_int, default=3, help="recent checkpoints to keep")
+    run.add_argument("--no-checkpoints", action="store_true", help="never save (the run cannot be resumed)")
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
+    run.add_argument("--stall-factor", type=_parse_float, default=10.0, metavar="X",
+                     help="warn once, with every thread's Python stack in RUN_DIR/stall-*.txt, when no chunk "
+                          "finished for X times the median chunk interval (at least --stall-min); 0: no stall watchdog")
+    run.add_argument("--stall-first-chunk", type=_parse_float, default=600.0, metavar="SECONDS",
+                     help="the stall threshold until the first chunk finishes (compiling does not count)")
+    run.add_argument("--stall-min", type=_parse_float, default=60.0, metavar="SECONDS",
+                     help="the stall threshold's floor after the first chunk")
+    run.add_argument("--deterministic", choices=("auto", "on", "off"), default="auto",
+                     help="bit-identical reruns and resumes in another process: auto = on the CPU (free there), "
+                          "not on a GPU (it costs throughput there); on = also on a GPU (sets XLA's deterministic "
+                          "flags at process start); recorded in manifest.json (docs/runbook.md)")
+    run.add_argument("--no-compile-cache", action="store_true",
+                     help="disable the persistent XLA compilation cache (~/.cache/rljax/xla)")
+    return parser
+
+
+def config_from_args(config_cls: Any, args: argparse.Namespace, base: dict[str, Any] | None = None,
+                     explicit: set[str] | None = None) -> Any:
+    """Builds the config from parsed args (validation errors propagate as ``ValueError``).
+
+    With ``base`` (a saved ``config.json``), fields come from it except those in ``explicit``
+    (the flags the user actually typed).
+    """
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # repeatable flags
+    if base is not None:
+        explicit = explicit or set()
+        for f in dataclasses.fields(config_cls):
+            if f.name in base and f.name not in explicit:
+                v = base[f.name]
+                values[f.name] = tuple(v) if isinstance(v, list) else v
+    return config_cls(**values)
+
+
+def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The dests of the flags present on the command line (not filled from defaults)."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if isinstance(action, argparse.BooleanOptionalAction):
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif action.nargs == 0:
+                kwargs["action"] = "store_true"
+            probe.add_argument(*action.option_strings, **kwargs)
+    known, _ = probe.parse_known_args(argv)
+    return set(vars(known))
+
+
+# Run flags (dest) -> ``rljax.training.loop.train`` option, for the options a run saves and a resume keeps.
+RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s",
+                     "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
+                     "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
+                     "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
+                     "deterministic": "deterministic"}
+
+
+def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
+                 explicit: set[str] | None = None) -> dict[str, Any]:
+    """The ``rljax.training.loop.train`` keyword arguments given by the run flags of :func:`build_parser`.
+
+    With ``saved`` (the run options a resumed run was started with), an option keeps its saved
+    value unless its flag is in ``explicit`` (typed on this command line).
+    """
+    out = dict(quiet=args.quiet, tensorboard=not args.no_tensorboard, resume=bool(args.resume),
+               checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+               keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
+               stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
+               deterministic=args.deterministic)
+    for dest, option in RUN_OPTION_FLAGS.items():
+        if saved and option in saved and dest not in (explicit or set()):
+            out[option] = saved[option]
+    return out

@@ -1,0 +1,228 @@
+"""A training run as a process: exit statuses, SIGTERM around training, compile cache, CPU devices.
+
+The command line (``rljax``, experiment modules, sweeps) calls training through
+:func:`call_training`, which maps each way a run can end to an exit status a supervisor
+(:mod:`rljax.cli.supervise`) or a batch scheduler acts on:
+
+======  ==========================================================================
+status  meaning
+======  ==========================================================================
+0       finished
+2       usage error: bad flag or config, used or locked run directory, nothing to resume
+65      diverged (non-finite loss or state, not recovered)
+70      devices out of sync (a data-parallel bug)
+69      multi-process run: another process died or became unreachable; restart the whole job
+74      I/O error (a full disk, a read-only file system); the newest checkpoint is intact
+75      preempted (SIGTERM/SIGINT): checkpoint saved, resume it
+======  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from rljax.runtime.determinism import (DETERMINISTIC_MODES, DETERMINISTIC_XLA_FLAGS, check_deterministic_mode,
+                               determinism_record, deterministic_flags_set, request_deterministic)
+
+__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "call_training",
+           "enable_compilation_cache", "request_cpu_devices", "DETERMINISTIC_MODES", "DETERMINISTIC_XLA_FLAGS",
+           "check_deterministic_mode", "request_deterministic", "deterministic_flags_set", "determinism_record",
+           "finished_run", "report_finished", "setting_up_line"]
+
+
+EXIT_USAGE = 2
+"""Exit status of a usage error: a bad flag or config, a used or locked run directory, nothing to resume."""
+EXIT_DIVERGED = 65
+"""Exit status (EX_DATAERR) of a run stopped because it diverged (non-finite loss or state)."""
+EXIT_SOFTWARE = 70
+"""Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync."""
+EXIT_IO = 74
+"""Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
+EXIT_PEER_LOST = 69
+"""Exit status (EX_UNAVAILABLE) of a process of a multi-process run that lost another process."""
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The first :class:`OSError` in ``err``'s chain (Orbax wraps them), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and not isinstance(err, (FileExistsError, FileNotFoundError)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _hold_off_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler of the command line around and after training: the run's own guard turns
+    SIGTERM into a stop while it trains; before and after, the signal changes nothing."""
+
+
+def _ignore_sigterm_at_exit() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
+    """Calls ``run()`` and maps its outcome to an exit status for the command line.
+
+    Returns:
+        ``(result, None)`` when training finished; ``(None, status)`` after printing one line for
+        a usage error (2: bad config, used or locked directory, nothing to resume), a diverged run
+        (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
+        after printing how to resume a preempted run. From the moment training starts, SIGTERM
+        is held off until the process exits (the run's own guard turns it into a stop; once the
+        run has returned, a no-op handler stays installed): a SIGTERM after the final or the stop's checkpoint
+        committed cannot turn status 0 or 75 into death by signal.
+    """
+    import signal
+    import threading
+
+    from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
+    from rljax.runtime.distributed import PeerLostError
+    from rljax.training.hooks.health import DesyncError, NonFiniteError
+    from rljax.store.rundir import RunDirError
+    from rljax.store.runlock import RunLockError
+    from rljax.suites._adapter import SuiteNotInstalledError
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
+    resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
+    try:
+        out = run()
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_DIVERGED
+    except DesyncError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_SOFTWARE
+    except PeerLostError as err:
+        # Exit at once: JAX's shutdown would wait at a barrier for the lost process until its
+        # heartbeat times out, then abort.
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_LOST)
+    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
+            SuiteNotInstalledError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except ValueError as err:
+        io = _os_error(err)
+        if io is not None:
+            print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+                  f"intact)", file=sys.stderr)
+            return None, EXIT_IO
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    except OSError as err:
+        print(f"error: I/O error: {err}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+              f"intact)", file=sys.stderr)
+        return None, EXIT_IO
+    except BaseException:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        raise
+    # The run finished or stopped and its checkpoint committed: the process only has to exit now, so
+    # a SIGTERM during the exit (interpreter shutdown can take a while) must not turn its status
+    # into death by signal. The no-op handler stays installed (unlike SIG_IGN, a handler is not
+    # inherited by programs this process starts later); Python drops its handlers during
+    # finalisation, so at exit SIGTERM is ignored outright.
+    if main_thread:
+        import atexit
+
+        atexit.unregister(_ignore_sigterm_at_exit)
+        atexit.register(_ignore_sigterm_at_exit)
+    result = out[0] if isinstance(out, tuple) else out
+    if result.preempted:
+        import jax
+
+        if jax.process_index() == 0:  # a multi-process run: process 0 speaks for all of them
+            print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
+        return out, PREEMPTED_EXIT_CODE
+    return out, None
+
+
+def enable_compilation_cache(path: str | None = None) -> str:
+    """Turns on JAX's persistent compilation cache (a repeat run's compile drops from seconds to
+    a fraction of a second). Experiment entry points call this; the library never does."""
+    import jax
+
+    path = path or os.path.join(os.path.expanduser("~"), ".cache", "rljax", "xla")
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def request_cpu_devices(num_devices: int) -> None:
+    """Makes ``num_devices`` CPU devices available when JAX has not started yet and the CPU is the
+    platform (fake devices for data-parallel runs and tests on one machine).
+
+    When the environment says this process is one of several (``rljax launch``, SLURM, a
+    Kubernetes job: :func:`rljax.runtime.distributed.initialize_from_env`), it joins that job instead;
+    ``num_devices`` then counts the devices of all processes.
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    from rljax.runtime.distributed import initialize_from_env
+
+    if initialize_from_env() is not None:
+        return
+    if num_devices <= 1 or xla_bridge.backends_are_initialized():
+        return
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    jax.config.update("jax_num_cpu_devices", num_devices)
+
+
+def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
+    """What to tell a user who resumes a run that has nothing left to train, or None.
+
+    A resume continues from the newest checkpoint; when that checkpoint is the run's last chunk under
+    ``config.total_timesteps`` (as :func:`rljax.training.loop.resume_plan` cuts it), the resume would compile
+    the program only to run no chunk. Only the checkpoint's JSON meta is read: nothing is compiled
+    or restored. Returns the message (the run's steps, and how to extend it with
+    ``--total-timesteps``), or None when there is something to train (or no checkpoint).
+    """
+    from rljax.training.loop import resume_plan
+    from rljax.store.rundir import newest_checkpoint_meta
+
+    newest = newest_checkpoint_meta(run_dir)
+    if newest is None:
+        return None
+    step, meta = newest
+    try:
+        saved = meta["plan"]
+        plan = resume_plan(config.total_timesteps, int(saved["env_steps_per_update"]), int(saved["updates_per_chunk"]))
+        done_chunks, env_steps = int(meta["chunk_index"]) + 1, int(meta["env_steps"])
+    except (KeyError, TypeError, ValueError):
+        return None  # an unexpected meta: let the resume itself decide (and say what is wrong)
+    if done_chunks < plan.num_chunks:
+        return None
+    return (f"{run_dir} has finished: its newest checkpoint (step {step}) is at {env_steps:,} env steps, the end of "
+            f"a run of total_timesteps={config.total_timesteps:,}; nothing to train, nothing compiled. To train it "
+            f"further, extend it: rljax resume {run_dir} --total-timesteps N (N > {env_steps:,})")
+
+
+def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
+    """Prints :func:`finished_run`'s message and returns True when ``run_dir`` has nothing left to
+    train (the command then exits 0 without compiling); False otherwise."""
+    message = finished_run(run_dir, config)
+    if message is not None:
+        print(message, flush=True)
+    return message is not None
+
+
+def setting_up_line(config: Any, run_dir: Any, sweep: bool = False) -> str:
+    """The command line's first line, printed before JAX is even imported: what is being set up and
+    where its files go. Importing JAX and building the initial state take seconds (13 s on the
+    2-core VM under load, 2026-12-02) before the loop's own line (the plan, then the compile)."""
+    what = f"a {type(config).__name__.removesuffix('Config')} sweep" if sweep else \
+        type(config).__name__.removesuffix("Config")
+    where = f"run directory {run_dir}" if run_dir is not None else "no run directory (in memory)"
+    return f"rljax: setting up {what} on {config.env}, {where} ..."

@@ -1,0 +1,451 @@
+"""``rljax supervise``: run a training command until it is done, restarting it after preemptions and crashes.
+
+    rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- <train command ...>
+    rljax supervise -- python -m experiments.ppo_cartpole --total-timesteps 1e7 --run-dir runs/cp
+
+The command runs as a child in its own process group, with its output passed through unchanged.
+When it ends:
+
+- status 0 (done): the supervisor exits 0;
+- status 2 (usage error: a bad flag or config, a run directory in use by another run, nothing to
+  resume), 65 (the run diverged and its ``on_nonfinite`` policy gave up) or 70 (data-parallel
+  devices out of sync): a restart would meet the same end, so it exits with that status;
+- status 75 (preempted: the run stopped cleanly after a SIGTERM/SIGINT that the supervisor did not
+  send), any other status (a crash) or death by a signal (SIGKILL, the OOM killer): it is
+  restarted after a back-off, until ``--max-restarts`` restarts are spent; then the supervisor
+  exits with the last status (``128 + N`` for death by signal N) and says so.
+
+Every attempt, the first included (so a requeued job continues where it stopped), runs the command
+plus ``--resume D`` when its run directory D holds a ``config.json``, and the command unchanged
+otherwise. The command must therefore name D (``--run-dir D``, ``--resume D`` or
+``rljax resume D``); one that does not is refused with status 2.
+
+The back-off starts at ``--backoff`` seconds and doubles with each attempt in a row that ended
+without committing a new checkpoint, up to ``--max-backoff``; an attempt that made progress
+(a newer step under ``D/checkpoints``) starts the doubling again.
+
+SIGTERM, SIGINT or SIGHUP sent to the supervisor is forwarded to the child's process group
+(SIGHUP as SIGTERM; each signal once, so a second signal is a second signal for the child too),
+the supervisor waits for the child and exits with its status (75 after a clean stop) without
+restarting it: a scheduler that preempts the whole job is obeyed. Signals that were ignored when
+the supervisor started (``nohup``) stay ignored.
+
+Each attempt is appended to ``D/supervisor.jsonl`` (attempt, argv, start and end times, exit status
+or signal, action, back-off) and printed as one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pathlib
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["supervise_main", "find_run_dir", "attempt_command", "backoff_delay", "newest_checkpoint",
+           "Supervisor", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS",
+           "DEFAULT_BACKOFF_S", "DEFAULT_MAX_BACKOFF_S"]
+
+LOG_FILE = "supervisor.jsonl"
+"""The attempt record, one JSON object per line, in the run directory."""
+
+USAGE_EXIT_CODE = 2
+"""Exit status of a usage error (``rljax.cli.main``): the supervisor never restarts it."""
+
+FINAL_EXIT_CODES = {
+    USAGE_EXIT_CODE: "a usage error (a bad flag or config, a run directory in use by another run, nothing to "
+                     "resume): restarting cannot help",
+    65: "the run diverged (a NaN/inf loss or state) and its on_nonfinite policy gave up: a restart from the same "
+        "checkpoint would diverge again; resume it by hand with --on-nonfinite rollback or a lower learning rate",
+    70: "the data-parallel devices fell out of sync: a restart cannot help",
+}
+"""Exit statuses of ``rljax.cli.main`` that the supervisor never restarts, with the reason it prints."""
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit status of a run stopped cleanly by SIGTERM/SIGINT (``rljax.store.checkpoint.PREEMPTED_EXIT_CODE``;
+repeated here so that the supervisor, which lives as long as the job, needs neither JAX nor the
+rest of rljax)."""
+
+DEFAULT_MAX_RESTARTS = 10
+DEFAULT_BACKOFF_S = 10.0
+DEFAULT_MAX_BACKOFF_S = 600.0
+
+_PREFIX = "rljax supervise:"
+_FORWARDED = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
+
+
+def _flag_value(command: Sequence[str], flag: str) -> str | None:
+    """The value of the last ``flag V`` or ``flag=V`` in ``command`` (None if absent)."""
+    value = None
+    for i, token in enumerate(command):
+        if token == flag and i + 1 < len(command):
+            value = command[i + 1]
+        elif token.startswith(flag + "="):
+            value = token[len(flag) + 1:]
+    return value
+
+
+def _resume_subcommand(command: Sequence[str]) -> str | None:
+    """D of ``rljax resume D`` / ``python -m rljax.cli.main resume D``, else None."""
+    for i in range(1, len(command) - 1):
+        prev = command[i - 1]
+        if command[i] == "resume" and (os.path.basename(prev) == "rljax" or prev == "rljax.cli.main") \
+                and not command[i + 1].startswith("-"):
+            return command[i + 1]
+    return None
+
+
+def find_run_dir(command: Sequence[str]) -> tuple[str | None, bool]:
+    """The run directory a training command names, and whether the command already resumes it.
+
+    Looks for ``--resume D``, ``rljax resume D`` and ``--run-dir D`` (``--flag=D`` too; the last
+    occurrence wins, as for argparse). Returns ``(None, False)`` when the command names none or
+    keeps its run in memory (``--run-dir none``).
+    """
+    resume = _flag_value(command, "--resume") or _resume_subcommand(command)
+    if resume:
+        return resume, True
+    run_dir = _flag_value(command, "--run-dir")
+    if not run_dir or run_dir.lower() == "none":
+        return None, False
+    return run_dir, False
+
+
+def attempt_command(command: Sequence[str], run_dir: str) -> list[str]:
+    """What an attempt runs: ``command`` plus ``--resume run_dir`` when the run directory holds a
+    ``config.json`` (the run has started) and the command does not resume already."""
+    _, resumes = find_run_dir(command)
+    if not resumes and (pathlib.Path(run_dir) / "config.json").exists():
+        return [*command, "--resume", run_dir]
+    return list(command)
+
+
+def backoff_delay(backoff_s: float, max_backoff_s: float, failures: int) -> float:
+    """Seconds to wait before a restart after ``failures`` attempts in a row without progress (>= 1)."""
+    return min(max_backoff_s, backoff_s * 2.0 ** max(0, min(failures - 1, 64)))
+
+
+def newest_checkpoint(run_dir: str | os.PathLike) -> int | None:
+    """The newest checkpoint step under ``RUN_DIR/checkpoints`` (None when there is none).
+
+    Steps are directories named by their env step; Orbax's temporary directories of saves in
+    progress are not steps.
+    """
+    try:
+        names = os.listdir(pathlib.Path(run_dir) / "checkpoints")
+    except OSError:
+        return None
+    steps = [int(n) for n in names if n.isdigit()]
+    return max(steps) if steps else None
+
+
+def _now_iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def _status(returncode: int) -> tuple[int, str | None]:
+    """``(exit status as a shell reports it, signal name or None)`` of a Popen return code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return 128 - returncode, name
+    return returncode, None
+
+
+class Supervisor:
+    """Runs ``command`` until it is done (see the module docstring).
+
+    Args:
+        command: the training command (argv, no shell).
+        run_dir: its run directory (:func:`find_run_dir`).
+        max_restarts: restarts allowed after the first attempt.
+        backoff_s: the first back-off.
+        max_backoff_s: the back-off's cap.
+        stream: where the one-line reports go (default stderr).
+    """
+
+    def __init__(self, command: Sequence[str], run_dir: str, *, max_restarts: int = DEFAULT_MAX_RESTARTS,
+                 backoff_s: float = DEFAULT_BACKOFF_S, max_backoff_s: float = DEFAULT_MAX_BACKOFF_S,
+                 stream: Any = None):
+        self.command = list(command)
+        self.run_dir = run_dir
+        self.max_restarts = max_restarts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.stream = stream
+        self.stop_signal: int | None = None
+        self._child: subprocess.Popen | None = None
+        self._unforwarded: int | None = None
+        self._log_failed = False
+
+    # -- reporting -----------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        print(f"{_PREFIX} {text}", file=self.stream or sys.stderr, flush=True)
+
+    def _say_now(self, text: str) -> None:
+        """:meth:`_say` for signal handlers: one unbuffered write, which cannot re-enter a buffered
+        stream that the handler interrupted."""
+        if self.stream is not None:
+            self._say(text)
+            return
+        try:
+            os.write(sys.stderr.fileno(), f"{_PREFIX} {text}\n".encode())
+        except (OSError, ValueError):
+            pass
+
+    def _record(self, record: dict[str, Any]) -> None:
+        """Appends one line to ``RUN_DIR/supervisor.jsonl`` (one write: lines never interleave)."""
+        path = pathlib.Path(self.run_dir) / LOG_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(record) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as err:
+            if not self._log_failed:
+                self._say(f"warning: cannot append to {path} ({err}); attempts are reported here only")
+                self._log_failed = True
+
+    # -- signals -------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        child = self._child
+        forwarded = _FORWARDED.get(signal.Signals(signum), signal.SIGTERM)
+        if child is not None:
+            try:
+                os.killpg(child.pid, forwarded)
+            except (ProcessLookupError, PermissionError):
+                pass
+        else:
+            self._unforwarded = signum  # a child being started gets it as soon as it is known
+        name = signal.Signals(signum).name
+        if child is not None:
+            self._say_now(f"got {name}: forwarded {forwarded.name} to the training process group {child.pid}; "
+                          f"waiting for it to stop (it is not restarted)")
+        else:
+            self._say_now(f"got {name}: stopping (no restart)")
+
+    def _install_handlers(self) -> dict[int, Any]:
+        previous = {}
+        for sig in _FORWARDED:
+            current = signal.getsignal(sig)
+            if current == signal.SIG_IGN:  # nohup and background jobs: keep ignoring
+                continue
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleeps, returning early once a stop signal has arrived."""
+        deadline = time.monotonic() + seconds
+        while self.stop_signal is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Runs attempts until one is done, fails for good, the budget is spent or a signal stops it.
+
+        Returns:
+            the exit status for the supervisor (see the module docstring).
+        """
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = self._install_handlers() if in_main else {}
+        try:
+            return self._run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _decide(self, status: int, signame: str | None, restarts: int, failures: int, progress: bool,
+                after: Any) -> tuple[str, str, str, float | None]:
+        """What an attempt's end means: ``(outcome, action, note, backoff delay)``, the action one of
+        done, stop, give up and restart."""
+        if signame is not None:
+            outcome = f"was killed by {signame}"
+        elif status == PREEMPTED_EXIT_CODE:
+            outcome = f"was preempted (status {status})"
+        else:
+            outcome = f"exited with status {status}" + (" (done)" if status == 0 else "")
+        delay = None
+        if status == 0:
+            action, note = "done", "the run is complete"
+        elif self.stop_signal is not None:
+            action = "stop"
+            note = (f"stopped by {signal.Signals(self.stop_signal).name} sent to the supervisor; not restarted; "
+                    f"exit status {status}")
+        elif signame is None and status in FINAL_EXIT_CODES:
+            action = "stop"
+            note = f"{FINAL_EXIT_CODES[status]}; exit status {status}"
+        elif restarts >= self.max_restarts:
+            action = "give up"
+            note = (f"restart budget spent ({self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}); "
+                    f"exit status {status}. The run directory keeps its newest checkpoint "
+                    f"({after if after is not None else 'none yet'}): `rljax resume {self.run_dir}` "
+                    f"or this supervise command again continues it")
+        else:
+            action = "restart"
+            delay = backoff_delay(self.backoff_s, self.max_backoff_s, failures)
+            nxt = attempt_command(self.command, self.run_dir)
+            how = "with --resume" if nxt[len(self.command):] else "unchanged (no config.json yet)"
+            note = (f"restarting in {delay:g} s {how} (restart {restarts + 1} of {self.max_restarts}"
+                    + ("" if progress else "; no new checkpoint in that attempt") + ")")
+        return outcome, action, note, delay
+
+    def _run(self) -> int:
+        restarts = 0
+        failures = 0  # attempts in a row that committed no new checkpoint
+        last_status = PREEMPTED_EXIT_CODE
+        attempt = 0
+        while True:
+            if self.stop_signal is not None:
+                return last_status
+            attempt += 1
+            argv = attempt_command(self.command, self.run_dir)
+            before = newest_checkpoint(self.run_dir)
+            started = time.time()
+            budget = f"restart {restarts} of {self.max_restarts}" if restarts else "first attempt"
+            try:
+                self._child = subprocess.Popen(argv, process_group=0)
+            except OSError as err:
+                status = 127 if isinstance(err, FileNotFoundError) else 126
+                self._say(f"attempt {attempt}: cannot start {shlex.join(argv)} ({type(err).__name__}: {err}); "
+                          f"exit status {status}, not restarted")
+                self._record({"event": "attempt", "attempt": attempt, "argv": argv, "start": _now_iso(started),
+                              "start_unix": started, "end": _now_iso(time.time()), "end_unix": time.time(),
+                              "duration_s": 0.0, "exit_status": status, "signal": None,
+                              "error": f"{type(err).__name__}: {err}", "action": "stop", "backoff_s": None,
+                              "checkpoint": before, "supervisor_pid": os.getpid()})
+                return status
+            child = self._child
+            self._say(f"attempt {attempt} ({budget}), pid {child.pid}: {shlex.join(argv)}")
+            if self._unforwarded is not None:  # arrived while the child was starting: forward it now
+                signum, self._unforwarded = self._unforwarded, None
+                try:
+                    os.killpg(child.pid, _FORWARDED.get(signal.Signals(signum), signal.SIGTERM))
+                except ProcessLookupError:
+                    pass
+            returncode = child.wait()
+            self._child = None
+            ended = time.time()
+            status, signame = _status(returncode)
+            last_status = status
+            after = newest_checkpoint(self.run_dir)
+            progress = after is not None and (before is None or after > before)
+            failures = 1 if progress else failures + 1
+
+            outcome, action, note, delay = self._decide(status, signame, restarts, failures, progress, after)
+            self._record({"event": "attempt", "attempt": attempt, "argv": argv, "pid": child.pid,
+                          "start": _now_iso(started), "start_unix": started, "end": _now_iso(ended),
+                          "end_unix": ended, "duration_s": round(ended - started, 3),
+                          "exit_status": None if signame else status, "signal": signame,
+                          "action": action, "backoff_s": delay, "checkpoint": after, "new_checkpoint": progress,
+                          "supervisor_pid": os.getpid()})
+            self._say(f"attempt {attempt} {outcome} after {ended - started:.1f} s; {note}")
+            if action != "restart":
+                return status
+            self._sleep(delay)
+            if self.stop_signal is not None:
+                name = signal.Signals(self.stop_signal).name
+                self._record({"event": "stop", "after_attempt": attempt, "signal": name, "time": _now_iso(time.time()),
+                              "exit_status": status, "supervisor_pid": os.getpid()})
+                self._say(f"got {name} during the back-off: not restarting; exit status {status}")
+                return status
+            restarts += 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit with status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(USAGE_EXIT_CODE, f"{_PREFIX} error: {message}\n(run with --help for the options)\n")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, the defaults in the help lines."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rljax supervise", allow_abbrev=False,
+                     usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...",
+                     description=__doc__.split("\n\n", 2)[2], formatter_class=_Formatter)
+    parser.add_argument("--max-restarts", type=_count, default=DEFAULT_MAX_RESTARTS, metavar="N",
+                        help="restarts allowed after the first attempt (0: never restart)")
+    parser.add_argument("--backoff", type=_seconds, default=DEFAULT_BACKOFF_S, metavar="S",
+                        help="seconds before the first restart; doubles with each attempt in a row without a new "
+                             "checkpoint")
+    parser.add_argument("--max-backoff", type=_seconds, default=DEFAULT_MAX_BACKOFF_S, metavar="S",
+                        help="the longest back-off")
+    return parser
+
+
+def supervise_main(argv: Sequence[str] | None = None) -> int:
+    """``rljax supervise [options] -- COMMAND ...``; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if "--" in argv:
+        split = argv.index("--")
+        options, command = argv[:split], argv[split + 1:]
+    else:
+        options, command = argv, []
+    try:
+        args = parser.parse_args(options)
+    except SystemExit as exit_:  # --help, or a bad option (already reported)
+        return int(exit_.code or 0)
+    problems = []
+    if args.max_restarts < 0:
+        problems.append(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    if not (math.isfinite(args.backoff) and args.backoff >= 0):
+        problems.append(f"--backoff must be a number of seconds >= 0, got {args.backoff}")
+    if not (math.isfinite(args.max_backoff) and args.max_backoff >= max(args.backoff, 0.0)):
+        problems.append(f"--max-backoff must be a number of seconds >= --backoff ({args.backoff:g}), "
+                        f"got {args.max_backoff}")
+    if not command:
+        problems.append("no training command: put it after --, e.g. rljax supervise --max-restarts 5 -- "
+                        "python -m experiments.ppo_cartpole --run-dir runs/cp")
+    if problems:
+        print(f"{_PREFIX} error: " + "; ".join(problems), file=sys.stderr)
+        return USAGE_EXIT_CODE
+    run_dir, _ = find_run_dir(command)
+    if run_dir is None:
+        print(f"{_PREFIX} error: the command must name its run directory with --run-dir D (not 'none'), "
+              f"--resume D or `rljax resume D`: a restart continues the run from the checkpoints in D, and "
+              f"without one every attempt would start a new run in a new directory. Got: {shlex.join(command)}",
+              file=sys.stderr)
+        return USAGE_EXIT_CODE
+    return Supervisor(command, run_dir, max_restarts=args.max_restarts, backoff_s=args.backoff,
+                      max_backoff_s=args.max_backoff).run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(supervise_main())

@@ -1,0 +1,206 @@
+"""Evaluation: whole episodes of a policy, vectorised on the device, during training or after it.
+
+:func:`run_episodes` is the compiled core: ``E`` envs in parallel (``vmap``), each running exactly
+its first episode until it terminates or is truncated by the env's time limit; a
+``lax.while_loop`` stops when every episode has ended (or after ``max_steps``, a guard for envs
+without a time limit). :func:`evaluate` runs it for a loaded :class:`rljax.policy.trained.Policy`;
+:class:`Evaluation` is the training loop's boundary hook that evaluates the greedy policy every
+``config.eval_interval`` chunks and after the last, adding ``eval/*`` columns to the metrics rows.
+
+Evaluation draws its keys from a stream of its own, ``fold_in(fold_in(key(seed), EVAL_STREAM),
+chunk)``, and never writes the train state: a run's params are bit-identical with evaluation on or
+off.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.runtime.distributed import fetch
+
+__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "max_episode_steps", "evaluate",
+           "eval_columns", "Evaluation"]
+
+EVAL_STREAM = 0x6576616C
+"""Folded into the seed's key for evaluation keys (``"eval"`` in ASCII): a stream no training key uses."""
+
+DEFAULT_MAX_STEPS = 100_000
+"""The step guard for an env whose params name no ``max_steps_in_episode``."""
+
+
+class Episodes(NamedTuple):
+    """The outcome of ``E`` evaluation episodes.
+
+    Attributes:
+        returns: float32 ``[E]``, each episode's undiscounted return.
+        lengths: int32 ``[E]``, its steps.
+        truncated: bool ``[E]``: it ended by the time limit (or the ``max_steps`` guard), not by
+            termination (an episode that does both counts as terminated).
+    """
+
+    returns: Any
+    lengths: Any
+    truncated: Any
+
+
+def max_episode_steps(env_params: Any) -> int:
+    """The env's time limit (the largest ``env_params.max_steps_in_episode``, which a sweep may
+    stack per member), else :data:`DEFAULT_MAX_STEPS`."""
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if limit is None:
+        return DEFAULT_MAX_STEPS
+    try:
+        return int(np.max(np.asarray(limit)))
+    except (TypeError, jax.errors.ConcretizationTypeError):  # traced: fall back to the guard
+        return DEFAULT_MAX_STEPS
+
+
+def run_episodes(env: Any, env_params: Any, act: Callable[[jax.Array, jax.Array], jax.Array], key: jax.Array,
+                 num_episodes: int, max_steps: int) -> Episodes:
+    """Runs ``num_episodes`` episodes in parallel, each to its end. Pure and jittable.
+
+    Args:
+        env: a single, unbatched env (rljax/gymnax contract: ``step`` auto-resets).
+        env_params: its params.
+        act: ``act(obs [E, *obs_shape], key) -> action [E, ...]``.
+        key: a PRNG key (resets, actions and env steps are all drawn from it).
+        num_episodes: E.
+        max_steps: steps after which unfinished episodes are cut (and reported truncated).
+
+    Returns:
+        :class:`Episodes` of jnp arrays ``[E]``.
+    """
+    k_reset, key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, num_episodes), env_params)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    zeros = jnp.zeros((num_episodes,), jnp.bool_)
+    init = (jnp.int32(0), obs, state, zeros, zeros, jnp.zeros((num_episodes,), jnp.float32),
+            jnp.zeros((num_episodes,), jnp.int32), key)
+
+    def cond(carry):
+        t, done = carry[0], carry[3]
+        return (t < max_steps) & ~jnp.all(done)
+
+    def body(carry):
+        t, obs, state, done, truncated, returns, lengths, key = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        obs, state, reward, term, trunc, _ = step(jax.random.split(k_step, num_episodes), state,
+                                                  act(obs, k_act), env_params)
+        running = ~done
+        returns = returns + jnp.where(running, jnp.asarray(reward, jnp.float32), 0.0)
+        lengths = lengths + running.astype(jnp.int32)
+        # After its end an env auto-resets into a new episode: its rewards are masked from then on.
+        truncated = jnp.where(running, trunc & ~term, truncated)
+        return t + 1, obs, state, done | term | trunc, truncated, returns, lengths, key
+
+    _, _, _, done, truncated, returns, lengths, _ = jax.lax.while_loop(cond, body, init)
+    return Episodes(returns, lengths, truncated | ~done)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_episodes(policy_fn: Callable[..., Any], env: Any, num_episodes: int, max_steps: int,
+                       deterministic: bool) -> Callable[[Any, Any, jax.Array], Episodes]:
+    """``jit((policy_params, env_params, key) -> Episodes)``, one per policy function and shape."""
+    def episodes(policy_params: Any, env_params: Any, key: jax.Array) -> Episodes:
+        def act(obs: jax.Array, k: jax.Array) -> jax.Array:
+            return policy_fn(policy_params, obs, k, deterministic)
+        return run_episodes(env, env_params, act, key, num_episodes, max_steps)
+    return jax.jit(episodes)
+
+
+def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params: Any = None,
+             deterministic: bool = True, max_steps: int | None = None) -> Episodes:
+    """Runs a loaded policy for ``num_episodes`` episodes (in parallel, on the device).
+
+    Args:
+        policy: a :class:`rljax.policy.trained.Policy`.
+        num_episodes: E.
+        seed: the evaluation's seed (the same seed, policy and env give the same episodes).
+        env_params: env params to evaluate in (e.g. changed dynamics); None: those the policy
+            trained with.
+        deterministic: the greedy/mean policy (True) or the exploring one.
+        max_steps: the step guard; None: the env's time limit (:func:`max_episode_steps`).
+
+    Returns:
+        :class:`Episodes` of numpy arrays ``[E]``.
+    """
+    if not isinstance(num_episodes, (int, np.integer)) or isinstance(num_episodes, bool) or num_episodes < 1:
+        raise ValueError(f"num_episodes must be a positive integer, got {num_episodes!r}")
+    env_params = policy.env_params if env_params is None else env_params
+    max_steps = max_episode_steps(env_params) if max_steps is None else int(max_steps)
+    fn = _compiled_episodes(policy.agent.policy, policy.env, int(num_episodes), max_steps, bool(deterministic))
+    out = fn(policy.params, env_params, jax.random.key(seed))
+    return Episodes(*(np.asarray(x) for x in jax.device_get(out)))
+
+
+def eval_columns(episodes: Episodes) -> dict[str, float]:
+    """The ``eval/*`` metrics columns of one evaluation (host numpy ``[E]`` arrays in)."""
+    returns, lengths = np.asarray(episodes.returns, np.float64), np.asarray(episodes.lengths, np.float64)
+    return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
+            "eval/return_median": float(np.median(returns)), "eval/return_min": float(returns.min()),
+            "eval/return_max": float(returns.max()), "eval/length_mean": float(lengths.mean()),
+            "eval/episodes": int(returns.size)}
+
+
+class Evaluation:
+    """The loop's evaluation hook: the greedy policy of every member, every ``eval_interval``
+    chunks and after the last, ``eval_episodes`` episodes each; the ``eval/*`` columns are added to
+    the chunk's rows before they are logged (so it must precede :class:`rljax.store.tracking.Tracking`).
+
+    Args:
+        program: the run's :class:`rljax.training.population.Program`.
+        interval: ``config.eval_interval`` (> 0).
+        num_episodes: ``config.eval_episodes``.
+    """
+
+    def __init__(self, program: Any, interval: int, num_episodes: int):
+        self.program, self.interval = program, interval
+        agent, env = program.agent, program.env
+        max_steps = max_episode_steps(program.env_params if program.population is None
+                                      else program.population.env_params)
+
+        def inputs(state: Any) -> tuple[Any, Any]:  # what one member's evaluation reads of its state
+            return agent.policy_params(state), state.env_params
+
+        def episodes(policy_params: Any, env_params: Any, key: jax.Array) -> Episodes:
+            act = lambda obs, k: agent.policy(policy_params, obs, k, True)  # noqa: E731
+            return run_episodes(env, env_params, act, key, num_episodes, max_steps)
+
+        if program.isolated:
+            self._inputs = jax.jit(jax.vmap(inputs))
+        else:  # every device holds the same params: device 0's, with a member axis of 1
+            num_devices = program.config.num_devices
+            self._inputs = jax.jit(lambda s: jax.tree.map(lambda x: x[None], inputs(
+                s if num_devices == 1 else jax.tree.map(lambda x: x[0], s))))
+        # Every member's episodes run on one device: the small inputs move there, not the state.
+        self._episodes = jax.jit(jax.vmap(episodes))
+        self._device = jax.local_devices()[0] if jax.process_count() > 1 else program.parallel.devices[0]
+        base = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), EVAL_STREAM))(
+            jnp.asarray(program.seeds, jnp.uint32))
+        self._keys = jax.jit(lambda c: jax.vmap(jax.random.fold_in, in_axes=(0, None))(base, c))
+
+    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
+        """Chunk ``c`` is evaluated when ``(c + 1) % interval == 0`` or it is the last."""
+        return last or (chunk_index + 1) % self.interval == 0
+
+    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+        """Evaluates the state of chunk ``c`` (when due) and adds the ``eval/*`` columns to ``rows``."""
+        if run.ahead is not None or not self.due(run, chunk_index, chunk_index == run.plan.num_chunks - 1):
+            return  # (never both: a due chunk is not launched ahead of)
+        t0 = time.perf_counter()
+        inputs = self._inputs(run.state)
+        if jax.process_count() > 1:  # spans processes: every process gathers the (small) inputs whole
+            inputs = fetch(inputs)
+        policy_params, env_params = jax.device_put(inputs, self._device)
+        keys = jax.device_put(self._keys(jnp.int32(chunk_index)), self._device)
+        out = jax.device_get(self._episodes(policy_params, env_params, keys))
+        for i, row in enumerate(rows):
+            row.update(eval_columns(Episodes(*(np.asarray(x)[i] for x in out))))
+        run.timings["eval_s"] += time.perf_counter() - t0

@@ -1,0 +1,486 @@
+"""``rljax export``: a trained policy as an artefact that needs neither rljax nor the training code.
+
+:func:`export` writes, into one directory:
+
+* ``policy.stablehlo`` -- the deterministic policy ``obs [b, *obs_shape] -> action [b, *action_shape]``
+  as serialized StableHLO (:mod:`jax.export`), the observation normaliser folded in, Box actions
+  clipped to their bounds, the parameters embedded as constants, and a **symbolic** batch
+  dimension ``b``: one artefact serves any batch size. Loading it needs only ``jax``.
+* ``policy.onnx`` -- the same function as an ONNX model (converted by ``jax2onnx``, run with
+  ``onnxruntime``), when those optional packages are installed (``pip install -e ".[export]"``).
+* ``policy.json`` -- what the artefact is: spaces, input/output signatures, algorithm, env, env
+  params, config hash, checkpoint step, run directory, versions, each file's sha256, and the
+  largest action difference measured against :meth:`rljax.Policy.act` when it was written.
+
+Every artefact is checked before anything is written: run on :data:`CHECK_OBSERVATIONS` observations
+drawn from the observation space, its actions must equal ``policy.act``'s exactly (discrete) or
+within :data:`CONTINUOUS_TOLERANCE` (Box). The directory is written atomically (a temporary
+sibling, then a rename): a failure never leaves half an artefact. ``docs/export.md`` shows how to
+load each format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rljax.env import is_discrete
+from rljax.cli.process import EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE
+from rljax.store.tracking import config_to_dict, package_version
+
+__all__ = ["export", "export_main", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
+           "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CONTINUOUS_TOLERANCE"]
+
+STABLEHLO_FILE = "policy.stablehlo"
+"""The serialized StableHLO module (bytes of ``jax.export.Exported.serialize()``)."""
+ONNX_FILE = "policy.onnx"
+"""The ONNX model (input ``obs``, output ``action``)."""
+METADATA_FILE = "policy.json"
+"""What the artefact is (see the module docstring and ``docs/export.md``)."""
+PLATFORMS = ("cpu", "cuda")
+"""Platforms the StableHLO module is lowered for; ``Exported.call`` picks the one it runs on."""
+CHECK_OBSERVATIONS = 256
+"""How many observations each artefact is checked on before it is written."""
+CONTINUOUS_TOLERANCE = 1e-5
+"""Largest absolute difference from ``policy.act`` a Box action may show (discrete: none)."""
+FORMAT_VERSION = 1
+"""Version of the layout of ``policy.json``; raised when a field changes meaning."""
+
+
+class ExportError(RuntimeError):
+    """An artefact could not be made, or did not reproduce the policy's actions."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Spaces and observations
+# ----------------------------------------------------------------------------------------------
+
+
+def space_json(space: Any) -> dict[str, Any]:
+    """A space as JSON: ``{"kind": "discrete", "n", "shape", "dtype"}`` or ``{"kind": "box", "shape",
+    "dtype", "low", "high"}`` (bounds as nested lists of the space's shape, infinities as ``"inf"``)."""
+    shape = [int(d) for d in getattr(space, "shape", ())]
+    dtype = np.dtype(getattr(space, "dtype", np.int32)).name
+    if is_discrete(space):
+        return {"kind": "discrete", "n": int(space.n), "shape": shape, "dtype": dtype}
+    bounds = {k: _shortest(np.broadcast_to(np.asarray(getattr(space, k)), shape)) for k in ("low", "high")}
+    return {"kind": "box", "shape": shape, "dtype": dtype, **bounds}
+
+
+def sample_observations(space: Any, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` observations drawn from ``space`` with numpy: ``[n, *space.shape]`` of ``space.dtype``.
+
+    Box dimensions with finite bounds are uniform between them; unbounded ones are standard normal
+    times 3 (clipped to a one-sided bound); a discrete space is uniform over ``{0, ..., n - 1}``.
+    """
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in getattr(space, "shape", ()))
+    dtype = np.dtype(getattr(space, "dtype", np.float32))
+    if is_discrete(space):
+        return rng.integers(0, int(space.n), size=(n, *shape)).astype(dtype)
+    low = np.broadcast_to(np.asarray(space.low, np.float64), shape)
+    high = np.broadcast_to(np.asarray(space.high, np.float64), shape)
+    finite = np.isfinite(low) & np.isfinite(high)
+    uniform = rng.uniform(np.where(finite, low, 0.0), np.where(finite, high, 1.0), size=(n, *shape))
+    normal = np.clip(3.0 * rng.standard_normal((n, *shape)), low, high)
+    out = np.where(finite, uniform, normal)
+    return (np.round(out) if np.issubdtype(dtype, np.integer) else out).astype(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The two formats
+# ----------------------------------------------------------------------------------------------
+
+
+def _policy_fn(policy: Any) -> Any:
+    """The exported function: a batch of raw observations to deterministic actions."""
+    return lambda obs: policy.act(obs, deterministic=True)
+
+
+def _stablehlo(policy: Any, platforms: Sequence[str]) -> Any:
+    """``jax.export.Exported`` of the policy with a symbolic batch dimension ``b``."""
+    import jax
+    from jax import export as jax_export
+
+    space = policy.observation_space
+    dims = ", ".join(["b", *(str(int(d)) for d in space.shape)])
+    spec = jax.ShapeDtypeStruct(jax_export.symbolic_shape(dims), np.dtype(space.dtype))
+    return jax_export.export(jax.jit(_policy_fn(policy)), platforms=tuple(platforms))(spec)
+
+
+def _onnx_available() -> str | None:
+    """None when ``jax2onnx`` and ``onnxruntime`` import, else why not."""
+    for name in ("jax2onnx", "onnxruntime"):
+        try:
+            __import__(name)
+        except ImportError as err:
+            return (f"{name} is not installed ({err}); pip install -e \".[export]\" in the rljax checkout (or "
+                    f"pip install 'rljax-chunked[export]')")
+    return None
+
+
+@contextlib.contextmanager
+def _converter_contained() -> Any:
+    """Runs the block with jax2onnx's plugin-skip warnings silenced and puts back every
+    ``jax.numpy`` attribute it changed: jax2onnx 0.17.1 logs a traceback for each optional plugin
+    whose package is missing, and its cumsum plugin replaces ``jax.numpy.cumsum`` for good when a
+    conversion first imports it."""
+    import jax.numpy as jnp
+
+    logger = logging.getLogger("jax2onnx.plugins.plugin_system")
+    level, saved = logger.level, dict(vars(jnp))
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        for name in [n for n in vars(jnp) if n not in saved]:
+            delattr(jnp, name)
+        for name, value in saved.items():
+            if vars(jnp).get(name) is not value:
+                setattr(jnp, name, value)
+
+
+def _onnx(policy: Any) -> bytes:
+    """The policy as a serialized ONNX model: input ``obs`` ``[B, *obs_shape]``, output ``action``."""
+    import jax
+    import jax2onnx
+
+    space = policy.observation_space
+    dtype = np.dtype(space.dtype)
+    shape = ("B", *(int(d) for d in space.shape))
+    spec: Any = shape if dtype == np.float32 else jax.ShapeDtypeStruct(
+        jax.export.symbolic_shape(", ".join(map(str, shape))), dtype)
+    with _converter_contained():
+        model = jax2onnx.to_onnx(_policy_fn(policy), [spec], model_name="rljax_policy",
+                                 input_names=["obs"], output_names=["action"])
+    return model.SerializeToString()
+
+
+def _run_onnx(model: bytes, obs: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(["action"], {"obs": obs})[0]
+
+
+def _difference(name: str, got: Any, expected: np.ndarray, discrete: bool) -> float:
+    """The largest absolute difference of ``got`` from ``expected``; raises :class:`ExportError`
+    when the shapes or dtypes differ, a discrete action differs, or a Box action by more than
+    :data:`CONTINUOUS_TOLERANCE`."""
+    got = np.asarray(got)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        raise ExportError(f"{name} returned {got.dtype}{list(got.shape)} for {expected.dtype}"
+                          f"{list(expected.shape)} from policy.act")
+    got64, expected64 = got.astype(np.float64), expected.astype(np.float64)
+    gaps = np.where(np.isnan(got64) & np.isnan(expected64), 0.0, np.abs(got64 - expected64))
+    diff = float(np.max(np.nan_to_num(gaps, nan=np.inf), initial=0.0))  # NaN where policy.act has none: unequal
+    if diff > (0.0 if discrete else CONTINUOUS_TOLERANCE):
+        raise ExportError(f"{name} differs from policy.act by up to {diff:.3g} on {len(expected)} observations "
+                          f"(allowed: {0.0 if discrete else CONTINUOUS_TOLERANCE})")
+    return diff
+
+
+# ----------------------------------------------------------------------------------------------
+# Metadata
+# ----------------------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """Env params as JSON: scalars as Python numbers, arrays of up to 64 elements as nested lists,
+    larger ones as a ``"<array dtype[shape]>"`` note, dataclasses and namedtuples as objects."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {k: _jsonable(v) for k, v in zip(value._fields, value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        array = np.asarray(value)
+    except Exception:  # noqa: BLE001 - anything numpy cannot hold is described, not exported
+        return repr(value)
+    if array.dtype == object or array.size > 64:
+        return f"<array {array.dtype}{list(array.shape)}>"
+    return _shortest(array)
+
+
+def _shortest(array: np.ndarray) -> Any:
+    """``array.tolist()``, float32 values written as their shortest round-trip decimal (0.05, not
+    0.05000000074505806), infinities and NaN as the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
+    if not np.issubdtype(array.dtype, np.floating):
+        return array.tolist()
+
+    def one(v: Any) -> float | str:
+        if not np.isfinite(v):
+            return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+        return float(str(array.dtype.type(v)))
+
+    return np.vectorize(one, otypes=[object])(array).tolist()
+
+
+def _signature(exported: Any) -> dict[str, Any]:
+    def describe(name: str, aval: Any) -> dict[str, Any]:
+        return {"name": name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],
+                "dtype": np.dtype(aval.dtype).name}
+
+    return {"inputs": [describe("obs", exported.in_avals[0])], "outputs": [describe("action", exported.out_avals[0])]}
+
+
+def _file_entry(data: bytes, **extra: Any) -> dict[str, Any]:
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), **extra}
+
+
+def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[str, Any],
+              onnx_note: str | None) -> dict[str, Any]:
+    """The contents of ``policy.json``."""
+    import jax
+
+    entries = {STABLEHLO_FILE: _file_entry(files[STABLEHLO_FILE], format="jax.export serialized StableHLO",
+                                           platforms=list(exported.platforms),
+                                           calling_convention_version=exported.calling_convention_version)}
+    if ONNX_FILE in files:
+        entries[ONNX_FILE] = _file_entry(files[ONNX_FILE], format="ONNX", converter=f"jax2onnx {package_version('jax2onnx')}",
+                                         checked_with=f"onnxruntime {package_version('onnxruntime')}")
+    return {
+        "format": "rljax-policy", "format_version": FORMAT_VERSION,
+        "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).call(obs) with obs "
+                        f"[batch, *observation_space.shape] of observation_space.dtype -> actions [batch, ...]; "
+                        f"see docs/export.md"),
+        "algorithm": policy.algorithm, "env": getattr(policy.config, "env", None),
+        "env_params": _jsonable(policy.env_params), "config_hash": policy.config_hash,
+        "config": config_to_dict(policy.config), "step": int(policy.step),
+        "run_dir": None if policy.run_dir is None else os.path.abspath(policy.run_dir), "member": policy.member,
+        "deterministic": True,
+        "observation_space": space_json(policy.observation_space), "action_space": space_json(policy.action_space),
+        "signature": _signature(exported), "files": entries,
+        **({"onnx_skipped": onnx_note} if onnx_note else {}),
+        "checks": checks,
+        "versions": {"rljax": package_version("rljax"), "jax": jax.__version__, "jaxlib": package_version("jaxlib"),
+                     "python": sys.version.split()[0]},
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+
+
+def check_out_dir(out_dir: str | os.PathLike, force: bool = False) -> None:
+    """Refuses an ``out_dir`` that :func:`export` must not write: an existing non-directory, or a
+    non-empty directory unless ``force``.
+
+    Raises:
+        FileExistsError: naming ``out_dir`` and what is in it (``--force`` replaces it).
+        NotADirectoryError: ``out_dir`` is a file.
+    """
+    path = pathlib.Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} exists and is not a directory; name a new or empty directory")
+    if path.is_dir() and not force:
+        entries = sorted(p.name for p in path.iterdir())
+        if entries:
+            raise FileExistsError(f"{path} is not empty ({', '.join(entries[:5])}"
+                                  f"{', ...' if len(entries) > 5 else ''}); name a new or empty directory, "
+                                  f"or pass --force (force=True) to replace it")
+
+
+def _check_outside_run(out_dir: pathlib.Path, run_dir: str | None) -> None:
+    """Refuses an ``out_dir`` that would replace the policy's run directory, a directory holding it,
+    or an existing directory inside it (``--force`` replaces ``out_dir`` whole)."""
+    if run_dir is None:
+        return
+    out, run = out_dir.resolve(), pathlib.Path(run_dir).resolve()
+    if out == run or out in run.parents or (run in out.parents and out.exists()):
+        what = ("the run directory" if out == run else "a directory holding the run directory" if out in run.parents
+                else "an existing directory inside the run directory")
+        raise ValueError(f"{out_dir} is {what} {run_dir}: exporting there would replace the run's files; name a "
+                         f"directory outside it")
+
+
+def _write_atomically(out_dir: pathlib.Path, files: dict[str, bytes], force: bool) -> None:
+    """Writes ``files`` into a temporary sibling of ``out_dir``, then renames it into place (a
+    replaced directory is moved aside first and removed last). Nothing is left behind on failure."""
+    check_out_dir(out_dir, force)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    old = None
+    try:
+        for name, data in files.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o755)
+        if out_dir.is_dir():
+            old = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        if old is not None and not out_dir.exists():
+            os.replace(old, out_dir)
+            old = None
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points
+# ----------------------------------------------------------------------------------------------
+
+
+def _with_onnx(policy: Any, onnx: Any, obs: np.ndarray, expected: np.ndarray) -> tuple[bytes | None, Any, str | None]:
+    """``(model, max_abs_diff, why_skipped)``: the checked ONNX model, or None and the reason when
+    ``onnx`` is ``"auto"`` and it could not be made; with ``onnx=True`` any failure raises."""
+    if onnx is False:
+        return None, None, "not requested (onnx=False)"
+    missing = _onnx_available()
+    try:
+        if missing:
+            raise ExportError(missing)
+        model = _onnx(policy)
+        return model, _difference(ONNX_FILE, _run_onnx(model, obs), expected, policy.discrete), None
+    except Exception as err:  # noqa: BLE001 - "auto" reports any converter failure and ships StableHLO alone
+        if onnx is True:
+            raise ExportError(f"ONNX export failed: {type(err).__name__}: "
+                              f"{(str(err).strip().splitlines() or [''])[0]}") from err
+        return None, None, f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+
+
+def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto", force: bool = False,
+           platforms: Sequence[str] = PLATFORMS) -> dict[str, Any]:
+    """Writes ``policy``'s deterministic ``obs -> action`` function as a deployable artefact.
+
+    Args:
+        policy: a :class:`rljax.Policy` (from :func:`rljax.load`).
+        out_dir: the directory to create (a new or empty one; see ``force``).
+        onnx: True: also write ``policy.onnx`` or fail; False: StableHLO only; ``"auto"``: write
+            ONNX when ``jax2onnx`` and ``onnxruntime`` are installed and the conversion reproduces
+            the policy, else skip it (``policy.json``'s ``onnx_skipped`` says why).
+        force: replace a non-empty ``out_dir``.
+        platforms: what the StableHLO module is lowered for (default :data:`PLATFORMS`).
+
+    Returns:
+        The contents of ``policy.json`` (plus ``"export_seconds"``, the wall time of the export).
+
+    Raises:
+        ValueError: ``onnx`` is not True, False or ``"auto"``, or ``out_dir`` is the policy's run
+            directory, holds it, or is an existing directory inside it.
+        FileExistsError, NotADirectoryError: ``out_dir`` is non-empty (without ``force``) or a file.
+        ExportError: an artefact does not reproduce ``policy.act`` (or ONNX failed with ``onnx=True``).
+    """
+    if not (onnx is True or onnx is False or onnx == "auto"):
+        raise ValueError(f"onnx must be one of True, False, 'auto'; got {onnx!r}")
+    import jax
+
+    out = pathlib.Path(out_dir)
+    check_out_dir(out, force)
+    _check_outside_run(out, policy.run_dir)
+    start = time.perf_counter()
+    exported = _stablehlo(policy, platforms)
+    files = {STABLEHLO_FILE: exported.serialize()}
+    obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS)
+    expected = np.asarray(jax.jit(_policy_fn(policy))(obs))
+    reloaded = jax.export.deserialize(files[STABLEHLO_FILE])
+    checks: dict[str, Any] = {"observations": CHECK_OBSERVATIONS,
+                              "max_abs_diff": {STABLEHLO_FILE: _difference(STABLEHLO_FILE, reloaded.call(obs),
+                                                                           expected, policy.discrete)}}
+    model, diff, onnx_note = _with_onnx(policy, onnx, obs, expected)
+    if model is not None:
+        files[ONNX_FILE] = model
+        checks["max_abs_diff"][ONNX_FILE] = diff
+    meta = _metadata(policy, exported, files, checks, onnx_note)
+    files[METADATA_FILE] = (json.dumps(meta, indent=2) + "\n").encode()
+    _write_atomically(out, files, force)
+    return {**meta, "export_seconds": time.perf_counter() - start}
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Write a trained policy as a deployable artefact (policy.stablehlo, policy.onnx, "
+                               "policy.json) that needs neither rljax nor the training code; see docs/export.md.")
+    parser.add_argument("run_dir", help="the run directory (or a sweep's, with --member)")
+    parser.add_argument("out_dir", help="the directory to create: new or empty (see --force)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (env steps); default: the newest")
+    parser.add_argument("--member", default=None, help="a sweep member's name or index (sweep run directories)")
+    parser.add_argument("--onnx", choices=("auto", "yes", "no"), default="auto",
+                        help="also write policy.onnx: auto (when jax2onnx and onnxruntime are installed), yes "
+                             "(fail without it), no")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
+    return parser
+
+
+def export_main(argv: Sequence[str] | None = None, prog: str = "rljax export") -> int:
+    """``rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]``.
+
+    Returns an exit status (:mod:`rljax.cli.process`): 0, 2 (:data:`~rljax.cli.process.EXIT_USAGE`: a bad
+    flag, an unknown run directory, step or member, a non-empty OUT_DIR without ``--force``), 70
+    (:data:`~rljax.cli.process.EXIT_SOFTWARE`: an artefact did not reproduce the policy) or 74
+    (:data:`~rljax.cli.process.EXIT_IO`: writing failed; nothing was left behind).
+    """
+    args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        check_out_dir(args.out_dir, args.force)
+    except (FileExistsError, NotADirectoryError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from rljax.policy.trained import load
+
+    member = int(args.member) if args.member is not None and args.member.isdigit() else args.member
+    try:
+        policy = load(args.run_dir, args.step, member=member)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        meta = export(policy, args.out_dir, onnx={"auto": "auto", "yes": True, "no": False}[args.onnx],
+                      force=args.force)
+    except (FileExistsError, NotADirectoryError, ValueError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except ExportError as err:
+        print(f"{prog}: error: {err}; nothing was written", file=sys.stderr)
+        return EXIT_SOFTWARE
+    except OSError as err:
+        print(f"{prog}: error: writing {args.out_dir} failed: {err}; nothing was left behind", file=sys.stderr)
+        return EXIT_IO
+    _print_summary(meta, args.out_dir)
+    return 0
+
+
+def _print_summary(meta: dict[str, Any], out_dir: str) -> None:
+    sig = meta["signature"]
+    print(f"exported {meta['algorithm']} on {meta['env']} (step {meta['step']:,}"
+          f"{', member ' + str(meta['member']) if meta['member'] is not None else ''}) to {out_dir} "
+          f"in {meta['export_seconds']:.1f}s")
+    def shape(entry: dict[str, Any]) -> str:
+        return f"{entry['dtype']}[{', '.join(map(str, entry['shape']))}]"
+
+    print(f"  obs {shape(sig['inputs'][0])} -> action {shape(sig['outputs'][0])} (b: any batch size)")
+    for name, entry in meta["files"].items():
+        print(f"  {name}: {entry['bytes']:,} bytes, max |action - policy.act| = "
+              f"{meta['checks']['max_abs_diff'][name]:.3g} on {meta['checks']['observations']} observations")
+    if "onnx_skipped" in meta:
+        print(f"  {ONNX_FILE} not written: {meta['onnx_skipped']}")

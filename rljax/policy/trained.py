@@ -1,0 +1,289 @@
+"""A trained policy, out of its run: ``rljax.load(RUN_DIR) -> Policy``.
+
+:func:`load` reads a checkpoint **read-only** (no lock, no manifest entry, nothing written: a live
+run's checkpoints can be loaded beside it) and keeps only what acting needs: the acting network's
+params, the observation statistics the agent normalised with, and its exploration scalar (the
+agent's :class:`~rljax.agents.base.PolicyParams`). Nothing of the training program is compiled::
+
+    policy = rljax.load("runs/ppo_pendulum")
+    action = policy.act(obs)                    # one raw observation -> one action
+    actions = jax.jit(policy.act)(batch)        # [N, *obs_shape] -> [N, *action_shape]
+
+:func:`rljax.policy.evaluate.evaluate` runs episodes with it; ``rljax export`` writes it out as a
+framework-free artefact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.agents.base import Agent, PolicyParams
+
+__all__ = ["Policy", "load"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A trained policy and what it was trained on. A JAX pytree: ``params`` and ``env_params``
+    are its leaves, so a ``Policy`` can also be passed into jitted functions.
+
+    Attributes:
+        agent: the :class:`~rljax.agents.base.Agent` (built for one device) whose ``policy`` acts.
+        params: the agent's :class:`~rljax.agents.base.PolicyParams` (network params, observation
+            statistics or None, exploration scalar).
+        config: the run's (or sweep member's) config.
+        env: the single, unbatched env.
+        env_params: the env params the policy trained with (a sweep member's own).
+        step: the checkpoint step (env steps at the save).
+        run_dir: the run directory it was loaded from (None when built in memory).
+        member: the sweep member's name, or None for a single run.
+    """
+
+    agent: Agent
+    params: PolicyParams
+    config: Any
+    env: Any
+    env_params: Any
+    step: int
+    run_dir: str | None = None
+    member: str | None = None
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm's registry name (``"ppo"``, ``"dqn"``, ...)."""
+        from rljax.agents import algorithm_for
+
+        return algorithm_for(self.config).name
+
+    @property
+    def observation_space(self) -> Any:
+        return self.env.observation_space(self.env_params)
+
+    @property
+    def action_space(self) -> Any:
+        return self.env.action_space(self.env_params)
+
+    @property
+    def observation_spec(self) -> Any:
+        """The shapes and dtypes of one observation (:func:`rljax.env.observation_spec`; a pytree of
+        ``jax.ShapeDtypeStruct``)."""
+        from rljax.env import observation_spec
+
+        return observation_spec(self.env, self.env_params)
+
+    @property
+    def discrete(self) -> bool:
+        """True for a discrete action space (int32 actions)."""
+        from rljax.env import is_discrete
+
+        return is_discrete(self.action_space)
+
+    @property
+    def config_hash(self) -> str:
+        """:func:`rljax.store.tracking.config_hash` of the config."""
+        from rljax.store.tracking import config_hash
+
+        return config_hash(self.config)
+
+    def act(self, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+        """The policy's action for raw env observations.
+
+        Args:
+            obs: one observation ``[*obs_shape]`` or a batch ``[N, *obs_shape]``.
+            key: a PRNG key; needed only when ``deterministic`` is False.
+            deterministic: the greedy/mean action (True) or the agent's exploring one (PPO/SAC:
+                a sample of the policy distribution; DQN/PQN: epsilon-greedy with the final
+                epsilon; TD3: Gaussian noise of its exploration std).
+
+        Returns:
+            ``[*action_shape]`` or ``[N, *action_shape]``: int32 for discrete actions, float32
+            within the Box bounds otherwise. Pure: ``jax.jit(policy.act)`` works.
+        """
+        return self.apply(self.params, obs, key, deterministic)
+
+    def apply(self, params: PolicyParams, obs: Any, key: jax.Array | None = None,
+              deterministic: bool = True) -> jax.Array:
+        """:meth:`act` with the :class:`~rljax.agents.base.PolicyParams` passed explicitly."""
+        if not deterministic and key is None:
+            raise ValueError("deterministic=False samples actions: pass a PRNG key (key=jax.random.key(0))")
+        spec = self.observation_spec
+        try:
+            obs = jax.tree.map(lambda _, x: jnp.asarray(x), spec, obs)
+        except ValueError:
+            raise ValueError(f"obs {jax.tree.map(jnp.shape, obs)} does not have the structure of this env's "
+                             f"observations {jax.tree.map(lambda s: s.shape, spec)}") from None
+        shapes = [(x.shape, s.shape) for x, s in zip(jax.tree.leaves(obs), jax.tree.leaves(spec))]
+        single = all(shape == want for shape, want in shapes)
+        if not single and not (len({shape[:1] for shape, _ in shapes}) == 1
+                               and all(len(shape) == len(want) + 1 and shape[1:] == want for shape, want in shapes)):
+            got, want = jax.tree.map(jnp.shape, obs), jax.tree.map(lambda s: s.shape, spec)
+            raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
+        batch = jax.tree.map(lambda x: (x[None] if single else x).astype(jnp.float32), obs)
+        action = self.agent.policy(params, batch, key, deterministic)
+        return action[0] if single else action
+
+
+jax.tree_util.register_dataclass(Policy, data_fields=["params", "env_params"],
+                                 meta_fields=["agent", "config", "env", "step", "run_dir", "member"])
+
+
+def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | int | None = None,
+         env: Any = None) -> Policy:
+    """The policy saved in a run directory's checkpoint, without compiling or touching the run.
+
+    Args:
+        run_dir: a run directory (``rljax train``/``rljax.train(run_dir=...)``/a sweep's).
+        step: the checkpoint step (env steps at the save, as in ``checkpoints/<step>``); None:
+            the newest.
+        member: for a sweep's run directory, the member's name (``members/<name>``) or index;
+            must be None for a single run.
+        env: the env object, for a run of an env that cannot be rebuilt by name (recorded as
+            ``python-object:...``: an object passed to ``rljax.train(config, env)``); None makes
+            ``config.env`` (with ``config.env_kwargs``).
+
+    Raises:
+        FileNotFoundError: no such directory, or no checkpoint in it.
+        ValueError: a step or member that does not exist (the message lists those that do), or a
+            checkpoint of another algorithm or layout.
+        rljax.store.checkpoint.CheckpointIntegrityError: the step's data does not match its checksums.
+    """
+    from rljax.core import registry as env_registry
+    from rljax.agents import algorithms, build_agent
+    from rljax.store.checkpoint import Checkpointer
+    from rljax.core.config import config_from_dict
+    from rljax.store.rundir import checkpoint_steps
+
+    run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a directory: pass the run directory of a training run")
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        raise FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when "
+                                f"it is stopped; was it run with checkpoints=False?)")
+    newest = step is None
+    if newest:
+        step = steps[-1]
+    elif step not in steps:
+        raise ValueError(f"{run_dir} has no checkpoint step {step!r}; it has {steps}")
+    failed = None
+    for attempt in range(10):
+        try:
+            checkpointer = Checkpointer(run_dir, read_only=True)
+            try:
+                host_leaves, meta = checkpointer.read(int(step))
+            finally:
+                checkpointer.manager.close()
+            break
+        except Exception as err:  # noqa: BLE001 - a live run may remove the step while it is read
+            time.sleep(0.05)
+            steps = checkpoint_steps(run_dir)
+            if step in steps and (failed == step or attempt == 9):  # read twice: the checkpoint is damaged
+                if isinstance(err, KeyError):
+                    raise ValueError(f"checkpoint {step} in {run_dir} cannot be read: {err}") from err
+                raise
+            if step in steps:  # perhaps being removed just now: read it once more
+                failed = step
+                continue
+            if not newest or not steps or attempt == 9:
+                raise FileNotFoundError(f"checkpoint {step} in {run_dir} was removed while it was read (a live "
+                                        f"run keeps only its newest checkpoints); it now has {steps}") from err
+            step = steps[-1]
+    by_class = {entry.config_cls.__name__: entry.config_cls for entry in algorithms().values()}
+    if meta.get("algorithm") not in by_class:
+        raise ValueError(f"checkpoint {step} in {run_dir} was written by algorithm {meta.get('algorithm')!r}, "
+                         f"which is not registered (known: {sorted(by_class)})")
+    config_cls = by_class[meta["algorithm"]]
+    config = config_from_dict(config_cls, meta["config"])
+    index, member_name, config = _member(run_dir, member, config, config_cls, len(meta.get("rows") or []))
+    config, env, env_params = env_registry.resolve_run(config, env, None, record=False, run_dir=run_dir)
+    agent = build_agent(config, env, env_params, None)
+    state = _state_of(agent, config, env_params, host_leaves, index, f"checkpoint {step} in {run_dir}")
+    params = jax.tree.map(jnp.asarray, agent.policy_params(state))
+    if index is not None:  # PBT changes a member's hyperparams during the run: the state holds the current ones
+        config = _with_state_hyperparams(config, state)
+    return Policy(agent=agent, params=params, config=config, env=env,
+                  env_params=jax.tree.map(jnp.asarray, state.env_params), step=int(step), run_dir=str(run_dir),
+                  member=member_name)
+
+
+def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config_cls: Any, population: int = 1
+            ) -> tuple[int | None, str | None, Any]:
+    """``(index in the population, name, config)`` of the member to load: ``(None, None, config)``
+    for a single run. ``population``: how many members' rows the checkpoint's meta holds."""
+    from rljax.core.config import config_from_dict
+    from rljax.store.rundir import RunDirError, read_json
+
+    if not (run_dir / "sweep.json").exists():
+        if population > 1:
+            raise ValueError(f"{run_dir} holds a sweep's checkpoint ({population} members) but its sweep.json, "
+                             f"which names the members, is missing: restore {run_dir / 'sweep.json'}")
+        if member is not None:
+            raise ValueError(f"{run_dir} is a single run, not a sweep: drop member={member!r}")
+        return None, None, config
+    try:
+        names = [m["name"] for m in read_json(run_dir / "sweep.json", "the sweep's members")["members"]]
+    except (RunDirError, KeyError, TypeError) as err:
+        raise ValueError(f"cannot read the members of the sweep in {run_dir}: {err}") from None
+    if member is None:
+        raise ValueError(f"{run_dir} is a sweep of {len(names)} members: choose one with member=NAME or an "
+                         f"index; names: {names}")
+    if isinstance(member, (int, np.integer)) and not isinstance(member, bool):
+        if not 0 <= member < len(names):
+            raise ValueError(f"member index {member} is out of range: the sweep has {len(names)} members")
+        index = int(member)
+    elif member in names:
+        index = names.index(member)
+    else:
+        raise ValueError(f"the sweep in {run_dir} has no member {member!r}; members: {names}")
+    try:
+        config = config_from_dict(config_cls, read_json(run_dir / "members" / names[index] / "config.json"))
+    except RunDirError:
+        pass  # the structural fields are the sweep's; the member's values live in the state
+    return index, names[index], config
+
+
+def _with_state_hyperparams(config: Any, state: Any) -> Any:
+    """``config`` with each traced hyperparameter the state holds a different value of (beyond float32
+    rounding) replaced by the state's, as PBT's exploit/explore leaves them."""
+    hyperparams = getattr(state, "hyperparams", None)
+    if hyperparams is None or not dataclasses.is_dataclass(hyperparams):
+        return config
+    changed = {}
+    for field in dataclasses.fields(hyperparams):
+        old, new = getattr(config, field.name, None), np.asarray(getattr(hyperparams, field.name))
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and new.size == 1 \
+                and np.float32(old) != new.astype(np.float32):
+            changed[field.name] = type(old)(new.item())
+    return dataclasses.replace(config, **changed) if changed else config
+
+
+def _state_of(agent: Agent, config: Any, env_params: Any, host_leaves: list[np.ndarray], index: int | None,
+              where: str) -> Any:
+    """One device's (or member's) train state from a checkpoint's host leaves, as numpy leaves:
+    the template is traced abstractly (``jax.eval_shape``), so nothing is compiled."""
+    abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), env_params))
+    t_leaves, treedef = jax.tree.flatten(abstract)
+    if len(t_leaves) != len(host_leaves):
+        raise ValueError(f"{where} has {len(host_leaves)} arrays but a {type(config).__name__} train state has "
+                         f"{len(t_leaves)}: it was written by another algorithm, config or rljax version")
+    leaves = []
+    for h, t in zip(host_leaves, t_leaves):
+        is_key = jax.dtypes.issubdtype(t.dtype, jax.dtypes.prng_key)
+        shape = tuple(jax.eval_shape(jax.random.key_data, t).shape if is_key else t.shape)
+        extra = h.ndim - len(shape)
+        if extra == 1:  # a data-parallel run's [num_devices] axis, or a sweep's [P]
+            h = h[0 if index is None else index]
+        elif extra != 0 or (index is not None and extra == 0):
+            raise ValueError(f"{where}: an array of shape {h.shape} does not fit the train state's {shape}")
+        if not is_key and (h.shape != shape or h.dtype != t.dtype):
+            raise ValueError(f"{where}: an array {h.shape} {h.dtype} does not fit the train state's "
+                             f"{shape} {t.dtype}")
+        leaves.append(jax.random.wrap_key_data(h) if is_key else h)
+    return jax.tree.unflatten(treedef, leaves)

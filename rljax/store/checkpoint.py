@@ -1,0 +1,865 @@
+"""Full-state checkpoints on Orbax, and preemption handling.
+
+A checkpoint is the *whole* train state pytree (params, target params, optimiser state, env states and
+observations, typed PRNG keys, normaliser statistics, the replay buffer with its cursor and priorities,
+counters, traced hyperparameters) plus a JSON record of where the loop stood (chunk, env steps, plan)
+and the config. Restoring it and running the same compiled chunk continues the run bit for bit.
+
+Layout: ``RUN_DIR/checkpoints/<env_steps>/{state,meta}``. Saves are asynchronous (Orbax writes in a
+background thread while the next chunk computes); the state is first copied to host memory, so the
+donated device buffers can be reused at once. Orbax deletes old steps beyond ``keep`` only after a
+newer one is committed, so the last valid checkpoint is never removed before its successor is
+complete.
+
+Integrity: every save records a CRC-32 of each array handed to Orbax and of the JSON meta, and is
+refused when a floating leaf holds NaN/inf (:class:`NonFiniteStateError`; ``nonfinite_ok=True``
+records per-leaf counts instead). Resume walks the steps from newest to oldest and takes the first
+that restores and verifies; a step that fails (truncated or corrupt files: Orbax still lists it as
+``latest_step``; a checksum mismatch; NaN/inf its meta does not record) is skipped with a warning
+naming it and why, then set aside. Uncommitted partial writes left by a killed save are removed
+when a :class:`Checkpointer` is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import pathlib
+import shutil
+import signal
+import threading
+import time
+import warnings
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["Checkpointer", "Checkpointing", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError", "PreemptionGuard",
+           "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
+
+PREEMPTED_EXIT_CODE = 75
+"""Process exit status after a clean preemption (SIGTERM/SIGINT): EX_TEMPFAIL, "try again"."""
+
+
+class NoCheckpointError(FileNotFoundError):
+    """The run directory holds no checkpoint that can be restored."""
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def to_host(state: Any) -> list[np.ndarray]:
+    """The state's leaves as host numpy arrays (typed keys as their raw key data), in tree order.
+
+    Arrays that span several processes are gathered whole onto every process (a collective: every
+    process of the run calls this at the same point).
+    """
+    from rljax.runtime.distributed import fetch
+
+    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(state)]
+    return [np.asarray(x) for x in fetch(leaves)]
+
+
+def _host_shapes(state: Any) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """``(shape, dtype)`` of each leaf as :func:`to_host` returns it, without moving any data."""
+    out = []
+    for x in jax.tree.leaves(state):
+        x = jax.eval_shape(jax.random.key_data, x) if _is_key(x) else x
+        out.append((tuple(np.shape(x)), np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)))
+    return out
+
+
+def from_host(host_leaves: list[np.ndarray], template: Any, place: bool = True) -> Any:
+    """Rebuilds a state shaped like ``template`` from host leaves, on the template's devices.
+
+    Typed keys are re-wrapped with the template's key implementation; every leaf is placed with
+    the template leaf's sharding, so a multi-device state restores onto the same layout (one that
+    spans several processes too: each process places its own shards, and every process must call
+    this together). With ``place=False`` the leaves are only checked against the template.
+
+    Raises:
+        ValueError: the leaves do not fit the template (count, shape or dtype).
+    """
+    from rljax.runtime.distributed import put
+
+    t_leaves, treedef = jax.tree.flatten(template)
+    if len(t_leaves) != len(host_leaves):
+        raise ValueError(f"checkpoint has {len(host_leaves)} arrays but the train state has {len(t_leaves)}: "
+                         f"it was written by a different algorithm or config")
+    out = []
+    for h, t in zip(host_leaves, t_leaves):
+        if _is_key(t):
+            expected = jax.eval_shape(jax.random.key_data, t).shape
+            if h.shape != expected:
+                raise ValueError(f"checkpoint key data shape {h.shape} != train state's {expected}")
+        elif h.shape != t.shape or h.dtype != t.dtype:
+            raise ValueError(f"checkpoint array {h.shape} {h.dtype} does not match the train state's "
+                             f"{t.shape} {t.dtype}")
+        if not place:
+            continue
+        if _is_key(t) and not getattr(t, "is_fully_addressable", True):
+            out.append(jax.random.wrap_key_data(put(h, t.sharding), impl=jax.random.key_impl(t)))
+        elif _is_key(t):
+            value = jax.random.wrap_key_data(h, impl=jax.random.key_impl(t))
+            out.append(jax.device_put(value, t.sharding) if hasattr(t, "sharding") else value)
+        else:
+            out.append(put(h, t.sharding) if hasattr(t, "sharding") else h)
+    return jax.tree.unflatten(treedef, out) if place else None
+
+
+LAYOUT_KEY = "_array_layout"
+"""Meta entry listing every leaf's shape, dtype and storage (see :func:`pack`)."""
+
+PACK_MAX_BYTES = 1 << 20
+"""Leaves up to this size are packed into one flat array per dtype; larger ones are stored alone."""
+
+
+def pack(host_leaves: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+    """Packs host leaves into few arrays for Orbax, and the layout that undoes it.
+
+    Orbax's cost per saved array (a tensorstore write and its metadata) is fixed, so a train state
+    of a hundred small leaves costs several times more to save than its bytes; concatenating the
+    small leaves into one flat array per dtype removes most of that cost (figures in
+    ``docs/design.md``, "Checkpoints").
+    Leaves above :data:`PACK_MAX_BYTES` (replay buffers) are stored on their own, uncopied.
+    Zero-size leaves (Orbax refuses them) are recorded in the layout only.
+
+    Returns:
+        ``(arrays, layout)``: the arrays to save, by name, and one JSON-able entry per leaf in tree
+        order (``shape``, ``dtype``, ``packed``).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    parts: dict[str, list[np.ndarray]] = {}
+    layout = []
+    for i, x in enumerate(host_leaves):
+        packed = x.nbytes <= PACK_MAX_BYTES
+        layout.append({"shape": list(x.shape), "dtype": x.dtype.name, "packed": packed})
+        if packed:
+            parts.setdefault(x.dtype.name, []).append(x.ravel())
+        elif x.size:
+            arrays[f"leaf_{i:06d}"] = x
+    for dtype, chunks in parts.items():
+        flat = np.concatenate(chunks)
+        if flat.size:
+            arrays[f"packed_{dtype}"] = flat
+    return arrays, layout
+
+
+def unpack(arrays: Mapping[str, Any], layout: list[dict[str, Any]]) -> list[np.ndarray]:
+    """The host leaves, in tree order, from :func:`pack`'s arrays and layout.
+
+    Raises:
+        ValueError: the arrays do not hold what the layout describes (a damaged checkpoint).
+    """
+    cursor: dict[str, int] = {}
+    out = []
+    for i, entry in enumerate(layout):
+        shape, dtype = tuple(entry["shape"]), np.dtype(entry["dtype"])
+        size = int(np.prod(shape, dtype=np.int64))
+        if size == 0:
+            x = np.zeros(shape, dtype)
+        elif entry["packed"]:
+            start = cursor.get(dtype.name, 0)
+            flat = np.asarray(arrays[f"packed_{dtype.name}"])
+            if flat.dtype != dtype or flat.size < start + size:
+                raise ValueError(f"packed {dtype.name} array holds {flat.size} {flat.dtype} values; leaf {i} "
+                                 f"needs {start + size}")
+            x = flat[start:start + size].reshape(shape)
+            cursor[dtype.name] = start + size
+        else:
+            x = np.asarray(arrays[f"leaf_{i:06d}"])
+            if x.shape != shape or x.dtype != dtype:
+                raise ValueError(f"leaf {i} is {x.shape} {x.dtype}, the layout says {shape} {dtype}")
+        out.append(x)
+    for dtype, used in cursor.items():
+        if np.asarray(arrays[f"packed_{dtype}"]).size != used:
+            raise ValueError(f"packed {dtype} array has values the layout does not account for")
+    return out
+
+
+CHECKSUM_KEY = "_checksums"
+"""Meta entry holding a CRC-32 of every saved array (its bytes, shape and dtype) and of the meta itself."""
+
+NONFINITE_KEY = "_nonfinite_leaves"
+"""Meta entry of a save with ``nonfinite_ok=True`` whose state held NaN/inf: one ``{leaf, path, count}``
+per such leaf (``leaf``: its index in tree order). Restored with the meta, so a resumed sweep can see
+which leaves had diverged."""
+
+INF_SENTINEL_FIELDS = frozenset({"min_tree"})
+"""Leaf names whose ``+inf`` entries are sentinels, not divergence: the prioritized replay's min-tree
+holds ``+inf`` for empty slots (:mod:`rljax.core.buffers`). NaN and ``-inf`` there still count."""
+
+ORBAX_TMP_MARK = ".orbax-checkpoint-tmp"
+"""In the name of a step directory Orbax has not committed: ``<step>.orbax-checkpoint-tmp`` (Orbax
+0.12), ``<step>.orbax-checkpoint-tmp-<timestamp>`` (earlier versions)."""
+
+_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY)
+
+
+class NonFiniteStateError(FloatingPointError):
+    """A save was refused because floating leaves of the state hold NaN or inf; nothing was written.
+
+    Attributes:
+        counts: ``{leaf path: number of non-finite values}`` for every such leaf.
+    """
+
+    def __init__(self, message: str, counts: dict[str, int]):
+        super().__init__(message)
+        self.counts = counts
+
+
+class CheckpointIntegrityError(ValueError):
+    """A checkpoint's data is not what was saved: a checksum, shape or dtype differs, or it holds
+    non-finite values that its meta does not record."""
+
+
+def _is_sentinel_path(path: tuple[Any, ...]) -> bool:
+    if not path:
+        return False
+    last = path[-1]
+    return getattr(last, "name", getattr(last, "key", None)) in INF_SENTINEL_FIELDS
+
+
+def _nonfinite_count(path: tuple[Any, ...], x: np.ndarray) -> int:
+    """NaN/inf values in host array ``x`` (0 for integer, bool and key data; sentinel ``+inf`` excluded)."""
+    if not jax.dtypes.issubdtype(x.dtype, jax.numpy.inexact):
+        return 0
+    finite = np.isfinite(x)
+    if finite.all():  # the common case: one pass, no counting
+        return 0
+    count = x.size - int(np.count_nonzero(finite))
+    if _is_sentinel_path(path):
+        count -= int(np.count_nonzero(x == np.inf))
+    return count
+
+
+def _nonfinite_by_leaf(paths: list[tuple[Any, ...]], host_leaves: list[np.ndarray]) -> dict[int, int]:
+    counts = {}
+    for i, (path, x) in enumerate(zip(paths, host_leaves)):
+        n = _nonfinite_count(path, x)
+        if n:
+            counts[i] = n
+    return counts
+
+
+def nonfinite_summary(state: Any) -> dict[str, int]:
+    """``{leaf path: number of NaN/inf values}`` for every floating leaf of ``state`` that holds any.
+
+    Paths are :func:`jax.tree_util.keystr` strings. Integer and boolean leaves and typed PRNG keys
+    cannot be non-finite and are not read; floating leaves are copied to the host (one pass each).
+    The ``+inf`` sentinels of :data:`INF_SENTINEL_FIELDS` leaves are not counted. An empty dict
+    means the state is finite, which is what :meth:`Checkpointer.save` requires by default.
+    """
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        if not hasattr(leaf, "dtype"):  # a Python number
+            leaf = np.asarray(leaf)
+        if not jax.dtypes.issubdtype(leaf.dtype, jax.numpy.inexact):
+            continue
+        n = _nonfinite_count(path, np.asarray(leaf))
+        if n:
+            out[jax.tree_util.keystr(path)] = n
+    return out
+
+
+def _crc32(x: np.ndarray) -> int:
+    """CRC-32 of an array's dtype, shape and bytes (C order)."""
+    x = np.ascontiguousarray(x)
+    head = zlib.crc32(f"{x.dtype.name}{list(x.shape)}".encode())
+    return zlib.crc32(x.reshape(-1).view(np.uint8), head)
+
+
+def _meta_crc32(meta: Mapping[str, Any]) -> int:
+    """CRC-32 of the meta's canonical JSON, without its checksum entry.
+
+    The meta is first put through a JSON round trip (int keys become strings, tuples lists), so
+    the meta as saved and as read back give the same text; JSON floats round-trip exactly.
+    """
+    body = json.loads(json.dumps({k: v for k, v in meta.items() if k != CHECKSUM_KEY}))
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+def checksums(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`CHECKSUM_KEY` entry for saved ``arrays`` (after :func:`pack`) and ``meta``.
+
+    CRC-32 (``zlib.crc32``): as fast as anything in the standard library on CPUs, releases the GIL,
+    and certain to catch any error confined to 32 consecutive bits (every flipped byte); for wider
+    damage a mismatch is missed with probability 2**-32. It guards against accidental corruption
+    (disk, copy, truncation), not against deliberate tampering.
+    """
+    return {"algorithm": "crc32",
+            "arrays": {k: {"shape": list(v.shape), "dtype": v.dtype.name, "crc32": _crc32(v)}
+                       for k, v in sorted(arrays.items())},
+            "meta": _meta_crc32(meta)}
+
+
+def verify(arrays: Mapping[str, Any], meta: Mapping[str, Any], step: int | str = "?") -> bool:
+    """Checks restored ``arrays`` and ``meta`` against the checksums saved in the meta.
+
+    Returns:
+        True when verified, False when the checkpoint has no checksums (written before they existed).
+
+    Raises:
+        CheckpointIntegrityError: an array or the meta differs from what was saved, naming which.
+    """
+    record = meta.get(CHECKSUM_KEY)
+    if record is None:
+        return False
+    if record.get("algorithm") != "crc32":
+        raise CheckpointIntegrityError(f"step {step}: unknown checksum algorithm {record.get('algorithm')!r} "
+                                       f"(this rljax knows 'crc32')")
+    if _meta_crc32(meta) != record["meta"]:
+        raise CheckpointIntegrityError(f"step {step}: the checkpoint's JSON meta fails its CRC-32 check")
+    expected = record["arrays"]
+    if sorted(arrays) != sorted(expected):
+        raise CheckpointIntegrityError(f"step {step}: restored arrays {sorted(arrays)} but "
+                                       f"{sorted(expected)} were saved")
+    for name, want in expected.items():
+        x = np.asarray(arrays[name])
+        if list(x.shape) != want["shape"] or x.dtype.name != want["dtype"]:
+            raise CheckpointIntegrityError(f"step {step}: array {name!r} restored as {x.shape} {x.dtype.name}, "
+                                           f"saved as {tuple(want['shape'])} {want['dtype']}")
+        got = _crc32(x)
+        if got != want["crc32"]:
+            raise CheckpointIntegrityError(f"step {step}: array {name!r} ({tuple(want['shape'])} "
+                                           f"{want['dtype']}) fails its CRC-32 check (saved {want['crc32']:#010x}, "
+                                           f"read {got:#010x}): its data is damaged")
+    return True
+
+
+class Checkpointer:
+    """Saves and restores a run's train state under ``RUN_DIR/checkpoints``.
+
+    Every save carries a CRC-32 of each saved array and of its meta (:func:`checksums`), and is
+    refused if the state holds NaN/inf (:class:`NonFiniteStateError`) unless ``nonfinite_ok``.
+    Restore verifies both before building the state and falls back to the next older step. At
+    creation, uncommitted partial writes (``*.orbax-checkpoint-tmp*`` step directories, left by a
+    killed save) are removed with a warning.
+
+    Args:
+        run_dir: the run directory.
+        keep: how many recent checkpoints to keep (older ones are deleted after a newer one commits).
+        async_save: write in a background thread (the default).
+        checksums: write checksums with every save (the default). Restores verify checksums
+            whenever a checkpoint has them, whatever this says.
+        read_only: only read (:meth:`read`): nothing in the run directory is created, removed or
+            changed, not even partial writes, so a live run's checkpoints can be read beside it.
+        follower: a process other than the leader (process 0) of a multi-process run: it touches no
+            file. :meth:`save` takes part in gathering the state, which the leader writes;
+            :meth:`restore` and :meth:`steps` return what the leader read (broadcast); ``wait``
+            and ``close`` do nothing. The leader broadcasts in :meth:`restore` and :meth:`steps`
+            whenever the run has several processes, so every process must call them together.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True,
+                 checksums: bool = True, read_only: bool = False, follower: bool = False):
+        import orbax.checkpoint as ocp
+
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive integer, got {keep!r}")
+        self._ocp = ocp
+        self.checksums = bool(checksums)
+        self.directory = pathlib.Path(run_dir).absolute() / "checkpoints"
+        self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
+        self._warned_unverified = False
+        self.follower = follower
+        self.manager = None
+        if follower:
+            return
+        if read_only:
+            absl = logging.getLogger("absl")
+            level = absl.level
+            absl.setLevel(logging.ERROR)  # Orbax warns that a read-only manager is read-only
+            try:
+                multi = {} if jax.process_count() == 1 else {
+                    "multiprocessing_options": ocp.options.MultiprocessingOptions(
+                        primary_host=jax.process_index(), active_processes={jax.process_index()})}
+                options = ocp.CheckpointManagerOptions(create=False, read_only=True, max_to_keep=None,
+                                                       enable_async_checkpointing=False, **multi)
+                self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+            finally:
+                absl.setLevel(level)
+            return
+        self._remove_orphans()
+        # Orbax logs every save at INFO; the run's own progress line is enough.
+        logging.getLogger("absl").setLevel(logging.WARNING)
+        # Several processes: only the leader has a manager, so Orbax must not wait for the others
+        # at its barriers; it writes the state that every process gathered (save).
+        multi = {} if jax.process_count() == 1 else {"multiprocessing_options": ocp.options.MultiprocessingOptions(
+            primary_host=jax.process_index(), active_processes={jax.process_index()})}
+        if multi:  # Orbax creates the directory itself only when every process takes part
+            self.directory.mkdir(parents=True, exist_ok=True)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not multi,
+                                               enable_async_checkpointing=async_save, **multi)
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def _remove_orphans(self) -> None:
+        """Deletes uncommitted step directories: partial writes of a save that never finished.
+
+        Orbax's own ``cleanup_tmp_directories`` option does the same, but in a background task and
+        silently; here it happens before anything else and says what it removed. Only safe while no
+        other process writes to this directory (the run directory is one run's).
+        """
+        if not self.directory.is_dir():
+            return
+        removed, failed = [], []
+        for path in sorted(self.directory.iterdir()):
+            if ORBAX_TMP_MARK not in path.name:
+                continue
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                removed.append(path.name)
+            except OSError as err:
+                failed.append(f"{path.name} ({type(err).__name__}: {err})")
+        if removed:
+            warnings.warn(f"removed {len(removed)} uncommitted partial checkpoint write(s) in {self.directory} "
+                          f"(a save interrupted before its commit): {', '.join(removed)}", stacklevel=3)
+        if failed:
+            warnings.warn(f"could not remove uncommitted partial checkpoint write(s) in {self.directory}: "
+                          f"{'; '.join(failed)}", stacklevel=3)
+
+    def save(self, step: int, state: Any, meta: Mapping[str, Any], *, nonfinite_ok: bool = False) -> None:
+        """Starts saving ``state`` (all of it) and ``meta`` (JSON) as checkpoint ``step``.
+
+        Args:
+            step: the step number (the loop uses env steps).
+            state: the train state pytree.
+            meta: JSON-able record saved beside it; keys starting ``_`` that this module uses
+                (:data:`LAYOUT_KEY`, :data:`CHECKSUM_KEY`, :data:`NONFINITE_KEY`) are reserved.
+            nonfinite_ok: save even if floating leaves hold NaN/inf, recording per-leaf counts in
+                the meta (:data:`NONFINITE_KEY`), e.g. for a sweep whose diverged member must not
+                stop the others from being checkpointed. By default such a save is refused.
+
+        Raises:
+            NonFiniteStateError: the state holds NaN/inf and not ``nonfinite_ok``; nothing is written.
+            ValueError: ``meta`` uses a reserved key.
+        """
+        clash = [k for k in _RESERVED_META_KEYS if k in meta]
+        if clash:
+            raise ValueError(f"meta keys {clash} are reserved for the checkpointer; rename them")
+        if step in self._stuck and not self._clear_stuck(step):
+            return
+        flat = jax.tree_util.tree_flatten_with_path(state)[0]
+        host = to_host([x for _, x in flat])
+        counts = _nonfinite_by_leaf([p for p, _ in flat], host)
+        if counts and not nonfinite_ok:
+            named = {jax.tree_util.keystr(flat[i][0]): n for i, n in counts.items()}
+            shown = ", ".join(f"{jax.tree_util.keystr(flat[i][0])}: {n} of {host[i].size}"
+                              for i, n in list(counts.items())[:5])
+            more = f" and {len(named) - 5} more leaves" if len(named) > 5 else ""
+            raise NonFiniteStateError(
+                f"not saving checkpoint step {step}: the state holds NaN/inf values in {len(named)} leaves "
+                f"({shown}{more}); the newest saved checkpoint is left as it was. Pass nonfinite_ok=True to "
+                f"save it anyway (a sweep with a diverged member)", named)
+        if self.follower:  # the leader writes what every process gathered
+            return
+        arrays, layout = pack(host)
+        full = {**meta, LAYOUT_KEY: layout}
+        if counts:
+            full[NONFINITE_KEY] = [{"leaf": i, "path": jax.tree_util.keystr(flat[i][0]), "count": n}
+                                   for i, n in sorted(counts.items())]
+        if self.checksums:
+            full[CHECKSUM_KEY] = checksums(arrays, full)
+        ocp = self._ocp
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
+                                                        meta=ocp.args.JsonSave(full)),
+                          force=True)
+
+    def wait(self) -> None:
+        """Blocks until every pending save is committed."""
+        if self.manager is not None:
+            self.manager.wait_until_finished()
+
+    def steps(self) -> list[int]:
+        """The saved steps, oldest first (a multi-process run: the leader's list, on every process)."""
+        from rljax.runtime.distributed import broadcast_json, process_count
+
+        steps = None if self.follower else sorted(self.manager.all_steps())
+        return broadcast_json(steps) if process_count() > 1 else steps
+
+    def read(self, step: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+        """The raw host leaves (tree order) and meta of checkpoint ``step``, without a template
+        (for inspecting or comparing checkpoints).
+
+        Raises:
+            CheckpointIntegrityError: the step's checksums do not match its data.
+        """
+        arrays, meta = self._load(step)
+        self._verify(step, arrays, meta)
+        layout = meta.pop(LAYOUT_KEY, None)
+        meta.pop(CHECKSUM_KEY, None)
+        if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
+            return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
+        return unpack(arrays, layout), meta
+
+    def _load(self, step: int) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """Checkpoint ``step``'s saved arrays and its whole meta (layout and checksums included)."""
+        ocp = self._ocp
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                      meta=ocp.args.JsonRestore()))
+        return restored["state"], dict(restored["meta"])
+
+    def _verify(self, step: int, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+        if not verify(arrays, meta, step) and not self._warned_unverified:
+            self._warned_unverified = True
+            warnings.warn(f"checkpoint step {step} in {self.directory} has no checksums (written by an "
+                          f"earlier rljax): its data cannot be verified", stacklevel=3)
+
+    def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
+        """Restores the newest checkpoint that loads into ``template``'s structure.
+
+        A step is skipped (with a warning naming it and why) when Orbax cannot read it, its
+        checksums do not match, it holds NaN/inf its meta does not record, or it does not fit the
+        template. Once an older step restores, the skipped ones are set aside (:meth:`_set_aside`).
+
+        Returns:
+            ``(state, meta, skipped)``: the state on the template's devices, the saved meta, and the
+            newer steps that could not be read (each also reported with a warning).
+
+        Raises:
+            NoCheckpointError: no step restores.
+        """
+        from rljax.runtime.distributed import broadcast_arrays, broadcast_json, process_count
+
+        if process_count() == 1:
+            return self._restore(template)[:3]
+        # The leader reads, checks and sets aside as one process would; the others get its result.
+        shapes = _host_shapes(template)
+        like = [np.zeros(shape, dtype) for shape, dtype in shapes]
+        result, error = None, None
+        if not self.follower:
+            try:
+                result = self._restore(template)
+            except NoCheckpointError as err:
+                error = str(err)
+        verdict = broadcast_json(None if self.follower else {"error": error} if error is not None else
+                                 {"meta": result[1], "skipped": result[2]})
+        if verdict.get("error") is not None:
+            raise NoCheckpointError(verdict["error"])
+        leaves = broadcast_arrays(None if self.follower else result[3], like)
+        return from_host(leaves, template), verdict["meta"], verdict["skipped"]
+
+    def _restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int], list[np.ndarray]]:
+        """:meth:`restore` in this process alone; also returns the restored host leaves."""
+        skipped: list[int] = []
+        flat = jax.tree_util.tree_flatten_with_path(template)[0]
+        paths = [p for p, _ in flat]
+        template_shapes = _host_shapes(template)
+        n = sum(1 for shape, _ in template_shapes if math.prod(shape))
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            if step in self._stuck:  # reported when it was first skipped
+                skipped.append(step)
+                continue
+            try:
+                arrays, meta = self._load(step)
+                self._verify(step, arrays, meta)
+                layout = meta.pop(LAYOUT_KEY, None)
+                meta.pop(CHECKSUM_KEY, None)
+                if layout is not None:
+                    leaves = unpack(arrays, layout)
+                else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
+                    if len(arrays) != n:
+                        raise ValueError(f"checkpoint has {len(arrays)} arrays, the state {n}")
+                    leaves = [np.asarray(arrays[f"{i:06d}"]) if math.prod(shape) else np.zeros(shape, dtype)
+                              for i, (shape, dtype) in enumerate(template_shapes)]
+                if len(leaves) == len(paths):  # else from_host names the mismatch
+                    _check_recorded_nonfinite(step, paths, leaves, meta.get(NONFINITE_KEY) or [])
+                # Several processes: the leader only checks here; all of them place the state together.
+                state = from_host(leaves, template, place=jax.process_count() == 1)
+            except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
+                warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
+                              f"({type(err).__name__}: {str(err)[:300]})", stacklevel=3)
+                skipped.append(step)
+                continue
+            if skipped:
+                self._set_aside([s for s in skipped if s not in self._stuck])
+            return state, meta, skipped, leaves
+        raise NoCheckpointError(
+            f"no restorable checkpoint in {self.directory}" + (f" (skipped unreadable steps {skipped})" if skipped
+                                                               else " (it holds none)"))
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Moves unreadable steps out of Orbax's sight (kept for inspection, never deleted) so the
+        resumed run can write those step numbers again. Never raises.
+
+        First choice: ``RUN_DIR/checkpoints_unreadable/<step>-<time>``. If that fails (no permission
+        on the run directory, ``checkpoints/`` on another file system), the step is renamed in place
+        to ``<step>.unreadable-<time>``, a name Orbax does not list. If that fails too, the step is
+        left where it is and remembered: restores skip it, and a save of the same step number first
+        tries again to move it and, failing, is skipped with a warning instead of colliding with it.
+        """
+        for step in steps:
+            src = self.directory / str(step)
+            if not src.exists():
+                continue
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            reasons = []
+            try:
+                aside = self.directory.parent / "checkpoints_unreadable"
+                aside.mkdir(exist_ok=True)
+                dst = _unused(aside, f"{step}-{stamp}")
+                os.replace(src, dst)
+                warnings.warn(f"moved unreadable checkpoint step {step} to {dst}", stacklevel=4)
+                continue
+            except OSError as err:
+                reasons.append(f"{type(err).__name__}: {err}")
+            try:
+                dst = _unused(self.directory, f"{step}.unreadable-{stamp}")
+                os.replace(src, dst)
+                warnings.warn(f"moved unreadable checkpoint step {step} to {dst} (could not move it to "
+                              f"checkpoints_unreadable/: {reasons[0]})", stacklevel=4)
+                continue
+            except OSError as err:
+                reasons.append(f"{type(err).__name__}: {err}")
+            self._stuck.add(step)
+            warnings.warn(f"could not move unreadable checkpoint step {step} out of {self.directory} "
+                          f"({'; '.join(reasons)}); it is left in place and skipped, and a later save of "
+                          f"step {step} in this run is skipped unless it can be moved by then", stacklevel=4)
+        try:
+            self.manager.reload()
+        except Exception as err:  # noqa: BLE001 - the listing is refreshed again on the next call
+            warnings.warn(f"could not refresh the checkpoint listing of {self.directory}: {err}", stacklevel=4)
+
+    def _clear_stuck(self, step: int) -> bool:
+        """Before saving ``step`` over an unreadable step left in place: whether it is gone now."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self._stuck.discard(step)
+            self._set_aside([step])
+        if step not in self._stuck:
+            for w in caught:
+                warnings.warn(w.message, w.category, stacklevel=3)
+            return True
+        warnings.warn(f"not saving checkpoint step {step}: an unreadable checkpoint of that step is still in "
+                      f"{self.directory} and cannot be moved aside; the next save proceeds", stacklevel=3)
+        return False
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.wait_until_finished()
+            self.manager.close()
+
+
+def _unused(directory: pathlib.Path, name: str) -> pathlib.Path:
+    """``directory / name``, or with ``-1``, ``-2``... appended if that exists."""
+    path, i = directory / name, 0
+    while path.exists():
+        i += 1
+        path = directory / f"{name}-{i}"
+    return path
+
+
+def _check_recorded_nonfinite(step: int, paths: list[tuple[Any, ...]], leaves: list[np.ndarray],
+                              recorded: list[dict[str, Any]]) -> None:
+    """Raises :class:`CheckpointIntegrityError` if restored leaves hold NaN/inf other than recorded."""
+    expected = {int(r["leaf"]): int(r["count"]) for r in recorded}
+    actual = _nonfinite_by_leaf(paths, leaves)
+    wrong = [i for i in sorted(set(expected) | set(actual)) if expected.get(i, 0) != actual.get(i, 0)]
+    if wrong:
+        shown = ", ".join(f"{jax.tree_util.keystr(paths[i])}: {actual.get(i, 0)} (saved with {expected.get(i, 0)})"
+                          for i in wrong[:5])
+        raise CheckpointIntegrityError(f"step {step} holds NaN/inf values its meta does not record, in "
+                                       f"{len(wrong)} leaves: {shown}")
+
+
+FORCED_EXIT_GRACE_S = 10.0
+"""After a second SIGTERM/SIGINT, how long the process gets to stop by itself before it is ended."""
+
+DUPLICATE_SIGTERM_S = 1.0
+"""SIGTERMs closer together than this count as one for the forced exit (a job-wide signal that also
+reaches the process through a supervisor)."""
+
+
+class PreemptionGuard:
+    """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
+
+    Signals arrive while the host waits for a compiled chunk; Python runs the handler when the
+    chunk returns, so the current chunk always finishes. The guard is entered before anything is
+    built (a signal during initialisation or compilation stops the run before its first chunk)
+    and left only after the final checkpoint has committed, so a second signal during the stop's
+    save never kills the process with its default action.
+
+    A second SIGINT (Ctrl-C twice) raises ``KeyboardInterrupt`` as soon as Python runs, unless the
+    run is already :attr:`finishing` (saving after a stop), which it lets complete. A second
+    signal of either kind is also seen by a watcher thread (through :func:`signal.set_wakeup_fd`,
+    which works while the main thread is blocked inside XLA): if the process has not left the
+    guard :data:`FORCED_EXIT_GRACE_S` seconds later, it exits with status ``128 + signum`` without
+    saving, so a stuck job always obeys a repeated signal. The newest committed checkpoint stays
+    valid. SIGTERMs less than :data:`DUPLICATE_SIGTERM_S` apart count as one there (a scheduler
+    that signals the whole job and a supervisor that forwards it). Handlers are installed only in
+    the main thread and restored on exit. :meth:`request`
+    asks for the same stop from code (tests, notebooks).
+    """
+
+    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S, deferred: bool = False):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.grace_s = grace_s
+        self.deferred = deferred
+        self.signal_name: str | None = None
+        self.finishing = False
+        self.pending = 0  # deferred: the signal received since the last agreement
+        self.agreed_clock = 0.0
+        self.local_clock: Any = time.perf_counter
+        self._previous: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def request(self, reason: str = "request") -> None:
+        self.signal_name = reason
+
+    def agree(self) -> None:
+        """The boundary's agreement between the processes of a multi-process run (a no-op for one).
+
+        A ``deferred`` guard holds a signal as :attr:`pending` until here; then all processes
+        learn of any process's signal at once, so all of them stop after the same chunk, and take
+        the leader's clock as :attr:`agreed_clock` (:func:`rljax.runtime.distributed.agree`; a collective:
+        every process calls it at the same points).
+        """
+        if not self.deferred:
+            return
+        from rljax.runtime.distributed import agree, signal_name
+
+        signum, who, self.agreed_clock = agree(self.pending, self.local_clock())
+        if signum and self.signal_name is None:
+            self.signal_name = f"{signal_name(signum)} (process {who})"
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if (self.signal_name is not None or self.pending) and signum == signal.SIGINT and not self.finishing:
+            raise KeyboardInterrupt
+        if self.deferred:
+            self.pending = self.pending or int(signum)
+        else:
+            self.signal_name = signal.Signals(signum).name
+
+    def _watch(self, read_fd: int) -> None:
+        try:
+            self._watch_until_eof(read_fd)
+        finally:
+            os.close(read_fd)
+
+    def _watch_until_eof(self, read_fd: int) -> None:
+        seen = 0
+        last_term = -math.inf
+        while True:
+            data = os.read(read_fd, 64)
+            if not data:
+                return
+            now = time.monotonic()
+            for b in data:
+                if b == signal.SIGINT:
+                    seen += 1
+                elif b == signal.SIGTERM:
+                    # A scheduler that signals every process of a job (plain scancel, systemd's
+                    # control-group kill) and a supervisor forwarding it deliver one SIGTERM twice
+                    # within moments: that is one request, not a second one.
+                    seen += now - last_term >= DUPLICATE_SIGTERM_S
+                    last_term = now
+            if seen >= 2:
+                signum = next(b for b in reversed(data) if b in (signal.SIGTERM, signal.SIGINT))
+                deadline = time.monotonic() + self.grace_s
+                while time.monotonic() < deadline:
+                    if self._pipe is None:  # the guard exited: the process is stopping by itself
+                        return
+                    time.sleep(0.1)
+                os.write(2, (f"\nrljax: second {signal.Signals(signum).name} and the run did not stop within "
+                             f"{self.grace_s:g} s: exiting without saving; the newest committed checkpoint "
+                             f"is intact\n").encode())
+                os._exit(128 + signum)
+
+    def __enter__(self) -> "PreemptionGuard":
+        if self.enabled:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handler)
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            if previous != -1:  # someone else (an asyncio loop) listens: leave theirs in place
+                signal.set_wakeup_fd(previous)
+                os.close(read_fd), os.close(write_fd)
+            else:
+                self._pipe = (read_fd, write_fd)
+                threading.Thread(target=self._watch, args=(read_fd,), name="rljax-signal-watcher",
+                                 daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pipe is not None:
+            signal.set_wakeup_fd(-1)
+            _, write_fd = self._pipe
+            self._pipe = None
+            os.close(write_fd)  # the watcher reads EOF and ends
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class Checkpointing:
+    """The boundary hook that saves the run: on its cadence, after the last chunk and on a stop.
+
+    Args:
+        checkpointer: the run's :class:`Checkpointer`.
+        every: save every this many chunks; 0 saves instead when ``interval_s`` seconds have passed
+            since the last save.
+        interval_s: the time-based interval.
+        nonfinite_ok: save even when the state holds non-finite values (a sweep: a diverged member
+            is that member's result and must not stop the others' checkpoints).
+    """
+
+    def __init__(self, checkpointer: Checkpointer, every: int, interval_s: float, nonfinite_ok: bool,
+                 start: float = 0.0):
+        self.checkpointer = checkpointer
+        self.every = every
+        self.interval_s = interval_s
+        self.nonfinite_ok = nonfinite_ok
+        self.last_save = start  # on the run's clock (rljax.training.loop.Run.clock)
+
+    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
+        """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
+        always save)."""
+        if self.every:
+            return (chunk_index + 1) % self.every == 0
+        return run.clock() - self.last_save >= self.interval_s
+
+    def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> int | None:
+        """Saves when due; a state found non-finite is handed to the run's health (a rollback):
+        returns the chunk to continue from then, else None."""
+        from rljax.store.tracking import config_to_dict, json_scalar
+
+        guard = run.guard
+        if not (last or guard.requested or self.due(run, chunk_index, last)):
+            return None
+        guard.finishing = guard.requested or last
+        t_ckpt = time.perf_counter()
+        row = rows[0]
+        meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
+                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan),
+                "algorithm": type(run.config).__name__, "config": config_to_dict(run.config), "run_options": run.options, "rollbacks": run.rollbacks,
+                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows]}
+        try:
+            self.checkpointer.save(row["env_steps"], run.state, meta, nonfinite_ok=self.nonfinite_ok)
+        except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look
+            guard.finishing = False
+            return run.health.roll_back(run, chunk_index, row, str(err))
+        finally:
+            run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
+        self.last_save = run.clock()
+        return None
+
+    def close(self, run: Any) -> None:
+        """Waits for the pending save to commit."""
+        t_ckpt = time.perf_counter()
+        self.checkpointer.close()
+        run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt

@@ -1,0 +1,322 @@
+"""Every command the docs show runs as written: README.md, docs/runbook.md and the --help examples.
+
+The commands are extracted from the files themselves (``bash`` code fences, joined across ``\\``
+line ends, trailing ``# comments`` dropped) and from what ``--help`` prints (lines that start with
+``python -m`` or ``rljax``), so a wrong command added to a doc fails here. Each runs in a shell, in
+a fresh working directory (the repository on ``PYTHONPATH``, ``python``/``python3``/``.venv/bin/python``
+being this interpreter, ``rljax`` the console script), with small step counts: a training command
+runs a few updates, its ``--total-timesteps X`` becoming round(X / 5e5) updates (1 to 4, so an
+extension stays longer than the run it extends) and a command without it 2 (:func:`_small`; the
+env steps per update come from the command's own config, or for a resume from the run's manifest).
+Commands of one doc run in its order (the README's ``rljax eval runs/cp3`` needs the run an earlier
+line trained), each with a hard timeout; the docs are checked by separate tests, so pytest-xdist runs
+them side by side.
+
+To check another docs file (say ``docs/scale-out.md``), add it to :data:`DOCS`; placeholders its
+commands use (``RUN_DIR``) are substituted from :data:`PLACEHOLDERS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCS = ("README.md", "docs/runbook.md", "docs/scale-out.md")
+PLACEHOLDERS = {"RUN_DIR": "runs/cp3", "SWEEP_DIR": "runs/sweep1"}
+"""Names the docs use for a directory an earlier command made (README and runbook both train runs/cp3)."""
+
+TIMEOUT_S = 240  # one command: a start-up, a compile and a few chunks; hangs fail instead of stalling CI
+
+# The two set-up commands create a virtual environment and install into it (pip, from the network):
+# not run here. Their shape is checked instead (test_setup_commands_have_the_documented_shape), and
+# what they end with (the quick-start training run) runs like every other command.
+SETUP = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install -e (?P<spec>\S+) "
+                   r"&& (?P<then>\.venv/bin/python .*)$")
+
+
+def _join_lines(lines: list[str]) -> list[str]:
+    """Joins ``\\``-continued lines; drops blank and comment-only lines and trailing ``  # comments``."""
+    out, pending = [], ""
+    for raw in lines:
+        line = raw.strip()
+        if not line or (line.startswith("#") and not pending):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1].strip() + " "
+            continue
+        line = re.sub(r"\s+#.*$", "", pending + line).strip()   # no command here has '#' inside quotes
+        pending = ""
+        out.append(line)
+    return out
+
+
+def fenced_commands(path: pathlib.Path) -> list[str]:
+    """The commands in ``path``'s ``bash`` (or ``sh``/``shell``) code fences, in order."""
+    commands, block = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if block is None and re.match(r"^```(bash|sh|shell)\s*$", line.strip()):
+            block = []
+        elif block is not None and line.strip().startswith("```"):
+            commands += _join_lines(block)
+            block = None
+        elif block is not None:
+            block.append(line)
+    return commands
+
+
+def _help(argv: list[str], main) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(argv)
+    return out.getvalue()
+
+
+def help_texts() -> dict[str, str]:
+    """``--help`` of every experiment module (and its ``sweep``) and of ``rljax train``/``sweep ALGO``."""
+    import importlib
+
+    from rljax.cli.main import main as cli
+
+    texts = {}
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        main = importlib.import_module(f"experiments.{path.stem}").main
+        texts[f"python -m experiments.{path.stem} --help"] = _help(["--help"], main)
+        texts[f"python -m experiments.{path.stem} sweep --help"] = _help(["sweep", "--help"], main)
+    for algo in sorted(cli._algorithms()):
+        for sub in ("train", "sweep"):
+            texts[f"rljax {sub} {algo} --help"] = _help([sub, algo, "--help"], cli.main)
+    return texts
+
+
+def help_commands() -> list[str]:
+    """The example commands ``--help`` prints: its lines that start with ``python -m`` or ``rljax``."""
+    commands = []
+    for text in help_texts().values():
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("usage:")]
+        joined, pending = [], []
+        for line in lines:
+            if pending or re.match(r"^\s*(python -m |rljax )", line):
+                pending.append(line)
+                if not line.rstrip().endswith("\\"):
+                    joined += _join_lines(pending)
+                    pending = []
+        commands += joined
+    return list(dict.fromkeys(commands))
+
+
+_TRAINS = re.compile(r"(?:^|\s)(?:python3?|\.venv/bin/python) -m experiments\.(\w+)(.*)"
+                     r"|(?:^|\s)rljax (train|sweep) (\w+)(.*)")
+_RESUMES = re.compile(r"(?:^|\s)rljax resume (\S+)")
+
+
+def _steps_per_update(segment: str, cwd: pathlib.Path) -> int | None:
+    """The env steps per update of the run ``segment`` starts (from its own flags and defaults) or
+    resumes (from the run's manifest); None for a command that trains nothing."""
+    import importlib
+    import json
+    import shlex
+
+    from rljax.cli.main import main as cli
+    from rljax.core.config import RunConfig
+    from rljax.cli.flags import build_parser, config_from_args
+
+    m = _TRAINS.search(segment)
+    if m and m.group(1):
+        module = importlib.import_module(f"experiments.{m.group(1)}")
+        config_cls = next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, RunConfig))
+        defaults, args = dict(module.DEFAULTS), m.group(2)
+    elif m:
+        config_cls, defaults, args = cli._algorithms()[m.group(4)], {}, m.group(5)
+    else:
+        r = _RESUMES.search(segment)
+        manifest = cwd / os.path.expandvars(r.group(1).strip("\"'")) / "manifest.json" if r else None
+        return json.loads(manifest.read_text())["plan"]["env_steps_per_update"] if manifest and manifest.exists() \
+            else None
+    tokens = [t for t in shlex.split(args) if t != "sweep"]
+    namespace, _ = build_parser(config_cls, defaults).parse_known_args(tokens)
+    return config_from_args(config_cls, namespace).env_steps_per_update
+
+
+def _small(segment: str, cwd: pathlib.Path) -> str:
+    """A training command with small step counts (see the module docstring); others as they are."""
+    per_update = _steps_per_update(segment, cwd)
+    if per_update is None:
+        return segment
+    if "--total-timesteps" in segment:  # a run, a sweep, a resume that extends: keep the order of sizes
+        def shrink(m: re.Match) -> str:
+            return f"--total-timesteps {per_update * min(4, max(1, round(float(m.group(1)) / 5e5)))}"
+
+        return re.sub(r"--total-timesteps\s+(\S+)", shrink, segment)
+    if _RESUMES.search(segment) or "--resume" in segment:
+        return segment  # continues to the run's own total
+    return f"{segment} --total-timesteps {2 * per_update}"
+
+
+def runnable(command: str, cwd: pathlib.Path = ROOT) -> str:
+    """``command`` as the test runs it in ``cwd``: placeholders filled, every training part made small."""
+    for name, value in PLACEHOLDERS.items():
+        command = re.sub(rf"\b{name}\b", value, command)
+    parts = re.split(r"(\s*(?:&&|\|\||;)\s*)", command)
+    return "".join(p if i % 2 else _small(p, cwd) for i, p in enumerate(parts))
+
+
+@pytest.fixture(scope="module")
+def shell_env(tmp_path_factory):
+    """PATH with ``python``, ``python3`` and ``rljax`` for this interpreter and checkout; a HOME of
+    its own beside the test session's compile cache (tests/conftest.py), so the experiments' cache
+    (~/.cache/rljax/xla) is shared by every command and xdist worker, and leaves the user's alone."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    # Scripts, not symlinks: a venv's python finds its venv from the path it was started by.
+    _script(bin_dir / "python", "")
+    _script(bin_dir / "python3", "")
+    _script(bin_dir / "rljax", "-m rljax.cli.main ")
+    home = pathlib.Path(os.environ.get("JAX_COMPILATION_CACHE_DIR") or tmp_path_factory.mktemp("cache")) / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home),
+           "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    env.pop("XLA_FLAGS", None)  # --num-devices sets up its own fake CPU devices
+    return env
+
+
+def _script(path: pathlib.Path, args: str) -> None:
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}"$@"\n')
+    path.chmod(0o755)
+
+
+def _workdir(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A working directory with what the docs assume beside the commands: ``.venv/bin/python`` (the
+    venv the set-up command made) and ``my_envs.py`` (the README's own env module, as its
+    comment says: a ``GridWorld`` class and a ``make_grid`` factory)."""
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    _script(tmp_path / ".venv" / "bin" / "python", "")
+    shutil.copy(ROOT / "tests" / "grid_env.py", tmp_path / "my_envs.py")
+    with open(tmp_path / "my_envs.py", "a", encoding="utf-8") as f:
+        f.write("\n\nGridWorld = GridWalk\n\n\ndef make_grid(size: int = 8):\n    return GridWalk()\n")
+    return tmp_path
+
+
+def _run_all(commands: list[str], cwd: pathlib.Path, env: dict[str, str]) -> None:
+    failures = []
+    for i, command in enumerate(commands):
+        shell = runnable(command, cwd)
+        try:  # $D (the runbook's requeue examples): a new run directory for each command
+            proc = subprocess.run(["bash", "-c", shell], cwd=cwd, env={**env, "D": f"runs/requeue{i}"},
+                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            failures.append(f"{command}\n  (ran as: {shell})\n  timed out after {TIMEOUT_S} s")
+            continue
+        if proc.returncode != 0:
+            failures.append(f"{command}\n  (ran as: {shell})\n  exit {proc.returncode}: {proc.stderr[-1500:]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def _doc_commands(doc: str) -> list[str]:
+    commands = []
+    for command in fenced_commands(ROOT / doc):
+        m = SETUP.match(command)
+        commands.append(m.group("then") if m else command)
+    return commands
+
+
+def test_the_extractor_finds_every_command():
+    readme = fenced_commands(ROOT / "README.md")
+    assert sum(bool(SETUP.match(c)) for c in readme) == 2, "the README's two set-up commands"
+    assert "rljax envs" in readme and any(c.startswith("rljax eval runs/cp3") for c in readme)
+    assert any("sweep --grid learning_rate=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4 --run-dir runs/sweep1"
+               in c for c in readme), "a command continued over two lines is one command"
+    assert any("rljax resume RUN_DIR --total-timesteps 2e6" == c for c in fenced_commands(ROOT / "docs/runbook.md"))
+    helps = help_commands()
+    assert "python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3" in helps
+    sample = "python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 --seeds 2"
+    assert sample in helps
+    # Small step counts: whole updates (PPO CartPole: 4 envs x 128 steps), in the order of the sizes asked
+    # for (an extension stays an extension), in every training part of a command.
+    assert runnable("python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3") == (
+        "python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1024 --run-dir runs/cp3")
+    assert runnable("python -m experiments.ppo_minatar") == "python -m experiments.ppo_minatar --total-timesteps 16384"
+    assert runnable("rljax sweep sac --num-envs 8 --grid learning_rate=1e-4,3e-4") == (
+        "rljax sweep sac --num-envs 8 --grid learning_rate=1e-4,3e-4 --total-timesteps 16")
+    assert runnable("python -m experiments.ppo_cartpole --run-dir \"$D\" || [ $? -eq 75 ] && rljax resume \"$D\"") == (
+        "python -m experiments.ppo_cartpole --run-dir \"$D\" --total-timesteps 1024 || [ $? -eq 75 ] "
+        "&& rljax resume \"$D\"")
+
+
+def test_setup_commands_have_the_documented_shape():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for command in fenced_commands(ROOT / "README.md"):
+        m = SETUP.match(command)
+        if m:
+            spec = m.group("spec").strip("\"'")
+            assert spec == "." or re.fullmatch(r"\.\[[\w,]+\]", spec), spec
+            assert set(re.findall(r"\w+", spec[2:-1]) if spec != "." else []) <= set(extras), spec
+    ci = (ROOT / ".ci" / "run").read_text()
+    # What the README says CI runs.
+    assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2" in ci
+
+
+ALWAYS_RUN = ("README.md",)
+"""The sources whose commands every suite run executes; the others need RLJAX_ALL_DOC_COMMANDS=1."""
+
+GROUPS = 3  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
+
+
+def _groups(commands: list[str], n: int = GROUPS) -> list[list[str]]:
+    """``commands`` in ``n`` groups, each in document order: a command that names a directory an
+    earlier command made (``--run-dir runs/cp3``, then ``rljax eval runs/cp3``) joins that command's
+    group; the others are dealt out in turn."""
+    groups: list[list[str]] = [[] for _ in range(n)]
+    made: dict[str, int] = {}
+    for i, command in enumerate(commands):
+        text = runnable(command)  # placeholders filled: RUN_DIR is runs/cp3
+        used = [made[p] for p in re.findall(r"(?<![\w/])((?:runs|out)/[\w.-]+)", text) if p in made]
+        g = used[0] if used else i % n
+        groups[g].append(command)
+        for path in re.findall(r"--run-dir\s+((?:runs|out)/[\w.-]+)", text):
+            made.setdefault(path, g)
+    return groups
+
+
+def _commands(source: str) -> list[str]:
+    """A doc's commands (the set-up commands' final parts; not the test suite itself), or, for
+    ``--help``, the help examples that are not already in a doc."""
+    if source != "--help":
+        return [c for c in _doc_commands(source) if not c.startswith(".venv/bin/python -m pytest")]
+    in_docs = {c for doc in DOCS for c in _doc_commands(doc)}
+    return [c for c in help_commands() if c not in in_docs]
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("source", [*DOCS, "--help"])
+@pytest.mark.parametrize("group", range(GROUPS))
+def test_documented_commands_run(source, group, tmp_path, shell_env):
+    if source not in ALWAYS_RUN and not os.environ.get("RLJAX_ALL_DOC_COMMANDS"):
+        # Each command is a fresh process that compiles: all sources take ~7 CPU-minutes more than the
+        # README's, which would push the suite past its budget. The README's always run.
+        pytest.skip(f"the commands of {source} run with RLJAX_ALL_DOC_COMMANDS=1")
+    commands = _groups(_commands(source))[group]
+    if not commands:
+        pytest.skip(f"no commands of {source} fell in group {group}")
+    _run_all(commands, _workdir(tmp_path), shell_env)
+
+
+def test_every_source_has_commands_and_groups_keep_dependencies():
+    for source in [*DOCS, "--help"]:
+        commands = _commands(source)
+        assert commands, f"no commands found in {source}"
+        groups = _groups(commands)
+        assert sorted(c for g in groups for c in g) == sorted(commands)
+    readme = _groups(_commands("README.md"))
+    trains_cp3 = next(i for i, g in enumerate(readme) if any("--run-dir runs/cp3" in c for c in g))
+    assert all(i == trains_cp3 for i, g in enumerate(readme) for c in g if c.startswith(("rljax eval", "rljax export")))

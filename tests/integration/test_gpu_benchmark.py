@@ -1,0 +1,45 @@
+"""benchmarks/gpu.py runs here too: ``--smoke`` prints issue 14's table at tiny sizes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import cpu_subprocess_env
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(900)
+def test_gpu_benchmark_smoke_prints_every_row(tmp_path):
+    out = tmp_path / "gpu.json"
+    env = cpu_subprocess_env(1)
+    env.pop("XLA_FLAGS")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--smoke", "--json", str(out)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=850)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert "| work | rljax | PureJaxRL / gymnax | ratio | target |" in text, text[-3000:]
+    for row in ("PPO CartPole, PureJaxRL config, 1 seed", "4 seeds vmapped", "64 envs x 16 steps",
+                "env stepping, CartPole-v1, 64 envs", "env stepping, Pendulum-v1, 256 envs", "sweep CLI, 4 seeds",
+                "deterministic mode"):
+        line = next((l for l in text.splitlines() if l.startswith("| ") and row in l), None)
+        assert line is not None and "failed" not in line, (row, text[-3000:])
+    results = json.loads(out.read_text())
+    assert results["ppo1"]["rljax"]["sps"] > 0 and results["ppo512"]["rljax"]["sps"] > 0
+    assert results["envstep"]["CartPole-v1 64 gymnax"] > 0
+    assert results["sweepcli"]["host_s"] > 0 and results["sweepcli"]["members"] == 4
+    # On the CPU both modes are deterministic: a resumed run ends bit-identical either way.
+    det = results["determinism"]
+    assert det["on"]["bit_identical"] and det["off"]["bit_identical"], det
+    assert det["on"]["xla_flags"] == ["--xla_gpu_deterministic_ops=true"] and det["off"]["xla_flags"] == []
+
+
+def test_gpu_benchmark_refuses_an_unknown_row():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--only", "ppo9"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=cpu_subprocess_env(1))
+    assert proc.returncode == 2 and "'ppo9' is not one of" in proc.stderr

@@ -1,0 +1,300 @@
+"""Multi-host runs on one machine: several processes joined by JAX's distributed runtime on loopback,
+with gloo collectives between their fake CPU devices (rljax.runtime.distributed, rljax launch).
+
+Every multi-process run is a subprocess with a hard timeout (a lost collective must fail a test,
+not hang the suite). The reference runs use the same global batch in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rljax.runtime import distributed
+from rljax.cli.launch import job_status, process_env
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TIMEOUT_S = 240
+# A tiny PPO CartPole run: 4 envs over 4 devices, 128 steps, 8 updates in 4 chunks.
+PPO = ["-m", "experiments.ppo_cartpole", "--num-devices", "4", "--total-timesteps", "4096",
+       "--updates-per-chunk", "2", "--checkpoint-every", "1", "--no-tensorboard"]
+MEASURED = {"wall_time_s", "sps"}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLJAX_") and k != "XLA_FLAGS"}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), RLJAX_HEARTBEAT_TIMEOUT_S="10", **extra)
+    return env
+
+
+def _run(args: list[str], **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(**extra), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+def _launch(args: list[str], n: int = 2, d: int = 2) -> subprocess.CompletedProcess:
+    return _run(["-m", "rljax.cli.main", "launch", "-n", str(n), "-d", str(d), "--", sys.executable, *args])
+
+
+def _start_processes(args: list[str], n: int = 2, d: int = 2) -> list[subprocess.Popen]:
+    """The job's processes started directly (what rljax launch does), so a test can signal one."""
+    from rljax.cli.launch import free_port
+
+    port = free_port()
+    return [subprocess.Popen([sys.executable, *args], cwd=ROOT, env=process_env(_env(), i, n, d, port),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    out = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            out.append((p.returncode, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return out
+
+
+def _rows(run_dir: pathlib.Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in MEASURED and not k.startswith(("time/", "memory/"))}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _final_checkpoint(run_dir: pathlib.Path) -> list[np.ndarray]:
+    from rljax.store.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(run_dir, read_only=True)
+    leaves, _ = ckpt.read(ckpt.steps()[-1])
+    return leaves
+
+
+def _wait_for_rows(run_dir: pathlib.Path, n: int, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    path = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        if any(p.poll() is not None for p in procs):
+            pytest.fail(f"a process ended before {n} rows: {[p.poll() for p in procs]}")
+        time.sleep(0.1)
+    pytest.fail(f"no {n} rows within {TIMEOUT_S} s")
+
+
+@pytest.fixture(scope="module")
+def two_by_two(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """An uninterrupted 2-process x 2-device run."""
+    run_dir = tmp_path_factory.mktemp("mh") / "run"
+    done = _launch([*PPO, "--run-dir", str(run_dir)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.timeout(600)
+def test_two_processes_equal_one_process_with_the_same_devices(two_by_two, tmp_path):
+    """2 processes x 2 devices = 1 process x 4 devices on the same global batch.
+
+    Same envs, keys and episodes bit for bit; params and losses to float rounding: the gradient
+    all-reduce sums the 4 devices' gradients in another order across processes (gloo's) than
+    within one (XLA's), and float addition is not associative.
+    """
+    single = tmp_path / "single"
+    done = _run([*PPO, "--run-dir", str(single)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    multi_rows, single_rows = _rows(two_by_two), _rows(single)
+    assert len(multi_rows) == len(single_rows) == 4
+    for m, s in zip(multi_rows, single_rows):
+        assert m.keys() == s.keys()
+        for k in ("env_steps", "updates", "episodes", "episode_length_mean", "episode_return_mean"):
+            assert m[k] == s[k], k
+        for k, v in s.items():
+            if isinstance(v, float):
+                assert m[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    multi, one = _final_checkpoint(two_by_two), _final_checkpoint(single)
+    assert len(multi) == len(one)
+    for a, b in zip(multi, one):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(a, b)
+    manifest = json.loads((two_by_two / "manifest.json").read_text())
+    assert [p["process_index"] for p in manifest["processes"]] == [0, 1]
+    assert [len(p["devices"]) for p in manifest["processes"]] == [2, 2]
+    assert len(manifest["devices"]) == 4
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_to_one_process_stops_both_and_resume_is_bit_exact(two_by_two, tmp_path):
+    run_dir = tmp_path / "run"
+    procs = _start_processes([*PPO, "--run-dir", str(run_dir)])
+    _wait_for_rows(run_dir, 1, procs)
+    procs[1].send_signal(signal.SIGTERM)  # the follower: the leader must learn of it at the boundary
+    results = _finish(procs)
+    assert [code for code, _ in results] == [75, 75], [err[-2000:] for _, err in results]
+    assert "SIGTERM (process 1)" in results[0][1]
+    stopped = _rows(run_dir)
+    assert 1 <= len(stopped) < 4, "the stop came after the last chunk; nothing to resume"
+    assert not any((run_dir / n).exists() for n in ("metrics.jsonl.1",)), "only the leader writes"
+    resumed = _launch(["-m", "rljax.cli.main", "resume", str(run_dir)])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _rows(run_dir) == _rows(two_by_two)
+    for a, b in zip(_final_checkpoint(run_dir), _final_checkpoint(two_by_two)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.timeout(600)
+def test_a_sweep_over_two_processes_equals_the_same_sweep_in_one(tmp_path):
+    sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--num-devices", "4", "--total-timesteps",
+             "2048", "--updates-per-chunk", "2", "--no-plots", "--no-tensorboard"]
+    multi, single = tmp_path / "multi", tmp_path / "single"
+    done = _launch([*sweep, "--run-dir", str(multi)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run([*sweep, "--run-dir", str(single)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = sorted(p.name for p in (single / "members").iterdir())
+    assert len(names) == 4 and names == sorted(p.name for p in (multi / "members").iterdir())
+    for name in names:  # members never communicate: bit for bit
+        assert _rows(multi / "members" / name) == _rows(single / "members" / name)
+    for a, b in zip(_final_checkpoint(multi), _final_checkpoint(single)):
+        np.testing.assert_array_equal(a, b)
+    assert (multi / "summary.md").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_process_makes_the_other_fail_fast(tmp_path):
+    run_dir = tmp_path / "run"
+    procs = _start_processes([*PPO, "--total-timesteps", "40960", "--updates-per-chunk", "1",
+                              "--run-dir", str(run_dir)])
+    _wait_for_rows(run_dir, 1, procs)
+    procs[1].kill()
+    t0 = time.monotonic()
+    try:
+        procs[0].wait(timeout=60)  # heartbeat timeout 10 s, or at once when a collective loses its peer
+    except subprocess.TimeoutExpired:
+        pytest.fail("the surviving process still ran 60 s after its peer was killed")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    waited = time.monotonic() - t0
+    err = procs[0].stderr.read()
+    assert procs[0].returncode != 0
+    assert ("lost contact with the other processes" in err
+            or "JAX distributed service detected fatal errors" in err), err[-3000:]
+    assert waited < 60
+    assert (run_dir / "checkpoints").is_dir()  # the committed checkpoints stay for the restart
+
+
+def test_launch_forwards_statuses_and_refuses_bad_arguments():
+    assert job_status([0, 0], None) == 0
+    assert job_status([75, 75], None) == 75
+    assert job_status([0, 75], None) == 75
+    assert job_status([1, -9], 0) == 1
+    assert job_status([0, -9], 1) == 128 + 9
+    env = process_env({}, 1, 2, 3, 1234)
+    assert env["RLJAX_COORDINATOR"] == "127.0.0.1:1234" and env["RLJAX_PROCESS_ID"] == "1"
+    assert env["RLJAX_NUM_PROCESSES"] == "2" and env["RLJAX_DEVICES_PER_PROCESS"] == "3"
+    assert env["CUDA_VISIBLE_DEVICES"] == "3,4,5"
+    assert process_env({"CUDA_VISIBLE_DEVICES": "7"}, 0, 2, 1, 1)["CUDA_VISIBLE_DEVICES"] == "7"
+    for args, words in ((["-n", "0", "--", "true"], "--num-processes must be >= 1"),
+                        (["-n", "2", "-d", "0", "--", "true"], "--devices-per-process must be >= 1"),
+                        (["-n", "2"], "give the train command after --")):
+        done = _run(["-m", "rljax.cli.main", "launch", *args])
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    done = _run(["-m", "rljax.cli.main", "launch", "-n", "2", "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert done.returncode == 3 and "ended with status 3" in done.stderr
+
+
+def test_cluster_environment_is_read_and_checked():
+    request = distributed._cluster_request
+    assert request({}) is None
+    assert request({"RLJAX_NUM_PROCESSES": "1"}) is None
+    assert request({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "1", "RLJAX_COORDINATOR": "h:1"}) == {
+        "coordinator_address": "h:1", "num_processes": 2, "process_id": 1}
+    assert request({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"}) == {}  # srun: JAX detects the rest
+    assert request({"SLURM_NTASKS": "4"}) is None  # the batch script itself, outside srun
+    assert request({"OMPI_COMM_WORLD_SIZE": "2"}) == {}
+    assert request({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "RLJAX_DISTRIBUTED": "off"}) is None
+    for env, words in (({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "2", "RLJAX_COORDINATOR": "h:1"},
+                        "must be an integer in 0..1"),
+                       ({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "0"}, "expected host:port"),
+                       ({"RLJAX_NUM_PROCESSES": "two"}, "is not an integer"),
+                       ({"RLJAX_DISTRIBUTED": "yes"}, "expected 'auto' or 'off'")):
+        with pytest.raises(ValueError, match=words):
+            request(env)
+
+
+def test_one_process_helpers_are_local():
+    assert distributed.process_count() == 1 and distributed.is_leader()
+    assert distributed.broadcast_json({"a": [1, None]}) == {"a": [1, None]}
+    assert distributed.allgather_json(3) == [3]
+    assert distributed.agree(15, 2.5) == (15, 0, 2.5)
+    x = np.arange(3)
+    assert distributed.broadcast_arrays([x], [x])[0] is x
+    assert np.array_equal(distributed.fetch({"x": x})["x"], x)
+
+
+def test_a_multiprocess_run_must_use_every_device(tmp_path):
+    """--num-devices that is not every process's devices is a one-line error on every process."""
+    done = _launch(["-m", "experiments.ppo_cartpole", "--num-devices", "2", "--total-timesteps", "512",
+                    "--run-dir", str(tmp_path / "r")])
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "this job has 2 processes x 2 devices = 4 devices" in done.stderr
+    assert "--num-devices 4" in done.stderr
+
+
+def _pids_with_env(marker: str, process_id: str) -> list[int]:
+    """Processes whose command line holds ``marker`` and whose environment says RLJAX_PROCESS_ID."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(marker.encode() in part for part in cmdline) and f"RLJAX_PROCESS_ID={process_id}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
+@pytest.mark.timeout(600)
+def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):
+    """rljax supervise -- rljax launch ...: one process killed mid-run, the whole job restarts from
+    the newest checkpoint and ends bit-identical to the uninterrupted run."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.5", "--", sys.executable, "-m", "rljax.cli.main",
+           "launch", "-n", "2", "-d", "2", "--peer-timeout", "30", "--", sys.executable, *PPO, "--run-dir", str(run_dir)]
+    sup = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_rows(run_dir, 1, [sup])
+        victims = _pids_with_env(str(run_dir), "1")
+        assert victims, "process 1 of the job not found"
+        os.kill(victims[0], signal.SIGKILL)
+        _, err = sup.communicate(timeout=TIMEOUT_S)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+    assert sup.returncode == 0, err[-3000:]
+    attempts = [json.loads(line) for line in (run_dir / "supervisor.jsonl").read_text().splitlines()]
+    attempts = [a for a in attempts if a.get("event") == "attempt"]
+    assert len(attempts) == 2, attempts
+    assert attempts[0]["exit_status"] not in (0, 75) and attempts[0]["action"] == "restart"
+    assert attempts[1]["exit_status"] == 0 and "--resume" in attempts[1]["argv"]
+    assert _rows(run_dir) == _rows(two_by_two)
+    for a, b in zip(_final_checkpoint(run_dir), _final_checkpoint(two_by_two)):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,430 @@
+"""Nothing lost, nothing wrong: preemption, damaged run directories, divergence and I/O faults.
+
+Each test here reproduces a fault found by attacking rljax as a cluster would (a second SIGTERM
+during the stop's save, a run killed before its first checkpoint, an edited or damaged
+``config.json``/``manifest.json``/``metrics.jsonl``, a NaN in the env, a full disk, Ctrl-C during
+compilation, run options forgotten on resume) and checks the run ends as if nothing had happened,
+or stops with one clear line and an intact directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import rljax
+from rljax.agents.dqn import DQNConfig
+from rljax.agents.ppo import PPOConfig
+from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer
+from rljax.cli.main import call_training, main as cli_main, run_experiment
+from rljax.training.hooks.observe import is_measured
+from rljax.store.rundir import ConfigMismatchError
+from rljax.store.tracking import Tracker, read_metrics
+from tests.support.nan_env import NaNReward
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
+                      num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
+
+
+def strip(rows):
+    """The rows without their measured columns (wall_time_s, sps, time/*, memory/*: rljax.training.hooks.observe.is_measured)."""
+    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
+
+
+def final_leaves(run_dir):
+    ckpt = Checkpointer(run_dir)
+    try:
+        return ckpt.read(max(ckpt.steps()))[0]
+    finally:
+        ckpt.close()
+
+
+def same_bits(a, b):
+    return len(a) == len(b) and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted PPO_SMALL run: its final checkpoint's leaves and its metrics rows."""
+    run = tmp_path_factory.mktemp("ref") / "run"
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=1)
+    return final_leaves(run), strip(read_metrics(run))
+
+
+def _partial_run(run_dir, stop_after_chunk=2):
+    part = rljax.train(PPO_SMALL, run_dir=run_dir, quiet=True, checkpoint_every=1,
+                       on_chunk=lambda c, s, r: c == stop_after_chunk)
+    assert part.preempted == "on_chunk"
+    return part
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. A second SIGTERM while the stop's checkpoint is being written.
+
+@pytest.mark.timeout(420)
+def test_a_second_sigterm_during_the_stop_save_keeps_the_save_and_status_75(tmp_path):
+    """Regression: the signal guard was restored before the async save committed, so a second
+    SIGTERM 50-120 ms after the first killed the process (status -15, only an
+    ``*.orbax-checkpoint-tmp`` left); later ones turned status 75 into -15 after the save."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for delay in (0.05, 0.1, 0.25):
+        run = tmp_path / f"run-{delay}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.ppo_cartpole", "--total-timesteps", "5e6", "--updates-per-chunk", "2",
+             "--checkpoint-interval", "1000", "--run-dir", str(run)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            progress = 0
+            for line in proc.stdout:
+                progress += line.startswith("[")
+                if progress == 3:
+                    break
+            os.kill(proc.pid, signal.SIGTERM)
+            time.sleep(delay)
+            os.kill(proc.pid, signal.SIGTERM)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        names = [p.name for p in (run / "checkpoints").iterdir()]
+        assert proc.returncode == PREEMPTED_EXIT_CODE, (delay, proc.returncode, err[-1500:])
+        assert any(n.isdigit() for n in names) and not any("tmp" in n for n in names), (delay, names)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. A run stopped hard before its first committed checkpoint.
+
+def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path, reference):
+    """Regression: neither `rljax resume` ("no restorable checkpoint") nor a fresh start ("already
+    holds metrics") accepted such a directory, so a requeue loop retried forever."""
+    run = tmp_path / "run"
+    # What a run killed before its first save leaves: config, manifest, some metrics rows, no step.
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoints=False,
+                on_chunk=lambda c, s, r: c == 1)
+    stale = read_metrics(run)
+    assert len(stale) == 2 and not (run / "checkpoints").exists()
+    with pytest.raises(FileExistsError, match="rljax resume"):
+        rljax.train(PPO_SMALL, run_dir=run, quiet=True)
+    orphan = run / "checkpoints" / "256.orbax-checkpoint-tmp"  # a save the kill interrupted
+    (orphan / "state").mkdir(parents=True)
+    with pytest.warns(UserWarning, match="starting it over from scratch"):
+        rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+    assert not orphan.exists()
+    ref_leaves, ref_rows = reference
+    assert same_bits(final_leaves(run), ref_leaves)
+    assert strip(read_metrics(run)) == ref_rows
+    superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert strip(superseded) == strip(stale)
+
+
+def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
+    run = tmp_path / "run"
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoints=False, on_chunk=lambda c, s, r: c == 0)
+    assert cli_main(["resume", str(run), "--quiet"]) == 0
+    assert [r["env_steps"] for r in read_metrics(run)] == [256 * (i + 1) for i in range(6)]
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. config.json is not the record of the run; the checkpoint is.
+
+def test_an_edited_config_json_is_refused_naming_the_field(tmp_path, capsys):
+    """Regression: resume trusted config.json, trained with the checkpoint's learning rate anyway
+    and recorded the edited one in the manifest; editing normalize_advantages changed the algorithm
+    mid-run silently."""
+    run = tmp_path / "run"
+    _partial_run(run)
+    config_path = run / "config.json"
+    saved = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**saved, "learning_rate": 1e-2, "normalize_advantages": False}))
+    assert cli_main(["resume", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "learning_rate" in err and "normalize_advantages" in err and "config.json" in err
+    edited = PPOConfig(**{**PPO_SMALL.__dict__, "learning_rate": 1e-2})
+    with pytest.raises(ConfigMismatchError, match="learning_rate"):
+        rljax.train(edited, run_dir=run, quiet=True, resume=True)
+    assert strip(read_metrics(run)) == strip(read_metrics(run))  # nothing written by the refused resumes
+    assert len(read_metrics(run)) == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. Damaged or deleted run files.
+
+def test_damaged_config_manifest_and_a_cut_metrics_row_resume_losslessly(tmp_path, reference):
+    """Regression: garbage in config.json/manifest.json gave tracebacks that did not name the file
+    and an unresumable run; a metrics row cut mid-line was lost for good."""
+    run = tmp_path / "run"
+    _partial_run(run)
+    (run / "config.json").write_text("{not json")
+    (run / "manifest.json").write_bytes(b"\x00\xff garbage")
+    metrics = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(metrics[:-25])  # the checkpoint's own row, cut mid-line
+    with pytest.warns(UserWarning, match="manifest.json is not valid JSON"):
+        assert cli_main(["resume", str(run), "--quiet"]) == 0
+    ref_leaves, ref_rows = reference
+    assert same_bits(final_leaves(run), ref_leaves)
+    assert strip(read_metrics(run)) == ref_rows
+    assert list(run.glob("manifest.json.damaged-*"))  # kept, not deleted
+    assert json.loads((run / "config.json").read_text())["learning_rate"] == PPO_SMALL.learning_rate
+    assert "resumes" in json.loads((run / "manifest.json").read_text())
+
+
+def test_resume_sets_aside_exactly_the_rows_after_the_checkpoint(tmp_path, reference):
+    run = tmp_path / "run"
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=2, on_chunk=lambda c, s, r: c == 2)
+    # Saved after chunks 1 and 2 (the stop); drop the newest so chunk 2's row is after the checkpoint.
+    ckpt = Checkpointer(run)
+    steps = ckpt.steps()
+    ckpt.close()
+    assert steps == [512, 768]
+    os.replace(run / "checkpoints" / "768", tmp_path / "768-moved")
+    rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=2)
+    superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in superseded] == [768]
+    _, ref_rows = reference
+    assert strip(read_metrics(run)) == ref_rows
+
+
+def test_a_deleted_metrics_file_is_restarted_from_the_checkpoint_row(tmp_path, reference):
+    run = tmp_path / "run"
+    _partial_run(run)
+    (run / "metrics.jsonl").unlink()
+    with pytest.warns(UserWarning, match="metrics.jsonl is missing"):
+        rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True)
+    _, ref_rows = reference
+    assert strip(read_metrics(run)) == ref_rows[2:]  # the checkpoint's row (chunk 2) and what followed
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Non-finite losses and state: never checkpointed; stop or roll back.
+
+def _all_saved_leaves_finite(run_dir):
+    ckpt = Checkpointer(run_dir)
+    try:
+        for step in ckpt.steps():
+            for leaf in ckpt.read(step)[0]:
+                if np.issubdtype(leaf.dtype, np.floating) and not np.all(np.isfinite(leaf)):
+                    return False
+        return True
+    finally:
+        ckpt.close()
+
+
+@pytest.mark.parametrize("algo, nan_at", [("ppo", 40), ("dqn", 24)])
+def test_a_nan_from_the_env_stops_the_run_and_no_checkpoint_holds_it(tmp_path, algo, nan_at):
+    """Regression: the health check read only ``*_loss``; a DQN checkpoint held 21,869 non-finite
+    values (the NaN reward sits in the buffer and the params before any loss shows it)."""
+    if algo == "ppo":
+        cfg = dataclasses.replace(PPO_SMALL, env="nan-reward", normalize_reward=False)
+    else:
+        cfg = DQNConfig(env="nan-reward", total_timesteps=4 * 2 * 60, updates_per_chunk=5, num_envs=4, num_steps=2,
+                        batch_size=16, buffer_size=64, learning_starts=16, target_update_interval=16,
+                        hidden_sizes=(16,))
+    env = NaNReward()
+    from rljax.training.hooks.health import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match="diverged"):
+        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at), run_dir=tmp_path / "run",
+                    quiet=True, checkpoint_every=1)
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) >= 2 and rows[-1]["nonfinite_state"] > 0 and rows[0]["nonfinite_state"] == 0
+    assert Checkpointer(tmp_path / "run").steps()  # the good chunks were saved
+    assert _all_saved_leaves_finite(tmp_path / "run")
+    incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
+    assert [i["action"] for i in incidents] == ["stop"]
+
+
+def test_rollback_restores_a_good_state_with_a_lower_learning_rate(tmp_path):
+    cfg = dataclasses.replace(PPO_SMALL, learning_rate=1e30, anneal_lr=False, on_nonfinite="rollback",
+                              rollback_lr_factor=1e-33, max_rollbacks=1)
+    with pytest.warns(UserWarning, match="rolled back"):
+        result = rljax.train(cfg, run_dir=tmp_path / "run", quiet=True, checkpoint_every=1)
+    assert result.timings["rollbacks"] == 1
+    rows = read_metrics(tmp_path / "run")
+    assert [r["env_steps"] for r in rows] == [256 * (i + 1) for i in range(6)]
+    assert all(r["nonfinite_state"] == 0 and r["rollbacks"] == 1 for r in rows)
+    assert rows[-1]["learning_rate"] == pytest.approx(1e30 * 1e-33, rel=1e-5)
+    assert (tmp_path / "run" / "metrics.superseded.jsonl").exists()
+    assert _all_saved_leaves_finite(tmp_path / "run")
+    incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
+    assert [(i["action"], i["to_env_steps"]) for i in incidents] == [("rollback", 0)]
+
+
+def test_rollback_gives_up_after_max_rollbacks_when_the_env_keeps_emitting_nan(tmp_path):
+    env = NaNReward()
+    cfg = dataclasses.replace(PPO_SMALL, env="nan-reward", normalize_reward=False, on_nonfinite="rollback",
+                              max_rollbacks=2)
+    from rljax.training.hooks.health import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match="2 rollback"):
+        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=40), run_dir=tmp_path / "run",
+                    quiet=True, checkpoint_every=1)
+    incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
+    assert [i["action"] for i in incidents] == ["rollback", "rollback", "stop"]
+    assert incidents[0]["to_env_steps"] == incidents[1]["to_env_steps"] > 0  # back to the same good checkpoint
+    assert _all_saved_leaves_finite(tmp_path / "run")
+
+
+def test_cli_divergence_exits_65_with_one_line(tmp_path, capsys):
+    from rljax.cli.main import EXIT_DIVERGED
+
+    status = run_experiment(PPOConfig, None, ["--learning-rate", "1e30", "--total-timesteps", "2048",
+                                              "--run-dir", str(tmp_path / "run"), "--quiet"])
+    assert status == EXIT_DIVERGED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "non-finite" in err[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. I/O errors, and Ctrl-C during compilation.
+
+class _FullDisk:
+    """A file object that writes the first half of a row and then fails like a full disk."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, text):
+        self.f.write(text[: len(text) // 2])
+        self.f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def test_a_full_disk_leaves_no_partial_metrics_row(tmp_path):
+    """Regression: ENOSPC while writing metrics.jsonl left a truncated row."""
+    tracker = Tracker(tmp_path, PPO_SMALL, quiet=True, tensorboard=False)
+    base = {"updates": 1, "wall_time_s": 0.0, "sps": 1.0, "episode_return_mean": 1.0, "episode_length_mean": 1.0,
+            "episodes": 1}
+    tracker.log({**base, "env_steps": 1})
+    tracker._jsonl = _FullDisk(tracker._jsonl)
+    with pytest.raises(OSError, match="metrics.jsonl"):
+        tracker.log({**base, "env_steps": 2})
+    tracker.log({**base, "env_steps": 3})
+    tracker.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["env_steps"] for line in lines] == [1, 3]
+
+
+def test_io_errors_exit_74_not_the_usage_status(capsys):
+    """Regression: a full disk during a checkpoint write exited 2 (the usage-error status) with
+    Orbax tracebacks; Orbax wraps the OSError, so the status comes from the exception chain."""
+    from rljax.cli.main import EXIT_IO
+
+    def disk_full():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def wrapped():
+        try:
+            disk_full()
+        except OSError as err:
+            raise ValueError("tensorstore write failed") from err
+
+    for run in (disk_full, wrapped):
+        assert call_training(run, "runs/x") == (None, EXIT_IO)
+        err = capsys.readouterr().err
+        assert "No space left on device" in err and "rljax resume runs/x" in err
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_compilation_stops_cleanly_and_resumes(tmp_path):
+    """Regression: Ctrl-C during the compile segfaulted (4 of 8 tries) or was swallowed (2 of 8)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "--total-timesteps", "4096", "--no-compile-cache"]
+    proc = subprocess.Popen(cmd + ["--run-dir", str(run)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if "compiling" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    assert "Traceback" not in err and "stopped by SIGINT" in out
+    resumed = subprocess.run(cmd + ["--resume", str(run), "--quiet"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert read_metrics(run)[-1]["env_steps"] == 4096
+
+
+# ----------------------------------------------------------------------------------------------
+# 11. Run options are part of the run.
+
+def test_run_options_are_kept_on_resume(tmp_path):
+    """Regression: --checkpoint-every, --keep-checkpoints and --no-tensorboard were forgotten by
+    `rljax resume`, which then wrote tensorboard, kept 3 steps and saved every 60 s."""
+    run = tmp_path / "run"
+    flags = ["--total-timesteps", str(8 * 16 * 6), "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk",
+             "1", "--hidden-sizes", "16", "--checkpoint-every", "1", "--keep-checkpoints", "5", "--no-tensorboard",
+             "--quiet"]
+    assert run_experiment(PPOConfig, None, flags + ["--run-dir", str(run)]) == 0
+    assert cli_main(["resume", str(run), "--total-timesteps", str(8 * 16 * 12), "--quiet"]) == 0
+    assert not (run / "tb").exists()
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [128 * k for k in range(8, 13)]  # saved every chunk, 5 kept
+    # An explicit flag still wins over the saved option.
+    assert cli_main(["resume", str(run), "--total-timesteps", str(8 * 16 * 14), "--keep-checkpoints", "2",
+                     "--quiet"]) == 0
+    assert len([p for p in (run / "checkpoints").iterdir() if p.name.isdigit()]) == 2
+
+
+@pytest.mark.timeout(60)
+def test_one_sigterm_delivered_twice_is_one_request():
+    """A job-wide SIGTERM (plain scancel) reaches a supervised run directly and forwarded; the two
+    copies must not count as the 'second signal' that ends the run without its save."""
+    script = ("import time\n"
+              "from rljax.store.checkpoint import PreemptionGuard\n"
+              "with PreemptionGuard(grace_s=0.5) as guard:\n"
+              "    print('ready', flush=True)\n"
+              "    time.sleep(4)\n"
+              "print('stopped cleanly' if guard.requested else 'not requested', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in out
+
+
+def test_sigterm_is_ignored_once_the_run_has_returned():
+    """Regression (fault soak): a SIGTERM during interpreter shutdown, after the final checkpoint
+    committed, killed the process with -15 instead of letting it exit 0."""
+    class Done:
+        preempted = None
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        out, status = call_training(lambda: Done(), "runs/x")
+        assert status is None
+        assert callable(signal.getsignal(signal.SIGTERM))  # held off, not the default (death)
+        os.kill(os.getpid(), signal.SIGTERM)  # and it really changes nothing
+        # A handler, not SIG_IGN: programs started afterwards (a supervisor, a test's subprocess)
+        # must not inherit an ignored SIGTERM.
+        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"],
+                               capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "True", child.stdout
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,255 @@
+"""``rljax eval``: report statistics (hand-computed), the report files, ``--env-param`` parsing, and
+the command end to end on a tiny trained run (a single run and a sweep member)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import rljax
+from rljax.policy.trained import report
+from rljax.cli.eval import eval_dir, parse_env_params
+
+VALUES = [1.0, 2.0, 3.0, 4.0, 10.0]
+
+
+def test_summary_statistics_by_hand():
+    s = report.summarize(VALUES)
+    # mean 20/5; population std sqrt((9+4+1+0+36)/5); quantiles by linear interpolation over
+    # positions 0..4: q25 at position 1, median at 2, q75 at 3.
+    assert s["mean"] == 4.0 and s["std"] == pytest.approx(math.sqrt(10.0))
+    assert (s["median"], s["q25"], s["q75"], s["iqr"]) == (3.0, 2.0, 4.0, 2.0)
+    assert (s["min"], s["max"]) == (1.0, 10.0)
+    assert s["ci_low"] <= s["mean"] <= s["ci_high"]
+    assert 1.0 <= s["ci_low"] < s["ci_high"] <= 10.0
+
+
+def test_bootstrap_interval_is_reproducible_and_narrows_with_more_episodes():
+    rng = np.random.default_rng(3)
+    few, many = rng.normal(100, 10, 10), rng.normal(100, 10, 1000)
+    assert report.bootstrap_ci(few) == report.bootstrap_ci(few)
+    lo, hi = report.bootstrap_ci(many)
+    assert lo < many.mean() < hi and hi - lo < (report.bootstrap_ci(few)[1] - report.bootstrap_ci(few)[0])
+    # ~ mean ± 1.96 sigma / sqrt(n) for a normal sample
+    assert hi - lo == pytest.approx(2 * 1.96 * many.std() / math.sqrt(many.size), rel=0.1)
+    assert report.bootstrap_ci([7.0]) == (7.0, 7.0) and report.bootstrap_ci([5.0] * 4) == (5.0, 5.0)
+    with pytest.raises(ValueError, match="at least one"):
+        report.bootstrap_ci([])
+
+
+def test_report_files(tmp_path):
+    rec = report.build_report(VALUES, [10, 20, 30, 40, 50], [False, False, True, False, True], checkpoint_step=64,
+                              config_hash="abc", deterministic=True, seed=0, env_param_overrides={"length": 0.7},
+                              env="CartPole-v1", algorithm="ppo", returns_extra=None)
+    path = report.write_report(tmp_path / "eval" / "64", rec)
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(report.REPORT_FILES)
+    saved = json.loads(path.read_text())
+    assert saved["returns"] == VALUES and saved["lengths"] == [10, 20, 30, 40, 50]
+    assert saved["truncated"] == [False, False, True, False, True] and saved["truncated_fraction"] == 0.4
+    assert saved["return"]["mean"] == 4.0 and saved["length"]["median"] == 30.0
+    assert saved["checkpoint_step"] == 64 and saved["env_param_overrides"] == {"length": 0.7}
+    md = (path.parent / "report.md").read_text()
+    assert "| return | 4 |" in md and "`length=0.7`" in md and "step: 64" in md
+    assert (path.parent / "returns.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="differ in length"):
+        report.build_report([1.0], [1, 2], [False])
+
+
+def test_env_param_overrides_are_cast_to_the_field_type():
+    _, params = rljax.make("CartPole-v1")
+    new, overrides = parse_env_params(["length=0.7", "max_steps_in_episode=2e2", "gravity = 3"], params)
+    assert overrides == {"length": 0.7, "max_steps_in_episode": 200, "gravity": 3.0}
+    assert new.length == 0.7 and new.max_steps_in_episode == 200 and isinstance(new.max_steps_in_episode, int)
+    assert isinstance(new.gravity, float) and new.masscart == params.masscart
+    assert parse_env_params([], params) == (params, {})
+    # params restored from a checkpoint hold arrays: an override keeps the array's dtype
+    import jax.numpy as jnp
+
+    arrays = params.replace(length=jnp.float32(0.5), max_steps_in_episode=jnp.int32(500))
+    new, _ = parse_env_params(["length=0.25", "max_steps_in_episode=100"], arrays)
+    assert new.length.dtype == jnp.float32 and float(new.length) == 0.25 and new.max_steps_in_episode.dtype == jnp.int32
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("lenght=0.7", r"'lenght' is not a param of CartPoleParams \(did you mean 'length'\?\); valid names: .*gravity, .*length"),
+    ("length", "expected NAME=VALUE"),
+    ("=1", "expected NAME=VALUE"),
+    ("length=long", "'long' is not a number"),
+    ("max_steps_in_episode=10.5", "max_steps_in_episode is an int"),
+    ("length=nan", "length must be a finite number"),
+    ("gravity=-inf", "gravity must be a finite number"),
+    ("max_steps_in_episode=0", "max_steps_in_episode must be >= 1"),
+    ("max_steps_in_episode=-1", "max_steps_in_episode must be >= 1"),
+])
+def test_env_param_errors_name_the_bad_input(spec, match):
+    _, params = rljax.make("CartPole-v1")
+    with pytest.raises(ValueError, match=match):
+        parse_env_params([spec], params)
+
+
+def test_an_env_param_out_of_its_dtypes_range_is_a_value_error():
+    import jax.numpy as jnp
+
+    _, params = rljax.make("CartPole-v1")  # as restored from a checkpoint: int32 arrays
+    params = params.replace(max_steps_in_episode=jnp.int32(500))
+    with pytest.raises(ValueError, match=r"max_steps_in_episode=1000000000000: out of range .*int32"):
+        parse_env_params(["max_steps_in_episode=1e12"], params)
+
+
+def test_each_kind_of_evaluation_has_its_own_folder(tmp_path):
+    assert eval_dir(tmp_path, 64) == tmp_path / "eval" / "64"
+    assert eval_dir(tmp_path, 64, "lr=0.1", True) == tmp_path / "members" / "lr=0.1" / "eval" / "64"
+    assert eval_dir(tmp_path, 64, None, False, {"length": 0.7, "gravity": 3.0}).name == "64-stochastic-gravity=3-length=0.7"
+
+
+
+# ------------------------------------------------------------------------------------------------
+# The command end to end, on tiny trained runs (trained once per module)
+# ------------------------------------------------------------------------------------------------
+
+TINY = dict(env="CartPole-v1", total_timesteps=2048, num_envs=4, num_steps=64, num_epochs=1, num_minibatches=2,
+            hidden_sizes=(16,))
+REPORT_KEYS = {"return", "length", "returns", "lengths", "truncated", "checkpoint_step", "config_hash",
+               "deterministic", "env_param_overrides", "seed", "num_episodes", "algorithm", "env", "member"}
+STAT_KEYS = {"mean", "std", "median", "q25", "q75", "iqr", "min", "max", "ci_low", "ci_high"}
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tiny_run):
+    """The session's tiny PPO CartPole run (``tests/conftest.py``); these tests write only its ``eval/``."""
+    return tiny_run("ppo-cartpole")[0]
+
+
+def _eval(capsys, *args):
+    from rljax.cli.main import main as cli
+
+    status = cli.main(["eval", *map(str, args), "--no-compile-cache"])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_eval_writes_a_report_of_the_newest_checkpoint(ppo_run, capsys):
+    from rljax.store.rundir import checkpoint_steps
+
+    before = {p: p.stat().st_mtime_ns for p in ppo_run.rglob("*") if p.is_file()}
+    status, out, err = _eval(capsys, ppo_run, "--episodes", 8)
+    assert status == 0, err
+    step = checkpoint_steps(ppo_run)[-1]
+    folder = ppo_run / "eval" / str(step)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(report.REPORT_FILES)
+    saved = json.loads((folder / "report.json").read_text())
+    assert REPORT_KEYS <= saved.keys() and STAT_KEYS <= saved["return"].keys()
+    assert saved["checkpoint_step"] == step and saved["num_episodes"] == 8 and len(saved["returns"]) == 8
+    assert saved["deterministic"] is True and saved["seed"] == 0 and saved["member"] is None
+    config = json.loads((ppo_run / "config.json").read_text())
+    assert saved["config_hash"] == json.loads((ppo_run / "manifest.json").read_text())["config_hash"]
+    assert config["env"] == saved["env"] == "CartPole-v1" and saved["algorithm"] == "ppo"
+    assert all(1 <= n <= 500 for n in saved["lengths"])
+    assert out.startswith("eval CartPole-v1 ppo step") and str(folder / "report.md") in out
+    # nothing outside eval/ changed, and no lock or temporary file was left
+    after = {p: p.stat().st_mtime_ns for p in ppo_run.rglob("*") if p.is_file() and "eval" not in p.parts}
+    assert after == before
+    assert not [p for p in ppo_run.rglob("*") if "tmp" in p.name]
+
+
+def test_a_run_that_holds_its_lock_can_be_evaluated(ppo_run, capsys):
+    """A run that is still training holds its run lock; evaluation reads its checkpoints beside it."""
+    from rljax.store.runlock import RunLock
+
+    with RunLock(ppo_run) as lock:
+        status, _, err = _eval(capsys, ppo_run, "--episodes", 2, "--seed", 5)
+        assert status == 0, err
+        assert lock.held
+
+
+def test_eval_variants_get_their_own_folders_and_a_video(ppo_run, capsys, tmp_path):
+    from PIL import Image
+
+    gif = tmp_path / "episode.gif"
+    status, out, err = _eval(capsys, ppo_run, "--episodes", 4, "--stochastic", "--env-param", "length=0.25",
+                             "--video", gif, "--seed", 3)
+    assert status == 0, err
+    folder = next((ppo_run / "eval").glob("*-stochastic-length=0.25"))
+    saved = json.loads((folder / "report.json").read_text())
+    assert saved["deterministic"] is False and saved["seed"] == 3
+    assert saved["env_param_overrides"] == {"length": 0.25} and saved["env_params"]["length"] == 0.25
+    with Image.open(gif) as frames:
+        assert frames.size == (600, 400) and 1 <= frames.n_frames <= 500
+    assert f"video {gif}" in out
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--env-param", "lenght=0.7"], "did you mean 'length'"),
+    (["--step", "7"], "7"),
+    (["--member", "0"], "member"),
+    (["--episodes", "0"], "--episodes must be in [1, 1048576]"),
+    (["--episodes", str(1 << 21)], f"got {1 << 21}"),
+    (["--seed", "-1"], "--seed must be in [0, 2**32 - 1], got -1"),
+    (["--video", "ep.mp4"], "give a path ending in .gif"),
+])
+def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, match):
+    from rljax.cli.process import EXIT_USAGE
+
+    before = sorted(ppo_run.rglob("*"))
+    status, _, err = _eval(capsys, ppo_run, *args)
+    assert status == EXIT_USAGE and err.startswith("rljax eval: error:") and match in err, err
+    assert sorted(ppo_run.rglob("*")) == before
+
+
+def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsys):
+    status, _, err = _eval(capsys, tmp_path / "nope")
+    assert status == 2 and "does not exist" in err
+    (tmp_path / "file").write_text("")
+    status, _, err = _eval(capsys, tmp_path / "file")
+    assert status == 2 and "file is not a directory" in err, err
+    status, _, err = _eval(capsys, tmp_path, "--episode", "3")
+    assert status == 2
+
+
+def test_eval_of_a_sweep_member_goes_under_its_folder(tmp_path, capsys):
+    from rljax.agents.ppo import PPOConfig
+    from rljax.training.sweep import SweepSpec, run_sweep
+
+    run = tmp_path / "sweep"
+    _, members, _ = run_sweep(PPOConfig(**TINY), SweepSpec(grid={"env.length": [0.4, 0.6]}), run_dir=run,
+                              quiet=True, plots=False, handle_signals=False)
+    status, _, err = _eval(capsys, run, "--episodes", 2)
+    assert status == 2 and "member" in err  # a sweep needs --member
+    name = members[1].name
+    status, out, err = _eval(capsys, run, "--member", name, "--episodes", 2)
+    assert status == 0, err
+    (path,) = (run / "members" / name / "eval").glob("*/report.json")
+    saved = json.loads(path.read_text())
+    assert saved["member"] == name and saved["env_params"]["length"] == pytest.approx(0.6)
+    status, _, err = _eval(capsys, run, "--member", 0, "--episodes", 2)  # by index
+    assert status == 0, err
+    (path,) = (run / "members" / members[0].name / "eval").glob("*/report.json")
+    assert json.loads(path.read_text())["env_params"]["length"] == pytest.approx(0.4)
+    assert not (run / "eval").exists()
+
+
+def test_a_greedy_video_is_the_reports_first_episode(ppo_run, capsys, tmp_path):
+    from rljax.policy.evaluate import evaluate
+    from rljax.policy.video import episode_frames
+
+    policy = rljax.load(ppo_run)
+    episodes = evaluate(policy, 5, seed=2)
+    drawn = episode_frames(policy, __import__("jax").random.key(2), batch=5, index=0)
+    assert drawn.length == episodes.lengths[0] and drawn.episode_return == pytest.approx(episodes.returns[0])
+    assert len(drawn.frames) == drawn.length and drawn.finished
+
+
+def test_a_full_disk_is_an_io_error(ppo_run, capsys, monkeypatch):
+    import errno
+
+    from rljax.cli.process import EXIT_IO
+
+    def full(directory, record):
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+
+    monkeypatch.setattr(report, "write_report", full)
+    status, _, err = _eval(capsys, ppo_run, "--episodes", 2, "--seed", 9)
+    assert status == EXIT_IO and "I/O error" in err and "No space left" in err

@@ -1,0 +1,351 @@
+"""Tests for rljax.core.returns: hand-computed GAE / n-step cases plus loop references on random data."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rljax.core.returns import gae, n_step_targets, n_step_transitions
+
+GAMMA = 0.9
+LAMBDA = 0.8  # gamma * lambda = 0.72
+
+gae_jit = jax.jit(gae)
+n_step_jit = jax.jit(n_step_targets, static_argnames="n")
+
+
+def _both(fn, fn_jit, *args, **kwargs):
+    """Runs ``fn`` eagerly and under jit, checks they agree, returns the eager result."""
+    eager = fn(*args, **kwargs)
+    jitted = fn_jit(*args, **kwargs)
+    for e, j in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
+        np.testing.assert_allclose(np.asarray(e), np.asarray(j), rtol=1e-6, atol=1e-6)
+    return eager
+
+
+def _gae(*args, **kwargs):
+    return _both(gae, gae_jit, *args, **kwargs)
+
+
+def _nstep(*args, **kwargs):
+    return _both(n_step_targets, n_step_jit, *args, **kwargs)
+
+
+def _close(actual, expected):
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected, np.float32), rtol=1e-5,
+                               atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# GAE, hand-computed (gamma = 0.9, lambda = 0.8, gamma * lambda = 0.72)
+# --------------------------------------------------------------------------------------------------
+
+R3 = [1.0, 2.0, 3.0]
+V3 = [0.5, 1.0, 1.5]
+
+
+def test_gae_no_episode_end():
+    # next_values[t] = V(s_{t+1}); next_values[2] = V(s_3) = 2.0 (rollout boundary).
+    nv = [1.0, 1.5, 2.0]
+    # delta_0 = 1 + 0.9*1.0 - 0.5 = 1.4
+    # delta_1 = 2 + 0.9*1.5 - 1.0 = 2.35
+    # delta_2 = 3 + 0.9*2.0 - 1.5 = 3.3
+    # A_2 = 3.3
+    # A_1 = 2.35 + 0.72*3.3   = 2.35 + 2.376   = 4.726
+    # A_0 = 1.4  + 0.72*4.726 = 1.4  + 3.40272 = 4.80272
+    adv, tgt = _gae(R3, V3, nv, [0, 0, 0], [0, 0, 0], GAMMA, LAMBDA)
+    _close(adv, [4.80272, 4.726, 3.3])
+    _close(tgt, [4.80272 + 0.5, 4.726 + 1.0, 3.3 + 1.5])
+
+
+R4 = [1.0, 2.0, 3.0, 4.0]
+V4 = [0.5, 1.0, 1.5, 2.0]  # values[2] = 1.5 is V of the *reset* observation after step 1.
+
+
+def test_gae_termination_in_middle():
+    # Episode terminates at t=1; s_2 is the first obs of a new episode.
+    # next_values[1] = 7.0 is V(final_obs_1) and must be ignored (terminated => bootstrap 0).
+    nv = [1.0, 7.0, 2.0, 2.5]
+    term = [False, True, False, False]
+    # delta_0 = 1 + 0.9*1.0 - 0.5 = 1.4
+    # delta_1 = 2 + 0         - 1.0 = 1.0
+    # delta_2 = 3 + 0.9*2.0 - 1.5 = 3.3
+    # delta_3 = 4 + 0.9*2.5 - 2.0 = 4.25
+    # A_3 = 4.25
+    # A_2 = 3.3 + 0.72*4.25 = 3.3 + 3.06 = 6.36
+    # A_1 = 1.0                      (done_1 cuts the recursion: A_2 belongs to the next episode)
+    # A_0 = 1.4 + 0.72*1.0 = 2.12
+    adv, tgt = _gae(R4, V4, nv, term, [False] * 4, GAMMA, LAMBDA)
+    _close(adv, [2.12, 1.0, 6.36, 4.25])
+    _close(tgt, [2.62, 2.0, 7.86, 6.25])
+
+
+def test_gae_truncation_in_middle_bootstraps_from_final_observation():
+    # Episode truncated at t=1: V(final_obs_1) = 3.0, while V(reset obs s_2) = values[2] = 1.5.
+    nv = [1.0, 3.0, 2.0, 2.5]
+    trunc = [False, True, False, False]
+    # delta_1 = 2 + 0.9*3.0 - 1.0 = 3.7      (NOT 2 + 0.9*1.5 - 1.0 = 2.35 from the reset obs)
+    # A_1 = 3.7                              (cut at the episode end, bootstrap is in delta_1)
+    # A_0 = 1.4 + 0.72*3.7 = 1.4 + 2.664 = 4.064
+    # A_2 = 6.36, A_3 = 4.25 as in the termination case.
+    adv, tgt = _gae(R4, V4, nv, [False] * 4, trunc, GAMMA, LAMBDA)
+    _close(adv, [4.064, 3.7, 6.36, 4.25])
+    _close(tgt, [4.564, 4.7, 7.86, 6.25])
+
+    # Using V(next reset obs) as the bootstrap would give a different answer.
+    wrong_nv = [1.0, 1.5, 2.0, 2.5]
+    wrong_adv, _ = gae(R4, V4, wrong_nv, [False] * 4, trunc, GAMMA, LAMBDA)
+    assert not np.allclose(np.asarray(wrong_adv)[:2], [4.064, 3.7])
+    _close(wrong_adv[1], 2.35)
+
+
+def test_gae_termination_at_rollout_boundary():
+    nv = [1.0, 1.5, 9.0]  # 9.0 = V(final_obs_2), ignored.
+    # delta_2 = 3 - 1.5 = 1.5;  A_2 = 1.5
+    # A_1 = 2.35 + 0.72*1.5  = 2.35 + 1.08   = 3.43
+    # A_0 = 1.4  + 0.72*3.43 = 1.4  + 2.4696 = 3.8696
+    expected = [3.8696, 3.43, 1.5]
+    adv, _ = _gae(R3, V3, nv, [0, 0, 1], [0, 0, 0], GAMMA, LAMBDA)
+    _close(adv, expected)
+    # Terminated and truncated together: termination wins (no bootstrap).
+    adv_both, _ = _gae(R3, V3, nv, [0, 0, 1], [0, 0, 1], GAMMA, LAMBDA)
+    _close(adv_both, expected)
+
+
+def test_gae_truncation_at_rollout_boundary():
+    nv = [1.0, 1.5, 4.0]  # 4.0 = V(final_obs_2)
+    # delta_2 = 3 + 0.9*4.0 - 1.5 = 5.1;  A_2 = 5.1
+    # A_1 = 2.35 + 0.72*5.1   = 2.35 + 3.672   = 6.022
+    # A_0 = 1.4  + 0.72*6.022 = 1.4  + 4.33584 = 5.73584
+    adv, tgt = _gae(R3, V3, nv, [0, 0, 0], [0, 0, 1], GAMMA, LAMBDA)
+    _close(adv, [5.73584, 6.022, 5.1])
+    _close(tgt, [6.23584, 7.022, 6.6])
+
+
+def test_gae_lambda_one_is_monte_carlo_plus_bootstrap():
+    # Termination data (episode ends at t=1, bootstrap 0):
+    nv = [1.0, 7.0, 2.0, 2.5]
+    term = [0, 1, 0, 0]
+    # G_0 = 1 + 0.9*2                   = 2.8
+    # G_1 = 2                           = 2.0
+    # G_2 = 3 + 0.9*4 + 0.81*2.5        = 3 + 3.6 + 2.025 = 8.625   (bootstrap at rollout end)
+    # G_3 = 4 + 0.9*2.5                 = 6.25
+    _, tgt = _gae(R4, V4, nv, term, [0] * 4, GAMMA, 1.0)
+    _close(tgt, [2.8, 2.0, 8.625, 6.25])
+    # Truncation data (bootstrap from V(final_obs_1) = 3.0):
+    # G_0 = 1 + 0.9*2 + 0.81*3.0 = 1 + 1.8 + 2.43 = 5.23;  G_1 = 2 + 0.9*3.0 = 4.7
+    _, tgt = _gae(R4, V4, [1.0, 3.0, 2.0, 2.5], [0] * 4, [0, 1, 0, 0], GAMMA, 1.0)
+    _close(tgt, [5.23, 4.7, 8.625, 6.25])
+
+
+def test_gae_lambda_zero_is_one_step_td():
+    nv = [1.0, 3.0, 2.0, 2.5]
+    # delta = [1.4, 2 + 0.9*3.0 - 1.0 = 3.7, 3.3, 4.25]
+    adv, tgt = _gae(R4, V4, nv, [0] * 4, [0, 1, 0, 0], GAMMA, 0.0)
+    _close(adv, [1.4, 3.7, 3.3, 4.25])
+    _close(tgt, [1.9, 4.7, 4.8, 6.25])
+
+
+# --------------------------------------------------------------------------------------------------
+# GAE vs a Python-loop reference on random data
+# --------------------------------------------------------------------------------------------------
+
+
+def _gae_reference(r, v, nv, term, trunc, gamma, lam):
+    r, v, nv = (np.asarray(x, np.float64) for x in (r, v, nv))
+    term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
+    adv = np.zeros_like(r)
+    next_adv = np.zeros(r.shape[1:])
+    for t in reversed(range(r.shape[0])):
+        delta = r[t] + gamma * np.where(term[t], 0.0, nv[t]) - v[t]
+        next_adv = delta + gamma * lam * np.where(term[t] | trunc[t], 0.0, next_adv)
+        adv[t] = next_adv
+    return adv, adv + v
+
+
+def _random_rollout(seed, shape):
+    rng = np.random.default_rng(seed)
+    r = rng.normal(size=shape).astype(np.float32)
+    v = rng.normal(size=shape).astype(np.float32)
+    nv = rng.normal(size=shape).astype(np.float32)
+    term = rng.random(shape) < 0.2
+    trunc = rng.random(shape) < 0.2  # some steps have both flags set
+    return r, v, nv, term, trunc
+
+
+@pytest.mark.parametrize("shape", [(11, 6), (9,)])
+@pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.97, 1.0)])
+def test_gae_matches_loop_reference(shape, gamma, lam):
+    r, v, nv, term, trunc = _random_rollout(0, shape)
+    assert (term & trunc).any() or len(shape) == 1
+    # jit only here (one compile per shape); the hand-computed cases cover eager vs jit.
+    adv, tgt = gae_jit(r, v, nv, term, trunc, gamma, lam)
+    ref_adv, ref_tgt = _gae_reference(r, v, nv, term, trunc, gamma, lam)
+    assert adv.shape == shape and tgt.shape == shape and adv.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(adv), ref_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(tgt), ref_tgt, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_batched_equals_per_column():
+    r, v, nv, term, trunc = _random_rollout(1, (8, 3))
+    adv, _ = gae(r, v, nv, term, trunc, 0.99, 0.95)
+    # The [T] path applied to each column (vmapped over B) must reproduce the [T, B] result.
+    per_column = jax.vmap(lambda *xs: gae(*xs, 0.99, 0.95)[0], in_axes=1, out_axes=1)
+    np.testing.assert_allclose(np.asarray(adv), np.asarray(per_column(r, v, nv, term, trunc)),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_gae_traced_gamma_and_lambda():
+    r, v, nv, term, trunc = _random_rollout(2, (6, 2))
+    fn = jax.jit(lambda g, l: gae(r, v, nv, term, trunc, g, l)[0])
+    np.testing.assert_allclose(np.asarray(fn(0.95, 0.9)),
+                               _gae_reference(r, v, nv, term, trunc, 0.95, 0.9)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_gae_shape_and_rank_errors():
+    ok = np.zeros((4, 2), np.float32)
+    with pytest.raises(AssertionError, match="same shape"):
+        gae(ok, ok, np.zeros((4, 3)), ok, ok, 0.9, 0.8)
+    bad = np.zeros((4, 2, 2), np.float32)
+    with pytest.raises(AssertionError, match=r"\[T\] or \[T, B\]"):
+        gae(bad, bad, bad, bad, bad, 0.9, 0.8)
+
+
+# --------------------------------------------------------------------------------------------------
+# n-step targets (gamma = 0.9; gamma^2 = 0.81, gamma^3 = 0.729)
+# --------------------------------------------------------------------------------------------------
+
+R5 = [1.0, 2.0, 3.0, 4.0, 5.0]
+NV5 = [10.0, 20.0, 30.0, 40.0, 50.0]  # distinct values show which bootstrap was used
+F5 = [False] * 5
+
+
+def test_n_step_no_episode_end():
+    # n = 3:
+    # G_0 = 1 + 0.9*2 + 0.81*3 + 0.729*NV[2]=30 = 1 + 1.8 + 2.43 + 21.87 = 27.1
+    # G_1 = 2 + 0.9*3 + 0.81*4 + 0.729*40       = 2 + 2.7 + 3.24 + 29.16 = 37.1
+    # G_2 = 3 + 0.9*4 + 0.81*5 + 0.729*50       = 3 + 3.6 + 4.05 + 36.45 = 47.1
+    # window end (fewer than n steps left), bootstrap from NV[4] = 50:
+    # G_3 = 4 + 0.9*5 + 0.81*50 = 4 + 4.5 + 40.5 = 49.0
+    # G_4 = 5 + 0.9*50         = 50.0
+    _close(_nstep(R5, F5, F5, NV5, GAMMA, n=3), [27.1, 37.1, 47.1, 49.0, 50.0])
+
+
+def test_n_step_termination_inside_window():
+    term = [False, False, False, True, False]
+    # G_0 = 27.1 (window 0..2 ends before the termination at t=3)
+    # G_1 = 2 + 0.9*3 + 0.81*4 + 0 = 2 + 2.7 + 3.24 = 7.94
+    # G_2 = 3 + 0.9*4 + 0          = 6.6
+    # G_3 = 4 + 0                  = 4.0
+    # G_4 = 5 + 0.9*50             = 50.0   (new episode)
+    _close(_nstep(R5, term, F5, NV5, GAMMA, n=3), [27.1, 7.94, 6.6, 4.0, 50.0])
+
+
+def test_n_step_truncation_inside_window():
+    trunc = [False, True, False, False, False]  # NV[1] = 20 is V(final_obs_1)
+    # G_0 = 1 + 0.9*2 + 0.81*20 = 1 + 1.8 + 16.2 = 19.0
+    # G_1 = 2 + 0.9*20          = 20.0
+    # G_2..G_4 unchanged: 47.1, 49.0, 50.0
+    _close(_nstep(R5, F5, trunc, NV5, GAMMA, n=3), [19.0, 20.0, 47.1, 49.0, 50.0])
+    # With termination instead, there is no bootstrap: G_0 = 1 + 1.8 = 2.8, G_1 = 2.
+    _close(_nstep(R5, trunc, F5, NV5, GAMMA, n=3), [2.8, 2.0, 47.1, 49.0, 50.0])
+    # Both flags: termination wins.
+    _close(_nstep(R5, trunc, trunc, NV5, GAMMA, n=3), [2.8, 2.0, 47.1, 49.0, 50.0])
+
+
+def test_n_step_one_is_td_target_and_large_n_is_monte_carlo():
+    term = [False, True, False, False, False]
+    # n = 1: r + 0.9 * (1 - term) * NV = [1 + 9, 2, 3 + 27, 4 + 36, 5 + 45]
+    _close(_nstep(R5, term, F5, NV5, GAMMA, n=1), [10.0, 2.0, 30.0, 40.0, 50.0])
+    # n >= T: full return to the episode / window end.
+    # G_2 = 3 + 0.9*4 + 0.81*5 + 0.729*50 = 47.1 ; G_0 = 1 + 0.9*2 = 2.8
+    _close(_nstep(R5, term, F5, NV5, GAMMA, n=10), [2.8, 2.0, 47.1, 49.0, 50.0])
+
+
+def _n_step_reference(r, term, trunc, nv, gamma, n):
+    r, nv = np.asarray(r, np.float64), np.asarray(nv, np.float64)
+    term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
+    T = r.shape[0]
+    out = np.zeros_like(r)
+    for t in range(T):
+        for idx in np.ndindex(r.shape[1:]):
+            g, disc = 0.0, 1.0
+            for k in range(n):
+                s = t + k
+                g += disc * r[(s, *idx)]
+                disc *= gamma
+                if term[(s, *idx)]:
+                    break
+                if trunc[(s, *idx)] or k == n - 1 or s == T - 1:
+                    g += disc * nv[(s, *idx)]
+                    break
+            out[(t, *idx)] = g
+    return out
+
+
+@pytest.mark.parametrize("shape", [(10, 4), (7,)])
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_n_step_matches_loop_reference(shape, n):
+    r, _, nv, term, trunc = _random_rollout(3 + n, shape)
+    got = n_step_jit(r, term, trunc, nv, 0.97, n=n)
+    assert got.shape == shape and got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), _n_step_reference(r, term, trunc, nv, 0.97, n),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_n_step_errors():
+    x = np.zeros((4, 2), np.float32)
+    for bad_n in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="n must be"):
+            n_step_targets(x, x, x, x, 0.9, bad_n)
+    with pytest.raises(AssertionError, match="same shape"):
+        n_step_targets(x, x, x, np.zeros((4,)), 0.9, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# n_step_transitions (replay-side n-step)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_n_step_transitions_by_hand():
+    # T = 5, n = 3, gamma = 0.5. Rewards 1, 2, 3, 4, 5. Step 1 truncates, step 3 terminates.
+    r = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    term = jnp.array([False, False, False, True, False])
+    trunc = jnp.array([False, True, False, False, False])
+    ns = n_step_transitions(r, term, trunc, 0.5, 3)
+    # t=0: steps 0, 1 (truncated at 1): R = 1 + 0.5*2 = 2, m = 2, discount 0.25, bootstrap at 1.
+    # t=1: step 1 truncates: R = 2, m = 1, discount 0.5, bootstrap at 1.
+    # t=2: steps 2, 3 (terminated at 3): R = 3 + 0.5*4 = 5, discount 0 (no bootstrap), index 3.
+    np.testing.assert_allclose(ns.returns, [2.0, 2.0, 5.0])
+    np.testing.assert_allclose(ns.discounts, [0.25, 0.5, 0.0])
+    np.testing.assert_array_equal(ns.bootstrap_index, [1, 1, 3])
+    # n = 1 is the one-step transition: R = r, discount = gamma * (1 - terminated).
+    ns1 = n_step_transitions(r, term, trunc, 0.5, 1)
+    np.testing.assert_allclose(ns1.returns, r)
+    np.testing.assert_allclose(ns1.discounts, [0.5, 0.5, 0.5, 0.0, 0.5])
+    np.testing.assert_array_equal(ns1.bootstrap_index, [0, 1, 2, 3, 4])
+    # A full window with no episode end: R = 3 + 0.5*4 + 0.25*5, discount 0.125, index 4.
+    ns = n_step_transitions(r[2:], jnp.zeros(3, bool), jnp.zeros(3, bool), 0.5, 3)
+    np.testing.assert_allclose(ns.returns, [3 + 2 + 1.25])
+    np.testing.assert_allclose(ns.discounts, [0.125])
+    np.testing.assert_array_equal(ns.bootstrap_index, [2])
+
+
+def test_n_step_transitions_agree_with_n_step_targets():
+    """returns + discounts * V[bootstrap_index] == n_step_targets on every full window."""
+    key = jax.random.key(0)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    T, B, n, gamma = 12, 5, 4, 0.9
+    r = jax.random.normal(k1, (T, B))
+    term = jax.random.bernoulli(k2, 0.15, (T, B))
+    trunc = jax.random.bernoulli(k3, 0.15, (T, B))
+    v = jax.random.normal(k4, (T, B))
+    ns = jax.jit(n_step_transitions, static_argnums=4)(r, term, trunc, gamma, n)
+    boot = jnp.take_along_axis(v, ns.bootstrap_index, axis=0)
+    targets = n_step_targets(r, term, trunc, v, gamma, n)
+    np.testing.assert_allclose(ns.returns + ns.discounts * boot, targets[: T - n + 1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="larger than the window"):
+        n_step_transitions(r[:2], term[:2], trunc[:2], gamma, 3)

@@ -1,0 +1,58 @@
+"""What the loop reports for a chunk: the reductions over its updates that the host reads back.
+
+A chunk of K updates hands the host one row: each metric's mean over the K updates (the desync
+checksum spread: its max, so one bad update is never averaged away), and the episodes that finished
+in any of the K updates, summed. Checked on a fake update with known per-update outputs, through the
+same compiled, packed path ``train()`` uses (``make_chunk``, ``pack_output``, ``_row``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.agents.base import UpdateOutput
+from rljax.training.loop import Plan, chunk_row, make_chunk, pack_output
+from rljax.core.rollout import EpisodeSummary
+
+K = 4
+
+
+def _fake_update(s: jax.Array) -> tuple[jax.Array, UpdateOutput]:
+    """Update ``s`` (0, 1, 2, ...): loss ``s``, a desync only at update 1, one episode finished at
+    odd updates with return ``10 s`` and length ``s + 1``."""
+    f = s.astype(jnp.float32)
+    finished = (s % 2).astype(jnp.float32)
+    metrics = {"a_loss": f, "param_desync": jnp.where(s == 1, 2.0, 0.0).astype(jnp.float32)}
+    episodes = EpisodeSummary(count=finished, return_sum=10.0 * f * finished, length_sum=(f + 1.0) * finished,
+                              components={"bonus": finished})
+    return s + 1, UpdateOutput(metrics, episodes)
+
+
+def test_chunk_rows_average_updates_and_sum_episodes():
+    packed, unpack = pack_output(make_chunk(_fake_update, K, None))
+    compiled = jax.jit(packed).lower(jnp.int32(0)).compile()
+    state, vec = compiled(jnp.int32(0))
+    assert int(state) == K
+    out = unpack(jax.device_get(vec))
+    plan = Plan(num_updates=2 * K, updates_per_chunk=K, num_chunks=2, env_steps_per_update=3)
+    row = chunk_row(plan, 0, out, wall=1.0, chunk_s=1.0)
+
+    s = np.arange(K)
+    odd = s % 2 == 1
+    assert row["a_loss"] == np.mean(s)                           # mean over the chunk's updates
+    assert row["param_desync"] == 2.0                            # max: update 1's desync survives
+    assert row["episodes"] == odd.sum()                          # episodes of every update, summed
+    assert row["episode_return_mean"] == np.sum(10.0 * s[odd]) / odd.sum()
+    assert row["episode_length_mean"] == np.sum(s[odd] + 1.0) / odd.sum()
+    assert row["reward_components/bonus"] == 1.0
+    assert (row["updates"], row["env_steps"]) == (K, 3 * K)
+
+    # The second chunk continues from the state: updates K .. 2K-1.
+    _, vec = compiled(state)
+    row = chunk_row(plan, 1, unpack(jax.device_get(vec)), wall=2.0, chunk_s=1.0)
+    s2 = np.arange(K, 2 * K)
+    assert row["a_loss"] == np.mean(s2) and row["param_desync"] == 0.0
+    assert row["episode_return_mean"] == np.sum(10.0 * s2[s2 % 2 == 1]) / np.sum(s2 % 2 == 1)
+    assert (row["updates"], row["env_steps"]) == (2 * K, 6 * K)
