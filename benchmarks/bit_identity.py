@@ -103,7 +103,7 @@ def run_case(name: str, spec: tuple[str, dict[str, Any], str]) -> tuple[dict[str
     module, overrides, how = spec
     config = _config(module, overrides)
     if how == "train":
-        result = rljax.train(config, quiet=True, handle_signals=False)
+        result = rljax.train(config, options=rljax.RunOptions(quiet=True, handle_signals=False))
         return _leaves(_params_of(result)), _clean_rows(result.rows)
     from rljax.training.sweep import SweepSpec, run_sweep
 

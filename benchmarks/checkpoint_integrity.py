@@ -34,7 +34,7 @@ from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import Checkpointer, pack, to_host
 from rljax.agents import build_agent
-from rljax.training.loop import plan_updates
+from rljax.training.program import plan_updates
 
 from benchmarks.ppo_cartpole import PUREJAXRL
 

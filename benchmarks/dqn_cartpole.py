@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     rows = []
     for seed in range(a.seeds):
         cfg = DQNConfig(total_timesteps=a.total_timesteps, seed=seed, **overrides)
-        r = rljax.train(cfg, quiet=True)
+        r = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
         t = r.timings
         returns = [x["episode_return_mean"] for x in r.rows if x["episode_return_mean"] is not None]
         final = float(np.mean(returns[-max(1, len(returns) // 10):]))

@@ -97,7 +97,7 @@ def section_ppo1(z: dict) -> dict:
 
     cfg = PPOConfig(**{**PUREJAXRL_CFG, "total_timesteps": z["ppo1_steps"]})
     with tempfile.TemporaryDirectory() as tmp:
-        r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True)
+        r = rljax.train(cfg, options=rljax.RunOptions(run_dir=os.path.join(tmp, "run"), quiet=True))
     t = r.timings
     return {"sps": t["total_env_steps"] / t["compute_s"], "compile_s": t["compile_s"], "return": r.final_return}
 
@@ -122,7 +122,7 @@ def section_envs2048(z: dict) -> dict:
     cfg = PPOConfig(**{**PUREJAXRL_CFG, "num_envs": z["big_envs"], "num_steps": z["big_num_steps"],
                        "total_timesteps": z["big_steps"]})
     with tempfile.TemporaryDirectory() as tmp:
-        r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True)
+        r = rljax.train(cfg, options=rljax.RunOptions(run_dir=os.path.join(tmp, "run"), quiet=True))
     t = r.timings
     return {"sps": t["total_env_steps"] / t["compute_s"], "compile_s": t["compile_s"], "return": r.final_return}
 

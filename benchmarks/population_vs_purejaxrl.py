@@ -72,9 +72,9 @@ def profile_chunk(seeds: int, steps: int, repeats: int = 3) -> None:
     import envs
     from rljax.agents import build_agent
     from rljax.agents.ppo import PPOConfig
-    from rljax.training.loop import make_chunk, pack_output, plan_updates
+    from rljax.training.program import make_chunk, pack_output, plan_updates
     from rljax.runtime.devices import run_once
-    from rljax.training.population import population_init
+    from rljax.training.program import population_init
     from rljax.training.sweep import SweepSpec, build_members, make_population
 
     cfg = PPOConfig(**{**PUREJAXRL, "total_timesteps": steps})

@@ -41,7 +41,7 @@ import rljax
 import rljax.store.checkpoint
 from rljax.agents.ppo import PPOConfig
 from rljax.agents import build_agent
-from rljax.training.loop import make_chunk, pack_output, plan_updates
+from rljax.training.program import make_chunk, pack_output, plan_updates
 from rljax.runtime.devices import serial_map
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
@@ -59,7 +59,7 @@ def run_seeds(cfg_kw: dict, seeds: list[int], label: str) -> dict:
     for seed in seeds:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = PPOConfig(seed=seed, **cfg_kw)
-            r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True)
+            r = rljax.train(cfg, options=rljax.RunOptions(run_dir=os.path.join(tmp, "run"), quiet=True))
         t = r.timings
         rows.append(dict(seed=seed, compile_s=t["compile_s"], sps=t["total_env_steps"] / t["compute_s"],
                          logging_s=t["logging_s"], final_return=r.final_return))
@@ -125,7 +125,7 @@ def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
                 "every 5 s, no checksums": dict(checkpoint_interval_s=5.0)}
     times: dict[str, list[float]] = {k: [] for k in variants}
     saves: dict[str, int] = {}
-    rljax.train(cfg, quiet=True)  # fills the cache
+    rljax.train(cfg, options=rljax.RunOptions(quiet=True))  # fills the cache
     real = rljax.store.checkpoint.Checkpointer
     for i in range(repeats):
         for name, kw in variants.items():
@@ -133,7 +133,7 @@ def checkpoint_cost(cfg_kw: dict, repeats: int = 3) -> dict:
                 # train() imports the class from rljax.store.checkpoint when it is called
                 rljax.store.checkpoint.Checkpointer = _NoChecksumCheckpointer if "no checksums" in name else real
                 try:
-                    r = rljax.train(cfg, run_dir=os.path.join(tmp, "run"), quiet=True, **kw)
+                    r = rljax.train(cfg, options=rljax.RunOptions(run_dir=os.path.join(tmp, "run"), quiet=True, **kw))
                 finally:
                     rljax.store.checkpoint.Checkpointer = real
                 times[name].append(r.timings["total_s"] - r.timings["compile_s"])
@@ -186,7 +186,7 @@ def overhead(cfg_kw: dict, repeats: int = 7) -> dict:
     chunk = jax.jit(packed_chunk, donate_argnums=0).lower(init(jax.random.key(0))).compile()
     t: dict[str, list[float]] = {k: [] for k in ("monolithic", "bare_chunks", "train_in_memory", "train_logging",
                                                  "train_logging_checkpoints", "checkpoint_host", "setup")}
-    rljax.train(cfg, quiet=True)  # fills the cache
+    rljax.train(cfg, options=rljax.RunOptions(quiet=True))  # fills the cache
     for i in range(repeats):
         state = init(jax.random.key(i))
         jax.block_until_ready(state)
@@ -206,11 +206,12 @@ def overhead(cfg_kw: dict, repeats: int = 7) -> dict:
         jax.block_until_ready(state)
         t["bare_chunks"].append(time.perf_counter() - t0)
         cfg_i = dataclasses.replace(cfg, seed=i)
-        t["train_in_memory"].append(rljax.train(cfg_i, quiet=True).timings["loop_s"])
+        t["train_in_memory"].append(rljax.train(cfg_i, options=rljax.RunOptions(quiet=True)).timings["loop_s"])
         with tempfile.TemporaryDirectory() as tmp:
-            r = rljax.train(cfg_i, run_dir=os.path.join(tmp, "log"), quiet=True, checkpoints=False)
+            r = rljax.train(cfg_i, options=rljax.RunOptions(run_dir=os.path.join(tmp, "log"), quiet=True,
+                                                            checkpoints=False))
             t["train_logging"].append(r.timings["loop_s"])
-            r = rljax.train(cfg_i, run_dir=os.path.join(tmp, "ckpt"), quiet=True)
+            r = rljax.train(cfg_i, options=rljax.RunOptions(run_dir=os.path.join(tmp, "ckpt"), quiet=True))
             t["train_logging_checkpoints"].append(r.timings["loop_s"])
             t["checkpoint_host"].append(r.timings["checkpoint_s"])
             t["setup"].append(r.timings["setup_s"])

@@ -69,7 +69,8 @@ def rljax_seeds(encoder: str, seeds: range, total_timesteps: int) -> list[dict]:
     for seed in seeds:
         t0 = time.perf_counter()
         r = rljax.train(PPOConfig(seed=seed, total_timesteps=total_timesteps, encoder=encoder, **CONFIG),
-                        quiet=True, checkpoints=False, tensorboard=False, handle_signals=False)
+                        options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
+                                                 handle_signals=False))
         t = r.timings
         rows.append(dict(encoder=encoder, seed=seed, final_return=r.final_return,
                          sps=t["total_env_steps"] / t["compute_s"], compile_s=t["compile_s"],

@@ -35,7 +35,7 @@ from rljax.agents.pqn import PQNConfig
 
 
 def one_run(config, label: str) -> dict:
-    r = rljax.train(config, quiet=True)
+    r = rljax.train(config, options=rljax.RunOptions(quiet=True))
     hit = next((row for row in r.rows if (row.get("episode_return_mean") or 0.0) >= 500.0), None)
     t = r.timings
     res = dict(label=label, seed=config.seed, to500_s=None if hit is None else round(hit["wall_time_s"], 2),
@@ -84,7 +84,7 @@ def breakout(total_timesteps: int) -> dict:
                     q_lambda=0.65, reward_scale=1.0, epsilon_end=0.05, exploration_fraction=0.1,
                     updates_per_chunk=0)
     t0 = time.perf_counter()
-    r = rljax.train(cfg, quiet=True)
+    r = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     returns = [(row["env_steps"], None if row["episode_return_mean"] is None else round(row["episode_return_mean"], 2))
                for row in r.rows]
     t = r.timings

@@ -81,7 +81,7 @@ def worker(seed: int, overrides: dict, t_start: float, algo: str = "sac") -> dic
     defaults = importlib.import_module(f"experiments.{algo}_pendulum").DEFAULTS
     cfg = algorithms()[algo].config_cls(seed=seed, **{**defaults, **overrides})
     env, env_params = envs.make(cfg.env)
-    r = rljax.train(cfg, env=env, env_params=env_params, quiet=True)
+    r = rljax.train(cfg, env=env, env_params=env_params, options=rljax.RunOptions(quiet=True))
     process_s = time.perf_counter() - t_start
     t = r.timings
     eval_return = evaluate(r.agent, r.state, env, env_params, jax.random.key(10_000 + seed))

@@ -41,8 +41,8 @@ def run(config: Any, published: str, env: Any = None, env_params: Any = None, as
     import rljax
 
     t0 = time.perf_counter()
-    result = rljax.train(config, env=env, env_params=env_params, quiet=True, checkpoints=False,
-                         tensorboard=False, handle_signals=False)
+    result = rljax.train(config, env=env, env_params=env_params, options=rljax.RunOptions(quiet=True, checkpoints=False,
+                         tensorboard=False, handle_signals=False))
     rows = [r for r in result.rows if r.get("episodes", 0) > 0]
     steps = result.rows[-1]["env_steps"]
     out = {

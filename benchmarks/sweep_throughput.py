@@ -27,7 +27,7 @@ GRID = {"learning_rate": [1e-4, 2.5e-4, 5e-4, 1e-3], "ent_coef": [0.0, 0.003, 0.
 
 def measure(steps: int, devices: int, seeds: int) -> dict:
     cfg = PPOConfig(total_timesteps=steps)
-    single = rljax.train(cfg, quiet=True)
+    single = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     single_sps = single.timings["total_env_steps"] / single.timings["compute_s"]
     result, members, _ = run_sweep(cfg, SweepSpec(grid=GRID, seeds=tuple(range(seeds))), devices=devices,
                                    quiet=True)

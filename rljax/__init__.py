@@ -5,12 +5,12 @@ The public API (everything else is reachable through its module, and may change)
     import rljax
 
     config = rljax.PPOConfig(env="CartPole-v1", total_timesteps=500_000)
-    result = rljax.train(config, run_dir="runs/cp")         # -> rljax.TrainResult
+    result = rljax.train(config, options=rljax.RunOptions(run_dir="runs/cp"))  # -> rljax.TrainResult
     policy = rljax.load("runs/cp")                         # -> rljax.Policy; policy.act(obs)
     env, env_params = rljax.make("CartPole-v1")            # the env registry
 
-* Training: :func:`train`, :class:`TrainResult`; sweeps and PBT in one program: :func:`run_sweep`,
-  :class:`SweepSpec`, :class:`PBTSpec`.
+* Training: :func:`train` (how the run is kept and watched: :class:`RunOptions`), :class:`TrainResult`;
+  sweeps and PBT in one program: :func:`run_sweep`, :class:`SweepSpec`, :class:`PBTSpec`.
 * Algorithms (one module each in :mod:`rljax.agents`, each config a frozen dataclass whose
   sweepable fields are traced hyperparameters): :class:`PPOConfig`, :class:`DQNConfig`,
   :class:`SACConfig`, :class:`TD3Config`, :class:`PQNConfig`; the registry: :func:`register`
@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); a module itself when the attribute is None.
 _API: dict[str, tuple[str, str | None]] = {
     "train": ("rljax.training.loop", "train"),
+    "RunOptions": ("rljax.training.options", "RunOptions"),
     "TrainResult": ("rljax.training.loop", "TrainResult"),
     "load": ("rljax.policy.trained", "load"),
     "Policy": ("rljax.policy.trained", "Policy"),

@@ -62,7 +62,8 @@ def tiny_run(tmp_path_factory):
     def get(name: str):
         if name not in cache:
             run_dir = tmp_path_factory.mktemp(f"tiny-{name}") / "run"
-            cache[name] = (run_dir, rljax.train(configs[name], run_dir=run_dir, quiet=True, handle_signals=False))
+            cache[name] = (run_dir, rljax.train(configs[name], options=rljax.RunOptions(run_dir=run_dir, quiet=True,
+                                                handle_signals=False)))
         return cache[name]
 
     return get
@@ -76,7 +77,7 @@ def tiny_run(tmp_path_factory):
 # across processes (a GPU is bit-exact between processes only with XLA's deterministic flags).
 
 GPU_DETERMINISTIC_FLAGS = ("--xla_gpu_deterministic_ops=true",)
-"""The XLA flags that make GPU programs deterministic (``rljax.cli.process.DETERMINISTIC_XLA_FLAGS``)."""
+"""The XLA flags that make GPU programs deterministic (``rljax.runtime.determinism.DETERMINISTIC_XLA_FLAGS``)."""
 
 
 def backend() -> str:
@@ -87,7 +88,7 @@ def backend() -> str:
 def bitexact_backend() -> bool:
     """Whether separate processes of the same program give the same bits here: always on the CPU;
     on other backends only when XLA's deterministic flags are set (:mod:`rljax.cli.process`)."""
-    from rljax.cli.process import deterministic_flags_set
+    from rljax.runtime.determinism import deterministic_flags_set
 
     return backend() == "cpu" or deterministic_flags_set(os.environ.get("XLA_FLAGS", ""))
 

@@ -137,7 +137,7 @@ def test_a_users_own_envs_package_does_not_break_training(tmp_path):
         assert envs.MINE and not hasattr(envs, "make")
         env, params = rljax.make("CartPole-v1")
         result = rljax.train(rljax.PPOConfig(env="CartPole-v1", total_timesteps=512, num_envs=4, num_steps=128),
-                             quiet=True, handle_signals=False)
+                             options=rljax.RunOptions(quiet=True, handle_signals=False))
         assert len(result.rows) == 1 and result.rows[0]["env_steps"] == 512
         import sys
         assert sys.modules["envs"] is envs
@@ -169,8 +169,8 @@ def test_the_adding_an_algorithm_recipe_in_the_design_doc_trains(tmp_path, monke
     module = importlib.import_module("recipe_a2c")
     try:
         assert rljax.algorithms()["a2c"].config_cls is module.A2CConfig
-        result = rljax.train(module.A2CConfig(env="CartPole-v1", num_envs=4, total_timesteps=400), quiet=True,
-                             handle_signals=False)
+        result = rljax.train(module.A2CConfig(env="CartPole-v1", num_envs=4, total_timesteps=400),
+                             options=rljax.RunOptions(quiet=True, handle_signals=False))
         assert result.rows[-1]["env_steps"] == 400
         assert all(np.isfinite(result.rows[-1][k]) for k in ("policy_loss", "value_loss", "entropy"))
     finally:

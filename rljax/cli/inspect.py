@@ -84,7 +84,7 @@ def _values(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], 
 
 def _plan_total(run_dir: pathlib.Path, manifest: dict[str, Any], config: dict[str, Any]) -> int | None:
     """The env steps the run is planned to reach (its config's ``total_timesteps`` cut into its chunks)."""
-    from rljax.training.loop import plan_updates
+    from rljax.training.program import plan_updates
 
     plan = manifest.get("plan") or {}
     try:

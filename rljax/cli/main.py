@@ -20,8 +20,9 @@ from typing import Any
 
 from rljax.runtime.distributed import launched_as_leader
 from rljax.cli.flags import build_parser, config_from_args, explicit_flags, train_kwargs
-from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, enable_compilation_cache,
-                           report_finished, request_cpu_devices, request_deterministic, setting_up_line)
+from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
+                               enable_compilation_cache, report_finished, request_cpu_devices, setting_up_line)
+from rljax.runtime.determinism import request_deterministic
 
 __all__ = ["run_experiment", "main", "build_parser", "config_from_args", "call_training", "enable_compilation_cache",
            "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
@@ -93,9 +94,10 @@ def run_experiment(config_cls: Any, defaults: dict[str, Any] | None = None,
         enable_compilation_cache()
 
     from rljax.training.loop import train
+    from rljax.training.options import RunOptions
 
     result, status = call_training(
-        lambda: train(config, run_dir=run_dir, **options), run_dir)
+        lambda: train(config, options=RunOptions(run_dir=run_dir, **options)), run_dir)
     if status is not None:
         return status
     import jax

@@ -23,13 +23,8 @@ import os
 import sys
 from typing import Any
 
-from rljax.runtime.determinism import (DETERMINISTIC_MODES, DETERMINISTIC_XLA_FLAGS, check_deterministic_mode,
-                               determinism_record, deterministic_flags_set, request_deterministic)
-
 __all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "call_training",
-           "enable_compilation_cache", "request_cpu_devices", "DETERMINISTIC_MODES", "DETERMINISTIC_XLA_FLAGS",
-           "check_deterministic_mode", "request_deterministic", "deterministic_flags_set", "determinism_record",
-           "finished_run", "report_finished", "setting_up_line"]
+           "enable_compilation_cache", "request_cpu_devices", "finished_run", "report_finished", "setting_up_line"]
 
 
 EXIT_USAGE = 2
@@ -184,12 +179,12 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
     """What to tell a user who resumes a run that has nothing left to train, or None.
 
     A resume continues from the newest checkpoint; when that checkpoint is the run's last chunk under
-    ``config.total_timesteps`` (as :func:`rljax.training.loop.resume_plan` cuts it), the resume would compile
+    ``config.total_timesteps`` (as :func:`rljax.training.program.resume_plan` cuts it), the resume would compile
     the program only to run no chunk. Only the checkpoint's JSON meta is read: nothing is compiled
     or restored. Returns the message (the run's steps, and how to extend it with
     ``--total-timesteps``), or None when there is something to train (or no checkpoint).
     """
-    from rljax.training.loop import resume_plan
+    from rljax.training.program import resume_plan
     from rljax.store.rundir import newest_checkpoint_meta
 
     newest = newest_checkpoint_meta(run_dir)

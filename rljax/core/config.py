@@ -46,10 +46,10 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 TOTAL_TIMESTEPS_HELP = (
     "environment steps to train for, at most 2**30. The run does total_timesteps // (env steps per update) "
-    "updates (at least 1), rounded up to a whole number of equal chunks (rljax.training.loop.plan_updates), so it may run "
+    "updates (at least 1), rounded up to a whole number of equal chunks (rljax.training.program.plan_updates), so it may run "
     "up to one update per chunk more")
 """The help line of ``total_timesteps``, shared by every config that redeclares the field: it says what
-:func:`rljax.training.loop.plan_updates` does with the number."""
+:func:`rljax.training.program.plan_updates` does with the number."""
 
 _WHY_STEPS = "(2**30: larger runs would overflow the train state's int32 step counters)"
 _WHY_SEED = "(jax.random.key keeps a seed's low 32 bits and sweep seeds are uint32)"

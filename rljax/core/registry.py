@@ -315,8 +315,8 @@ def _not_rebuildable_message(recorded: str, run_dir: Any = None) -> str:
     where = "RUN_DIR" if run_dir is None else str(run_dir)
     return (f"the run's env was a Python object of class {cls} that cannot be rebuilt by name (config env "
             f"{recorded!r}), so it cannot be resumed or loaded from the command line; pass the same env object "
-            f"from Python: rljax.train(config, env={short}(...), run_dir={where!r}, resume=True) (or "
-            f"rljax.load({where!r}, env={short}(...))). To resume from the command line, start runs by name "
+            f"from Python: rljax.train(config, env={short}(...), options=rljax.RunOptions(run_dir={where!r}, "
+            f"resume=True)) (or rljax.load({where!r}, env={short}(...))). To resume from the command line, start runs by name "
             f"instead: --env package.module:Name (a module-level class or factory; --env-kwarg and --env-param "
             f"for its arguments and params)")
 

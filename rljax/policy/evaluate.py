@@ -155,7 +155,7 @@ class Evaluation:
     the chunk's rows before they are logged (so it must precede :class:`rljax.store.tracking.Tracking`).
 
     Args:
-        program: the run's :class:`rljax.training.population.Program`.
+        program: the run's :class:`rljax.training.program.Program`.
         interval: ``config.eval_interval`` (> 0).
         num_episodes: ``config.eval_episodes``.
     """

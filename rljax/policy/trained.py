@@ -139,7 +139,7 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     """The policy saved in a run directory's checkpoint, without compiling or touching the run.
 
     Args:
-        run_dir: a run directory (``rljax train``/``rljax.train(run_dir=...)``/a sweep's).
+        run_dir: a run directory (``rljax train``/``rljax.train(options=rljax.RunOptions(run_dir=...))``/a sweep's).
         step: the checkpoint step (env steps at the save, as in ``checkpoints/<step>``); None:
             the newest.
         member: for a sweep's run directory, the member's name (``members/<name>``) or index;

@@ -91,7 +91,7 @@ def request_deterministic(mode: str) -> bool:
                          f"without {' '.join(DETERMINISTIC_XLA_FLAGS)} in XLA_FLAGS, and XLA reads its flags only "
                          f"then; start the process with XLA_FLAGS='{' '.join(DETERMINISTIC_XLA_FLAGS)}' (the "
                          f"command line's --deterministic on does this) or call "
-                         f"rljax.cli.process.request_deterministic('on') before anything uses JAX")
+                         f"rljax.runtime.determinism.request_deterministic('on') before anything uses JAX")
     os.environ["XLA_FLAGS"] = " ".join(filter(None, [current, *DETERMINISTIC_XLA_FLAGS]))
     return True
 
@@ -118,5 +118,5 @@ def determinism_record(mode: str) -> dict[str, Any]:
         raise ValueError(f"deterministic='on' but this process's {backend} backend runs without "
                          f"{' '.join(DETERMINISTIC_XLA_FLAGS)} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}); "
                          f"XLA reads its flags when JAX starts: use the command line's --deterministic on, or call "
-                         f"rljax.cli.process.request_deterministic('on') before anything uses JAX")
+                         f"rljax.runtime.determinism.request_deterministic('on') before anything uses JAX")
     return {"mode": mode, "deterministic": deterministic, "backend": backend, "xla_flags": relevant}

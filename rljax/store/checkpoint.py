@@ -1,4 +1,4 @@
-"""Full-state checkpoints on Orbax, and preemption handling.
+"""Full-state checkpoints on Orbax.
 
 A checkpoint is the *whole* train state pytree (params, target params, optimiser state, env states and
 observations, typed PRNG keys, normaliser statistics, the replay buffer with its cursor and priorities,
@@ -22,15 +22,12 @@ when a :class:`Checkpointer` is created.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import os
 import pathlib
 import shutil
-import signal
-import threading
 import time
 import warnings
 import zlib
@@ -40,7 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Checkpointer", "Checkpointing", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError", "PreemptionGuard",
+__all__ = ["Checkpointer", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError",
            "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
 
 PREEMPTED_EXIT_CODE = 75
@@ -670,196 +667,3 @@ def _check_recorded_nonfinite(step: int, paths: list[tuple[Any, ...]], leaves: l
                           for i in wrong[:5])
         raise CheckpointIntegrityError(f"step {step} holds NaN/inf values its meta does not record, in "
                                        f"{len(wrong)} leaves: {shown}")
-
-
-FORCED_EXIT_GRACE_S = 10.0
-"""After a second SIGTERM/SIGINT, how long the process gets to stop by itself before it is ended."""
-
-DUPLICATE_SIGTERM_S = 1.0
-"""SIGTERMs closer together than this count as one for the forced exit (a job-wide signal that also
-reaches the process through a supervisor)."""
-
-
-class PreemptionGuard:
-    """Turns SIGTERM/SIGINT into a request to stop at the next chunk boundary.
-
-    Signals arrive while the host waits for a compiled chunk; Python runs the handler when the
-    chunk returns, so the current chunk always finishes. The guard is entered before anything is
-    built (a signal during initialisation or compilation stops the run before its first chunk)
-    and left only after the final checkpoint has committed, so a second signal during the stop's
-    save never kills the process with its default action.
-
-    A second SIGINT (Ctrl-C twice) raises ``KeyboardInterrupt`` as soon as Python runs, unless the
-    run is already :attr:`finishing` (saving after a stop), which it lets complete. A second
-    signal of either kind is also seen by a watcher thread (through :func:`signal.set_wakeup_fd`,
-    which works while the main thread is blocked inside XLA): if the process has not left the
-    guard :data:`FORCED_EXIT_GRACE_S` seconds later, it exits with status ``128 + signum`` without
-    saving, so a stuck job always obeys a repeated signal. The newest committed checkpoint stays
-    valid. SIGTERMs less than :data:`DUPLICATE_SIGTERM_S` apart count as one there (a scheduler
-    that signals the whole job and a supervisor that forwards it). Handlers are installed only in
-    the main thread and restored on exit. :meth:`request`
-    asks for the same stop from code (tests, notebooks).
-    """
-
-    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S, deferred: bool = False):
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.grace_s = grace_s
-        self.deferred = deferred
-        self.signal_name: str | None = None
-        self.finishing = False
-        self.pending = 0  # deferred: the signal received since the last agreement
-        self.agreed_clock = 0.0
-        self.local_clock: Any = time.perf_counter
-        self._previous: dict[int, Any] = {}
-        self._pipe: tuple[int, int] | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signal_name is not None
-
-    def request(self, reason: str = "request") -> None:
-        self.signal_name = reason
-
-    def agree(self) -> None:
-        """The boundary's agreement between the processes of a multi-process run (a no-op for one).
-
-        A ``deferred`` guard holds a signal as :attr:`pending` until here; then all processes
-        learn of any process's signal at once, so all of them stop after the same chunk, and take
-        the leader's clock as :attr:`agreed_clock` (:func:`rljax.runtime.distributed.agree`; a collective:
-        every process calls it at the same points).
-        """
-        if not self.deferred:
-            return
-        from rljax.runtime.distributed import agree, signal_name
-
-        signum, who, self.agreed_clock = agree(self.pending, self.local_clock())
-        if signum and self.signal_name is None:
-            self.signal_name = f"{signal_name(signum)} (process {who})"
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if (self.signal_name is not None or self.pending) and signum == signal.SIGINT and not self.finishing:
-            raise KeyboardInterrupt
-        if self.deferred:
-            self.pending = self.pending or int(signum)
-        else:
-            self.signal_name = signal.Signals(signum).name
-
-    def _watch(self, read_fd: int) -> None:
-        try:
-            self._watch_until_eof(read_fd)
-        finally:
-            os.close(read_fd)
-
-    def _watch_until_eof(self, read_fd: int) -> None:
-        seen = 0
-        last_term = -math.inf
-        while True:
-            data = os.read(read_fd, 64)
-            if not data:
-                return
-            now = time.monotonic()
-            for b in data:
-                if b == signal.SIGINT:
-                    seen += 1
-                elif b == signal.SIGTERM:
-                    # A scheduler that signals every process of a job (plain scancel, systemd's
-                    # control-group kill) and a supervisor forwarding it deliver one SIGTERM twice
-                    # within moments: that is one request, not a second one.
-                    seen += now - last_term >= DUPLICATE_SIGTERM_S
-                    last_term = now
-            if seen >= 2:
-                signum = next(b for b in reversed(data) if b in (signal.SIGTERM, signal.SIGINT))
-                deadline = time.monotonic() + self.grace_s
-                while time.monotonic() < deadline:
-                    if self._pipe is None:  # the guard exited: the process is stopping by itself
-                        return
-                    time.sleep(0.1)
-                os.write(2, (f"\nrljax: second {signal.Signals(signum).name} and the run did not stop within "
-                             f"{self.grace_s:g} s: exiting without saving; the newest committed checkpoint "
-                             f"is intact\n").encode())
-                os._exit(128 + signum)
-
-    def __enter__(self) -> "PreemptionGuard":
-        if self.enabled:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handler)
-            read_fd, write_fd = os.pipe()
-            os.set_blocking(write_fd, False)
-            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-            if previous != -1:  # someone else (an asyncio loop) listens: leave theirs in place
-                signal.set_wakeup_fd(previous)
-                os.close(read_fd), os.close(write_fd)
-            else:
-                self._pipe = (read_fd, write_fd)
-                threading.Thread(target=self._watch, args=(read_fd,), name="rljax-signal-watcher",
-                                 daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._pipe is not None:
-            signal.set_wakeup_fd(-1)
-            _, write_fd = self._pipe
-            self._pipe = None
-            os.close(write_fd)  # the watcher reads EOF and ends
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-
-class Checkpointing:
-    """The boundary hook that saves the run: on its cadence, after the last chunk and on a stop.
-
-    Args:
-        checkpointer: the run's :class:`Checkpointer`.
-        every: save every this many chunks; 0 saves instead when ``interval_s`` seconds have passed
-            since the last save.
-        interval_s: the time-based interval.
-        nonfinite_ok: save even when the state holds non-finite values (a sweep: a diverged member
-            is that member's result and must not stop the others' checkpoints).
-    """
-
-    def __init__(self, checkpointer: Checkpointer, every: int, interval_s: float, nonfinite_ok: bool,
-                 start: float = 0.0):
-        self.checkpointer = checkpointer
-        self.every = every
-        self.interval_s = interval_s
-        self.nonfinite_ok = nonfinite_ok
-        self.last_save = start  # on the run's clock (rljax.training.loop.Run.clock)
-
-    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
-        """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
-        always save)."""
-        if self.every:
-            return (chunk_index + 1) % self.every == 0
-        return run.clock() - self.last_save >= self.interval_s
-
-    def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> int | None:
-        """Saves when due; a state found non-finite is handed to the run's health (a rollback):
-        returns the chunk to continue from then, else None."""
-        from rljax.store.tracking import config_to_dict, json_scalar
-
-        guard = run.guard
-        if not (last or guard.requested or self.due(run, chunk_index, last)):
-            return None
-        guard.finishing = guard.requested or last
-        t_ckpt = time.perf_counter()
-        row = rows[0]
-        meta = {"chunk_index": chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
-                "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan),
-                "algorithm": type(run.config).__name__, "config": config_to_dict(run.config), "run_options": run.options, "rollbacks": run.rollbacks,
-                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows]}
-        try:
-            self.checkpointer.save(row["env_steps"], run.state, meta, nonfinite_ok=self.nonfinite_ok)
-        except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look
-            guard.finishing = False
-            return run.health.roll_back(run, chunk_index, row, str(err))
-        finally:
-            run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
-        self.last_save = run.clock()
-        return None
-
-    def close(self, run: Any) -> None:
-        """Waits for the pending save to commit."""
-        t_ckpt = time.perf_counter()
-        self.checkpointer.close()
-        run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt

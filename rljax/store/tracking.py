@@ -424,7 +424,7 @@ class Tracking:
 
     Args:
         run_dir: the run directory, or None.
-        program: the run's :class:`rljax.training.population.Program` (members' names, configs, seeds).
+        program: the run's :class:`rljax.training.program.Program` (members' names, configs, seeds).
         total_env_steps: the plan's total, for the progress line.
         options: the run options saved in the manifest (``tensorboard`` is read).
         quiet: no progress lines.

@@ -607,6 +607,7 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
     """:func:`run_sweep` inside the sweep directory's lock."""
     from rljax.runtime.distributed import is_leader
     from rljax.training.loop import train
+    from rljax.training.options import RunOptions
     from rljax.runtime.determinism import determinism_record
     from rljax.store.tracking import config_to_dict, manifest
 
@@ -632,8 +633,8 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                                                 "determinism": determinism_record(train_kwargs.get("deterministic", "auto"))}),
                 indent=2, default=str))
     t0 = time.perf_counter()
-    result = train(config, env, env_params, run_dir=run_dir, resume=resume, quiet=quiet, population=population,
-                   **train_kwargs)
+    result = train(config, env, env_params, options=RunOptions(run_dir=run_dir, resume=resume, quiet=quiet,
+                                                               population=population, **train_kwargs))
     agg = []
     if result.preempted is None:
         if run_dir is not None and leader:
@@ -722,7 +723,8 @@ def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[
     from rljax.cli.flags import config_from_args, explicit_flags, train_kwargs
     from rljax.runtime.distributed import launched_as_leader
     from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
-                               request_deterministic, setting_up_line)
+                                   setting_up_line)
+    from rljax.runtime.determinism import request_deterministic
 
     parser = _sweep_parser(config_cls, defaults, prog or f"python -m experiments.{name} sweep")
     args = parser.parse_args(argv)

@@ -83,7 +83,7 @@ def test_readme_train_command_learns():
                         readme, flags=re.S)
     config = eval(command.group(1), {"rljax": rljax})  # noqa: S307 - our own documentation
     config = dataclasses.replace(config, eval_interval=1000)  # one greedy evaluation, after the last chunk
-    result = rljax.train(config, env=load_doc_example()["PointMass"](), quiet=True)
+    result = rljax.train(config, env=load_doc_example()["PointMass"](), options=rljax.RunOptions(quiet=True))
     final_eval = result.final_eval
     assert result.final_return > 5.0, result.final_return
     assert final_eval["eval/return_mean"] > 5.0, final_eval

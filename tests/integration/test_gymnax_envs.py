@@ -64,7 +64,8 @@ def test_the_registry_is_covered_whole():
 @pytest.mark.parametrize("gid, algo", _cases())
 def test_gymnax_env_trains(gid, algo):
     config = _config(gid, algo)
-    result = rljax.train(config, quiet=True, checkpoints=False, tensorboard=False, handle_signals=False)
+    result = rljax.train(config, options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
+                                                          handle_signals=False))
     assert len(result.rows) == 2
     last = result.rows[-1]
     assert last["env_steps"] == config.total_timesteps
@@ -95,7 +96,8 @@ def test_unavailable_env_names_its_reason(monkeypatch):
 def test_sac_on_a_tiny_box_names_the_scale_that_works():
     with pytest.raises(ValueError) as err:
         rljax.train(rljax.SACConfig(env="gymnax/PointRobot-misc", total_timesteps=64, num_envs=2,
-                                    learning_starts=16, updates_per_chunk=16), quiet=True, checkpoints=False)
+                                    learning_starts=16, updates_per_chunk=16), options=rljax.RunOptions(quiet=True,
+                    checkpoints=False))
     msg = str(err.value)
     assert "\n" not in msg and "target_entropy_scale" in msg and "1.61" in msg, msg
     assert "Box(shape=(2,)" in msg and "low=-0.1" in msg, msg
@@ -111,13 +113,14 @@ def test_an_action_space_an_algorithm_cannot_take_is_one_line_before_compiling(a
     compiled = []
     monkeypatch.setattr(jax.stages.Lowered, "compile", lambda self, *a, **k: compiled.append(1))
     with pytest.raises(ValueError, match=says) as err:
-        rljax.train(getattr(rljax, algo)(env=env), quiet=True, checkpoints=False)
+        rljax.train(getattr(rljax, algo)(env=env), options=rljax.RunOptions(quiet=True, checkpoints=False))
     assert "\n" not in str(err.value) and not compiled
 
 
 def test_an_observation_the_encoder_cannot_take_is_one_line():
     with pytest.raises(ValueError) as err:
-        rljax.train(rljax.PPOConfig(env="gymnax/MemoryChain-bsuite", encoder="cnn"), quiet=True, checkpoints=False)
+        rljax.train(rljax.PPOConfig(env="gymnax/MemoryChain-bsuite", encoder="cnn"),
+                    options=rljax.RunOptions(quiet=True, checkpoints=False))
     msg = str(err.value)
     assert "\n" not in msg and "PPO cannot encode the observations" in msg and "shape (3,)" in msg, msg
     assert "encoder='auto' or 'mlp'" in msg
@@ -127,7 +130,7 @@ def test_replay_keeps_minatar_bool_planes():
     """rljax's Breakout-MinAtar stores its [10, 10, 4] planes as bool: a quarter of gymnax's float32."""
     config = _config("Breakout-MinAtar", "dqn")
     for name, dtype in (("Breakout-MinAtar", np.bool_), ("gymnax/Breakout-MinAtar", np.float32)):
-        state = rljax.train(config.__class__(**{**config.__dict__, "env": name}), quiet=True, checkpoints=False,
-                            tensorboard=False, handle_signals=False).state
+        state = rljax.train(config.__class__(**{**config.__dict__, "env": name}), options=rljax.RunOptions(quiet=True,
+                            checkpoints=False, tensorboard=False, handle_signals=False)).state
         assert state.buffer.data.obs.dtype == dtype and state.buffer.data.next_obs.dtype == dtype
         assert state.buffer.data.obs.shape == (config.buffer_size, 10, 10, 4)

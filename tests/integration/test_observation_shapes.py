@@ -108,7 +108,8 @@ LOSSES = {"PPOConfig": "value_loss", "DQNConfig": "td_loss", "PQNConfig": "td_lo
 def test_every_algorithm_trains_on_pytree_image_and_grid_observations(kind, algo):
     env = GridWalk(kind, continuous=algo in ("SACConfig", "TD3Config"))
     config = getattr(rljax, algo)(hidden_sizes=(8,), cnn_channels=(4,), **ALGOS[algo])
-    result = rljax.train(config, env=env, quiet=True, checkpoints=False, tensorboard=False, handle_signals=False)
+    result = rljax.train(config, env=env, options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
+                                                                   handle_signals=False))
     assert len(result.rows) == 2 and result.rows[-1]["env_steps"] == config.total_timesteps
     assert math.isfinite(result.rows[-1][LOSSES[algo]])
     conv = [p for p in jax.tree_util.tree_flatten_with_path(result.state)[0]
@@ -137,8 +138,8 @@ def test_encoder_override_from_the_config():
 
 def test_normalize_obs_of_a_dict_observation_is_a_clear_error():
     with pytest.raises(ValueError) as err:
-        rljax.train(rljax.PPOConfig(normalize_obs=True, **ALGOS["PPOConfig"]), env=GridWalk("dict"), quiet=True,
-                    checkpoints=False)
+        rljax.train(rljax.PPOConfig(normalize_obs=True, **ALGOS["PPOConfig"]), env=GridWalk("dict"),
+                    options=rljax.RunOptions(quiet=True, checkpoints=False))
     msg = str(err.value)
     assert "\n" not in msg and "needs an observation that is one array" in msg
     assert "['image']: uint8[5, 5, 2]" in msg and "['vec']: float32[3]" in msg and "normalize_obs=False" in msg
@@ -147,7 +148,8 @@ def test_normalize_obs_of_a_dict_observation_is_a_clear_error():
 def test_a_dict_observation_policy_loads_acts_and_evaluates(tmp_path):
     env = GridWalk("dict")
     config = rljax.PPOConfig(hidden_sizes=(8,), cnn_channels=(4,), **ALGOS["PPOConfig"])
-    result = rljax.train(config, env=env, run_dir=tmp_path / "run", quiet=True, handle_signals=False)
+    result = rljax.train(config, env=env, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True,
+                                                                   handle_signals=False))
     policy = rljax.load(tmp_path / "run", env=env)
     obs, _ = env.reset(jax.random.key(0), env.default_params)
     one = policy.act(obs)

@@ -59,13 +59,13 @@ def same_bits(a, b):
 def reference(tmp_path_factory):
     """An uninterrupted PPO_SMALL run: its final checkpoint's leaves and its metrics rows."""
     run = tmp_path_factory.mktemp("ref") / "run"
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=1)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1))
     return final_leaves(run), strip(read_metrics(run))
 
 
 def _partial_run(run_dir, stop_after_chunk=2):
-    part = rljax.train(PPO_SMALL, run_dir=run_dir, quiet=True, checkpoint_every=1,
-                       on_chunk=lambda c, s, r: c == stop_after_chunk)
+    part = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run_dir, quiet=True, checkpoint_every=1,
+                                                           on_chunk=lambda c, s, r: c == stop_after_chunk))
     assert part.preempted == "on_chunk"
     return part
 
@@ -111,16 +111,16 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
     holds metrics") accepted such a directory, so a requeue loop retried forever."""
     run = tmp_path / "run"
     # What a run killed before its first save leaves: config, manifest, some metrics rows, no step.
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoints=False,
-                on_chunk=lambda c, s, r: c == 1)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,
+                                                    on_chunk=lambda c, s, r: c == 1))
     stale = read_metrics(run)
     assert len(stale) == 2 and not (run / "checkpoints").exists()
     with pytest.raises(FileExistsError, match="rljax resume"):
-        rljax.train(PPO_SMALL, run_dir=run, quiet=True)
+        rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True))
     orphan = run / "checkpoints" / "256.orbax-checkpoint-tmp"  # a save the kill interrupted
     (orphan / "state").mkdir(parents=True)
     with pytest.warns(UserWarning, match="starting it over from scratch"):
-        rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+        rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True, checkpoint_every=1))
     assert not orphan.exists()
     ref_leaves, ref_rows = reference
     assert same_bits(final_leaves(run), ref_leaves)
@@ -131,7 +131,8 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
 
 def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
     run = tmp_path / "run"
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoints=False, on_chunk=lambda c, s, r: c == 0)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,
+                                                    on_chunk=lambda c, s, r: c == 0))
     assert cli_main(["resume", str(run), "--quiet"]) == 0
     assert [r["env_steps"] for r in read_metrics(run)] == [256 * (i + 1) for i in range(6)]
 
@@ -153,7 +154,7 @@ def test_an_edited_config_json_is_refused_naming_the_field(tmp_path, capsys):
     assert "learning_rate" in err and "normalize_advantages" in err and "config.json" in err
     edited = PPOConfig(**{**PPO_SMALL.__dict__, "learning_rate": 1e-2})
     with pytest.raises(ConfigMismatchError, match="learning_rate"):
-        rljax.train(edited, run_dir=run, quiet=True, resume=True)
+        rljax.train(edited, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True))
     assert strip(read_metrics(run)) == strip(read_metrics(run))  # nothing written by the refused resumes
     assert len(read_metrics(run)) == 3
 
@@ -182,14 +183,15 @@ def test_damaged_config_manifest_and_a_cut_metrics_row_resume_losslessly(tmp_pat
 
 def test_resume_sets_aside_exactly_the_rows_after_the_checkpoint(tmp_path, reference):
     run = tmp_path / "run"
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=2, on_chunk=lambda c, s, r: c == 2)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=2,
+                                                    on_chunk=lambda c, s, r: c == 2))
     # Saved after chunks 1 and 2 (the stop); drop the newest so chunk 2's row is after the checkpoint.
     ckpt = Checkpointer(run)
     steps = ckpt.steps()
     ckpt.close()
     assert steps == [512, 768]
     os.replace(run / "checkpoints" / "768", tmp_path / "768-moved")
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=2)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True, checkpoint_every=2))
     superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in superseded] == [768]
     _, ref_rows = reference
@@ -201,7 +203,7 @@ def test_a_deleted_metrics_file_is_restarted_from_the_checkpoint_row(tmp_path, r
     _partial_run(run)
     (run / "metrics.jsonl").unlink()
     with pytest.warns(UserWarning, match="metrics.jsonl is missing"):
-        rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True)
+        rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True))
     _, ref_rows = reference
     assert strip(read_metrics(run)) == ref_rows[2:]  # the checkpoint's row (chunk 2) and what followed
 
@@ -235,8 +237,8 @@ def test_a_nan_from_the_env_stops_the_run_and_no_checkpoint_holds_it(tmp_path, a
     from rljax.training.hooks.health import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="diverged"):
-        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at), run_dir=tmp_path / "run",
-                    quiet=True, checkpoint_every=1)
+        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at),
+                    options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     rows = read_metrics(tmp_path / "run")
     assert len(rows) >= 2 and rows[-1]["nonfinite_state"] > 0 and rows[0]["nonfinite_state"] == 0
     assert Checkpointer(tmp_path / "run").steps()  # the good chunks were saved
@@ -249,7 +251,7 @@ def test_rollback_restores_a_good_state_with_a_lower_learning_rate(tmp_path):
     cfg = dataclasses.replace(PPO_SMALL, learning_rate=1e30, anneal_lr=False, on_nonfinite="rollback",
                               rollback_lr_factor=1e-33, max_rollbacks=1)
     with pytest.warns(UserWarning, match="rolled back"):
-        result = rljax.train(cfg, run_dir=tmp_path / "run", quiet=True, checkpoint_every=1)
+        result = rljax.train(cfg, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     assert result.timings["rollbacks"] == 1
     rows = read_metrics(tmp_path / "run")
     assert [r["env_steps"] for r in rows] == [256 * (i + 1) for i in range(6)]
@@ -268,8 +270,8 @@ def test_rollback_gives_up_after_max_rollbacks_when_the_env_keeps_emitting_nan(t
     from rljax.training.hooks.health import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="2 rollback"):
-        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=40), run_dir=tmp_path / "run",
-                    quiet=True, checkpoint_every=1)
+        rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=40),
+                    options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
     assert [i["action"] for i in incidents] == ["rollback", "rollback", "stop"]
     assert incidents[0]["to_env_steps"] == incidents[1]["to_env_steps"] > 0  # back to the same good checkpoint
@@ -390,7 +392,7 @@ def test_one_sigterm_delivered_twice_is_one_request():
     """A job-wide SIGTERM (plain scancel) reaches a supervised run directly and forwarded; the two
     copies must not count as the 'second signal' that ends the run without its save."""
     script = ("import time\n"
-              "from rljax.store.checkpoint import PreemptionGuard\n"
+              "from rljax.training.signals import PreemptionGuard\n"
               "with PreemptionGuard(grace_s=0.5) as guard:\n"
               "    print('ready', flush=True)\n"
               "    time.sleep(4)\n"

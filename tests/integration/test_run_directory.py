@@ -25,7 +25,7 @@ TINY = dict(num_envs=4, num_steps=32, num_epochs=1, num_minibatches=2, hidden_si
 def test_run_directory_contract(tmp_path):
     cfg = PPOConfig(env="Pendulum-v1", total_timesteps=4 * 32 * 14, updates_per_chunk=7, **TINY)
     run = tmp_path / "run"
-    result = rljax.train(cfg, run_dir=run, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(run_dir=run, quiet=True))
     config = json.loads((run / "config.json").read_text())
     assert config["env"] == "Pendulum-v1" and config["hidden_sizes"] == [16]
     manifest = json.loads((run / "manifest.json").read_text())
@@ -55,7 +55,7 @@ def test_tensorboard_has_the_same_scalars(tmp_path):
     from tensorboardX.proto import event_pb2
 
     cfg = PPOConfig(total_timesteps=4 * 32 * 4, updates_per_chunk=2, **TINY)
-    rljax.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    rljax.train(cfg, options=rljax.RunOptions(run_dir=tmp_path / "r", quiet=True))
     logged = {}
     for path in (tmp_path / "r" / "tb").glob("events.out.tfevents.*"):
         data = path.read_bytes()
@@ -149,7 +149,7 @@ def test_train_on_the_documented_user_env():
     env = ns["PointMass"]()
     cfg = PPOConfig(total_timesteps=8 * 64 * 40, num_envs=8, num_steps=64, learning_rate=1e-3,
                     hidden_sizes=(32, 32), updates_per_chunk=10)
-    result = rljax.train(cfg, env=env, quiet=True)
+    result = rljax.train(cfg, env=env, options=rljax.RunOptions(quiet=True))
     first, last = result.rows[0]["episode_return_mean"], result.final_return
     assert last > first, (first, last)
 

@@ -133,11 +133,13 @@ def test_an_env_object_is_recorded_by_name_and_resumes_from_the_cli(user_module,
     name, project = user_module
     module = __import__(name)
     config = PPOConfig(**SMALL)
-    full = rljax.train(config, env=module.LineWalk(), run_dir=tmp_path / "full", quiet=True, checkpoint_every=1,
-                       handle_signals=False)
+    full = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True,
+                                                                               checkpoint_every=1,
+                                                                               handle_signals=False))
     cut = tmp_path / "cut"
-    part = rljax.train(config, env=module.LineWalk(), run_dir=cut, quiet=True, checkpoint_every=1,
-                       handle_signals=False, on_chunk=lambda c, state, row: c == 1)
+    part = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=cut, quiet=True,
+                                                                               checkpoint_every=1, handle_signals=False,
+                                                                               on_chunk=lambda c, state, row: c == 1))
     assert part.preempted == "on_chunk"
     assert json.loads((cut / "config.json").read_text())["env"] == f"{name}:LineWalk"
     resumed = _cli(["resume", str(cut), "--quiet", "--no-compile-cache"], cwd=project)
@@ -328,14 +330,15 @@ def test_env_params_are_recorded_hashed_and_checked_on_resume(user_module, tmp_p
     name, _ = user_module
     config = PPOConfig(**SMALL, env=f"{name}:LineWalk", env_params=("goal=0.5",))
     run = tmp_path / "run"
-    result = rljax.train(config, run_dir=run, quiet=True, handle_signals=False, on_chunk=lambda c, s, r: c == 0)
+    result = rljax.train(config, options=rljax.RunOptions(run_dir=run, quiet=True, handle_signals=False,
+                                                          on_chunk=lambda c, s, r: c == 0))
     assert float(np.asarray(result.state.env_params.goal)) == 0.5
     saved = json.loads((run / "config.json").read_text())
     assert saved["env"] == f"{name}:LineWalk" and saved["env_params"] == ["goal=0.5"] and saved["env_kwargs"] == []
     assert config_hash(config) != config_hash(PPOConfig(**SMALL, env=f"{name}:LineWalk"))
     with pytest.raises(ConfigMismatchError, match=r"env_params: saved \['goal=0.5'\], now \['goal=0.7'\]"):
-        rljax.train(PPOConfig(**SMALL, env=f"{name}:LineWalk", env_params=("goal=0.7",)), run_dir=run, resume=True,
-                    quiet=True, handle_signals=False)
+        rljax.train(PPOConfig(**SMALL, env=f"{name}:LineWalk", env_params=("goal=0.7",)),
+                    options=rljax.RunOptions(run_dir=run, resume=True, quiet=True, handle_signals=False))
 
 
 def _snapshot(run_dir):
@@ -352,15 +355,16 @@ def test_a_python_object_env_is_recorded_as_such_and_the_cli_says_what_to_pass(u
     module = __import__(name)
     config = PPOConfig(**SMALL)
     run = tmp_path / "run"
-    rljax.train(config, env=module.LineWalk(0.25), run_dir=run, quiet=True, checkpoint_every=1,
-                handle_signals=False, on_chunk=lambda c, s, r: c == 1)
+    rljax.train(config, env=module.LineWalk(0.25), options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1,
+                                                                            handle_signals=False,
+                                                                            on_chunk=lambda c, s, r: c == 1))
     recorded = f"python-object:{name}:LineWalk"
     assert json.loads((run / "config.json").read_text())["env"] == recorded
     before = _snapshot(run)
     status, err = _main(["resume", str(run), "--quiet", "--no-compile-cache"], capsys)
     assert status == 2, err
     assert f"class {name}:LineWalk that cannot be rebuilt by name" in err
-    assert f"rljax.train(config, env=LineWalk(...), run_dir={str(run)!r}, resume=True)" in err
+    assert f"rljax.train(config, env=LineWalk(...), options=rljax.RunOptions(run_dir={str(run)!r}, resume=True))" in err
     assert "--env package.module:Name" in err and "compiling" not in err
     assert _snapshot(run) == before  # nothing written, moved or lost
     status, err = _main(["eval", str(run), "--episodes", "2", "--no-compile-cache"], capsys)
@@ -369,8 +373,8 @@ def test_a_python_object_env_is_recorded_as_such_and_the_cli_says_what_to_pass(u
         rljax.load(run)
     assert rljax.load(run, env=module.LineWalk(0.25)).config.env == recorded
     # From Python, with the object again, the run resumes (and keeps its record).
-    rest = rljax.train(config, env=module.LineWalk(0.25), run_dir=run, resume=True, quiet=True,
-                       checkpoint_every=1, handle_signals=False)
+    rest = rljax.train(config, env=module.LineWalk(0.25), options=rljax.RunOptions(run_dir=run, resume=True, quiet=True,
+                       checkpoint_every=1, handle_signals=False))
     assert rest.timings["start_chunk"] == 2 and len(read_metrics(run)) == 4
     assert json.loads((run / "config.json").read_text())["env"] == recorded
 
@@ -388,24 +392,28 @@ def test_a_run_saved_before_env_records_resumes_from_python_as_before(user_modul
     name, _ = user_module
     module = __import__(name)
     config = PPOConfig(**SMALL)
-    full = rljax.train(config, env=module.LineWalk(), run_dir=tmp_path / "full", quiet=True, handle_signals=False)
+    full = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True,
+                                                                               handle_signals=False))
     real, real_resolve = rljax.store.tracking.config_to_dict, rljax.core.registry.resolve_run
     monkeypatch.setattr(rljax.store.tracking, "config_to_dict",
                         lambda c: {k: v for k, v in real(c).items() if k not in ("env_kwargs", "env_params")})
     monkeypatch.setattr(rljax.core.registry, "resolve_run",
                         lambda c, env=None, params=None, **kw: real_resolve(c, env, params, **{**kw, "record": False}))
     run = tmp_path / "old"
-    rljax.train(config, env=module.LineWalk(), run_dir=run, quiet=True, checkpoint_every=1, handle_signals=False,
-                on_chunk=lambda c, s, r: c == 0)
+    rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1,
+                                                                        handle_signals=False,
+                                                                        on_chunk=lambda c, s, r: c == 0))
     old = json.loads((run / "config.json").read_text())
     assert old["env"] == "CartPole-v1" and "env_params" not in old
     monkeypatch.setattr(rljax.store.tracking, "config_to_dict", real)
     monkeypatch.setattr(rljax.core.registry, "resolve_run", real_resolve)
-    mid = rljax.train(config, env=module.LineWalk(), run_dir=run, resume=True, quiet=True, checkpoint_every=1,
-                      handle_signals=False, on_chunk=lambda c, s, r: c == 2)
+    mid = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=run, resume=True, quiet=True,
+                                                                              checkpoint_every=1, handle_signals=False,
+                                                                              on_chunk=lambda c, s, r: c == 2))
     assert mid.preempted == "on_chunk"
-    rest = rljax.train(config, env=module.LineWalk(), run_dir=run, resume=True, quiet=True, checkpoint_every=1,
-                       handle_signals=False)
+    rest = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=run, resume=True, quiet=True,
+                                                                               checkpoint_every=1,
+                                                                               handle_signals=False))
     a, b = _final_leaves(tmp_path / "full"), _final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(run)) == strip(full.rows)

@@ -21,7 +21,7 @@ import rljax
 from rljax.agents.ppo import PPOBatch, PPOConfig, ppo_learn, ppo_optimizer
 from rljax.agents import build_agent
 from rljax.training.hooks.health import DesyncError, check_health
-from rljax.training.loop import make_chunk, plan_updates
+from rljax.training.program import make_chunk, plan_updates
 from rljax.core.networks import ActorCritic
 from rljax.runtime.devices import AXIS, DataParallel
 
@@ -77,7 +77,7 @@ def backends_agree() -> dict:
     out = {}
     for backend in ("shard_map", "pmap"):
         cfg = PPOConfig(num_devices=jax.device_count(), backend=backend, **SMALL)
-        out[backend] = rljax.train(cfg, quiet=True)
+        out[backend] = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     a, b = out["shard_map"], out["pmap"]
     return {
         "max_param_diff": _max_diff(a.state.params, b.state.params),
@@ -92,7 +92,7 @@ def backends_agree() -> dict:
 def learns() -> dict:
     """A 4-device CartPole run improves far beyond a random policy."""
     cfg = PPOConfig(num_devices=jax.device_count(), num_envs=8, num_steps=64, total_timesteps=150_000, seed=0)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     return {"final_return": result.final_return, "first_return": result.rows[0]["episode_return_mean"],
             "desync": max(r["param_desync"] for r in result.rows)}
 
@@ -163,11 +163,11 @@ def desync_through_train() -> dict:
     small = {**SMALL, "total_timesteps": 8 * 16 * 8, "updates_per_chunk": 2}
     out = {"devices": d}
     # Control: the same wrapper perturbing a device index that does not exist changes nothing.
-    clean = rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d, **small), quiet=True)
+    clean = rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d, **small), options=rljax.RunOptions(quiet=True))
     out["clean_rows"] = len(clean.rows)
     out["clean_desync"] = max(r["param_desync"] for r in clean.rows)
     try:
-        rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d - 1, **small), quiet=True)
+        rljax.train(DesyncPPOConfig(num_devices=d, perturb_device=d - 1, **small), options=rljax.RunOptions(quiet=True))
         out["error"] = None
     except DesyncError as err:
         out["error"] = str(err)
@@ -204,7 +204,7 @@ def dqn_learn_equivalence() -> dict:
         cfg = DQNConfig(env="ProbeTwoStep-v0", num_devices=d, num_envs=8, batch_size=64, buffer_size=512,
                         learning_starts=64, target_update_interval=32, hidden_sizes=(16,), n_step=2,
                         prioritized=True, total_timesteps=8 * 60, updates_per_chunk=20, backend=backend)
-        runs[backend] = rljax.train(cfg, quiet=True)
+        runs[backend] = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     a, b = runs["shard_map"], runs["pmap"]
     out["backend_param_diff"] = _max_diff(a.state.learner.params, b.state.learner.params)
     out["desync"] = max(r["param_desync"] for r in a.rows + b.rows)
@@ -231,9 +231,11 @@ def resume_bit_exact() -> dict:
     out = {}
     for name, cfg in configs.items():
         root = tempfile.mkdtemp()
-        full = rljax.train(cfg, run_dir=f"{root}/full", quiet=True, checkpoint_every=1)
-        rljax.train(cfg, run_dir=f"{root}/cut", quiet=True, checkpoint_every=1, on_chunk=lambda c, s, r: c == 2)
-        rest = rljax.train(cfg, run_dir=f"{root}/cut", quiet=True, resume=True, checkpoint_every=1)
+        full = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/full", quiet=True, checkpoint_every=1))
+        rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, checkpoint_every=1,
+                                                  on_chunk=lambda c, s, r: c == 2))
+        rest = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, resume=True,
+                                                         checkpoint_every=1))
         la = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
               for x in jax.tree.leaves(full.state)]
         lb = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
@@ -254,7 +256,8 @@ def sweep_two_devices() -> dict:
     diffs = []
     for idx in range(len(members)):
         m = members[idx]
-        single = rljax.train(dataclasses.replace(cfg, learning_rate=m.values["learning_rate"], seed=m.seed), quiet=True)
+        single = rljax.train(dataclasses.replace(cfg, learning_rate=m.values["learning_rate"], seed=m.seed),
+                             options=rljax.RunOptions(quiet=True))
         diffs.append(max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)[idx]))) for a, b in
                          zip(jax.tree.leaves(single.state.params), jax.tree.leaves(result.state.params))))
     # Population-based training over the split population equals it on one device.
@@ -286,10 +289,10 @@ def eval_and_load() -> dict:
     for backend in ("shard_map",):
         cfg = PPOConfig(**{**SMALL, "num_devices": d, "backend": backend, "updates_per_chunk": 2,
                            "normalize_obs": True})
-        plain = rljax.train(cfg, quiet=True, checkpoints=False)
+        plain = rljax.train(cfg, options=rljax.RunOptions(quiet=True, checkpoints=False))
         with tempfile.TemporaryDirectory() as tmp:
-            evaluated = rljax.train(dataclasses.replace(cfg, eval_interval=1, eval_episodes=4), run_dir=tmp,
-                                    quiet=True)
+            evaluated = rljax.train(dataclasses.replace(cfg, eval_interval=1, eval_episodes=4),
+                                    options=rljax.RunOptions(run_dir=tmp, quiet=True))
             policy = rljax.load(tmp)
             obs = 2.0 * jax.random.normal(jax.random.key(0), (32, 4))
             device0 = jax.tree.map(lambda x: x[0], evaluated.state)

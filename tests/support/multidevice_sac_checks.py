@@ -100,7 +100,7 @@ def train_runs() -> dict:
     d = jax.device_count()
     cfg = SACConfig(num_devices=d, num_envs=d, total_timesteps=100 * d, learning_starts=40 * d, batch_size=16 * d,
                     buffer_size=64 * d, hidden_sizes=(16, 16), updates_per_chunk=25, seed=3)
-    r = rljax.train(cfg, quiet=True)
+    r = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     leaves = jax.tree.leaves(r.agent.params_of(r.state))
     return {
         "desync": [row["param_desync"] for row in r.rows],

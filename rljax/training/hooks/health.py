@@ -16,6 +16,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from rljax.training.hooks.base import Hook, Row, Run
+
 __all__ = ["DesyncError", "NonFiniteError", "Health", "nonfinite_reason", "scale_learning_rates"]
 
 
@@ -64,7 +66,7 @@ def scale_learning_rates(state: Any, factor: float) -> Any:
         **{n: getattr(hyperparams, n) * jnp.float32(factor) for n in names}))
 
 
-class Health:
+class Health(Hook):
     """The boundary hook that checks every chunk's rows and meets divergence.
 
     Args:
@@ -78,14 +80,14 @@ class Health:
         self.isolated = isolated
         self.diverged: set[int] = set()
 
-    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+    def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """Before the rows are logged: a desync is fatal; a single run's rows carry its rollbacks."""
         if self.isolated:
             return
         check_desync(rows[0], chunk_index)
         rows[0]["rollbacks"] = run.rollbacks
 
-    def react(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> int | None:
+    def react(self, run: Run, chunk_index: int, rows: list[Row]) -> int | None:
         """After logging: the chunk to continue from when the run was rolled back, else None."""
         if self.isolated:
             for i, row in enumerate(rows):
@@ -98,7 +100,7 @@ class Health:
         reason = nonfinite_reason(rows[0])
         return None if reason is None else self.roll_back(run, chunk_index, rows[0], reason)
 
-    def roll_back(self, run: Any, chunk_index: int, row: dict[str, Any], reason: str) -> int:
+    def roll_back(self, run: Run, chunk_index: int, row: Row, reason: str) -> int:
         """Meets a diverged chunk as ``config.on_nonfinite`` says; returns the chunk to run next.
 
         Raises:

@@ -34,6 +34,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rljax.training.hooks.base import Hook, Row, Run
+
 __all__ = ["ChunkTiming", "TIME_COLUMNS", "MEMORY_COLUMNS", "MEASURED_FIELDS", "is_measured", "device_memory"]
 
 # Row column -> the running total in ``Run.timings`` it is the per-row difference of.
@@ -72,7 +74,7 @@ def device_memory(devices: Sequence[Any]) -> dict[str, int | None]:
     return out
 
 
-class ChunkTiming:
+class ChunkTiming(Hook):
     """The boundary hook that adds the ``time/*`` and ``memory/*`` columns to every chunk's rows.
 
     Placed just before :class:`rljax.store.tracking.Tracking`, so the columns are in the rows it logs
@@ -93,12 +95,12 @@ class ChunkTiming:
     def _snapshot(self, timings: dict[str, Any]) -> dict[str, float]:
         return {name: float(timings.get(name, 0.0)) for name in TIME_COLUMNS.values()}
 
-    def start(self, run: Any) -> None:
+    def start(self, run: Run) -> None:
         """Before the first chunk (after compiling): the totals start from here."""
         self._totals = self._snapshot(run.timings)
         self._t_last = self.clock()
 
-    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+    def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """Adds the columns to ``rows``: the totals' growth since the previous row, and device memory."""
         now, totals = self.clock(), self._snapshot(run.timings)
         columns: dict[str, Any] = {column: totals[name] - self._totals.get(name, 0.0)

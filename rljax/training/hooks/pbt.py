@@ -48,6 +48,7 @@ import numpy as np
 from rljax.core import buffers
 from rljax.runtime.distributed import fetch
 from rljax.core.config import sweepable_fields
+from rljax.training.hooks.base import Hook, Row, Run
 
 __all__ = ["PBT", "PBTSpec", "parse_pbt", "validate_pbt", "check_eval_interval", "exploit_explore",
            "scores_from_rows", "return_auc", "EVAL_SCORE", "TRAIN_SCORE"]
@@ -215,7 +216,7 @@ def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec:
     return new, source
 
 
-class PBT:
+class PBT(Hook):
     """The boundary hook that evolves a sweep's population every ``spec.interval`` chunks.
 
     Members are ranked by the score of the chunk just finished (``eval/return_mean`` when the
@@ -234,7 +235,7 @@ class PBT:
 
     Args:
         spec: the PBT spec.
-        program: the run's :class:`rljax.training.population.Program` (member names, placement, config).
+        program: the run's :class:`rljax.training.program.Program` (member names, placement, config).
         run_dir: the sweep directory, or None (no log).
         resume: the run continues from ``start_chunk``.
         start_chunk: the first chunk this process runs.
@@ -268,18 +269,18 @@ class PBT:
         if process_count() > 1:  # the leader read the run directory; every process ranks alike
             self.curves = broadcast_json(self.curves)
 
-    def due(self, run: Any, chunk_index: int, last: bool) -> bool:
+    def due(self, run: Run, chunk_index: int, last: bool) -> bool:
         """After every ``interval``-th chunk but the last."""
         return (chunk_index + 1) % self.spec.interval == 0 and not last
 
-    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+    def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """Adds each member's chunk to its curve (a chunk that is run again replaces the later ones)."""
         for curve, row in zip(self.curves, rows):
             while curve and curve[-1]["env_steps"] >= row["env_steps"]:
                 curve.pop()
             curve.append(_curve_point(row))
 
-    def scores(self, chunk_index: int, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, chunk_index: int, rows: list[Row]) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, auc)``, each ``[P]`` float32: what ranks the members at this chunk.
 
         Raises:
@@ -293,7 +294,7 @@ class PBT:
         auc = np.asarray([return_auc(curve) for curve in self.curves], np.float32)
         return scores_from_rows(rows, self.score_key), np.where(np.isnan(auc), -np.inf, auc).astype(np.float32)
 
-    def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> None:
+    def boundary(self, run: Run, chunk_index: int, rows: list[Row], last: bool) -> None:
         """Replaces ``run.state`` with the evolved population when due."""
         if not self.due(run, chunk_index, last):
             return None

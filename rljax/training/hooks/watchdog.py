@@ -39,6 +39,8 @@ import time
 import traceback
 from typing import Any, TextIO
 
+from rljax.training.hooks.base import Hook, Row, Run
+
 __all__ = ["StallWatchdog", "WINDOW", "stack_report"]
 
 WINDOW = 50
@@ -69,7 +71,7 @@ def _innermost_rljax_frame(ident: int | None) -> str | None:
     return None
 
 
-class StallWatchdog:
+class StallWatchdog(Hook):
     """The boundary hook that warns once when no chunk finishes within the stall threshold.
 
     Args:
@@ -95,7 +97,7 @@ class StallWatchdog:
         self._last: float | None = None  # when the last chunk finished (or the loop started)
         self._chunk: int | None = None
         self._row: dict[str, Any] | None = None
-        self._run: Any = None
+        self._run: Run | None = None
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -116,7 +118,7 @@ class StallWatchdog:
         return seconds, (f"max(stall_factor={self.factor:g} x median chunk interval {median:.3g} s over the last "
                          f"{len(intervals)} chunks, stall_min_s={self.min_s:g})")
 
-    def start(self, run: Any) -> None:
+    def start(self, run: Run) -> None:
         """Arms the watchdog (the loop calls this after compiling, before the first chunk)."""
         if not self.enabled:
             return
@@ -127,7 +129,7 @@ class StallWatchdog:
         self._thread = threading.Thread(target=self._watch, name="rljax-stall-watchdog", daemon=True)
         self._thread.start()
 
-    def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
+    def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """A chunk finished: its interval joins the median and the clock restarts."""
         if not self.enabled:
             return
@@ -169,12 +171,13 @@ class StallWatchdog:
         run = self._run
         stamp = datetime.datetime.now(datetime.timezone.utc)
         row = self._row
-        plan = getattr(run, "plan", None)
+        plan = run.plan if run is not None else None
+        phase = run.phase if run is not None else None
         lines = [
             f"rljax stall report, {stamp.isoformat(timespec='seconds')}",
             f"run directory: {self.run_dir if self.run_dir is not None else '(none)'}",
             f"no chunk finished for {waited:.1f} s; the stall threshold is {limit:.3g} s = {how}",
-            f"phase: {getattr(run, 'phase', None)}",
+            f"phase: {phase}",
             f"main thread in: {_innermost_rljax_frame(self._main_ident)}",
             f"last finished chunk: {self._chunk if self._chunk is not None else 'none yet in this process'}"
             + (f" (env step {row['env_steps']:,})" if row else ""),
@@ -194,7 +197,6 @@ class StallWatchdog:
                 where = self.report_path = path
             except OSError as err:
                 print(f"rljax: could not write the stall report to {self.run_dir} ({err})", file=stream, flush=True)
-        phase = getattr(run, "phase", None)
         print(f"rljax: warning: no chunk finished for {waited:.0f} s (stall threshold {limit:.3g} s; {phase}); "
               + (f"stacks of all threads and the run's state: {where}" if where != "stderr"
                  else "stacks of all threads and the run's state follow"), file=stream, flush=True)
@@ -202,7 +204,7 @@ class StallWatchdog:
             print(text, file=stream, flush=True)
         return where
 
-    def close(self, run: Any = None) -> None:
+    def close(self, run: Run | None = None) -> None:
         """Stops the thread (the loop ended)."""
         with self._cond:
             self._stop = True

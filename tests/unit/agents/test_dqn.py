@@ -76,7 +76,7 @@ def test_config_validation(kw, match):
 
 def test_dqn_rejects_box_actions():
     with pytest.raises(ValueError, match="Discrete action space.*use SAC"):
-        rljax.train(DQNConfig(env="Pendulum-v1", total_timesteps=1000), quiet=True)
+        rljax.train(DQNConfig(env="Pendulum-v1", total_timesteps=1000), options=rljax.RunOptions(quiet=True))
 
 
 PROBE = dict(num_envs=8, num_steps=4, batch_size=64, buffer_size=2048, learning_starts=256,
@@ -98,7 +98,7 @@ def _q(result, obs, cfg, num_actions=2):
 def test_two_step_probe_values(variant):
     # V(0) = gamma * 1 = 0.5 and V(1) = 1 for both actions (the action does not matter).
     cfg = DQNConfig(env="ProbeTwoStep-v0", **{**PROBE, **variant})
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     q = _q(result, [[0.0], [1.0]], cfg)
     np.testing.assert_allclose(q, [[0.5, 0.5], [1.0, 1.0]], atol=0.1)
     assert result.rows[-1]["buffer_size"] == 2048
@@ -106,7 +106,7 @@ def test_two_step_probe_values(variant):
 
 def test_action_obs_probe_picks_the_right_action():
     cfg = DQNConfig(env="ProbeActionObsReward-v0", **PROBE)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     q = _q(result, [[-1.0], [1.0]], cfg)
     assert q[0, 0] > q[0, 1] + 0.5 and q[1, 1] > q[1, 0] + 0.5, q
     np.testing.assert_allclose([q[0, 0], q[1, 1]], [1.0, 1.0], atol=0.15)
@@ -115,7 +115,7 @@ def test_action_obs_probe_picks_the_right_action():
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_truncation_bootstraps_from_final_observation(n_step):
     cfg = DQNConfig(**{**PROBE, "n_step": n_step, "total_timesteps": 8 * 4 * 600})
-    result = rljax.train(cfg, env=Endless(), quiet=True)
+    result = rljax.train(cfg, env=Endless(), options=rljax.RunOptions(quiet=True))
     q = _q(result, [[1.0]], cfg)
     np.testing.assert_allclose(q, [[TRUE_VALUE, TRUE_VALUE]], atol=0.12)
     assert abs(q.mean() - WRONG_VALUE) > 0.2
@@ -124,7 +124,7 @@ def test_truncation_bootstraps_from_final_observation(n_step):
 def test_epsilon_schedule_and_learning_starts_in_metrics():
     cfg = DQNConfig(env="CartPole-v1", num_envs=4, num_steps=5, total_timesteps=2000, learning_starts=500,
                     buffer_size=1000, batch_size=32, exploration_fraction=0.5, updates_per_chunk=10)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     eps = [r["epsilon"] for r in result.rows]
     # Chunks of 10 updates x 20 steps: epsilon decays 1 -> 0.05 over the first 1000 steps, then holds.
     assert eps[0] > eps[2] > eps[4] and abs(eps[-1] - 0.05) < 1e-6
@@ -133,7 +133,7 @@ def test_epsilon_schedule_and_learning_starts_in_metrics():
 
 
 def test_cartpole_learns_end_to_end():
-    result = rljax.train(DQNConfig(total_timesteps=150_000, seed=0), quiet=True)
+    result = rljax.train(DQNConfig(total_timesteps=150_000, seed=0), options=rljax.RunOptions(quiet=True))
     # Random play scores ~22 and learning starts at 1e4 steps; by 1.5e5 steps DQN reaches 292
     # (seed 0; 279 and 500 with seeds 1 and 2).
     assert result.final_return > 250, [r["episode_return_mean"] for r in result.rows]

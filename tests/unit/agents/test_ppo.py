@@ -16,7 +16,7 @@ import rljax
 from rljax.agents.base import space_dims
 from rljax.agents.ppo import PPOBatch, PPOConfig, make_ppo, ppo_loss
 from rljax.core.distributions import Categorical
-from rljax.training.loop import plan_updates
+from rljax.training.program import plan_updates
 from rljax.core.networks import ActorCritic
 from tests.conftest import float_rtol
 
@@ -116,10 +116,10 @@ def test_same_seed_same_bits_and_no_recompile():
             compiles.append(event)
 
     cfg = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=3, seed=7, **SMALL)
-    a = rljax.train(cfg, quiet=True)
+    a = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     jax.monitoring.register_event_duration_secs_listener(listener)
     counted = []
-    b = rljax.train(cfg, quiet=True, on_chunk=lambda c, s, row: counted.append(len(compiles)))
+    b = rljax.train(cfg, options=rljax.RunOptions(quiet=True, on_chunk=lambda c, s, row: counted.append(len(compiles))))
     assert b.timings["num_chunks"] == 4
     # No program is compiled between the first chunk and the last: one compile per run.
     assert counted[0] == counted[-1], f"compiles during chunks: {counted}"
@@ -129,7 +129,7 @@ def test_same_seed_same_bits_and_no_recompile():
     for x, y in zip(_params_leaves(a), _params_leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert [r["episode_return_mean"] for r in a.rows] == [r["episode_return_mean"] for r in b.rows]
-    c = rljax.train(dataclasses.replace(cfg, seed=8), quiet=True)
+    c = rljax.train(dataclasses.replace(cfg, seed=8), options=rljax.RunOptions(quiet=True))
     assert any(not np.array_equal(x, y) for x, y in zip(_params_leaves(a), _params_leaves(c)))
 
 
@@ -157,7 +157,7 @@ def _train_probe(name, **kw):
     """Trains PPO on a probe; returns ``obs -> (dist, value)`` under the learned params."""
     env, params = envs.make(name)
     cfg = PPOConfig(env=name, **{**PROBE_CFG, **kw})
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     discrete, dim = space_dims(env.action_space(params))
     net = ActorCritic(action_dim=dim, discrete=discrete, hidden_sizes=cfg.hidden_sizes)
     return lambda obs: net.apply(result.state.params, jnp.asarray(obs, jnp.float32))
@@ -201,7 +201,8 @@ def test_probe_continuous_actions(name):
 
 
 def test_cartpole_learns_end_to_end(tmp_path):
-    result = rljax.train(PPOConfig(total_timesteps=150_000, seed=1), run_dir=tmp_path / "run", quiet=True)
+    result = rljax.train(PPOConfig(total_timesteps=150_000, seed=1), options=rljax.RunOptions(run_dir=tmp_path / "run",
+                         quiet=True))
     # A random policy scores about 22; PPO with the default config reaches 265 (seed 1; 328 and 314
     # with seeds 0 and 2) by 1.5e5 steps.
     assert result.final_return > 240, [r["episode_return_mean"] for r in result.rows]
@@ -214,7 +215,7 @@ def test_value_bootstraps_through_truncation():
     from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
 
     cfg = PPOConfig(**{**PROBE_CFG, "gamma": 0.5, "total_timesteps": 16 * 8 * 200})
-    result = rljax.train(cfg, env=Endless(), quiet=True)
+    result = rljax.train(cfg, env=Endless(), options=rljax.RunOptions(quiet=True))
     net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=cfg.hidden_sizes)
     _, v = net.apply(result.state.params, jnp.ones((1, 1)))
     np.testing.assert_allclose(np.asarray(v), [TRUE_VALUE], atol=0.1)

@@ -114,7 +114,7 @@ def test_config_validation_names_the_values(kw, match):
 
 def test_pqn_rejects_box_actions():
     with pytest.raises(ValueError, match="Discrete action space.*use SAC"):
-        rljax.train(PQNConfig(env="Pendulum-v1", total_timesteps=4096), quiet=True)
+        rljax.train(PQNConfig(env="Pendulum-v1", total_timesteps=4096), options=rljax.RunOptions(quiet=True))
 
 
 def test_layer_norm_params():
@@ -140,7 +140,7 @@ def _q(result, cfg, obs):
 def test_action_obs_probe_learns_action_values():
     # One step, obs +-1; action (obs + 1) / 2 pays 1, the other 0: Q(-1) = [1, 0], Q(+1) = [0, 1].
     cfg = PQNConfig(env="ProbeActionObsReward-v0", **PROBE)
-    q = _q(rljax.train(cfg, quiet=True), cfg, [[-1.0], [1.0]])
+    q = _q(rljax.train(cfg, options=rljax.RunOptions(quiet=True)), cfg, [[-1.0], [1.0]])
     np.testing.assert_allclose(q, [[1.0, 0.0], [0.0, 1.0]], atol=0.1)
 
 
@@ -148,7 +148,7 @@ def test_truncation_bootstraps_from_final_observation():
     # Endless: reward 1 forever, cut every 5 steps: Q = 1 / (1 - 0.5) = 2, not the 1.67 of a learner
     # that stops at the cut (purejaxql's targets do).
     cfg = PQNConfig(**PROBE)
-    q = _q(rljax.train(cfg, env=Endless(), quiet=True), cfg, [[1.0]])
+    q = _q(rljax.train(cfg, env=Endless(), options=rljax.RunOptions(quiet=True)), cfg, [[1.0]])
     np.testing.assert_allclose(q, [[TRUE_VALUE, TRUE_VALUE]], atol=0.1)
     assert abs(q.mean() - WRONG_VALUE) > 0.2
 
@@ -159,7 +159,7 @@ SMALL = PQNConfig(total_timesteps=16 * 16 * 8, updates_per_chunk=2, num_envs=16,
 
 def test_cartpole_learns_end_to_end():
     cfg = PQNConfig(**{**pqn_cartpole.DEFAULTS, "total_timesteps": 40_960, "updates_per_chunk": 10})
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     returns = [r["episode_return_mean"] for r in result.rows]
     assert all(math.isfinite(v) for r in result.rows for k, v in r.items() if isinstance(v, float)), result.rows[-1]
     # The experiment's CartPole setup for 4e4 steps: random play scores ~22; seed 0 goes from 31 in the
@@ -170,11 +170,12 @@ def test_cartpole_learns_end_to_end():
 
 def test_resume_is_bit_identical_and_a_sweep_member_equals_the_single_run(tmp_path):
     # Saves only where the run stops (chunk 2) and at its end.
-    full = rljax.train(SMALL, run_dir=tmp_path / "full", quiet=True, checkpoint_every=100)
-    part = rljax.train(SMALL, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=100,
-                       on_chunk=lambda c, state, row: c == 2)
+    full = rljax.train(SMALL, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=100))
+    part = rljax.train(SMALL, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=100,
+                                                       on_chunk=lambda c, state, row: c == 2))
     assert part.preempted == "on_chunk" and len(part.rows) == 3
-    rest = rljax.train(SMALL, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=100, resume=True)
+    rest = rljax.train(SMALL, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=100,
+                                                       resume=True))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
     assert strip(full.rows) == strip(read_metrics(tmp_path / "cut"))

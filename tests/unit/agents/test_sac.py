@@ -189,7 +189,7 @@ PROBE_CFG = dict(num_envs=8, num_steps=1, gradient_steps=2, batch_size=64, buffe
 
 def _train_probe(name, **kw):
     cfg = SACConfig(env=name, **{**PROBE_CFG, **kw})
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     assert all(r["param_desync"] == 0.0 for r in result.rows)
     return result
 
@@ -223,7 +223,7 @@ def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1; with one gradient step per
     # env step SAC reaches -234 within 5000 steps (seed 0; -410 and -192 with seeds 1 and 2).
     cfg = SACConfig(total_timesteps=5000, gradient_steps=4, learning_starts=500, updates_per_chunk=125, seed=0)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     returns = [r["episode_return_mean"] for r in result.rows if r["episode_return_mean"] is not None]
     assert returns[0] < -900, returns
     assert result.final_return > -450, returns
@@ -270,7 +270,7 @@ def test_truncation_bootstraps_from_final_observation():
 
     cfg = SACConfig(**{**PROBE_CFG, "autotune": False, "initial_alpha": 0.001, "gamma": 0.5, "tau": 0.05,
                        "total_timesteps": 4000})
-    r = rljax.train(cfg, env=Endless(continuous=True), quiet=True)
+    r = rljax.train(cfg, env=Endless(continuous=True), options=rljax.RunOptions(quiet=True))
     nets = make_sac_networks(1, -1.0, 1.0, PROBE_CFG["hidden_sizes"])
     q = np.asarray(nets.critic(r.state.learner.critic_params, jnp.ones((3, 1)), jnp.array([[-0.5], [0.0], [0.5]])))
     np.testing.assert_allclose(q, TRUE_VALUE, atol=0.12)

@@ -174,7 +174,7 @@ def test_probe_action_conditioned_on_the_observation():
     cfg = TD3Config(env="ProbeActionObsRewardContinuous-v0", num_envs=8, gradient_steps=2, batch_size=64,
                     buffer_size=1024, hidden_sizes=(32, 32), learning_starts=256, actor_learning_rate=3e-3,
                     critic_learning_rate=3e-3, total_timesteps=2000, updates_per_chunk=250)
-    r = rljax.train(cfg, quiet=True)
+    r = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     action = np.asarray(r.agent.act(r.state, jnp.array([[-1.0], [1.0]]), jax.random.key(0)))[:, 0]
     np.testing.assert_allclose(action, [-0.5, 0.5], atol=0.15)
     assert all(row["param_desync"] == 0.0 for row in r.rows)
@@ -183,7 +183,7 @@ def test_probe_action_conditioned_on_the_observation():
 def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1.
     cfg = TD3Config(total_timesteps=6000, gradient_steps=4, learning_starts=500, updates_per_chunk=150, seed=0)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     returns = [r["episode_return_mean"] for r in result.rows if r["episode_return_mean"] is not None]
     # Seed 0 (seeds 1, 2): chunks from about -1100 to -99 (-169, -168); final return -467 (-340, -379).
     assert returns[0] < -900, returns

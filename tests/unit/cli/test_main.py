@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rljax.cli.main import main as cli
-from rljax.training.loop import MAX_AUTO_CHUNK, plan_updates
+from rljax.training.program import MAX_AUTO_CHUNK, plan_updates
 
 
 def test_the_automatic_chunk_is_at_most_200_updates():

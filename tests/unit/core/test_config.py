@@ -19,7 +19,7 @@ import typing
 import pytest
 
 from rljax.agents import algorithms
-from rljax.training.loop import plan_updates
+from rljax.training.program import plan_updates
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # jax.random.key keeps the low 32 bits of a seed (and a sweep stacks its seeds as uint32), so

@@ -77,7 +77,7 @@ def test_normalising_agents_act_on_raw_observations(tiny_run, name):
 
 def test_load_picks_steps_and_explains_bad_input(tmp_path):
     run = tmp_path / "run"
-    rljax.train(PPO_NORM, run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=5)
+    rljax.train(PPO_NORM, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=5))
     steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) >= 2
     first, last = rljax.load(run, step=steps[0]), rljax.load(run)
@@ -268,9 +268,9 @@ def test_evaluation_leaves_training_bit_identical(config, tmp_path):
 
     from rljax.policy.evaluate import EVAL_STREAM, max_episode_steps
 
-    plain = rljax.train(config, quiet=True, checkpoints=False)
-    evaluated = rljax.train(dataclasses.replace(config, eval_interval=2, eval_episodes=4), quiet=True,
-                            run_dir=tmp_path / "run")
+    plain = rljax.train(config, options=rljax.RunOptions(quiet=True, checkpoints=False))
+    evaluated = rljax.train(dataclasses.replace(config, eval_interval=2, eval_episodes=4),
+                            options=rljax.RunOptions(quiet=True, run_dir=tmp_path / "run"))
     assert _param_bytes(plain.state) == _param_bytes(evaluated.state)  # the whole train state
     chunks = len(evaluated.rows)
     with_eval = [i for i, row in enumerate(evaluated.rows) if "eval/return_mean" in row]
@@ -294,7 +294,7 @@ def test_eval_fields_are_validated_and_resumable(tmp_path):
     with pytest.raises(ValueError, match="eval_episodes"):
         dataclasses.replace(PPO_NORM, eval_episodes=0)
     config = dataclasses.replace(PPO_NORM, total_timesteps=1024)
-    rljax.train(config, run_dir=tmp_path / "run", quiet=True)
+    rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True))
     longer = dataclasses.replace(PPO_NORM, eval_interval=1, eval_episodes=2)
-    resumed = rljax.train(longer, run_dir=tmp_path / "run", resume=True, quiet=True)
+    resumed = rljax.train(longer, options=rljax.RunOptions(run_dir=tmp_path / "run", resume=True, quiet=True))
     assert "eval/return_mean" in resumed.rows[-1]

@@ -13,9 +13,9 @@ import jax
 import pytest
 
 import rljax
-from rljax.cli.main import process
+from rljax.runtime import determinism
 from rljax.agents.ppo import PPOConfig
-from rljax.training.loop import RunOptions
+from rljax.training.options import RunOptions
 from rljax.training.sweep import SweepSpec, run_sweep
 from tests.conftest import bitexact_backend, cpu_subprocess_env
 
@@ -31,7 +31,7 @@ def test_bad_modes_are_rejected_naming_the_valid_ones():
     with pytest.raises(ValueError, match=r"deterministic='yes' is not one of \('auto', 'on', 'off'\)"):
         RunOptions(deterministic="yes")
     with pytest.raises(ValueError, match="is not one of"):
-        rljax.train(TINY, quiet=True, deterministic=True)
+        rljax.train(TINY, options=rljax.RunOptions(quiet=True, deterministic=True))
     assert RunOptions().deterministic == "auto"
 
 
@@ -45,7 +45,7 @@ def test_bad_modes_are_rejected_naming_the_valid_ones():
     ("--xla_force_host_platform_device_count=2 --xla_gpu_deterministic_ops=1", True),
 ])
 def test_deterministic_flags_are_recognised_in_either_spelling(flags, expected):
-    assert process.deterministic_flags_set(flags) is expected
+    assert determinism.deterministic_flags_set(flags) is expected
 
 
 def _probe(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -56,7 +56,7 @@ def _probe(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_on_sets_the_flags_before_jax_starts_and_keeps_the_users():
     """In a fresh process, ``on`` puts the flags in XLA_FLAGS before the backend starts (which
     then accepts them), keeping flags already there; ``auto`` and ``off`` add nothing."""
-    code = ("import os, sys, json\nfrom rljax.cli.process import request_deterministic\n"
+    code = ("import os, sys, json\nfrom rljax.runtime.determinism import request_deterministic\n"
             "added = request_deterministic(sys.argv[-1] if len(sys.argv) > 1 else 'on')\n"
             "import jax, jax.numpy as jnp\nfloat(jnp.ones(2).sum())\n"
             "print(json.dumps({'added': added, 'flags': os.environ.get('XLA_FLAGS', ''), "
@@ -65,7 +65,7 @@ def test_on_sets_the_flags_before_jax_starts_and_keeps_the_users():
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["added"] is True and out["backend"] == "cpu"
-    assert out["flags"].split() == ["--xla_force_host_platform_device_count=1", *process.DETERMINISTIC_XLA_FLAGS]
+    assert out["flags"].split() == ["--xla_force_host_platform_device_count=1", *determinism.DETERMINISTIC_XLA_FLAGS]
     for mode in ("auto", "off"):
         proc = subprocess.run([sys.executable, "-c", code, mode], env=cpu_subprocess_env(1), cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
@@ -81,19 +81,20 @@ def test_on_after_a_gpu_started_without_the_flags_is_an_error_not_silence(monkey
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="already initialised its gpu backend.*--deterministic on"):
-        process.request_deterministic("on")
+        determinism.request_deterministic("on")
     with pytest.raises(ValueError, match="runs without --xla_gpu_deterministic_ops=true"):
-        process.determinism_record("on")
-    assert process.determinism_record("auto")["deterministic"] is False  # a GPU at full speed
+        determinism.determinism_record("on")
+    assert determinism.determinism_record("auto")["deterministic"] is False  # a GPU at full speed
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=true")
-    assert process.request_deterministic("on") is False  # already set: nothing to add, no error
-    record = process.determinism_record("on")
+    assert determinism.request_deterministic("on") is False  # already set: nothing to add, no error
+    record = determinism.determinism_record("on")
     assert record == {"mode": "on", "deterministic": True, "backend": "gpu",
                       "xla_flags": ["--xla_gpu_deterministic_ops=true"]}
 
 
 def test_the_manifest_records_the_mode_and_whether_the_run_is_deterministic(tmp_path):
-    rljax.train(TINY, run_dir=tmp_path / "run", quiet=True, checkpoints=False, tensorboard=False)
+    rljax.train(TINY, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoints=False,
+                                               tensorboard=False))
     record = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert record["determinism"]["mode"] == "auto"
     assert record["determinism"]["backend"] == jax.default_backend()
@@ -116,7 +117,7 @@ def test_the_cli_flag_is_applied_at_start_recorded_and_kept_by_a_resume(tmp_path
     assert first.returncode == 0, first.stderr[-2000:]
     record = json.loads((run / "manifest.json").read_text())
     assert record["determinism"] == {"mode": "on", "deterministic": True, "backend": "cpu",
-                                     "xla_flags": list(process.DETERMINISTIC_XLA_FLAGS)}
+                                     "xla_flags": list(determinism.DETERMINISTIC_XLA_FLAGS)}
     assert record["run_options"]["deterministic"] == "on"
     resumed = subprocess.run([sys.executable, "-m", "rljax.cli.main", "resume", str(run), "--total-timesteps", "512",
                               "--quiet", "--no-compile-cache"], env=env, cwd=ROOT, capture_output=True, text=True,
@@ -124,7 +125,7 @@ def test_the_cli_flag_is_applied_at_start_recorded_and_kept_by_a_resume(tmp_path
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     record = json.loads((run / "manifest.json").read_text())
     assert record["resumes"][-1]["determinism"]["mode"] == "on"
-    assert record["resumes"][-1]["determinism"]["xla_flags"] == list(process.DETERMINISTIC_XLA_FLAGS)
+    assert record["resumes"][-1]["determinism"]["xla_flags"] == list(determinism.DETERMINISTIC_XLA_FLAGS)
     bad = subprocess.run([sys.executable, "-m", "experiments.ppo_cartpole", *TINY_FLAGS, "--deterministic", "yes",
                           "--run-dir", str(tmp_path / "bad")], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -140,7 +141,7 @@ def test_the_suite_knows_which_backends_are_bit_exact_across_processes(monkeypat
     assert not conftest.bitexact_backend() and conftest.float_rtol() == 1e-4
     monkeypatch.setenv("XLA_FLAGS", " ".join(conftest.GPU_DETERMINISTIC_FLAGS))
     assert conftest.bitexact_backend()
-    assert conftest.GPU_DETERMINISTIC_FLAGS == process.DETERMINISTIC_XLA_FLAGS
+    assert conftest.GPU_DETERMINISTIC_FLAGS == determinism.DETERMINISTIC_XLA_FLAGS
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     monkeypatch.delenv("XLA_FLAGS")
     assert conftest.bitexact_backend() and conftest.float_rtol() == 1e-5

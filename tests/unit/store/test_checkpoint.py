@@ -66,11 +66,12 @@ TD3_SMALL = TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, 
 @pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP, SAC_SMALL, TD3_SMALL],
                          ids=["ppo", "dqn", "dqn-1step", "sac", "td3"])
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
-    full = rljax.train(config, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
-    part = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,
-                       on_chunk=lambda c, state, row: c == 2)
+    full = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=2))
+    part = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,
+                                                        on_chunk=lambda c, state, row: c == 2))
     assert part.preempted == "on_chunk" and len(part.rows) == 3
-    rest = rljax.train(config, run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2, resume=True)
+    rest = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,
+                                                        resume=True))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
     rows_full, rows_cut = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
@@ -81,9 +82,9 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
 
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):
     run = tmp_path / "run"
-    full = rljax.train(PPO_SMALL, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=3,
-                on_chunk=lambda c, state, row: c == 3)
+    full = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=2))
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=3,
+                                                    on_chunk=lambda c, state, row: c == 3))
     ckpt = Checkpointer(run)
     steps = ckpt.steps()
     ckpt.close()
@@ -93,7 +94,8 @@ def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):
         if f.is_file() and f.stat().st_size > 0 and "state" in str(f):
             f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
     with pytest.warns(UserWarning, match=f"skipping checkpoint step {newest}"):
-        rest = rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+        rest = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True,
+                                                               checkpoint_every=1))
     assert rest.timings["start_chunk"] == 3  # resumed from the chunk-2 checkpoint
     assert_same_bits(full.state, rest.state)
     # The chunk-3 row logged before the (corrupted) save is kept aside, not lost, and not duplicated.
@@ -103,7 +105,8 @@ def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):
 
 
 def test_keep_last_n_checkpoints(tmp_path):
-    rljax.train(PPO_SMALL, run_dir=tmp_path, quiet=True, checkpoint_every=1, keep_checkpoints=2)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, checkpoint_every=1,
+                                                    keep_checkpoints=2))
     ckpt = Checkpointer(tmp_path)
     assert ckpt.steps() == [8 * 16 * 10, 8 * 16 * 12]
     leaves_, meta = ckpt.read(8 * 16 * 12)
@@ -112,12 +115,12 @@ def test_keep_last_n_checkpoints(tmp_path):
 
 
 def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow(tmp_path):
-    rljax.train(PPO_SMALL, run_dir=tmp_path, quiet=True, checkpoint_every=2)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, checkpoint_every=2))
     bad = PPOConfig(**{**PPO_SMALL.__dict__, "num_envs": 16, "learning_rate": 1e-3})
     with pytest.raises(ConfigMismatchError, match="learning_rate: saved 0.00025, now 0.001.*num_envs: saved 8, now 16"):
-        rljax.train(bad, run_dir=tmp_path, quiet=True, resume=True)
+        rljax.train(bad, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
     longer = PPOConfig(**{**PPO_SMALL.__dict__, "total_timesteps": 8 * 16 * 16})
-    result = rljax.train(longer, run_dir=tmp_path, quiet=True, resume=True)
+    result = rljax.train(longer, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
     steps = [r["env_steps"] for r in read_metrics(tmp_path)]
     assert steps == [8 * 16 * 2 * i for i in range(1, 9)]
     assert int(result.state.num_updates) == 16
@@ -137,11 +140,12 @@ def test_resume_with_a_longer_run_keeps_the_saved_auto_chunk_size(tmp_path):
     short = PPOConfig(total_timesteps=steps_per_update * 40, num_envs=4, num_steps=8, num_epochs=1,
                       num_minibatches=1, hidden_sizes=(8,))
     assert short.updates_per_chunk == 0  # automatic
-    part = rljax.train(short, run_dir=tmp_path, quiet=True, tensorboard=False, checkpoint_every=1,
-                       on_chunk=lambda c, state, row: c == 2)
+    part = rljax.train(short, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, tensorboard=False,
+                                                       checkpoint_every=1, on_chunk=lambda c, state, row: c == 2))
     assert part.preempted == "on_chunk" and part.timings["updates_per_chunk"] == 4
     longer = dataclasses.replace(short, total_timesteps=steps_per_update * 100)
-    rest = rljax.train(longer, run_dir=tmp_path, quiet=True, tensorboard=False, checkpoint_every=1, resume=True)
+    rest = rljax.train(longer, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, tensorboard=False,
+                                                        checkpoint_every=1, resume=True))
     assert rest.timings["start_chunk"] == 3 and rest.timings["updates_per_chunk"] == 4
     updates = [4 * (i + 1) for i in range(100 // 4)]
     rows = read_metrics(tmp_path)
@@ -151,9 +155,9 @@ def test_resume_with_a_longer_run_keeps_the_saved_auto_chunk_size(tmp_path):
 
 
 def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoints(tmp_path):
-    rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "a", quiet=True))
     with pytest.raises(FileExistsError, match="already holds"):
-        rljax.train(PPO_SMALL, run_dir=tmp_path / "a", quiet=True)
+        rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "a", quiet=True))
     # Every committed step unreadable: refused, not silently restarted (that would throw progress
     # away); the unreadable steps are kept aside for inspection. (A run with no committed step at
     # all restarts from scratch: tests/integration/test_reliability.py.)
@@ -162,7 +166,7 @@ def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoint
     for step in steps:
         shutil.rmtree(step / "state")
     with pytest.raises(NoCheckpointError, match="no restorable checkpoint"):
-        rljax.train(PPO_SMALL, run_dir=tmp_path / "b", quiet=True, resume=True)
+        rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "b", quiet=True, resume=True))
     kept = [p for d in ("checkpoints", "checkpoints_unreadable") if (tmp_path / "b" / d).exists()
             for p in (tmp_path / "b" / d).iterdir() if p.name.split("-")[0].isdigit()]
     assert len(kept) == len(steps)  # nothing deleted
@@ -242,7 +246,7 @@ def test_a_second_signal_ends_a_stuck_run():
     """One SIGTERM waits for the chunk; a second one ends a process that cannot get back to Python
     (here: stuck in a long sleep standing in for a hung XLA call) after the grace period."""
     script = ("import sys, time\n"
-              "from rljax.store.checkpoint import PreemptionGuard\n"
+              "from rljax.training.signals import PreemptionGuard\n"
               "with PreemptionGuard(grace_s=0.5) as guard:\n"
               "    print('ready', flush=True)\n"
               "    time.sleep(30)\n")

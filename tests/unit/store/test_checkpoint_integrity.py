@@ -147,15 +147,17 @@ def test_corrupt_newest_step_restores_the_older_one_bit_equal(tmp_path):
 
 def test_resume_after_a_silent_byte_flip_continues_from_the_older_step(tmp_path):
     """End to end: a byte flip Orbax loads silently in the newest checkpoint; resume falls back."""
-    full = rljax.train(PPO_SMALL, run_dir=tmp_path / "full", quiet=True, checkpoint_every=2)
+    full = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=2))
     run = tmp_path / "run"
-    rljax.train(PPO_SMALL, run_dir=run, quiet=True, checkpoint_every=1, on_chunk=lambda c, state, row: c == 3)
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1,
+                                                    on_chunk=lambda c, state, row: c == 3))
     ckpt = Checkpointer(run)
     newest = max(ckpt.steps())
     silent_flip(ckpt, newest)
     ckpt.close()
     with pytest.warns(UserWarning, match=f"skipping checkpoint step {newest}"):
-        rest = rljax.train(PPO_SMALL, run_dir=run, quiet=True, resume=True, checkpoint_every=1)
+        rest = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True,
+                                                               checkpoint_every=1))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
 

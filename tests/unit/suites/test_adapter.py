@@ -100,7 +100,8 @@ def _check_contract(env, limits, out, obs0):
 
 
 def _check_ppo_chunk(config):
-    result = rljax.train(config, quiet=True, checkpoints=False, tensorboard=False, handle_signals=False)
+    result = rljax.train(config, options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
+                                                          handle_signals=False))
     assert len(result.rows) == 1
     row = result.rows[0]
     assert row["env_steps"] == config.total_timesteps
@@ -221,6 +222,6 @@ def test_brax_sac_chunk():
     env, params = rljax.make(PENDULUM, backend="positional")
     config = rljax.SACConfig(env=PENDULUM, total_timesteps=2 * 16, updates_per_chunk=16, num_envs=2, batch_size=8,
                              buffer_size=64, learning_starts=8, hidden_sizes=(16,))
-    result = rljax.train(config, env=env, env_params=params, quiet=True, checkpoints=False, tensorboard=False,
-                         handle_signals=False)
+    result = rljax.train(config, env=env, env_params=params, options=rljax.RunOptions(quiet=True, checkpoints=False,
+                         tensorboard=False, handle_signals=False))
     assert len(result.rows) == 1 and result.rows[0]["env_steps"] == 32

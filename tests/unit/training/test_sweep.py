@@ -75,7 +75,8 @@ def test_member_equals_single_run(config, field):
     assert result.timings["num_chunks"] == len(result.member_rows[0])
     for idx in (0, 3):
         m = members[idx]
-        single = rljax.train(dataclasses.replace(config, **{field: m.values[field]}, seed=m.seed), quiet=True)
+        single = rljax.train(dataclasses.replace(config, **{field: m.values[field]}, seed=m.seed),
+                             options=rljax.RunOptions(quiet=True))
         for a, b in zip(_leaves(single.agent.params_of(single.state)), _leaves(result.agent.params_of(result.state), idx)):
             np.testing.assert_allclose(a, b, atol=1e-5)
         assert [r["episode_return_mean"] for r in single.rows] == [r["episode_return_mean"] for r in result.member_rows[idx]]
@@ -105,7 +106,7 @@ def test_population_init_has_no_batched_lapack_call(config):
     import re
 
     from rljax.agents import build_agent
-    from rljax.training.population import population_init
+    from rljax.training.program import population_init
     from rljax.training.sweep import make_population
 
     env, params = envs.make(config.env)

@@ -74,7 +74,7 @@ def test_time_columns_add_up_to_the_run_totals():
     """The per-row columns are differences of the run's totals: they sum back to them."""
     cfg = PPOConfig(env="CartPole-v1", total_timesteps=4 * 16 * 3, updates_per_chunk=1, eval_interval=1,
                     eval_episodes=2, **TINY)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     rows, t = result.rows, result.timings
     assert len(rows) == 3
     for column, total in (("time/compute_s", "compute_s"), ("time/host_wait_s", "host_wait_s"),
@@ -106,9 +106,9 @@ def test_stall_options_are_run_options(cli_run):
 def test_bad_stall_options_name_the_value():
     cfg = PPOConfig(total_timesteps=64, **TINY)
     with pytest.raises(ValueError, match=r"stall_min_s must be a finite number > 0, got -1"):
-        rljax.train(cfg, quiet=True, stall_min_s=-1)
+        rljax.train(cfg, options=rljax.RunOptions(quiet=True, stall_min_s=-1))
     with pytest.raises(ValueError, match=r"stall_factor must be .*>= 0 \(0: no stall watchdog\), got nan"):
-        rljax.train(cfg, quiet=True, stall_factor=float("nan"))
+        rljax.train(cfg, options=rljax.RunOptions(quiet=True, stall_factor=float("nan")))
 
 
 class _FakeDevice:
@@ -269,8 +269,9 @@ def test_a_hung_chunk_gets_the_stall_warning_with_every_stack(tmp_path, capsys):
 
     cfg = PPOConfig(total_timesteps=2 * 8 * 4, updates_per_chunk=1, num_envs=2, num_steps=8, num_epochs=1,
                     num_minibatches=1, hidden_sizes=(8,))
-    result = rljax.train(cfg, HangEnv(), run_dir=run_dir, quiet=True, tensorboard=False, checkpoints=False,
-                         on_chunk=arm, stall_factor=3.0, stall_min_s=3.0, stall_first_chunk_s=120.0)
+    result = rljax.train(cfg, HangEnv(), options=rljax.RunOptions(run_dir=run_dir, quiet=True, tensorboard=False,
+                                                                  checkpoints=False, on_chunk=arm, stall_factor=3.0,
+                                                                  stall_min_s=3.0, stall_first_chunk_s=120.0))
     assert len(result.rows) == 4 and _Hang.released_by_report is True
     (report,) = run_dir.glob("stall-*.txt")
     text = report.read_text()
@@ -368,7 +369,7 @@ def test_episode_counts_are_whole_episodes_per_chunk():
 
     cfg = SACConfig(env="Pendulum-v1", total_timesteps=4 * 200 * 2, num_envs=4, updates_per_chunk=200,
                     learning_starts=64, hidden_sizes=(16,), batch_size=32, buffer_size=1024)
-    result = rljax.train(cfg, quiet=True)
+    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
     assert [r["env_steps"] for r in result.rows] == [800, 1600]
     assert all(r["episodes"] == 4 and r["episode_length_mean"] == 200.0 for r in result.rows)
     assert all(math.isfinite(r["episode_return_mean"]) for r in result.rows)

@@ -1,0 +1,153 @@
+"""How a run is run: :class:`RunOptions`, everything :func:`rljax.training.loop.train` takes beside what it trains.
+
+``train(config, env, env_params, options=RunOptions(...))``: the config, the env and its params say
+*what* is trained (the compiled program and its numbers depend on them); the options say *how* the
+run is kept and watched: where it is saved and how often, whether it resumes, what it prints, which
+signals stop it, the caller's per-chunk callback, a sweep's population and the stall watchdog. Of
+these, the fields in :data:`SAVED_FIELDS` are recorded with the run (``manifest.json`` and every
+checkpoint) and kept by a command-line resume.
+
+The options are validated when they are made: a bad value raises ``ValueError`` (``TypeError`` for
+a value of the wrong kind) naming the field, the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+from rljax.training.population import Population
+
+__all__ = ["RunOptions", "SAVED_FIELDS", "OnChunkCallback"]
+
+OnChunkCallback = Callable[[int, Any, dict[str, Any]], Any]
+"""``on_chunk(chunk_index, state, row) -> stop``: called after every chunk with its train state and
+member 0's metrics row; a true result stops the run there as a preemption would."""
+
+SAVED_FIELDS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard",
+                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic")
+"""The options recorded with a run (``run_options`` in ``manifest.json`` and checkpoint metas) and kept
+by ``rljax resume`` (:meth:`RunOptions.saved`)."""
+
+_BOOLEANS = ("resume", "checkpoints", "tensorboard", "quiet", "handle_signals")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a run is saved, resumed, logged and watched (everything :func:`~rljax.training.loop.train`
+    takes beside the config, the env and its params).
+
+    Attributes:
+        run_dir: where ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``tb/`` and
+            ``checkpoints/`` go; None keeps the run in memory (rows are still returned). The
+            directory is locked for the run (:mod:`rljax.store.runlock`).
+        resume: continue the run in ``run_dir`` (required then) from its newest valid checkpoint;
+            the config must match except for :data:`rljax.store.rundir.RESUMABLE_FIELDS`. A run
+            with no committed checkpoint starts over (its rows move to ``metrics.superseded.jsonl``).
+        checkpoint_every: save every this many chunks; 0 saves instead when
+            ``checkpoint_interval_s`` seconds have passed since the last save. Either way a
+            checkpoint is always saved after the last chunk and on a stop.
+        checkpoint_interval_s: the time-based interval used when ``checkpoint_every`` is 0.
+        keep_checkpoints: how many recent checkpoints to keep.
+        checkpoints: False disables checkpointing entirely (the run cannot be resumed).
+        tensorboard: write tensorboard events.
+        quiet: no progress lines.
+        handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
+            ``result.preempted`` set); during set-up or compilation, before the first chunk
+            (:mod:`rljax.training.signals`).
+        on_chunk: ``on_chunk(chunk_index, state, row)`` after each chunk (:data:`OnChunkCallback`);
+            a true result stops the run there (``result.preempted == "on_chunk"``).
+        population: a sweep's :class:`rljax.training.population.Population` (see
+            :mod:`rljax.training.sweep`): the state gets a leading ``[P]`` axis, member rows go to
+            ``RUN_DIR/members/<name>``, and a diverged member is reported, not fatal. None: a
+            single run.
+        stall_factor: warn (once, with every thread's stack in ``RUN_DIR/stall-*.txt``) when no
+            chunk finished for this many times the median chunk interval; 0 turns the watchdog off
+            (:mod:`rljax.training.hooks.watchdog`).
+        stall_first_chunk_s: the stall threshold until the first chunk finishes (compiling does
+            not count).
+        stall_min_s: the threshold's floor after the first chunk.
+        deterministic: ``"auto"``, ``"on"`` or ``"off"``: whether the run must be bit-identical
+            when rerun or resumed in another process (:func:`rljax.runtime.determinism.request_deterministic`;
+            what each backend guarantees: docs/runbook.md). ``"on"`` sets XLA's deterministic
+            flags if JAX has not started yet, and :func:`~rljax.training.loop.train` raises
+            ``ValueError`` on a GPU that started without them. Recorded in ``manifest.json``.
+
+    Raises:
+        ValueError: a value out of range (the message names the field, the value and the valid
+            range), or ``resume=True`` without a ``run_dir``.
+        TypeError: a value of the wrong kind (a flag that is not a bool, an ``on_chunk`` that
+            cannot be called, a ``population`` that is not a ``Population``).
+    """
+
+    run_dir: str | os.PathLike | None = None
+    resume: bool = False
+    checkpoint_every: int = 0
+    checkpoint_interval_s: float = 60.0
+    keep_checkpoints: int = 3
+    checkpoints: bool = True
+    tensorboard: bool = True
+    quiet: bool = False
+    handle_signals: bool = True
+    on_chunk: OnChunkCallback | None = None
+    population: Population | None = None
+    stall_factor: float = 10.0
+    stall_first_chunk_s: float = 600.0
+    stall_min_s: float = 60.0
+    deterministic: str = "auto"
+
+    def __post_init__(self) -> None:
+        self._check_kinds()
+        self._check_checkpoints()
+        self._check_stall()
+        from rljax.runtime.determinism import check_deterministic_mode
+
+        check_deterministic_mode(self.deterministic)
+        if self.resume and self.run_dir is None:
+            raise ValueError("RunOptions(resume=True) needs the run_dir of the run to continue")
+
+    def _check_kinds(self) -> None:
+        for name in _BOOLEANS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"RunOptions.{name} must be True or False, got {value!r}")
+        if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
+            raise TypeError(f"RunOptions.run_dir must be a path (str or os.PathLike) or None, got {self.run_dir!r}")
+        if self.on_chunk is not None and not callable(self.on_chunk):
+            raise TypeError(f"RunOptions.on_chunk must be callable as on_chunk(chunk_index, state, row) or None, "
+                            f"got {self.on_chunk!r}")
+        if self.population is not None and not isinstance(self.population, Population):
+            raise TypeError(f"RunOptions.population must be a rljax.training.population.Population or None, "
+                            f"got {type(self.population).__name__}")
+
+    def _check_checkpoints(self) -> None:
+        every, interval, keep = self.checkpoint_every, self.checkpoint_interval_s, self.keep_checkpoints
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise ValueError(f"checkpoint_every must be an integer >= 0 (0: every checkpoint_interval_s), "
+                             f"got {every!r}")
+        if not (isinstance(interval, (int, float)) and not isinstance(interval, bool) and math.isfinite(interval)
+                and interval > 0):
+            raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {interval!r}")
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep!r}")
+        object.__setattr__(self, "checkpoint_interval_s", float(interval))
+
+    def _check_stall(self) -> None:
+        for name in ("stall_factor", "stall_first_chunk_s", "stall_min_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value >= 0 and (value > 0 or name == "stall_factor")):
+                allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
+                raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    def saved(self) -> dict[str, Any]:
+        """The options recorded with the run and kept by a resume (:data:`SAVED_FIELDS`), by name."""
+        return {name: getattr(self, name) for name in SAVED_FIELDS}
+
+    def replace(self, **changes: Any) -> "RunOptions":
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
