@@ -95,7 +95,7 @@ class Health(Hook):
                 if reason and i not in self.diverged:
                     self.diverged.add(i)
                     warnings.warn(f"sweep member {run.program.names[i]} diverged after chunk {chunk_index}: "
-                                  f"{reason}; the others go on", stacklevel=4)
+                                  f"{reason}; the others go on", stacklevel=5)
             return None
         reason = nonfinite_reason(rows[0])
         return None if reason is None else self.roll_back(run, chunk_index, rows[0], reason)
@@ -140,5 +140,5 @@ class Health(Hook):
                                       "to_env_steps": back_steps, "lr_factor": factor ** run.rollbacks})
         run.rows[:] = [r for r in run.rows if r["env_steps"] <= back_steps]
         warnings.warn(f"{reason} {where}: rolled back to env step {back_steps:,} with the learning rate scaled by "
-                      f"{factor ** run.rollbacks:g} (rollback {run.rollbacks} of at most {limit})", stacklevel=4)
+                      f"{factor ** run.rollbacks:g} (rollback {run.rollbacks} of at most {limit})", stacklevel=5)
         return back_chunk + 1
