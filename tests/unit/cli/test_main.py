@@ -1,6 +1,6 @@
-"""The command line's traps from issue 16, each reproduced before it was fixed: what a new user reads
-(--help, the usage lines, `rljax envs`), what a run prints (the line before compiling, a resume of a
-finished run, a sweep's progress and ranking) and what it records (the manifest's command line).
+"""The ``rljax`` command line as a new user meets it: what they read (--help, the usage lines,
+`rljax envs`, --version), what a run prints (the line before compiling, a resume of a finished run,
+a sweep's progress and ranking) and what it records (the manifest's command line).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rljax.cli.main import main as cli
+from rljax.cli import main as cli
 from rljax.training.loop import MAX_AUTO_CHUNK, plan_updates
 
 
@@ -147,7 +147,7 @@ def test_sweeps_take_num_devices_and_rank_without_a_run_directory(capsys):
 def test_envs_lists_spaces_and_fitting_algorithms(capsys, monkeypatch):
     import importlib.util
 
-    from rljax.cli.main import envs as envs_cli
+    from rljax.cli import envs as envs_cli
 
     real = importlib.util.find_spec
     monkeypatch.setattr(envs_cli.importlib.util, "find_spec", lambda name: None if name == "brax" else real(name))
