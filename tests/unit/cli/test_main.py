@@ -209,3 +209,24 @@ def test_envs_lists_a_suite_with_its_spaces():
     table = {line.split()[0]: line for line in list_envs("navix").splitlines()[1:] if line.strip()}
     assert "navix/Navix-Empty-5x5-v0" in table and table["navix/Navix-Empty-5x5-v0"].endswith("ppo dqn pqn")
     assert "Discrete(" in table["navix/Navix-Empty-5x5-v0"]
+
+
+def test_version(capsys):
+    # `rljax --version` used to be "error: unknown command '--version'".
+    import rljax
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"rljax {rljax.__version__}\n"
+
+
+def test_one_parser_with_a_subcommand_per_module(capsys):
+    parser, commands = cli.command_parser()
+    assert list(commands) == ["envs", "train", "sweep", "resume", "eval", "export", "supervise", "launch", "inspect"]
+    assert all(sub.prog == f"rljax {name}" for name, sub in commands.items())
+    args = parser.parse_args(["eval", "runs/x", "--episodes", "7", "--stochastic"])
+    assert (args.subcommand, args.run_dir, args.episodes, args.stochastic) == ("eval", "runs/x", 7, True)
+    assert args.run is cli.eval_command.run
+    assert cli.main(["trian", "ppo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown command 'trian'\nusage: rljax envs [SUITE]") and "rljax train {" in err
+    assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out
