@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["build_parser", "config_from_args", "explicit_flags", "train_kwargs", "RUN_OPTION_FLAGS", "CommandParser",
-           "UsageError", "FLAGS_HINT", "algorithm_classes", "add_algorithm_arguments", "algorithm_config"]
+           "UsageError", "FLAGS_HINT", "algorithm_classes", "add_algorithm_command", "algorithm_config"]
 
 
 class UsageError(Exception):
@@ -259,13 +259,17 @@ class _AlgorithmsHelp(argparse.Action):
         parser.exit()
 
 
-def add_algorithm_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ALGO [FLAGS ...]`` on ``parser`` (which must be made with ``add_help=False``): the
-    algorithm's name, then everything else for the algorithm's own parser (:func:`build_parser`)."""
+def add_algorithm_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Adds the command ``name`` whose arguments are ``ALGO [FLAGS ...]`` (``rljax train``, ``rljax
+    sweep``): the algorithm's name, then everything else for the algorithm's own parser
+    (:func:`build_parser`). ``kwargs`` (usage, help, description) go to ``subparsers.add_parser``."""
+    parser = subparsers.add_parser(name, add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   **kwargs)
     parser.add_argument("-h", "--help", action=_AlgorithmsHelp, help="show this help, with the algorithms, and exit")
     parser.add_argument("algorithm", nargs="?", metavar="ALGO", help="a registered algorithm (listed below)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="FLAGS",
                         help=f"the flags of ALGO's config and of the run ({parser.prog} ALGO --help lists them)")
+    return parser
 
 
 def algorithm_config(args: argparse.Namespace, command: str) -> Any:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rljax.cli.flags import (add_algorithm_arguments, algorithm_config, build_parser, config_from_args, explicit_flags,
+from rljax.cli.flags import (add_algorithm_command, algorithm_config, build_parser, config_from_args, explicit_flags,
                              train_kwargs)
 from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
                                request_deterministic, setting_up_line)
@@ -32,14 +32,11 @@ __all__ = ["add_parser", "run", "sweep_command", "sweep_parser"]
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``sweep`` to the ``rljax`` subcommands."""
-    parser = subparsers.add_parser(
-        "sweep", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    return add_algorithm_command(
+        subparsers, "sweep", help="seeds x hyperparameters as one compiled program, ranked",
         usage="rljax sweep ALGO --grid FIELD=V1,V2 [--seeds N] [--flag value ...]",
-        help="seeds x hyperparameters as one compiled program, ranked",
         description="Sweeps ALGO: seeds x hyperparameters x env params as one compiled program, ranked "
                     "(rljax sweep ALGO --help lists the flags).")
-    add_algorithm_arguments(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rljax.cli.flags import (add_algorithm_arguments, algorithm_config, build_parser, config_from_args, explicit_flags,
+from rljax.cli.flags import (add_algorithm_command, algorithm_config, build_parser, config_from_args, explicit_flags,
                              train_kwargs)
 from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
                                request_deterministic, setting_up_line)
@@ -28,16 +28,16 @@ from rljax.cli.process import (call_training, enable_compilation_cache, report_f
 __all__ = ["add_parser", "run", "train_command"]
 
 
+HELP = dict(help="train one run of an algorithm",
+            usage="rljax train ALGO [--env NAME|module:Name] [--env-param k=v ...] [--flag value ...]",
+            description="Trains ALGO: every field of its config is a flag (rljax train ALGO --help lists them).\n"
+                        "Sweeps: rljax sweep ALGO --help. Resume or extend a run: rljax resume RUN_DIR.")
+"""The ``rljax train`` lines of ``rljax --help`` and of ``rljax train --help``."""
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``train`` to the ``rljax`` subcommands."""
-    parser = subparsers.add_parser(
-        "train", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="rljax train ALGO [--env NAME|module:Name] [--env-param k=v ...] [--flag value ...]",
-        help="train one run of an algorithm",
-        description="Trains ALGO: every field of its config is a flag (rljax train ALGO --help lists them).\n"
-                    "Sweeps: rljax sweep ALGO --help. Resume or extend a run: rljax resume RUN_DIR.")
-    add_algorithm_arguments(parser)
-    return parser
+    return add_algorithm_command(subparsers, "train", **HELP)
 
 
 def run(args: argparse.Namespace) -> int:
