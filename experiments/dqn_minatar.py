@@ -11,7 +11,7 @@ arXiv:1903.03176. Adam instead of its RMSProp, at its step size 2.5e-4).
 import sys
 
 from rljax.agents.dqn import DQNConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 # One env: the paper's one gradient step per env step. The buffer stores MinAtar's bool planes as
 # bool (10 x 10 x C bytes per observation), so 1e5 transitions of Breakout take 80 MB for obs + next_obs

@@ -9,7 +9,7 @@
 import sys
 
 from rljax.agents.ppo import PPOConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(env="CartPole-v1", total_timesteps=500_000)
 

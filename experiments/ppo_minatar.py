@@ -15,7 +15,7 @@ PureJaxRL.
 import sys
 
 from rljax.agents.ppo import PPOConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(env="Breakout-MinAtar", total_timesteps=10_000_000, num_envs=64, num_steps=128, num_epochs=4,
                 num_minibatches=8, learning_rate=5e-3, activation="relu")

@@ -8,7 +8,7 @@
 import sys
 
 from rljax.agents.ppo import PPOConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(
     env="Pendulum-v1", total_timesteps=500_000, num_envs=64, num_steps=32, num_epochs=10,

@@ -9,7 +9,7 @@
 import sys
 
 from rljax.agents.pqn import PQNConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 # purejaxql's CartPole setup (the PQNConfig defaults: 32 envs x 64 steps, 4 x 16 minibatches, 256 x 256)
 # solves CartPole too, but needs ~1.5e5 steps and 64 gradient steps on a 256 x 256 network per 2048 env

@@ -11,7 +11,7 @@ Learning", arXiv:2407.04811). Rewards unscaled, as there.
 import sys
 
 from rljax.agents.pqn import PQNConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(env="Breakout-MinAtar", total_timesteps=10_000_000, num_envs=128, num_steps=32, num_epochs=2,
                 num_minibatches=32, hidden_sizes=(128, 128), learning_rate=5e-4, q_lambda=0.65,

@@ -10,7 +10,7 @@ automatic entropy tuning; returns pass -200 well within 2e4 env steps (run time:
 import sys
 
 from rljax.agents.sac import SACConfig
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(env="Pendulum-v1", total_timesteps=20_000)
 

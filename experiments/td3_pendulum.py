@@ -10,7 +10,7 @@
 import sys
 
 from rljax.agents.td3 import TD3Config
-from rljax.cli.main import run_experiment
+from rljax.cli.experiment import run_experiment
 
 DEFAULTS = dict(env="Pendulum-v1", total_timesteps=20_000)
 

@@ -1,4 +1,10 @@
 """Layer 6, the command line: ``rljax`` and its subcommands, and the experiment modules' runner.
 
+:mod:`rljax.cli.main` builds one argparse parser with a subparser per command; each command is a
+module here with ``add_parser(subparsers)`` and ``run(args)`` (``envs``, ``train``, ``sweep``,
+``resume``, ``eval``, ``export``, ``inspect``, ``supervise``, ``launch``). Shared pieces: the flags of a
+config (:mod:`rljax.cli.flags`), exit statuses and the process around a run
+(:mod:`rljax.cli.process`), the experiment modules' ``main`` (:mod:`rljax.cli.experiment`).
+
 The top of the stack: may import every layer. Nothing below imports it.
 """

@@ -17,12 +17,13 @@ apart, with the reason. A suite whose package is missing is listed with the extr
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ALGORITHM_FITS", "describe_env", "fitting_algorithms", "list_envs", "envs_main"]
+__all__ = ["ALGORITHM_FITS", "describe_env", "fitting_algorithms", "list_envs", "add_parser", "run"]
 
 
 def _ppo(env: Any, params: Any) -> None:
@@ -128,16 +129,21 @@ def list_envs(suite: str | None = None) -> str:
     return "\n".join(out)
 
 
-def envs_main(argv: Sequence[str]) -> int:
-    """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite or extra arguments)."""
-    if len(argv) > 1 or (argv and argv[0].startswith("-")):
-        if argv and argv[0] in ("-h", "--help"):
-            print(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("::\n\n")[1].split("\n\n")[0])
-            return 0
-        print(f"error: rljax envs takes at most one suite name; got {list(argv)}", file=sys.stderr)
-        return 2
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``envs`` to the ``rljax`` subcommands."""
+    summary, examples = __doc__.split("\n\n")[0], __doc__.split("::\n\n")[1].split("\n\n")[0]
+    parser = subparsers.add_parser("envs", help="each env's spaces and the algorithms that fit it",
+                                   description=f"{summary}\n\n{examples}",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", nargs="?", metavar="SUITE",
+                        help="an optional suite whose envs to list: " + ", ".join(sorted(_SUITE_PACKAGES)))
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite)."""
     try:
-        text = list_envs(argv[0] if argv else None)
+        text = list_envs(args.suite)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -24,22 +24,26 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
+from rljax.cli.process import EXIT_IO, EXIT_USAGE, enable_compilation_cache
 from rljax.core.registry import parse_env_params  # shared with every --env-param flag
 
-__all__ = ["build_eval_parser", "parse_env_params", "eval_dir", "eval_main"]
+__all__ = ["add_parser", "run", "parse_env_params", "eval_dir", "MAX_EPISODES"]
+
+PROG = "rljax eval"
+"""The command as its error lines name it."""
 
 
 MAX_EPISODES = 1 << 20
 """The most episodes one evaluation plays (each is an env of one batch, all on the device at once)."""
 
 
-def build_eval_parser(prog: str = "rljax eval") -> argparse.ArgumentParser:
-    """The ``rljax eval`` flags."""
-    parser = argparse.ArgumentParser(prog=prog, description="Evaluate a trained policy and write a report "
-                                     "into RUN_DIR/eval/<step>/.")
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``eval`` to the ``rljax`` subcommands."""
+    parser = subparsers.add_parser("eval", help="evaluate a checkpoint and write a report beside it",
+                                   description="Evaluate a trained policy and write a report into "
+                                               "RUN_DIR/eval/<step>/.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run (or sweep) directory with checkpoints")
     parser.add_argument("--episodes", type=int, default=100, help="episodes to play (in parallel); default 100")
     parser.add_argument("--stochastic", action="store_true",
@@ -160,20 +164,9 @@ def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any,
             f"report {out.parent / 'report.md'}")
 
 
-def eval_main(argv: Sequence[str] | None = None, prog: str = "rljax eval") -> int:
-    """The ``rljax eval`` command. Returns a process exit status (:mod:`rljax.cli.process`).
-
-    Args:
-        argv: the arguments after ``eval`` (default ``sys.argv[1:]``).
-        prog: the command as usage and error lines show it.
-    """
-    from rljax.cli.process import EXIT_IO, EXIT_USAGE, enable_compilation_cache
-
-    parser = build_eval_parser(prog)
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exit_:  # --help (0) or a usage error argparse has printed (2)
-        return int(exit_.code or 0)
+def run(args: argparse.Namespace) -> int:
+    """The ``rljax eval`` command. Returns a process exit status (:mod:`rljax.cli.process`): 0, 2 (bad
+    input, found before any episode is played) or 74 (reading the checkpoint or writing the report failed)."""
     if not args.no_compile_cache:
         enable_compilation_cache()
     from rljax.policy.video import NotDrawableError
@@ -181,15 +174,15 @@ def eval_main(argv: Sequence[str] | None = None, prog: str = "rljax eval") -> in
     try:
         policy, env_params, overrides, draw = _prepare(args)
     except (FileNotFoundError, ValueError, NotDrawableError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the checkpoint could not be read
-        print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
     try:
         line = _evaluate_and_report(args, policy, env_params, overrides, draw)
     except OSError as err:  # writing the video or the report (a full disk)
-        print(f"{prog}: error: I/O error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
     print(line)
     return 0

@@ -17,26 +17,48 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["build_parser", "config_from_args", "explicit_flags", "train_kwargs", "RUN_OPTION_FLAGS"]
+__all__ = ["build_parser", "config_from_args", "explicit_flags", "train_kwargs", "RUN_OPTION_FLAGS", "CommandParser",
+           "UsageError", "FLAGS_HINT", "algorithm_classes", "add_algorithm_command", "algorithm_config"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a 'did you mean' for unknown flags."""
+class UsageError(Exception):
+    """Bad input found after parsing (an unknown algorithm, an out-of-range option): the command line
+    prints it as the command's parser prints its own errors and exits with status 2."""
 
-    def error(self, message: str) -> typing.NoReturn:
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse with a 'did you mean' for unknown flags.
+
+    Args:
+        hint: when given, an error is one line plus this hint (for a parser whose usage block is
+            long: the flag list is one ``--help`` away); without it, argparse's usage line and error.
+    """
+
+    def __init__(self, *args: Any, hint: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.hint = hint
+
+    def error_text(self, message: str) -> str:
+        """What :meth:`error` prints for ``message``."""
         if "unrecognized arguments" in message:
             flags = [s for a in self._actions for s in a.option_strings]
-            bad = message.split(":", 1)[1].split()
             hints = []
-            for b in bad:
-                if b.startswith("-"):
-                    close = difflib.get_close_matches(b.split("=")[0], flags, n=1)
-                    if close:
-                        hints.append(f"{b} -> did you mean {close[0]}?")
+            for bad in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(bad.split("=")[0], flags, n=1) if bad.startswith("-") else []
+                if close:
+                    hints.append(f"{bad} -> did you mean {close[0]}?")
             if hints:
                 message += " (" + "; ".join(hints) + ")"
-        # A short message, not the whole usage block: the flag list is one --help away.
-        self.exit(2, f"{self.prog}: error: {message}\n(run with --help to list every flag)\n")
+        if self.hint is not None:
+            return f"{self.prog}: error: {message}\n{self.hint}\n"
+        return f"{self.format_usage()}{self.prog}: error: {message}\n"
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, self.error_text(message))
+
+
+FLAGS_HINT = "(run with --help to list every flag)"
+"""The line under a config parser's errors."""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -95,8 +117,8 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
         epilog: text for ``--help``, below the flags (its lines are kept as written).
     """
     defaults = defaults or {}
-    parser = _Parser(prog=prog, description=description, epilog=epilog, formatter_class=_HelpFormatter,
-                     allow_abbrev=False)
+    parser = CommandParser(prog=prog, description=description, epilog=epilog, formatter_class=_HelpFormatter,
+                           allow_abbrev=False, hint=FLAGS_HINT)
     group = parser.add_argument_group("config (every field of " + config_cls.__name__ + ")")
     for f in dataclasses.fields(config_cls):
         default = defaults.get(f.name, f.default)
@@ -211,3 +233,49 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]
     return out
+
+
+def algorithm_classes() -> dict[str, Any]:
+    """Command name -> config class, for every registered algorithm (:mod:`rljax.agents`; importing
+    them starts JAX, so only the commands that train ask)."""
+    from rljax.agents import algorithms
+
+    return {name: entry.config_cls for name, entry in algorithms().items()}
+
+
+class _AlgorithmsHelp(argparse.Action):
+    """``-h/--help`` of ``rljax train``/``sweep``: the help, with the registered algorithms listed
+    below it (looked up only now, so that parsing any other command imports no algorithm)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None):
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
+        algos = algorithm_classes()
+        width = max(map(len, algos), default=0)
+        parser.epilog = (f"algorithms (`{parser.prog} ALGO --help` lists ALGO's flags):\n"
+                         + "\n".join(f"  {name.ljust(width)}  {cls.__name__}" for name, cls in sorted(algos.items())))
+        parser.print_help()
+        parser.exit()
+
+
+def add_algorithm_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Adds the command ``name`` whose arguments are ``ALGO [FLAGS ...]`` (``rljax train``, ``rljax
+    sweep``): the algorithm's name, then everything else for the algorithm's own parser
+    (:func:`build_parser`). ``kwargs`` (usage, help, description) go to ``subparsers.add_parser``."""
+    parser = subparsers.add_parser(name, add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   **kwargs)
+    parser.add_argument("-h", "--help", action=_AlgorithmsHelp, help="show this help, with the algorithms, and exit")
+    parser.add_argument("algorithm", nargs="?", metavar="ALGO", help="a registered algorithm (listed below)")
+    parser.add_argument("flags", nargs=argparse.REMAINDER, metavar="FLAGS",
+                        help=f"the flags of ALGO's config and of the run ({parser.prog} ALGO --help lists them)")
+    return parser
+
+
+def algorithm_config(args: argparse.Namespace, command: str) -> Any:
+    """The config class of ``args.algorithm``; :class:`UsageError` naming the registered ones otherwise."""
+    algos = algorithm_classes()
+    if args.algorithm not in algos:
+        got = [] if args.algorithm is None else [args.algorithm]
+        raise UsageError(f"{command} needs an algorithm, one of {sorted(algos)}; got {got}")
+    return algos[args.algorithm]

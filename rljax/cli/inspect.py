@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["inspect_main", "summary_text", "write_plots", "NotARunError"]
+from rljax.cli.process import EXIT_USAGE
+
+__all__ = ["add_parser", "run", "summary_text", "write_plots", "NotARunError"]
 
 TRAIN = "episode_return_mean"
 EVAL = "eval/return_mean"
@@ -379,14 +381,18 @@ def write_plots(run_dir: str | pathlib.Path, out: str | pathlib.Path | None = No
     return paths + ([losses] if losses else [])
 
 
-def inspect_main(argv: Sequence[str], prog: str = "rljax inspect") -> int:
-    """``rljax inspect RUN_DIR [--out DIR] [--no-plots]``; returns the exit status (2: not a run)."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``inspect`` to the ``rljax`` subcommands."""
+    parser = subparsers.add_parser("inspect", help="a run's or sweep's summary and plots",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run or sweep directory")
     parser.add_argument("--out", default=None, metavar="DIR", help="where the PNGs go (default RUN_DIR/inspect)")
     parser.add_argument("--no-plots", action="store_true", help="print the summary only")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rljax inspect RUN_DIR [--out DIR] [--no-plots]``; returns the exit status (2: not a run)."""
     try:
         print(summary_text(args.run_dir), flush=True)
         if not args.no_plots:
@@ -394,6 +400,6 @@ def inspect_main(argv: Sequence[str], prog: str = "rljax inspect") -> int:
             if paths:
                 print("plots: " + ", ".join(str(p) for p in paths), flush=True)
     except NotARunError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+        print(f"rljax inspect: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     return 0

@@ -30,8 +30,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["launch_main", "free_port", "process_env", "job_status", "DEFAULT_PEER_TIMEOUT_S"]
+from rljax.cli.flags import UsageError
+
+__all__ = ["add_parser", "run", "job_command", "free_port", "process_env", "job_status", "DEFAULT_PEER_TIMEOUT_S"]
 
 DEFAULT_PEER_TIMEOUT_S = 60.0
 """Seconds the other processes get to end by themselves after one failed, before they are killed."""
@@ -74,9 +77,11 @@ def job_status(statuses: Sequence[int | None], first_failure: int | None) -> int
     return PREEMPTED if PREEMPTED in codes else 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rljax launch", formatter_class=argparse.RawDescriptionHelpFormatter,
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``launch`` to the ``rljax`` subcommands."""
+    parser = subparsers.add_parser(
+        "launch", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="a multi-host job as several processes on this machine",
         description="Run a training command as several processes on this machine, joined as one multi-host job.",
         epilog="example:\n  rljax launch -n 2 -d 2 -- python -m experiments.ppo_cartpole --num-devices 4 "
                "--run-dir runs/mh\n  rljax launch -n 2 -d 2 -- rljax resume runs/mh")
@@ -92,24 +97,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def launch_main(argv: Sequence[str]) -> int:
-    """The ``rljax launch`` command; returns the job's exit status."""
-    parser = _parser()
-    args = parser.parse_args(list(argv))
+def job_command(args: argparse.Namespace) -> list[str]:
+    """The train command of ``args`` (without the ``--`` before it), its options checked.
+
+    Raises:
+        UsageError: no command, or an option out of its range (naming it and the range).
+    """
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        parser.error("give the train command after --, e.g. rljax launch -n 2 -d 2 -- python -m "
-                     "experiments.ppo_cartpole --num-devices 4")
+        raise UsageError("give the train command after --, e.g. rljax launch -n 2 -d 2 -- python -m "
+                         "experiments.ppo_cartpole --num-devices 4")
     if args.num_processes < 1:
-        parser.error(f"--num-processes must be >= 1, got {args.num_processes}")
+        raise UsageError(f"--num-processes must be >= 1, got {args.num_processes}")
     if args.devices_per_process < 1:
-        parser.error(f"--devices-per-process must be >= 1, got {args.devices_per_process}")
+        raise UsageError(f"--devices-per-process must be >= 1, got {args.devices_per_process}")
     if not 0 <= args.port < 65536:
-        parser.error(f"--port must be in 0..65535, got {args.port}")
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
     if not args.peer_timeout > 0:
-        parser.error(f"--peer-timeout must be > 0 seconds, got {args.peer_timeout}")
+        raise UsageError(f"--peer-timeout must be > 0 seconds, got {args.peer_timeout}")
+    return command
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``rljax launch`` command; returns the job's exit status."""
+    command = job_command(args)
     port = args.port or free_port()
     procs: list[subprocess.Popen] = []
     forwarded: list[int] = []

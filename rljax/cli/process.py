@@ -215,8 +215,8 @@ def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
 
 def setting_up_line(config: Any, run_dir: Any, sweep: bool = False) -> str:
     """The command line's first line, printed before JAX is even imported: what is being set up and
-    where its files go. Importing JAX and building the initial state take seconds (13 s on the
-    2-core VM under load, 2026-12-02) before the loop's own line (the plan, then the compile)."""
+    where its files go (importing JAX and building the initial state take seconds before the loop's
+    own line, the plan and then the compile, can say more)."""
     what = f"a {type(config).__name__.removesuffix('Config')} sweep" if sweep else \
         type(config).__name__.removesuffix("Config")
     where = f"run directory {run_dir}" if run_dir is not None else "no run directory (in memory)"

@@ -52,7 +52,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["supervise_main", "find_run_dir", "attempt_command", "backoff_delay", "newest_checkpoint",
+__all__ = ["add_parser", "run", "main", "configure", "find_run_dir", "attempt_command", "backoff_delay", "newest_checkpoint",
            "Supervisor", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS",
            "DEFAULT_BACKOFF_S", "DEFAULT_MAX_BACKOFF_S"]
 
@@ -81,6 +81,8 @@ DEFAULT_BACKOFF_S = 10.0
 DEFAULT_MAX_BACKOFF_S = 600.0
 
 _PREFIX = "rljax supervise:"
+HINT = "(run with --help for the options)"
+"""The line under a usage error."""
 _FORWARDED = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
 
 
@@ -374,7 +376,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line and exit with status 2."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(USAGE_EXIT_CODE, f"{_PREFIX} error: {message}\n(run with --help for the options)\n")
+        self.exit(USAGE_EXIT_CODE, f"{_PREFIX} error: {message}\n{HINT}\n")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -395,10 +397,13 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rljax supervise", allow_abbrev=False,
-                     usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...",
-                     description=__doc__.split("\n\n", 2)[2], formatter_class=_Formatter)
+PARSER_KWARGS = dict(usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...",
+                     description=__doc__.split("\n\n", 2)[2], formatter_class=_Formatter, allow_abbrev=False)
+"""How the ``rljax supervise`` parser is made (as a subcommand of ``rljax`` and on its own)."""
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Adds the supervisor's options and the training command after ``--`` to ``parser``."""
     parser.add_argument("--max-restarts", type=_count, default=DEFAULT_MAX_RESTARTS, metavar="N",
                         help="restarts allowed after the first attempt (0: never restart)")
     parser.add_argument("--backoff", type=_seconds, default=DEFAULT_BACKOFF_S, metavar="S",
@@ -406,23 +411,25 @@ def _parser() -> argparse.ArgumentParser:
                              "checkpoint")
     parser.add_argument("--max-backoff", type=_seconds, default=DEFAULT_MAX_BACKOFF_S, metavar="S",
                         help="the longest back-off")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the training command; it must name its run directory (--run-dir D, --resume D or "
+                             "rljax resume D)")
     return parser
 
 
-def supervise_main(argv: Sequence[str] | None = None) -> int:
-    """``rljax supervise [options] -- COMMAND ...``; returns the exit status (see the module docstring)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    if "--" in argv:
-        split = argv.index("--")
-        options, command = argv[:split], argv[split + 1:]
-    else:
-        options, command = argv, []
-    try:
-        args = parser.parse_args(options)
-    except SystemExit as exit_:  # --help, or a bad option (already reported)
-        return int(exit_.code or 0)
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``supervise`` to the ``rljax`` subcommands (their parser class takes ``hint``)."""
+    return configure(subparsers.add_parser("supervise", help="rerun a training command after preemptions and crashes", hint=HINT, **PARSER_KWARGS))
+
+
+def _checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """``(training command, problems)``: the command after ``--``, and what is wrong with the
+    options and the command, one sentence each."""
+    stray = list(args.command) if args.command[:1] != ["--"] else []
+    command = [] if stray else list(args.command[1:])
     problems = []
+    if stray:
+        problems.append(f"unrecognized arguments: {shlex.join(stray)} (put the training command after --)")
     if args.max_restarts < 0:
         problems.append(f"--max-restarts must be >= 0, got {args.max_restarts}")
     if not (math.isfinite(args.backoff) and args.backoff >= 0):
@@ -430,9 +437,15 @@ def supervise_main(argv: Sequence[str] | None = None) -> int:
     if not (math.isfinite(args.max_backoff) and args.max_backoff >= max(args.backoff, 0.0)):
         problems.append(f"--max-backoff must be a number of seconds >= --backoff ({args.backoff:g}), "
                         f"got {args.max_backoff}")
-    if not command:
+    if not command and not stray:
         problems.append("no training command: put it after --, e.g. rljax supervise --max-restarts 5 -- "
                         "python -m experiments.ppo_cartpole --run-dir runs/cp")
+    return command, problems
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rljax supervise [options] -- COMMAND ...``; returns the exit status (see the module docstring)."""
+    command, problems = _checked(args)
     if problems:
         print(f"{_PREFIX} error: " + "; ".join(problems), file=sys.stderr)
         return USAGE_EXIT_CODE
@@ -447,5 +460,16 @@ def supervise_main(argv: Sequence[str] | None = None) -> int:
                       max_backoff_s=args.max_backoff).run()
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rljax.cli.supervise [options] -- COMMAND ...``: the supervisor on its own (it needs
+    only the standard library); returns the exit status."""
+    parser = configure(_Parser(prog="rljax supervise", **PARSER_KWARGS))
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exit_:  # --help, or a bad option (already reported)
+        return int(exit_.code or 0)
+    return run(args)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(supervise_main())
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""``rljax export``: a trained policy as an artefact that needs neither rljax nor the training code.
+"""A trained policy as an artefact that needs neither rljax nor the training code (on the command
+line: ``rljax export``, :mod:`rljax.cli.export`).
 
 :func:`export` writes, into one directory:
 
@@ -21,7 +22,6 @@ load each format.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -40,10 +40,9 @@ from typing import Any
 import numpy as np
 
 from rljax.env import is_discrete
-from rljax.cli.process import EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE
 from rljax.store.tracking import config_to_dict, package_version
 
-__all__ = ["export", "export_main", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
+__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
            "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
@@ -415,72 +414,3 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     files[METADATA_FILE] = (json.dumps(meta, indent=2) + "\n").encode()
     _write_atomically(out, files, force)
     return {**meta, "export_seconds": time.perf_counter() - start}
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Write a trained policy as a deployable artefact (policy.stablehlo, policy.onnx, "
-                               "policy.json) that needs neither rljax nor the training code; see docs/export.md.")
-    parser.add_argument("run_dir", help="the run directory (or a sweep's, with --member)")
-    parser.add_argument("out_dir", help="the directory to create: new or empty (see --force)")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step (env steps); default: the newest")
-    parser.add_argument("--member", default=None, help="a sweep member's name or index (sweep run directories)")
-    parser.add_argument("--onnx", choices=("auto", "yes", "no"), default="auto",
-                        help="also write policy.onnx: auto (when jax2onnx and onnxruntime are installed), yes "
-                             "(fail without it), no")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
-    return parser
-
-
-def export_main(argv: Sequence[str] | None = None, prog: str = "rljax export") -> int:
-    """``rljax export RUN_DIR OUT_DIR [--step S] [--member NAME] [--onnx auto|yes|no] [--force]``.
-
-    Returns an exit status (:mod:`rljax.cli.process`): 0, 2 (:data:`~rljax.cli.process.EXIT_USAGE`: a bad
-    flag, an unknown run directory, step or member, a non-empty OUT_DIR without ``--force``), 70
-    (:data:`~rljax.cli.process.EXIT_SOFTWARE`: an artefact did not reproduce the policy) or 74
-    (:data:`~rljax.cli.process.EXIT_IO`: writing failed; nothing was left behind).
-    """
-    args = _parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        check_out_dir(args.out_dir, args.force)
-    except (FileExistsError, NotADirectoryError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    from rljax.policy.trained import load
-
-    member = int(args.member) if args.member is not None and args.member.isdigit() else args.member
-    try:
-        policy = load(args.run_dir, args.step, member=member)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        meta = export(policy, args.out_dir, onnx={"auto": "auto", "yes": True, "no": False}[args.onnx],
-                      force=args.force)
-    except (FileExistsError, NotADirectoryError, ValueError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except ExportError as err:
-        print(f"{prog}: error: {err}; nothing was written", file=sys.stderr)
-        return EXIT_SOFTWARE
-    except OSError as err:
-        print(f"{prog}: error: writing {args.out_dir} failed: {err}; nothing was left behind", file=sys.stderr)
-        return EXIT_IO
-    _print_summary(meta, args.out_dir)
-    return 0
-
-
-def _print_summary(meta: dict[str, Any], out_dir: str) -> None:
-    sig = meta["signature"]
-    print(f"exported {meta['algorithm']} on {meta['env']} (step {meta['step']:,}"
-          f"{', member ' + str(meta['member']) if meta['member'] is not None else ''}) to {out_dir} "
-          f"in {meta['export_seconds']:.1f}s")
-    def shape(entry: dict[str, Any]) -> str:
-        return f"{entry['dtype']}[{', '.join(map(str, entry['shape']))}]"
-
-    print(f"  obs {shape(sig['inputs'][0])} -> action {shape(sig['outputs'][0])} (b: any batch size)")
-    for name, entry in meta["files"].items():
-        print(f"  {name}: {entry['bytes']:,} bytes, max |action - policy.act| = "
-              f"{meta['checks']['max_abs_diff'][name]:.3g} on {meta['checks']['observations']} observations")
-    if "onnx_skipped" in meta:
-        print(f"  {ONNX_FILE} not written: {meta['onnx_skipped']}")

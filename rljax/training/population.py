@@ -74,7 +74,7 @@ def auto_devices(size: int, available: int) -> int:
     """How many devices a population of ``size`` members is split over by default: the most of
     the ``available`` devices that divide it evenly (members are never split unevenly).
 
-    On a CPU the sweep command line makes one fake device per core: XLA
+    On a CPU the command line makes one fake device per core (``rljax.cli.sweep.sweep_command``): XLA
     runs one program on about one core at these batch sizes, while a population split over N
     devices runs its parts on N cores (figures: docs/design.md). Members never communicate, so
     the split adds no collective.

@@ -41,7 +41,7 @@ from rljax.core.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
            "run_sweep", "summarize", "plot_configs", "ranking_table", "rank_configs", "score_description", "ranking",
-           "mean_curve", "sweep_main", "MAX_PLOTS"]
+           "mean_curve", "member_count", "MAX_PLOTS"]
 
 ENV_PREFIX = "env."
 
@@ -209,7 +209,7 @@ def _member_env_params(env_params: Any, member: Member) -> Any:
     return env_params.replace(**env_over) if env_over else env_params
 
 
-def _member_count(spec: SweepSpec) -> int:
+def member_count(spec: SweepSpec) -> int:
     """How many members ``spec`` makes (:func:`build_members` without building them)."""
     return math.prod(len(v) for v in spec.grid.values()) * (spec.num_samples if spec.sample else 1) * len(spec.seeds)
 
@@ -669,120 +669,3 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                   + (f"summary and plots {t['summary_s']:.1f}s, " if "summary_s" in t else "") +
                   f"total {time.perf_counter() - t0:.1f}s" + (f"; results in {run_dir}" if run_dir else ""))
     return result, members, agg
-
-
-def _population_devices(parser: Any, args: Any, explicit: set[str]) -> None:
-    """Moves ``--num-devices`` (or its deprecated alias ``--devices``, with a warning) to
-    ``args.devices``, the devices the population is split over (0 when neither is given: as many as
-    divide the member count); each member's config keeps ``num_devices=1`` (members are
-    single-device runs)."""
-    given = "num_devices" in explicit
-    if args.devices is not None:
-        print("warning: --devices is deprecated; use --num-devices (the same flag as a run's)", file=sys.stderr)
-        if given and args.num_devices != args.devices:
-            parser.error(f"--devices {args.devices} and --num-devices {args.num_devices} disagree; give --num-devices")
-        args.num_devices, given = args.devices, True
-    args.devices, args.num_devices = (args.num_devices if given else 0), 1
-    explicit.discard("num_devices")
-
-
-def _sweep_parser(config_cls: Any, defaults: dict[str, Any] | None, prog: str) -> Any:
-    """The run's flags (:func:`rljax.cli.flags.build_parser`) plus the sweep's."""
-    from rljax.cli.flags import build_parser
-
-    parser = build_parser(config_cls, defaults, description=__doc__, prog=prog)
-    group = parser.add_argument_group("sweep")
-    group.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
-                       help="values of a sweepable field (or env.<param>); repeat for a grid")
-    group.add_argument("--sample", action="append", default=[], metavar="FIELD=uniform|log:LOW:HIGH",
-                       help="random-search range of a field; with --num-samples")
-    group.add_argument("--num-samples", type=int, default=0, help="random configurations to draw")
-    group.add_argument("--sample-seed", type=int, default=0, help="seed of the random draw")
-    group.add_argument("--seeds", type=int, default=1, help="seeds per configuration (0, 1, ..., N-1 + --seed)")
-    # One name for devices everywhere: --num-devices (the config field's flag) splits the population over
-    # devices; members themselves are single-device runs. --devices, the old name, still works and warns.
-    group.add_argument("--devices", type=int, default=None, help="deprecated: use --num-devices")
-    group.add_argument("--no-plots", action="store_true", help="skip the learning-curve PNGs")
-    group.add_argument("--pbt-interval", type=int, default=0, metavar="CHUNKS",
-                       help="population-based training: exploit/explore every this many chunks (with --pbt)")
-    group.add_argument("--pbt", action="append", default=[], metavar="FIELD=LOW:HIGH",
-                       help="a hyperparameter PBT perturbs, and its allowed range; repeat for several")
-    group.add_argument("--pbt-fraction", type=float, default=0.25,
-                       help="share of members replaced (bottom) by copies of the best (top) each PBT step")
-    for action in parser._actions:
-        if action.dest == "num_devices":
-            action.help = ("devices to split the population over (members are single-device runs; the member count "
-                           "must be a multiple); default: as many as divide the member count, on a CPU one fake "
-                           "device per core (members never communicate, so a split population uses every core)")
-    return parser
-
-
-def sweep_main(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequence[str], name: str,
-               prog: str | None = None) -> int:
-    """The ``sweep`` command of experiment modules and of ``rljax sweep ALGO``."""
-    from rljax.cli.flags import config_from_args, explicit_flags, train_kwargs
-    from rljax.runtime.distributed import launched_as_leader
-    from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
-                                   setting_up_line)
-    from rljax.runtime.determinism import request_deterministic
-
-    parser = _sweep_parser(config_cls, defaults, prog or f"python -m experiments.{name} sweep")
-    args = parser.parse_args(argv)
-    base = None
-    saved_options: dict[str, Any] = {}
-    explicit = explicit_flags(parser, argv)
-    _population_devices(parser, args, explicit)
-    if args.resume:
-        from rljax.store.rundir import RunDirError, read_json, run_record
-
-        saved_path = pathlib.Path(args.resume) / "sweep.json"
-        if not saved_path.exists():
-            parser.error(f"--resume {args.resume}: no sweep.json there")
-        try:
-            saved = read_json(saved_path)
-            record = run_record(args.resume)
-        except RunDirError as err:
-            parser.error(f"--resume {args.resume}: {err}")
-        base, saved_options = record.config, record.run_options
-        args.run_dir = args.resume
-        spec = SweepSpec.from_dict(saved["spec"])
-        args.devices = saved["devices"]
-    try:
-        config = config_from_args(config_cls, args, base, explicit)
-        if not args.resume:
-            if args.seeds < 1:
-                raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-            if args.devices < 0:
-                raise ValueError(f"--num-devices must be >= 1 (or 0: automatic), got {args.devices}")
-            pbt = None
-            if args.pbt_interval or args.pbt:
-                from rljax.training.hooks.pbt import PBTSpec, parse_pbt
-
-                pbt = PBTSpec(interval=args.pbt_interval, fields=parse_pbt(args.pbt), fraction=args.pbt_fraction)
-            spec = SweepSpec(grid=parse_grid(args.grid), sample=parse_sample(args.sample),
-                             num_samples=args.num_samples, seeds=tuple(config.seed + i for i in range(args.seeds)),
-                             sample_seed=args.sample_seed, pbt=pbt)
-            if not spec.grid and not spec.sample and args.seeds == 1:
-                raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
-    except ValueError as err:
-        parser.error(str(err))
-    if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
-        return 0
-    run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir = None if str(run_dir).lower() == "none" else run_dir
-    if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
-        print(setting_up_line(config, run_dir, sweep=True), flush=True)
-    options = train_kwargs(args, saved_options, explicit)
-    if args.devices:
-        request_cpu_devices(args.devices)
-    else:  # one fake CPU device per core, as many as divide the population (no effect off the CPU)
-        from rljax.training.population import auto_devices
-
-        request_cpu_devices(auto_devices(_member_count(spec), os.cpu_count() or 1))
-    # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
-    request_deterministic(options["deterministic"])
-    if not args.no_compile_cache:
-        enable_compilation_cache()
-    _, status = call_training(lambda: run_sweep(config, spec, run_dir=run_dir, devices=args.devices or None,
-                                                plots=not args.no_plots, **options), run_dir)
-    return status or 0

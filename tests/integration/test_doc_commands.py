@@ -85,7 +85,8 @@ def help_texts() -> dict[str, str]:
     """``--help`` of every experiment module (and its ``sweep``) and of ``rljax train``/``sweep ALGO``."""
     import importlib
 
-    from rljax.cli.main import main as cli
+    from rljax.cli import main as cli
+    from rljax.cli.flags import algorithm_classes
 
     texts = {}
     for path in sorted((ROOT / "experiments").glob("*.py")):
@@ -94,7 +95,7 @@ def help_texts() -> dict[str, str]:
         main = importlib.import_module(f"experiments.{path.stem}").main
         texts[f"python -m experiments.{path.stem} --help"] = _help(["--help"], main)
         texts[f"python -m experiments.{path.stem} sweep --help"] = _help(["sweep", "--help"], main)
-    for algo in sorted(cli._algorithms()):
+    for algo in sorted(algorithm_classes()):
         for sub in ("train", "sweep"):
             texts[f"rljax {sub} {algo} --help"] = _help([sub, algo, "--help"], cli.main)
     return texts
@@ -128,9 +129,8 @@ def _steps_per_update(segment: str, cwd: pathlib.Path) -> int | None:
     import json
     import shlex
 
-    from rljax.cli.main import main as cli
     from rljax.core.config import RunConfig
-    from rljax.cli.flags import build_parser, config_from_args
+    from rljax.cli.flags import algorithm_classes, build_parser, config_from_args
 
     m = _TRAINS.search(segment)
     if m and m.group(1):
@@ -138,7 +138,7 @@ def _steps_per_update(segment: str, cwd: pathlib.Path) -> int | None:
         config_cls = next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, RunConfig))
         defaults, args = dict(module.DEFAULTS), m.group(2)
     elif m:
-        config_cls, defaults, args = cli._algorithms()[m.group(4)], {}, m.group(5)
+        config_cls, defaults, args = algorithm_classes()[m.group(4)], {}, m.group(5)
     else:
         r = _RESUMES.search(segment)
         manifest = cwd / os.path.expandvars(r.group(1).strip("\"'")) / "manifest.json" if r else None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rljax
-from rljax.policy.trained import report
+from rljax.policy import report
 from rljax.cli.eval import eval_dir, parse_env_params
 
 VALUES = [1.0, 2.0, 3.0, 4.0, 10.0]
@@ -124,7 +124,7 @@ def ppo_run(tiny_run):
 
 
 def _eval(capsys, *args):
-    from rljax.cli.main import main as cli
+    from rljax.cli import main as cli
 
     status = cli.main(["eval", *map(str, args), "--no-compile-cache"])
     out = capsys.readouterr()

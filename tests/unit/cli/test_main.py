@@ -1,6 +1,6 @@
-"""The command line's traps from issue 16, each reproduced before it was fixed: what a new user reads
-(--help, the usage lines, `rljax envs`), what a run prints (the line before compiling, a resume of a
-finished run, a sweep's progress and ranking) and what it records (the manifest's command line).
+"""The ``rljax`` command line as a new user meets it: what they read (--help, the usage lines,
+`rljax envs`, --version), what a run prints (the line before compiling, a resume of a finished run,
+a sweep's progress and ranking) and what it records (the manifest's command line).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rljax.cli.main import main as cli
+from rljax.cli import main as cli
 from rljax.training.program import MAX_AUTO_CHUNK, plan_updates
 
 
@@ -147,7 +147,7 @@ def test_sweeps_take_num_devices_and_rank_without_a_run_directory(capsys):
 def test_envs_lists_spaces_and_fitting_algorithms(capsys, monkeypatch):
     import importlib.util
 
-    from rljax.cli.main import envs as envs_cli
+    from rljax.cli import envs as envs_cli
 
     real = importlib.util.find_spec
     monkeypatch.setattr(envs_cli.importlib.util, "find_spec", lambda name: None if name == "brax" else real(name))
@@ -209,3 +209,24 @@ def test_envs_lists_a_suite_with_its_spaces():
     table = {line.split()[0]: line for line in list_envs("navix").splitlines()[1:] if line.strip()}
     assert "navix/Navix-Empty-5x5-v0" in table and table["navix/Navix-Empty-5x5-v0"].endswith("ppo dqn pqn")
     assert "Discrete(" in table["navix/Navix-Empty-5x5-v0"]
+
+
+def test_version(capsys):
+    # `rljax --version` used to be "error: unknown command '--version'".
+    import rljax
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"rljax {rljax.__version__}\n"
+
+
+def test_one_parser_with_a_subcommand_per_module(capsys):
+    parser, commands = cli.command_parser()
+    assert list(commands) == ["envs", "train", "sweep", "resume", "eval", "export", "supervise", "launch", "inspect"]
+    assert all(sub.prog == f"rljax {name}" for name, sub in commands.items())
+    args = parser.parse_args(["eval", "runs/x", "--episodes", "7", "--stochastic"])
+    assert (args.subcommand, args.run_dir, args.episodes, args.stochastic) == ("eval", "runs/x", 7, True)
+    assert args.run is cli.eval_command.run
+    assert cli.main(["trian", "ppo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown command 'trian'\nusage: rljax envs [SUITE]") and "rljax train {" in err
+    assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from rljax.cli.main import supervise as supervise_module
+from rljax.cli import supervise as supervise_module
 from rljax.cli.supervise import LOG_FILE, attempt_command, backoff_delay, find_run_dir, newest_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -24,11 +24,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 # machine. The end-to-end tests use `-m rljax.cli.supervise`.
 SUPERVISE = [sys.executable, "-c",
              "import importlib.util, sys\n"
-             f"spec = importlib.util.spec_from_file_location('supervise', {str(ROOT / 'rljax' / 'supervise.py')!r})\n"
+             f"spec = importlib.util.spec_from_file_location('supervise', {str(ROOT / 'rljax' / 'cli' / 'supervise.py')!r})\n"
              "module = importlib.util.module_from_spec(spec)\n"
              "spec.loader.exec_module(module)\n"
              "assert 'jax' not in sys.modules\n"
-             "sys.exit(module.supervise_main(sys.argv[1:]))\n"]
+             "sys.exit(module.main(sys.argv[1:]))\n"]
 
 # A stand-in for a training command. FAKE_SCRIPT is a comma-separated list of steps, one per
 # attempt (the last repeats); a step is '+'-separated actions: an exit status, 'kill' (SIGKILL

@@ -1,0 +1,75 @@
+"""A run as a process (:mod:`rljax.cli.process`): each way training can end mapped to the exit status
+a supervisor or a scheduler acts on, with one line that says what happened and what to do."""
+
+from __future__ import annotations
+
+import errno
+import types
+
+import pytest
+
+from rljax.agents.ppo import PPOConfig
+from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, setting_up_line)
+from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
+from rljax.store.rundir import RunDirError
+from rljax.training.hooks.health import DesyncError, NonFiniteError
+
+
+def _io_error_inside_a_value_error():
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as err:
+        try:
+            raise ValueError("orbax could not save") from err
+        except ValueError as wrapped:
+            return wrapped
+
+
+@pytest.mark.parametrize("error, status, message", [
+    (NonFiniteError("policy_loss is nan"), EXIT_DIVERGED, "error: policy_loss is nan"),
+    (DesyncError("params differ"), EXIT_SOFTWARE, "error: params differ"),
+    (RunDirError("runs/x is locked"), EXIT_USAGE, "error: runs/x is locked"),
+    (FileExistsError("runs/x holds a run"), EXIT_USAGE, "error: runs/x holds a run"),
+    (ValueError("num_envs must be >= 1"), EXIT_USAGE, "error: num_envs must be >= 1"),
+    (OSError(errno.EROFS, "Read-only file system"), EXIT_IO,
+     "error: I/O error: [Errno 30] Read-only file system. Resume with: rljax resume runs/x once it is fixed"),
+    (_io_error_inside_a_value_error(), EXIT_IO, "error: I/O error: [Errno 28] No space left on device. Resume with"),
+])
+def test_each_ending_is_an_exit_status_and_one_line(error, status, message, capsys):
+    def run():
+        raise error
+
+    assert call_training(run, "runs/x") == (None, status)
+    assert capsys.readouterr().err.startswith(message)
+
+
+def test_without_a_run_directory_there_is_nothing_to_resume(capsys):
+    def run():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert call_training(run, None) == (None, EXIT_IO)
+    assert "Resume with" not in capsys.readouterr().err
+
+
+def test_other_errors_propagate():
+    def run():
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        call_training(run, "runs/x")
+
+
+def test_a_finished_run_and_a_preempted_one(capsys):
+    done = types.SimpleNamespace(preempted=None)
+    assert call_training(lambda: done, "runs/x") == (done, None)
+    stopped = types.SimpleNamespace(preempted="SIGTERM")
+    assert call_training(lambda: (stopped, "extra"), "runs/x") == ((stopped, "extra"), PREEMPTED_EXIT_CODE)
+    assert capsys.readouterr().err == f"preempted (SIGTERM); exit status {PREEMPTED_EXIT_CODE}. Resume with: rljax " \
+                                      f"resume runs/x\n"
+
+
+def test_the_setting_up_line():
+    config = PPOConfig(env="Pendulum-v1")
+    assert setting_up_line(config, "runs/p") == "rljax: setting up PPO on Pendulum-v1, run directory runs/p ..."
+    assert setting_up_line(config, None, sweep=True) == ("rljax: setting up a PPO sweep on Pendulum-v1, no run "
+                                                         "directory (in memory) ...")

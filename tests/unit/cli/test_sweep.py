@@ -1,0 +1,66 @@
+"""``rljax sweep`` and the experiment modules' ``sweep`` (:mod:`rljax.cli.sweep`): the sweep flags as
+a :class:`~rljax.training.sweep.SweepSpec`, and each bad input refused before anything is built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rljax.agents.ppo import PPOConfig
+from rljax.cli.main import main
+from rljax.cli.sweep import sweep_command, sweep_parser
+
+
+def test_sweep_help_lists_the_algorithms(capsys):
+    assert main(["sweep", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: rljax sweep ALGO ") and "  ppo  PPOConfig" in out.splitlines()
+
+
+def test_the_sweep_flags_are_the_runs_plus_the_sweeps(capsys):
+    parser = sweep_parser(PPOConfig, dict(total_timesteps=1024), "prog")
+    args = parser.parse_args(["--grid", "learning_rate=1e-3,3e-3", "--grid", "env.length=0.5", "--seeds", "3",
+                              "--sample", "ent_coef=uniform:0:0.1", "--num-samples", "4", "--pbt-interval", "2"])
+    assert args.grid == ["learning_rate=1e-3,3e-3", "env.length=0.5"] and args.seeds == 3
+    assert args.sample == ["ent_coef=uniform:0:0.1"] and args.num_samples == 4 and args.pbt_interval == 2
+    assert args.total_timesteps == 1024   # the experiment's default
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--num-devices NUM_DEVICES devices to split the population over" in out
+    assert "python -m experiments.ppo_cartpole sweep --grid learning_rate=" in out   # the library's examples
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "nothing to sweep: give --grid, --sample or --seeds N > 1"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--grid", "learning_rate"], "--grid 'learning_rate': expected FIELD=V1,V2,..."),
+    (["--sample", "learning_rate=log:0:1"], "need LOW < HIGH (and LOW > 0 for log)"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--devices", "2", "--num-devices", "4"],
+     "--devices 2 and --num-devices 4 disagree; give --num-devices"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--num-devices", "-1"], "--num-devices must be >= 1 (or 0: automatic), "
+                                                                     "got -1"),
+])
+def test_bad_sweep_input_exits_2_naming_it(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sweep_command(PPOConfig, None, argv, "x", prog="rljax sweep ppo")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "rljax sweep ppo: error: " in err and message in err, err
+
+
+def test_resume_needs_a_sweep_directory(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    with pytest.raises(SystemExit) as exit_:
+        sweep_command(PPOConfig, None, ["--resume", str(run)], "x", prog="prog")
+    assert exit_.value.code == 2
+    assert f"prog: error: --resume {run}: no sweep.json there" in capsys.readouterr().err
+
+
+def test_the_default_prog_is_the_experiment_modules(capsys):
+    with pytest.raises(SystemExit):
+        sweep_command(PPOConfig, None, ["--bogus"], "ppo_cartpole")
+    assert capsys.readouterr().err.startswith("python -m experiments.ppo_cartpole sweep: error: unrecognized")
