@@ -15,7 +15,6 @@ from experiments import pqn_cartpole
 from rljax.agents.base import epochs_of_minibatches, gradient_step, make_optimizer
 from rljax.agents.pqn import PQNBatch, PQNConfig, pqn_loss
 from rljax.core.networks import QNetwork
-from rljax.core.returns import gae
 from rljax.training.sweep import SweepSpec, run_sweep
 from rljax.store.tracking import read_metrics
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
