@@ -53,6 +53,7 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "td3_pendulum": ("experiments.td3_pendulum", dict(total_timesteps=3_000), "train"),
     "pqn_cartpole": ("experiments.pqn_cartpole", dict(total_timesteps=20_480), "train"),
     "pqn_sweep": ("experiments.pqn_cartpole", dict(total_timesteps=8_192), "sweep"),
+    "a2c_cartpole": ("experiments.a2c_cartpole", dict(total_timesteps=10_240), "train"),
 }
 # Data-parallel cases, run in a child process with 2 CPU devices.
 PARALLEL_CASES: dict[str, tuple[str, dict[str, Any], str]] = {

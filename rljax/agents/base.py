@@ -8,8 +8,9 @@ and maps it over devices; agents never know which backend runs them.
 
 The shared learning pieces: :func:`make_optimizer` (clip, Adam, step), :func:`gradient_step` (grad,
 average over devices, update), :func:`shuffled_minibatches` and :func:`epochs_of_minibatches`
-(PPO-style epochs over a batch). Off-policy algorithms also share a whole skeleton
-(:mod:`rljax.agents.offpolicy`).
+(PPO-style epochs over a batch), :func:`schedule_fraction` (how far a schedule has got). On-policy
+and off-policy algorithms each also share a whole skeleton (:mod:`rljax.agents.onpolicy`,
+:mod:`rljax.agents.offpolicy`).
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ import numpy as np
 import optax
 
 from rljax.core import wrappers
-from rljax.core.config import RunConfig, check_choice, check_env_steps_per_update, check_ints, check_sizes, field, require
+from rljax.core.config import RunConfig, check_choice, check_sizes, field
 from rljax.core.distributions import clip_to_space
 from rljax.env import describe_space, is_discrete, observation_spec
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.rollout import EpisodeSummary
 
-__all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon", "EncoderConfig", "OnPolicyConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput", "metric_names", "pmean", "psum", "desync",
-           "make_env_stack", "param_checksum", "space_dims", "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches"]
+__all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon",
+           "EncoderConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput",
+           "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum", "space_dims",
+           "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches", "schedule_fraction"]
 
 
 class UpdateOutput(NamedTuple):
@@ -368,6 +371,19 @@ def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: An
     return carry, jax.tree.map(jnp.mean, metrics)
 
 
+def schedule_fraction(done: jax.typing.ArrayLike, total: jax.typing.ArrayLike, span: Any) -> jax.Array:
+    """How far a schedule that runs over the first ``span`` of a run has got, float32 in [0, 1].
+
+    ``clip(done / max(span * total, 1), 0, 1)``, and 1 from the start when the span is empty
+    (``span * total == 0``). ``done`` and ``total`` count whole units (updates, or env steps) so
+    a span shorter than one unit is over after the first. E.g. a linear epsilon schedule is
+    ``start + schedule_fraction(...) * (end - start)``.
+    """
+    length = span * jnp.asarray(total).astype(jnp.float32)
+    fraction = jnp.clip(jnp.asarray(done).astype(jnp.float32) / jnp.maximum(length, 1.0), 0.0, 1.0)
+    return jnp.where(length > 0, fraction, 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig(RunConfig):
     """The observation-encoder fields every built-in algorithm's config has (structural), and their
@@ -383,49 +399,3 @@ class EncoderConfig(RunConfig):
         """Raises ``ValueError`` naming a bad ``encoder`` or ``cnn_channels`` and what is valid."""
         check_choice(self, "encoder", ENCODERS)
         check_sizes(self, "cnn_channels", allow_empty=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class OnPolicyConfig(EncoderConfig):
-    """The fields of an algorithm that learns from each fresh rollout in epochs of minibatches
-    (PPO, PQN), and their validation.
-
-    One update collects ``num_steps`` steps in each of ``num_envs`` envs (``env_steps_per_update``
-    samples in all), then takes ``num_epochs`` passes over them in ``num_minibatches`` minibatches
-    per pass (:func:`epochs_of_minibatches`; each device shuffles its own share). A subclass
-    redeclares a field to change its default (it keeps its place) and extends :meth:`validate`,
-    calling this one first.
-    """
-
-    num_steps: int = field(128, "steps per env per update (rollout length T)")
-    num_epochs: int = field(4, "passes over each rollout")
-    num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raises ``ValueError`` naming any inconsistent value and what would be valid: every
-        field's type (:func:`~rljax.core.config.check_types`), then that each device's share of the
-        rollout splits into whole minibatches and that the run holds at least one update."""
-        self.validate_run()
-        self.validate_encoder()
-        check_ints(self, ("num_steps", "num_epochs", "num_minibatches"))
-        batch = self.num_envs * self.num_steps
-        check_env_steps_per_update(batch, "num_envs * num_steps")
-        local = batch // self.num_devices
-        require(local % self.num_minibatches == 0,
-                f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
-                f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
-        require(self.total_timesteps >= batch,
-                f"total_timesteps={self.total_timesteps} is less than one update (num_envs * num_steps = {batch})")
-
-    @property
-    def env_steps_per_update(self) -> int:
-        """Env steps per update over all devices: ``num_envs * num_steps`` (the rollout batch)."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        """Samples per minibatch on one device."""
-        return self.env_steps_per_update // self.num_devices // self.num_minibatches

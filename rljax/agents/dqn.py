@@ -187,4 +187,4 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any, axis_name: str | None
         after_learning=update_target))
 
 
-register("dqn", DQNConfig, make_dqn)
+register("dqn", DQNConfig, make_dqn, fits=lambda env, env_params: discrete_actions(env, env_params, "DQN"))

@@ -1,4 +1,4 @@
-"""What off-policy agents (DQN, SAC) share: the config fields, the update skeleton, replay.
+"""What off-policy agents (DQN, SAC, TD3) share: the config fields, the update skeleton, replay.
 
 An off-policy algorithm is its networks, its losses and a short ``make_<algo>`` that hands them to
 :func:`make_offpolicy_agent`, with a config subclassing :class:`OffPolicyConfig` (see both).
@@ -43,7 +43,7 @@ from rljax.core import buffers
 
 from rljax.core import wrappers
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
-                               first_obs, make_env_stack, observation_normalizer)
+                               first_obs, make_env_stack, observation_normalizer, schedule_fraction)
 from rljax.core.config import (MAX_ENV_STEPS, require, check_env_steps_per_update, check_floats, check_ints,
                           field)
 from rljax.core.returns import n_step_transitions
@@ -420,11 +420,11 @@ class UpdateContext(NamedTuple):
     values: dict[str, jax.Array]
 
     def fraction(self, span: Any) -> jax.Array:
-        """``clip(steps_before / max(span * total_steps, 1), 0, 1)``: how far a schedule that runs
-        over the first ``span`` of the run (e.g. ``exploration_fraction``) has got, float32."""
-        done = self.steps_before.astype(jnp.float32)
-        total = self.total_steps.astype(jnp.float32)
-        return jnp.clip(done / jnp.maximum(span * total, 1.0), 0.0, 1.0)
+        """How far a schedule that runs over the first ``span`` of the run's env steps (e.g.
+        ``exploration_fraction``) has got before this update, float32 in [0, 1]:
+        :func:`~rljax.agents.base.schedule_fraction` of ``steps_before`` and ``total_steps`` (1 from
+        the start when the span is empty)."""
+        return schedule_fraction(self.steps_before, self.total_steps, span)
 
 
 class OffPolicyHooks(NamedTuple):

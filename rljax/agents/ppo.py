@@ -9,21 +9,19 @@ configuration.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, into_action_space, observation_normalizer, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
-                               first_obs, make_env_stack, make_optimizer, observation_layout, pmean, space_dims)
+from rljax.agents.base import Agent, make_optimizer, pmean, space_dims
+from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, actor_critic_act,
+                                   actor_critic_network, explained_variance, gae_targets, make_onpolicy_agent,
+                                   minibatch_epochs, sampling_policy)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
-from rljax.core.networks import ACTIVATIONS, ActorCritic
-from rljax.core.returns import gae
-from rljax.core.rollout import RolloutCarry, rollout
+from rljax.core.networks import ACTIVATIONS
 
 __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_optimizer", "ppo_learn",
            "explained_variance", "make_ppo"]
@@ -76,30 +74,10 @@ class PPOConfig(OnPolicyConfig):
 PPOHyperParams = hyperparams_class(PPOConfig)
 
 
-class PPOState(struct.PyTreeNode):
-    """Everything a PPO run needs to continue (one device's view).
-
-    Attributes:
-        params: actor-critic parameters (identical on every device).
-        opt_state: Adam state.
-        env_state: the wrapped, batched env state (episode stats and normalisers included).
-        obs: current observations ``[num_envs_local, *obs_shape]``.
-        key: this device's PRNG key.
-        hyperparams: traced hyperparameters.
-        env_params: the env params (traced, so a sweep can vary them per population member).
-        updates: int32, updates done so far.
-        num_updates: int32, updates in the whole run (for learning-rate annealing).
-    """
-
-    params: Any
-    opt_state: Any
-    env_state: Any
-    obs: Any
-    key: jax.Array
-    hyperparams: PPOHyperParams
-    env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+PPOState = OnPolicyState
+"""PPO's train state: the shared :class:`~rljax.agents.onpolicy.OnPolicyState` (actor-critic params,
+Adam state, env state with its normalisers, observations, key, hyperparameters, env params, update
+counters)."""
 
 
 class PPOBatch(NamedTuple):
@@ -218,37 +196,18 @@ def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hype
         ``(params, opt_state, metrics)`` with metrics averaged over all minibatch steps, plus
         ``grad_norm`` (before clipping).
     """
-    tx = ppo_optimizer(hyperparams, lr)
-    loss = functools.partial(ppo_loss, normalize_advantages=normalize_advantages, clip_value_loss=clip_value_loss,
-                             axis_name=axis_name)
+    def loss(params: Any, minibatch: PPOBatch) -> tuple[jax.Array, dict[str, jax.Array]]:
+        return ppo_loss(params, apply_fn, minibatch, hyperparams, normalize_advantages=normalize_advantages,
+                        clip_value_loss=clip_value_loss, axis_name=axis_name)
 
-    def minibatch_step(carry, mb: PPOBatch):
-        params, opt_state = carry
-        params, opt_state, m, grad_norm = gradient_step(loss, params, opt_state, tx, apply_fn, mb, hyperparams,
-                                                        axis_name=axis_name)
-        return (params, opt_state), {**pmean(m, axis_name), "grad_norm": grad_norm}
-
-    (params, opt_state), m = epochs_of_minibatches(minibatch_step, (params, opt_state), batch, key,
-                                                   num_epochs=num_epochs, num_minibatches=num_minibatches)
-    return params, opt_state, m
-
-
-def explained_variance(targets: jax.Array, values: jax.Array, axis_name: str | None = None) -> jax.Array:
-    """``1 - Var[targets - values] / max(Var[targets], 1e-8)``, the moments over all devices.
-
-    How much of the value targets' variance the behaviour values explain (1: all, 0: none, < 0:
-    worse than a constant); each mean is a :func:`~rljax.agents.base.pmean` of per-device means.
-    """
-    t_mean = pmean(jnp.mean(targets), axis_name)
-    var_t = pmean(jnp.mean(jnp.square(targets - t_mean)), axis_name)
-    resid = targets - values
-    r_mean = pmean(jnp.mean(resid), axis_name)
-    var_r = pmean(jnp.mean(jnp.square(resid - r_mean)), axis_name)
-    return 1.0 - var_r / jnp.maximum(var_t, 1e-8)
+    return minibatch_epochs(loss, params, opt_state, ppo_optimizer(hyperparams, lr), batch, key,
+                            num_epochs=num_epochs, num_minibatches=num_minibatches, axis_name=axis_name)
 
 
 def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
-    """Builds PPO's per-device program for ``env``.
+    """Builds PPO's per-device program for ``env`` (a ``Discrete`` or flat ``Box`` action space): the
+    on-policy skeleton (:func:`~rljax.agents.onpolicy.make_onpolicy_agent`) with the actor-critic's
+    sampling policy and :func:`ppo_learn` on GAE targets.
 
     Args:
         config: the config.
@@ -259,97 +218,38 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     Returns:
         An :class:`~rljax.agents.base.Agent`.
     """
-    num_local = config.num_envs // config.num_devices
-    discrete, action_dim = space_dims(env.action_space(env_params), "PPO")
-    network = ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
-                          activation=config.activation, shared_torso=config.shared_torso,
-                          obs_layout=observation_layout(config, env, env_params, "PPO"),
-                          cnn_channels=config.cnn_channels)
-    venv = make_env_stack(env, env_params, num_local, normalize_obs=config.normalize_obs,
-                          normalize_reward=config.normalize_reward, reward_gamma=config.gamma,
-                          axis_name=axis_name)
+    network = actor_critic_network(config, env, env_params, "PPO")
     apply_fn = network.apply
 
-    def with_gamma(env_state: Any, hyperparams: PPOHyperParams) -> Any:
-        # The reward normaliser discounts with the traced gamma of this state (a sweep member's, or
-        # the one PBT perturbed), not the config's Python float the env stack was built with.
-        return venv.set_gamma(env_state, hyperparams.gamma) if config.normalize_reward else env_state
-
-    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PPOHyperParams, env_params: Any
-             ) -> PPOState:
-        k_params, k_run = jax.random.split(key)
-        k_run = jax.random.fold_in(k_run, device_index)
-        k_env, k_state = jax.random.split(k_run)
-        obs, env_state = venv.reset(k_env, env_params)
-        env_state = with_gamma(env_state, hyperparams)
-        params = network.init(k_params, first_obs(obs))
-        opt_state = ppo_optimizer(hyperparams, hyperparams.learning_rate).init(params)
-        return PPOState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                        hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
-                        num_updates=jnp.int32(num_updates))
-
-    def update(state: PPOState) -> tuple[PPOState, UpdateOutput]:
-        hyperparams = state.hyperparams
-        key, k_roll, k_learn = jax.random.split(state.key, 3)
-        carry, traj, episodes = rollout(venv, state.env_params, _sampling_policy(apply_fn, state.params),
-                                        RolloutCarry(with_gamma(state.env_state, hyperparams), state.obs), k_roll,
-                                        config.num_steps)
-        batch, (values, targets) = _ppo_batch(apply_fn, state.params, traj, hyperparams)
-        if config.anneal_lr:
-            frac = 1.0 - state.updates.astype(jnp.float32) / state.num_updates.astype(jnp.float32)
-            lr = hyperparams.learning_rate * frac
-        else:
-            lr = hyperparams.learning_rate
+    def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
+        hyperparams = ctx.hyperparams
+        batch, (values, targets) = _ppo_batch(apply_fn, params, traj, hyperparams)
         params, opt_state, metrics = ppo_learn(
-            state.params, state.opt_state, batch, k_learn, hyperparams, lr, apply_fn,
+            params, opt_state, batch, key, hyperparams, ctx.learning_rate, apply_fn,
             num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
             normalize_advantages=config.normalize_advantages, clip_value_loss=config.clip_value_loss,
             axis_name=axis_name)
         # Of the value targets by the behaviour values, over all devices. On the [T, B] arrays: a
         # mean over the flat [T * B] copies may sum in another order (other float32 bits).
-        metrics["explained_variance"] = explained_variance(targets, values, axis_name)
-        metrics["learning_rate"] = lr
-        metrics["param_desync"] = desync(params, axis_name)
+        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values, axis_name)}
 
-        new_state = state.replace(params=params, opt_state=opt_state, env_state=carry.env_state,
-                                  obs=carry.obs, key=key, updates=state.updates + 1)
-        return new_state, UpdateOutput(metrics, episodes)
-
-    stats_of, normalize = observation_normalizer(venv)
-    to_space = into_action_space(env.action_space(env_params))
-
-    def policy(pp: PolicyParams, obs: jax.Array, key: Any, deterministic: bool) -> jax.Array:
-        dist, _ = apply_fn(pp.params, normalize(pp.obs_stats, obs))
-        return to_space(dist.mode() if deterministic else dist.sample(key))
-
-    return Agent(config=config, init=init, update=update,
-                 policy_params=lambda s: PolicyParams(s.params, stats_of(s.env_state), jnp.float32(0)),
-                 policy=policy, env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
-
-
-def _sampling_policy(apply_fn: Any, params: Any):
-    """The behaviour policy for :func:`rljax.core.rollout.rollout`: ``(key, obs) -> (action, log_prob)``."""
-    def sample(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        dist, _ = apply_fn(params, obs)
-        action = dist.sample(key)
-        return action, dist.log_prob(action)
-    return sample
+    return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
+        init_params=network.init, optimizer=ppo_optimizer,
+        behaviour=lambda params, ctx: sampling_policy(apply_fn, params), learn=learn,
+        act=actor_critic_act(apply_fn)), anneal_lr=config.anneal_lr, normalize_obs=config.normalize_obs,
+        normalize_reward=config.normalize_reward)
 
 
 def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParams
                ) -> tuple[PPOBatch, tuple[jax.Array, jax.Array]]:
     """The rollout ``traj`` (``[T, B]``, ``extras`` the log-probs) as a flat :class:`PPOBatch` ``[T * B]``
-    with GAE advantages and value targets that bootstrap through truncation, and ``(values,
-    targets)`` as ``[T, B]``."""
-    # One batched critic pass over [T, B] for both V(s_t) and V(true s_{t+1}).
-    values = apply_fn(params, traj.obs)[1]
-    next_values = apply_fn(params, traj.next_obs)[1]
-    advantages, targets = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
-                              hyperparams.gamma, hyperparams.gae_lambda)
+    with GAE advantages and value targets that bootstrap through truncation
+    (:func:`~rljax.agents.onpolicy.gae_targets`), and ``(values, targets)`` as ``[T, B]``."""
+    values, advantages, targets = gae_targets(apply_fn, params, traj, hyperparams.gamma, hyperparams.gae_lambda)
     flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
     batch = PPOBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(traj.extras), flat(values),
                      flat(advantages), flat(targets))
     return batch, (values, targets)
 
 
-register("ppo", PPOConfig, make_ppo)
+register("ppo", PPOConfig, make_ppo, fits=lambda env, env_params: space_dims(env.action_space(env_params), "PPO"))

@@ -6,8 +6,9 @@ Q-learning without a replay buffer or a target network. One update:
 1. a rollout of ``num_steps`` epsilon-greedy steps in each of ``num_envs`` vectorised envs
    (epsilon decays linearly from ``epsilon_start`` to ``epsilon_end`` over the first
    ``exploration_fraction`` of the run);
-2. Q(lambda) targets computed backwards over the rollout (:func:`q_lambda_targets`), bootstrapping
-   from ``max_a Q(next_obs, a)`` under the current parameters;
+2. Q(lambda) targets computed backwards over the rollout
+   (:func:`rljax.core.returns.q_lambda_targets`), bootstrapping from ``max_a Q(next_obs, a)`` under
+   the current parameters;
 3. ``num_epochs`` passes of ``num_minibatches`` Adam steps on ``0.5 * mean((Q(s, a) - G)^2)``.
 
 Stability without a target network comes from LayerNorm after each hidden Dense layer of the
@@ -25,16 +26,16 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from rljax.agents import register
-from rljax.agents.base import (Agent, OnPolicyConfig, PolicyParams, greedy_or_epsilon, UpdateOutput, desync, epochs_of_minibatches, gradient_step,
-                               discrete_actions, first_obs, make_env_stack, make_optimizer, observation_layout, pmean)
+from rljax.agents.base import Agent, discrete_actions, greedy_or_epsilon, make_optimizer, observation_layout, pmean
+from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, make_onpolicy_agent,
+                                   minibatch_epochs)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS, QNetwork
-from rljax.core.rollout import RolloutCarry, rollout
+from rljax.core.returns import q_lambda_targets
 
-__all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "q_lambda_targets", "pqn_loss", "make_pqn"]
+__all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "pqn_loss", "make_pqn"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,30 +83,9 @@ class PQNConfig(OnPolicyConfig):
 PQNHyperParams = hyperparams_class(PQNConfig)
 
 
-class PQNState(struct.PyTreeNode):
-    """Everything a PQN run needs to continue (one device's view).
-
-    Attributes:
-        params: Q-network parameters (identical on every device).
-        opt_state: Adam state.
-        env_state: the wrapped, batched env state (episode statistics included).
-        obs: current observations ``[num_envs_local, *obs_shape]``.
-        key: this device's PRNG key.
-        hyperparams: traced hyperparameters.
-        env_params: the env params (traced, so a sweep can vary them per member).
-        updates: int32, updates done so far.
-        num_updates: int32, updates in the whole run (epsilon and learning-rate schedules).
-    """
-
-    params: Any
-    opt_state: Any
-    env_state: Any
-    obs: Any
-    key: jax.Array
-    hyperparams: PQNHyperParams
-    env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+PQNState = OnPolicyState
+"""PQN's train state: the shared :class:`~rljax.agents.onpolicy.OnPolicyState` (Q-network params,
+Adam state, env state, observations, key, hyperparameters, env params, update counters)."""
 
 
 class PQNBatch(NamedTuple):
@@ -120,63 +100,6 @@ class PQNBatch(NamedTuple):
     obs: Any
     action: jax.Array
     target: jax.Array
-
-
-# ----- PQN -----
-
-
-def q_lambda_targets(rewards: jax.typing.ArrayLike, bootstrap: jax.typing.ArrayLike,
-                     terminated: jax.typing.ArrayLike, truncated: jax.typing.ArrayLike,
-                     gamma: float | jax.Array, lambda_: float | jax.Array) -> jax.Array:
-    """Q(lambda) returns over a rollout (Peng's: no trace cut at exploratory actions), episode-boundary aware.
-
-    The recursion of PQN (Gallici et al. 2024, Algorithm 1; ``purejaxql``'s ``_get_target``), with
-    ``boot_t = max_a Q(next_obs_t, a)`` the value of the *true* next observation (the final one
-    where an episode ended), computed backwards for ``t = T-1 .. 0``::
-
-        G_{T-1} = r_{T-1} + gamma * (1 - term_{T-1}) * boot_{T-1}            (rollout end)
-        G_t     = r_t                                           if term_t     (no bootstrap)
-        G_t     = r_t + gamma * boot_t                          if trunc_t    (cut, not ended)
-        G_t     = r_t + gamma * (lambda * G_{t+1} + (1 - lambda) * boot_t)    otherwise
-
-    Termination wins when both flags are set. In one line, with ``c_t = 1 - (term_t | trunc_t)``
-    for ``t < T-1`` and ``c_{T-1} = 0``:
-    ``G_t = r_t + gamma * (1 - term_t) * ((1 - lambda c_t) boot_t + lambda c_t G_{t+1})``.
-    ``lambda = 0`` gives one-step Q-learning targets ``r + gamma * (1 - term) * boot``;
-    ``lambda = 1`` gives the discounted return to the episode end, bootstrapped only where the
-    episode was cut (by truncation or the rollout's end).
-
-    Args:
-        rewards: float ``[T, B]`` or ``[T]``.
-        bootstrap: ``boot_t``, same shape.
-        terminated: bool (or 0/1), same shape.
-        truncated: bool (or 0/1), same shape.
-        gamma: discount, scalar in [0, 1] (Python float or traced).
-        lambda_: trace parameter, scalar in [0, 1].
-
-    Returns:
-        ``G`` ``[T, B]`` / ``[T]`` float (the dtype of ``rewards``/``bootstrap``, at least float32).
-    """
-    rewards, bootstrap = jnp.asarray(rewards), jnp.asarray(bootstrap)
-    dtype = jnp.promote_types(jnp.result_type(rewards, bootstrap), jnp.float32)
-    rewards, bootstrap = rewards.astype(dtype), bootstrap.astype(dtype)
-    terminated, truncated = jnp.asarray(terminated, bool), jnp.asarray(truncated, bool)
-    if not rewards.shape == bootstrap.shape == terminated.shape == truncated.shape or rewards.ndim not in (1, 2):
-        raise ValueError(f"q_lambda_targets: rewards, bootstrap, terminated, truncated must share one shape "
-                         f"[T] or [T, B]; got {rewards.shape}, {bootstrap.shape}, {terminated.shape}, "
-                         f"{truncated.shape}")
-    gamma, lambda_ = jnp.asarray(gamma, dtype), jnp.asarray(lambda_, dtype)
-    not_term = 1.0 - terminated.astype(dtype)
-    cont = (1.0 - (terminated | truncated).astype(dtype)).at[-1].set(0.0)
-
-    def step(next_return: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
-        r, boot, nt, c = xs
-        g = r + gamma * nt * ((1.0 - lambda_ * c) * boot + lambda_ * c * next_return)
-        return g, g
-
-    _, returns = jax.lax.scan(step, jnp.zeros(rewards.shape[1:], dtype), (rewards, bootstrap, not_term, cont),
-                              reverse=True)
-    return returns
 
 
 def pqn_loss(params: Any, apply_fn: Callable[[Any, jax.Array], jax.Array], batch: PQNBatch
@@ -199,15 +122,10 @@ def pqn_loss(params: Any, apply_fn: Callable[[Any, jax.Array], jax.Array], batch
     return loss, {"td_loss": loss, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td))}
 
 
-def _schedule_fraction(state: PQNState, span: jax.Array) -> jax.Array:
-    """``clip(updates / (span * num_updates), 0, 1)``: 1 from the start when the span is empty."""
-    total = span * state.num_updates.astype(jnp.float32)
-    done = state.updates.astype(jnp.float32)
-    return jnp.where(total > 0, jnp.clip(done / jnp.maximum(total, 1e-8), 0.0, 1.0), 1.0)
-
-
 def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
-    """Builds PQN's per-device program for a discrete-action ``env`` (see the module docstring).
+    """Builds PQN's per-device program for a discrete-action ``env`` (see the module docstring): the
+    on-policy skeleton (:func:`~rljax.agents.onpolicy.make_onpolicy_agent`) with an epsilon-greedy
+    behaviour policy and epochs of minibatches on Q(lambda) targets.
 
     Args:
         config: the config.
@@ -216,67 +134,40 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         axis_name: the device axis name when data-parallel, else None.
     """
     num_actions = discrete_actions(env, env_params, "PQN")
-    num_local = config.num_envs // config.num_devices
     network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes, activation=config.activation,
                        layer_norm=config.layer_norm, obs_layout=observation_layout(config, env, env_params, "PQN"),
                        cnn_channels=config.cnn_channels)
     q_fn = network.apply
-    venv = make_env_stack(env, env_params, num_local, axis_name=axis_name)
-    local_batch = num_local * config.num_steps
 
-    def init(key: jax.Array, device_index: Any, num_updates: int, hyperparams: PQNHyperParams,
-             env_params: Any) -> PQNState:
-        k_params, k_run = jax.random.split(key)
-        k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-        obs, env_state = venv.reset(k_env, env_params)
-        params = network.init(k_params, first_obs(obs))
-        opt_state = make_optimizer(hyperparams.learning_rate, hyperparams.max_grad_norm).init(params)
-        return PQNState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                        hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
-                        num_updates=jnp.int32(num_updates))
+    def schedule(ctx: OnPolicyContext) -> dict[str, jax.Array]:
+        hyperparams = ctx.hyperparams
+        frac = ctx.fraction(hyperparams.exploration_fraction)
+        return {"epsilon": hyperparams.epsilon_start + frac * (hyperparams.epsilon_end - hyperparams.epsilon_start)}
 
-    def epsilon_greedy(params: Any, epsilon: jax.Array):
+    def epsilon_greedy(params: Any, ctx: OnPolicyContext):
         def act(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, tuple]:
-            return greedy_or_epsilon(q_fn(params, obs), key, epsilon, deterministic=False), ()
+            return greedy_or_epsilon(q_fn(params, obs), key, ctx.values["epsilon"], deterministic=False), ()
         return act
 
-    def update(state: PQNState) -> tuple[PQNState, UpdateOutput]:
-        hyperparams = state.hyperparams
-        key, k_roll, k_learn = jax.random.split(state.key, 3)
-        frac = _schedule_fraction(state, hyperparams.exploration_fraction)
-        epsilon = hyperparams.epsilon_start + frac * (hyperparams.epsilon_end - hyperparams.epsilon_start)
-        carry, traj, episodes = rollout(venv, state.env_params, epsilon_greedy(state.params, epsilon),
-                                        RolloutCarry(state.env_state, state.obs), k_roll, config.num_steps)
+    def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
+        hyperparams = ctx.hyperparams
         # One batched pass over the true next observations [T, B] for every bootstrap value.
-        boot = jnp.max(q_fn(state.params, traj.next_obs), axis=-1)
+        boot = jnp.max(q_fn(params, traj.next_obs), axis=-1)
         targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
                                    hyperparams.gamma, hyperparams.q_lambda)
-        flat = lambda x: x.reshape((local_batch,) + x.shape[2:])  # noqa: E731
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
         batch = PQNBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(targets))
+        params, opt_state, metrics = minibatch_epochs(
+            lambda p, mb: pqn_loss(p, q_fn, mb), params, opt_state, ctx.optimizer, batch, key,
+            num_epochs=config.num_epochs, num_minibatches=config.num_minibatches, axis_name=axis_name)
+        return params, opt_state, {**metrics, "target_mean": pmean(jnp.mean(targets), axis_name)}
 
-        progress = state.updates.astype(jnp.float32) / state.num_updates.astype(jnp.float32)
-        lr = hyperparams.learning_rate * (1.0 - progress) if config.anneal_lr else hyperparams.learning_rate
-        optimizer = make_optimizer(lr, hyperparams.max_grad_norm)
-
-        def step(c: tuple[Any, Any], mb: PQNBatch):
-            params, opt_state, m, grad_norm = gradient_step(pqn_loss, *c, optimizer, q_fn, mb, axis_name=axis_name)
-            return (params, opt_state), {**pmean(m, axis_name), "grad_norm": grad_norm}
-
-        (params, opt_state), metrics = epochs_of_minibatches(
-            step, (state.params, state.opt_state), batch, k_learn, num_epochs=config.num_epochs,
-            num_minibatches=config.num_minibatches)
-        metrics = {**metrics, "epsilon": epsilon, "learning_rate": lr,
-                   "target_mean": pmean(jnp.mean(targets), axis_name), "param_desync": desync(params, axis_name)}
-        new_state = state.replace(params=params, opt_state=opt_state, env_state=carry.env_state, obs=carry.obs,
-                                  key=key, updates=state.updates + 1)
-        return new_state, UpdateOutput(metrics, episodes)
-
-    def policy(pp: PolicyParams, obs: jax.Array, key: Any, deterministic: bool) -> jax.Array:
-        return greedy_or_epsilon(q_fn(pp.params, obs), key, pp.exploration, deterministic)
-
-    return Agent(config=config, init=init, update=update,
-                 policy_params=lambda s: PolicyParams(s.params, None, s.hyperparams.epsilon_end), policy=policy,
-                 env_steps_per_update=config.env_steps_per_update, params_of=lambda s: s.params)
+    return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
+        init_params=network.init, optimizer=lambda hyperparams, lr: make_optimizer(lr, hyperparams.max_grad_norm),
+        behaviour=epsilon_greedy, learn=learn,
+        act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(q_fn(params, obs), key, epsilon,
+                                                                              deterministic),
+        exploration=lambda hyperparams: hyperparams.epsilon_end, schedule=schedule), anneal_lr=config.anneal_lr)
 
 
-register("pqn", PQNConfig, make_pqn)
+register("pqn", PQNConfig, make_pqn, fits=lambda env, env_params: discrete_actions(env, env_params, "PQN"))

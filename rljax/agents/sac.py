@@ -1,8 +1,9 @@
 """SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications") for Box actions.
 
 * Twin critics ``Q_1, Q_2`` on ``concat(obs, a_norm)`` (``a_norm``: the action rescaled to
-  ``[-1, 1]``) with Polyak-averaged targets; the TD target and the actor use their minimum (clipped
-  double Q, Fujimoto et al. 2018).
+  ``[-1, 1]``; :class:`rljax.core.networks.BoxCritic`, shared with TD3) with Polyak-averaged
+  targets; the TD target (:func:`rljax.core.returns.soft_td_target`) and the actor use their
+  minimum (clipped double Q, Fujimoto et al. 2018).
 * A tanh-squashed Gaussian actor (:class:`rljax.core.distributions.TanhGaussian`) whose bounds are the
   env's ``Box`` ``[low, high]``; ``log_std`` is squashed smoothly into ``[log_std_min, log_std_max]``.
 * Automatic entropy tuning: ``log alpha`` is learned so the policy's entropy tracks
@@ -36,11 +37,12 @@ from rljax.core.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats,
                           field, hyperparams_class, require)
 from rljax.core.distributions import TanhGaussian
 from rljax.env import describe_space
-from rljax.core.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
-from rljax.runtime.devices import serial_map
+from rljax.core.networks import (ACTIVATIONS, MLP, BoxCritic, LeafEncoding, ObsEncoder, init_actor_and_twin_critics,
+                                 twin_critic_apply)
+from rljax.core.returns import soft_td_target
 
-__all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor", "SACCritic",
-           "init_actor_and_twin_critics", "make_sac_networks", "soft_td_target", "sac_critic_loss", "sac_actor_loss",
+__all__ = ["SACConfig", "SACHyperParams", "SACLearner", "SACState", "SACNetworks", "SACActor",
+           "make_sac_networks", "sac_critic_loss", "sac_actor_loss",
            "sac_alpha_loss", "sac_learn_step", "sac_optimizers", "SACOptimizers", "init_learner", "make_sac"]
 
 
@@ -125,25 +127,6 @@ class SACActor(nn.Module):
         return mean, log_std
 
 
-class SACCritic(nn.Module):
-    """``(obs, a_norm) -> Q``: one critic, float ``[...]``; the twin pair is vmapped over params.
-
-    The observation goes through the critic's own ``encoder`` (``obs_layout``, see
-    :class:`rljax.core.networks.ObsEncoder`), whose features are concatenated with the action.
-    """
-
-    hidden_sizes: Sequence[int]
-    activation: str = "relu"
-    obs_layout: tuple[LeafEncoding, ...] = ()
-    cnn_channels: Sequence[int] = (16,)
-
-    @nn.compact
-    def __call__(self, obs: Any, action: jax.typing.ArrayLike) -> jax.Array:
-        features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
-        x = jnp.concatenate([features, jnp.asarray(action, jnp.float32)], axis=-1)
-        return MLP(self.hidden_sizes, self.activation, output_dim=1, output_gain=1.0)(x)[..., 0]
-
-
 class SACNetworks(NamedTuple):
     """The functions SAC's losses need, so a loss can be tested with fake networks.
 
@@ -165,16 +148,6 @@ class SACNetworks(NamedTuple):
     mode: Callable[[Any, Any], jax.Array]
 
 
-def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Array, obs: Any, action: jax.Array
-                                ) -> tuple[Any, Any]:
-    """``(actor_params, critic_params)``: the actor from one half of ``key``, the twin critics (a
-    leading ``[2]`` axis) from the other, initialised one after the other
-    (:func:`rljax.runtime.devices.serial_map`: a vmapped initialiser can deadlock XLA's CPU pool)."""
-    k_actor, k_critic = jax.random.split(key)
-    actor_params = actor.init(k_actor, obs)
-    return actor_params, serial_map(lambda k: critic.init(k, obs, action), jax.random.split(k_critic, 2))
-
-
 def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
                       hidden_sizes: Sequence[int], activation: str = "relu", log_std_min: float = -5.0,
                       log_std_max: float = 2.0, obs_layout: tuple[LeafEncoding, ...] = (),
@@ -184,17 +157,12 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     flat vector) with ``cnn_channels``."""
     low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
-    center, half = (high + low) / 2.0, (high - low) / 2.0
     actor = SACActor(action_dim, tuple(hidden_sizes), activation, log_std_min, log_std_max, tuple(obs_layout),
                      tuple(cnn_channels))
-    critic = SACCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
+    critic = BoxCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
 
     def init(key, obs, action):
         return init_actor_and_twin_critics(actor, critic, key, obs, action)
-
-    def critic_fn(params, obs, action):
-        # The critic sees the action rescaled to [-1, 1], whatever the env's units.
-        return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, (action - center) / half)
 
     def policy(params, obs):
         mean, log_std = actor.apply(params, obs)
@@ -206,7 +174,7 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     def mode(params, obs):
         return policy(params, obs).mode()
 
-    return SACNetworks(init=init, critic=critic_fn, policy=policy, sample=sample, mode=mode)
+    return SACNetworks(init=init, critic=twin_critic_apply(critic, low, high), policy=policy, sample=sample, mode=mode)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,34 +182,13 @@ def make_sac_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
 # ----------------------------------------------------------------------------------------------
 
 
-def soft_td_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array, next_log_prob: jax.Array,
-                   alpha: jax.Array) -> jax.Array:
-    """The soft (clipped double-Q) TD target.
-
-    ``y = r + discount * (min_i Q_targ_i(s', a') - alpha * log pi(a'|s'))``, ``a' ~ pi(.|s')``
-    (Haarnoja et al. 2018, eq. 3 with the soft value of eq. 3's ``V``; Fujimoto et al. 2018 for the
-    minimum). With n-step items ``r`` is the discounted n-step reward sum and ``discount`` is
-    ``gamma^m`` (0 after a termination, so nothing is bootstrapped past an episode's end).
-
-    Args:
-        reward: float ``[N]``.
-        discount: float ``[N]``.
-        next_q: float ``[2, N]``, the target critics at ``(s', a')``.
-        next_log_prob: float ``[N]``, ``log pi(a'|s')``.
-        alpha: float scalar, the entropy temperature.
-
-    Returns:
-        float ``[N]``.
-    """
-    return reward + discount * (jnp.min(next_q, axis=0) - alpha * next_log_prob)
-
-
 def sac_critic_loss(critic_params: Any, target_critic_params: Any, actor_params: Any, alpha: jax.Array,
                     nets: SACNetworks, items: ReplayItem, weights: jax.Array, key: jax.Array
                     ) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """The twin critics' soft Bellman residual (Haarnoja et al. 2018, eq. 5).
 
-    ``L_Q = mean_w( sum_{i=1,2} 0.5 (Q_i(s, a) - y)^2 )`` with ``y`` from :func:`soft_td_target`
+    ``L_Q = mean_w( sum_{i=1,2} 0.5 (Q_i(s, a) - y)^2 )`` with ``y`` from
+    :func:`rljax.core.returns.soft_td_target`
     (no gradient through ``y``) and ``mean_w`` the importance-weighted mean over valid items.
 
     Args:
@@ -488,4 +435,4 @@ def _synced(learner: SACLearner) -> Any:
     return (learner.actor_params, learner.critic_params, learner.log_alpha)
 
 
-register("sac", SACConfig, make_sac)
+register("sac", SACConfig, make_sac, fits=lambda env, env_params: bounded_box(env, env_params, "SAC"))

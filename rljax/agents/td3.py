@@ -2,10 +2,12 @@
 
 A deterministic actor for Box actions with three fixes over DDPG:
 
-* **Clipped double Q**: twin critics ``Q_1, Q_2`` on ``concat(obs, a_norm)`` (SAC's critic,
-  :class:`rljax.agents.sac.SACCritic`; ``a_norm`` the action rescaled to ``[-1, 1]``) with
-  Polyak-averaged targets; the TD target takes their minimum.
-* **Target policy smoothing**: the target action is the target actor's plus clipped Gaussian noise,
+* **Clipped double Q**: twin critics ``Q_1, Q_2`` on ``concat(obs, a_norm)`` (the critic SAC uses
+  too, :class:`rljax.core.networks.BoxCritic`; ``a_norm`` the action rescaled to ``[-1, 1]``) with
+  Polyak-averaged targets; the TD target takes their minimum
+  (:func:`rljax.core.returns.clipped_double_q_target`).
+* **Target policy smoothing** (:func:`rljax.core.returns.smoothed_target_action`): the target
+  action is the target actor's plus clipped Gaussian noise,
   ``a' = clip(mu'(s') + half * clip(policy_noise * eps, -noise_clip, noise_clip), low, high)``,
   ``eps ~ N(0, I)`` (the noise is in normalised ``[-1, 1]`` units, scaled by the box's half-width).
 * **Delayed policy updates**: the critics learn every gradient step; the actor and all targets
@@ -40,14 +42,15 @@ from rljax.agents import register
 from rljax.agents.base import Agent, bounded_box, gradient_step, make_optimizer, observation_layout, pmean
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, polyak)
-from rljax.agents.sac import SACCritic, init_actor_and_twin_critics
 from rljax.core.config import (TOTAL_TIMESTEPS_HELP, check_choice, check_floats, check_ints,
                           check_sizes, field, hyperparams_class)
-from rljax.core.networks import ACTIVATIONS, MLP, LeafEncoding, ObsEncoder
+from rljax.core.networks import (ACTIVATIONS, MLP, BoxCritic, LeafEncoding, ObsEncoder, init_actor_and_twin_critics,
+                                 twin_critic_apply)
+from rljax.core.returns import clipped_double_q_target, smoothed_target_action
 
-__all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "smoothed_target_action",
-           "td3_target", "td3_critic_loss", "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers",
-           "init_learner", "td3_learn_step", "exploration_action", "make_td3"]
+__all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "td3_critic_loss",
+           "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers", "init_learner", "td3_learn_step",
+           "exploration_action", "make_td3"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +148,7 @@ def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
     center, half = (high + low) / 2.0, (high - low) / 2.0
     actor = TD3Actor(action_dim, tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
-    critic = SACCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
+    critic = BoxCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
 
     def init(key, obs, action):
         return init_actor_and_twin_critics(actor, critic, key, obs, action)
@@ -153,10 +156,7 @@ def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
     def actor_fn(params, obs):
         return center + half * actor.apply(params, obs)
 
-    def critic_fn(params, obs, action):
-        return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, (action - center) / half)
-
-    return TD3Networks(init=init, actor=actor_fn, critic=critic_fn, low=low, high=high)
+    return TD3Networks(init=init, actor=actor_fn, critic=twin_critic_apply(critic, low, high), low=low, high=high)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -164,54 +164,14 @@ def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typi
 # ----------------------------------------------------------------------------------------------
 
 
-def smoothed_target_action(action: jax.Array, eps: jax.Array, low: jax.Array, high: jax.Array,
-                           policy_noise: jax.Array, noise_clip: jax.Array) -> jax.Array:
-    """Target policy smoothing (Fujimoto et al. 2018, eq. 15).
-
-    ``a' = clip(mu'(s') + half * clip(policy_noise * eps, -noise_clip, noise_clip), low, high)``
-    with ``half = (high - low) / 2``: the noise is drawn and clipped in normalised ``[-1, 1]``
-    units, so ``policy_noise`` and ``noise_clip`` mean the same on every box.
-
-    Args:
-        action: float ``[N, A]``, the target actor's action ``mu'(s')`` in env units.
-        eps: float ``[N, A]``, standard normal draws.
-        low: float ``[A]``.
-        high: float ``[A]``.
-        policy_noise: float scalar, the noise std (half-widths).
-        noise_clip: float scalar, the noise bound (half-widths).
-
-    Returns:
-        float ``[N, A]`` in ``[low, high]``.
-    """
-    noise = jnp.clip(policy_noise * eps, -noise_clip, noise_clip)
-    return jnp.clip(action + (high - low) / 2.0 * noise, low, high)
-
-
-def td3_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array) -> jax.Array:
-    """The clipped double-Q target (Fujimoto et al. 2018, eq. 10).
-
-    ``y = r + discount * min_i Q'_i(s', a')``. With n-step items ``r`` is the discounted n-step
-    reward sum and ``discount`` is ``gamma^m`` (0 after a termination: nothing is bootstrapped
-    past an episode's end; a truncated episode bootstraps from its final observation).
-
-    Args:
-        reward: float ``[N]``.
-        discount: float ``[N]``.
-        next_q: float ``[2, N]``, the target critics at ``(s', a')``.
-
-    Returns:
-        float ``[N]``.
-    """
-    return reward + discount * jnp.min(next_q, axis=0)
-
-
 def td3_critic_loss(critic_params: Any, target_critic_params: Any, target_actor_params: Any, nets: TD3Networks,
                     items: ReplayItem, weights: jax.Array, key: jax.Array, policy_noise: jax.Array,
                     noise_clip: jax.Array) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """The twin critics' squared TD error (Fujimoto et al. 2018, Algorithm 1).
 
-    ``L_Q = mean_w( sum_{i=1,2} (Q_i(s, a) - y)^2 )``, ``y`` from :func:`td3_target` at the smoothed
-    target action (:func:`smoothed_target_action` of the target actor), no gradient through ``y``;
+    ``L_Q = mean_w( sum_{i=1,2} (Q_i(s, a) - y)^2 )``, ``y`` the clipped double-Q target
+    (:func:`rljax.core.returns.clipped_double_q_target`) at the smoothed target action
+    (:func:`rljax.core.returns.smoothed_target_action` of the target actor), no gradient through ``y``;
     ``mean_w`` is the importance-weighted mean over valid items (weight 0: left out).
 
     Args:
@@ -233,7 +193,7 @@ def td3_critic_loss(critic_params: Any, target_critic_params: Any, target_actor_
     next_action = smoothed_target_action(mu, jax.random.normal(key, mu.shape, mu.dtype), nets.low, nets.high,
                                          policy_noise, noise_clip)
     next_q = nets.critic(target_critic_params, items.next_obs, next_action)
-    target = jax.lax.stop_gradient(td3_target(items.reward, items.discount, next_q))
+    target = jax.lax.stop_gradient(clipped_double_q_target(items.reward, items.discount, next_q))
     q = nets.critic(critic_params, items.obs, items.action)
     td = q - target[None]
     loss = masked_mean(jnp.sum(jnp.square(td), axis=0), weights)
@@ -414,4 +374,4 @@ def _td3_act(nets: TD3Networks, params: Any, obs: jax.Array, key: Any, explorati
     return exploration_action(mu, jax.random.normal(key, mu.shape), nets.low, nets.high, exploration_noise)
 
 
-register("td3", TD3Config, make_td3)
+register("td3", TD3Config, make_td3, fits=lambda env, env_params: bounded_box(env, env_params, "TD3"))

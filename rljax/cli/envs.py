@@ -5,10 +5,10 @@
     rljax envs            # rljax's own envs and every gymnax env; one line per optional suite
     rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid), when its extra is installed
 
-One line per env: its name (what ``--env`` takes), observation space, action space and the built-in
-algorithms whose action-space check accepts it (PPO: ``Discrete`` or a flat ``Box``; DQN and PQN:
-``Discrete``; SAC and TD3: a flat ``Box`` with finite bounds). The checks are the agents' own
-(:func:`rljax.agents.base.space_dims`, ``discrete_actions``, ``bounded_box``), run on the spaces
+One line per env: its name (what ``--env`` takes), observation space, action space and the
+registered algorithms whose action-space rule accepts it (PPO and A2C: ``Discrete`` or a flat
+``Box``; DQN and PQN: ``Discrete``; SAC and TD3: a flat ``Box`` with finite bounds). The rules are
+the ones each algorithm registers (``rljax.agents.register(..., fits=...)``), run on the spaces
 alone: building an env and asking for its spaces compiles nothing, so the whole list takes seconds.
 An env that cannot be built here is not listed as trainable: gymnax ids that need a download
 (:data:`rljax.core.registry.GYMNAX_UNAVAILABLE`) and any env whose construction fails are listed
@@ -20,56 +20,22 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ALGORITHM_FITS", "describe_env", "fitting_algorithms", "list_envs", "add_parser", "run"]
+__all__ = ["describe_env", "fitting_algorithms", "list_envs", "add_parser", "run"]
 
-
-def _ppo(env: Any, params: Any) -> None:
-    from rljax.agents.base import space_dims
-
-    space_dims(env.action_space(params), "PPO")
-
-
-def _q_learning(name: str) -> Callable[[Any, Any], None]:
-    def check(env: Any, params: Any) -> None:
-        from rljax.agents.base import discrete_actions
-
-        discrete_actions(env, params, name)
-
-    return check
-
-
-def _squashed(name: str) -> Callable[[Any, Any], None]:
-    def check(env: Any, params: Any) -> None:
-        from rljax.agents.base import bounded_box
-
-        bounded_box(env, params, name)
-
-    return check
-
-
-ALGORITHM_FITS: dict[str, Callable[[Any, Any], None]] = {
-    "ppo": _ppo, "dqn": _q_learning("DQN"), "pqn": _q_learning("PQN"), "sac": _squashed("SAC"), "td3": _squashed("TD3"),
-}
-"""Built-in algorithm -> the action-space check its builder runs (raises ``ValueError`` when the env
-does not fit). An algorithm registered from elsewhere is not listed: its builder says what it needs."""
 
 # The package each optional suite imports (rljax.suites.<prefix> needs it); checked without importing it.
 _SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid"}
 
 
 def fitting_algorithms(env: Any, params: Any) -> list[str]:
-    """The built-in algorithms (:data:`ALGORITHM_FITS`) whose action-space check accepts ``env``."""
-    fits = []
-    for name, check in ALGORITHM_FITS.items():
-        try:
-            check(env, params)
-        except ValueError:
-            continue
-        fits.append(name)
-    return fits
+    """The registered algorithms (:func:`rljax.agents.algorithms`, by name) whose action-space rule
+    accepts ``env`` (:func:`rljax.agents.fits_env`; one registered without a rule fits every env)."""
+    from rljax import agents
+
+    return [name for name in agents.algorithms() if agents.fits_env(name, env, params)]
 
 
 def describe_env(name: str) -> tuple[str, str, list[str]]:

@@ -6,6 +6,8 @@
 * :class:`MLP` -- the shared torso: ``Dense -> activation`` per hidden layer, orthogonal init.
 * :class:`ActorCritic` -- PPO's policy and value function, ``obs -> (distribution, value)``.
 * :class:`QNetwork` -- DQN's action values, ``obs -> Q[..., num_actions]``, optionally dueling.
+* :class:`BoxCritic` -- one action-value critic for Box actions, ``(obs, a_norm) -> Q``; SAC and
+  TD3 use a twin pair (:func:`init_actor_and_twin_critics`, :func:`twin_critic_apply`).
 
 Initialisation follows the "implementation details" of PPO that matter in practice (Engstrom et al.
 2020, "Implementation Matters in Deep Policy Gradients"; Andrychowicz et al. 2021, "What Matters in
@@ -19,7 +21,7 @@ Observations. The networks are told the shape of ONE observation (per leaf of it
 every axis before it as batch: a leaf of shape ``[*batch, *leaf_shape]`` for any ``batch``. Without
 a layout (``obs_layout=()``) the observation is a flat vector ``[..., obs_dim]``. Integer and bool
 observations are cast to float32. For a flat-vector observation the encoder is the identity and has
-no parameters, so the network is exactly the MLP it was before encoders existed.
+no parameters, so the network is exactly an MLP on the vector.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import jax.numpy as jnp
 
 from rljax.core.distributions import Categorical, DiagGaussian
 
-__all__ = ["ACTIVATIONS", "ENCODERS", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3", "ObsEncoder", "MLP",
-           "ActorCritic", "QNetwork"]
+__all__ = ["ACTIVATIONS", "ENCODERS", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3", "ObsEncoder",
+           "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply"]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": nn.tanh,
@@ -193,11 +195,10 @@ class Conv3x3(nn.Module):
     those of ``flax.linen.Conv(features, (3, 3), padding="VALID")`` with orthogonal weights (gain
     ``sqrt(2)``) and zero biases, and the outputs agree with it to float rounding.
 
-    Why not ``nn.Conv``: XLA's CPU convolution is fast alone but not inside a loop. Measured on a
-    2-core x86 VM with jax 0.10.2 (2026-12-01), 32 gradient steps of one 16-filter 3x3 conv on a
-    ``[1024, 10, 10, 4]`` batch in a ``lax.scan`` (as PPO's minibatch loop runs them) took 2.29 s
-    with ``nn.Conv`` and 0.071 s as patches times a matrix, while one such gradient outside a loop
-    took 9 ms either way; PPO on MinAtar with the CNN ran at 1.0k env steps/s with ``nn.Conv``.
+    Why not ``nn.Conv``: XLA's CPU convolution is fast alone but slow inside a loop. Inside a
+    ``lax.scan`` of gradient steps (as PPO's minibatch loop runs them) a convolution's gradient is
+    more than an order of magnitude slower than the same gradient as patches times a matrix, while
+    outside a loop the two take the same time.
     """
 
     features: int
@@ -448,3 +449,51 @@ class QNetwork(nn.Module):
         self.sow("intermediates", "value", value)
         self.sow("intermediates", "advantage", advantage)
         return value[..., None] + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+
+
+class BoxCritic(nn.Module):
+    """``(obs, a_norm) -> Q``: one action-value critic for Box actions, float ``[...]``.
+
+    The observation goes through the critic's own ``encoder`` (``obs_layout``, see
+    :class:`ObsEncoder`), whose features are concatenated with the action ``a_norm`` (rescaled to
+    ``[-1, 1]`` by the caller, :func:`twin_critic_apply`) before the MLP (value head gain 1). The twin
+    pair of SAC and TD3 is two parameter sets of this one module (a leading ``[2]`` axis).
+    """
+
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
+
+    @nn.compact
+    def __call__(self, obs: Any, action: jax.typing.ArrayLike) -> jax.Array:
+        features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
+        x = jnp.concatenate([features, jnp.asarray(action, jnp.float32)], axis=-1)
+        return MLP(self.hidden_sizes, self.activation, output_dim=1, output_gain=1.0)(x)[..., 0]
+
+
+def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Array, obs: Any, action: jax.Array
+                                ) -> tuple[Any, Any]:
+    """``(actor_params, critic_params)``: the actor from one half of ``key``, the twin critics (a
+    leading ``[2]`` axis) from the other.
+
+    ``obs`` is ``[1, ...]`` and ``action`` ``[1, A]``. The critics are initialised one after the
+    other (``lax.map``), never vmapped: a vmapped orthogonal initialiser becomes a batched LAPACK QR,
+    whose CPU kernel can deadlock XLA's intra-op thread pool.
+    """
+    k_actor, k_critic = jax.random.split(key)
+    actor_params = actor.init(k_actor, obs)
+    return actor_params, jax.lax.map(lambda args: critic.init(args[0], obs, action), (jax.random.split(k_critic, 2),))
+
+
+def twin_critic_apply(critic: nn.Module, low: jax.Array, high: jax.Array
+                      ) -> Callable[[Any, Any, jax.Array], jax.Array]:
+    """``critic_fn(critic_params [2, ...], obs [N, ...], action [N, A]) -> Q [2, N]``: the twin critics
+    on actions in env units, rescaled to ``[-1, 1]`` by the box ``[low, high]`` (float ``[A]``)
+    first, so the critics see the same scale whatever the env's units."""
+    center, half = (high + low) / 2.0, (high - low) / 2.0
+
+    def critic_fn(params: Any, obs: Any, action: jax.Array) -> jax.Array:
+        return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, (action - center) / half)
+
+    return critic_fn

@@ -1,4 +1,5 @@
-"""Value targets over time-major trajectories: GAE(lambda) and n-step returns.
+"""Value targets: GAE(lambda), n-step and Q(lambda) returns over time-major trajectories, and the
+one-step bootstrapped targets of the twin-critic methods (TD3's smoothed target, SAC's soft target).
 
 Data layout and contract
 ------------------------
@@ -21,9 +22,15 @@ When ``terminated`` and ``truncated`` are both true (allowed, as in Gymnasium), 
 no bootstrap. ``done_t = terminated_t | truncated_t`` stops every recursion from crossing into the
 next episode.
 
-Both functions are pure, accept ``gamma``/``lambda_`` as Python floats or traced scalars, and work
+Every function is pure, accepts ``gamma``/``lambda_`` as Python floats or traced scalars, and works
 with and without ``jax.jit``. They compute targets only; callers wrap them in
 ``jax.lax.stop_gradient`` if the values came from a differentiated forward pass.
+
+Replay targets (:func:`smoothed_target_action`, :func:`clipped_double_q_target`,
+:func:`soft_td_target`) work on batches of n-step replay items ``[N]`` instead of trajectories: the
+item's ``discount`` already folds in the episode boundary (``gamma^m`` after ``m`` steps, 0 after a
+termination; a truncated item keeps ``gamma^m`` and its ``next_obs`` is the final observation), so
+``discount * bootstrap`` is the whole of the terminated/truncated handling.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-__all__ = ["gae", "n_step_targets", "NStep", "n_step_transitions"]
+__all__ = ["gae", "n_step_targets", "NStep", "n_step_transitions", "q_lambda_targets", "smoothed_target_action",
+           "clipped_double_q_target", "soft_td_target"]
 
 
 def _float_dtype(*arrays: jax.Array) -> jnp.dtype:
@@ -272,3 +280,125 @@ def n_step_transitions(
         alive = alive & ~(terminated[k:k + out_t] | truncated[k:k + out_t])
     discounts = jnp.where(final_terminated, 0.0, gamma ** steps).astype(dtype)
     return NStep(returns, discounts, index)
+
+
+def q_lambda_targets(rewards: jax.typing.ArrayLike, bootstrap: jax.typing.ArrayLike,
+                     terminated: jax.typing.ArrayLike, truncated: jax.typing.ArrayLike,
+                     gamma: float | jax.Array, lambda_: float | jax.Array) -> jax.Array:
+    """Q(lambda) returns over a rollout (Peng's: no trace cut at exploratory actions), episode-boundary aware.
+
+    The recursion of PQN (Gallici et al. 2024, Algorithm 1; ``purejaxql``'s ``_get_target``), with
+    ``boot_t = max_a Q(next_obs_t, a)`` the value of the *true* next observation (the final one
+    where an episode ended), computed backwards for ``t = T-1 .. 0``::
+
+        G_{T-1} = r_{T-1} + gamma * (1 - term_{T-1}) * boot_{T-1}            (rollout end)
+        G_t     = r_t                                           if term_t     (no bootstrap)
+        G_t     = r_t + gamma * boot_t                          if trunc_t    (cut, not ended)
+        G_t     = r_t + gamma * (lambda * G_{t+1} + (1 - lambda) * boot_t)    otherwise
+
+    Termination wins when both flags are set. In one line, with ``c_t = 1 - (term_t | trunc_t)``
+    for ``t < T-1`` and ``c_{T-1} = 0``:
+    ``G_t = r_t + gamma * (1 - term_t) * ((1 - lambda c_t) boot_t + lambda c_t G_{t+1})``.
+    ``lambda = 0`` gives one-step Q-learning targets ``r + gamma * (1 - term) * boot``;
+    ``lambda = 1`` gives the discounted return to the episode end, bootstrapped only where the
+    episode was cut (by truncation or the rollout's end). With ``boot_t = V(next_obs_t)`` these are
+    GAE's lambda-returns (:func:`gae`'s ``targets``).
+
+    Args:
+        rewards: float ``[T, B]`` or ``[T]``.
+        bootstrap: ``boot_t``, same shape.
+        terminated: bool (or 0/1), same shape.
+        truncated: bool (or 0/1), same shape.
+        gamma: discount, scalar in [0, 1] (Python float or traced).
+        lambda_: trace parameter, scalar in [0, 1].
+
+    Returns:
+        ``G`` ``[T, B]`` / ``[T]`` float (the dtype of ``rewards``/``bootstrap``, at least float32).
+
+    Raises:
+        ValueError: the four arrays do not share one shape ``[T]`` or ``[T, B]``.
+    """
+    rewards, bootstrap = jnp.asarray(rewards), jnp.asarray(bootstrap)
+    dtype = jnp.promote_types(jnp.result_type(rewards, bootstrap), jnp.float32)
+    rewards, bootstrap = rewards.astype(dtype), bootstrap.astype(dtype)
+    terminated, truncated = jnp.asarray(terminated, bool), jnp.asarray(truncated, bool)
+    if not rewards.shape == bootstrap.shape == terminated.shape == truncated.shape or rewards.ndim not in (1, 2):
+        raise ValueError(f"q_lambda_targets: rewards, bootstrap, terminated, truncated must share one shape "
+                         f"[T] or [T, B]; got {rewards.shape}, {bootstrap.shape}, {terminated.shape}, "
+                         f"{truncated.shape}")
+    gamma, lambda_ = jnp.asarray(gamma, dtype), jnp.asarray(lambda_, dtype)
+    not_term = 1.0 - terminated.astype(dtype)
+    cont = (1.0 - (terminated | truncated).astype(dtype)).at[-1].set(0.0)
+
+    def step(next_return: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        r, boot, nt, c = xs
+        g = r + gamma * nt * ((1.0 - lambda_ * c) * boot + lambda_ * c * next_return)
+        return g, g
+
+    _, returns = jax.lax.scan(step, jnp.zeros(rewards.shape[1:], dtype), (rewards, bootstrap, not_term, cont),
+                              reverse=True)
+    return returns
+
+
+def smoothed_target_action(action: jax.Array, eps: jax.Array, low: jax.Array, high: jax.Array,
+                           policy_noise: jax.typing.ArrayLike, noise_clip: jax.typing.ArrayLike) -> jax.Array:
+    """TD3's target policy smoothing (Fujimoto et al. 2018, eq. 15): the action a target is bootstrapped at.
+
+    ``a' = clip(mu'(s') + half * clip(policy_noise * eps, -noise_clip, noise_clip), low, high)``
+    with ``half = (high - low) / 2``: the noise is drawn and clipped in normalised ``[-1, 1]``
+    units, so ``policy_noise`` and ``noise_clip`` mean the same on every box.
+
+    Args:
+        action: float ``[N, A]``, the target actor's action ``mu'(s')`` in env units.
+        eps: float ``[N, A]``, standard normal draws.
+        low: float ``[A]``, the box's lower bounds.
+        high: float ``[A]``, its upper bounds.
+        policy_noise: float scalar, the noise std (half-widths).
+        noise_clip: float scalar, the noise bound (half-widths).
+
+    Returns:
+        float ``[N, A]`` in ``[low, high]``.
+    """
+    noise = jnp.clip(policy_noise * eps, -noise_clip, noise_clip)
+    return jnp.clip(action + (high - low) / 2.0 * noise, low, high)
+
+
+def clipped_double_q_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array) -> jax.Array:
+    """TD3's clipped double-Q target (Fujimoto et al. 2018, eq. 10), bootstrapped from replay items.
+
+    ``y = r + discount * min_i Q'_i(s', a')``, ``a'`` the smoothed target action
+    (:func:`smoothed_target_action`). With n-step items ``r`` is the discounted n-step reward sum
+    and ``discount`` is ``gamma^m``, 0 after a termination (nothing is bootstrapped past an
+    episode's end); a truncated item keeps ``gamma^m`` and bootstraps from its final observation.
+
+    Args:
+        reward: float ``[N]``.
+        discount: float ``[N]``.
+        next_q: float ``[2, N]``, the twin target critics at ``(s', a')``.
+
+    Returns:
+        float ``[N]``.
+    """
+    return reward + discount * jnp.min(next_q, axis=0)
+
+
+def soft_td_target(reward: jax.Array, discount: jax.Array, next_q: jax.Array, next_log_prob: jax.Array,
+                   alpha: jax.typing.ArrayLike) -> jax.Array:
+    """SAC's soft clipped double-Q target, bootstrapped from replay items.
+
+    ``y = r + discount * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))``, ``a' ~ pi(.|s')``
+    (Haarnoja et al. 2018, eq. 3 with the soft value of eq. 3's ``V``; Fujimoto et al. 2018 for the
+    minimum). ``reward`` and ``discount`` as in :func:`clipped_double_q_target`: ``discount`` is 0
+    after a termination, ``gamma^m`` after ``m`` steps or a truncation.
+
+    Args:
+        reward: float ``[N]``.
+        discount: float ``[N]``.
+        next_q: float ``[2, N]``, the twin target critics at ``(s', a')``.
+        next_log_prob: float ``[N]``, ``log pi(a'|s')``.
+        alpha: float scalar, the entropy temperature.
+
+    Returns:
+        float ``[N]``.
+    """
+    return reward + discount * (jnp.min(next_q, axis=0) - alpha * next_log_prob)

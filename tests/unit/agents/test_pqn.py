@@ -1,4 +1,4 @@
-"""PQN: Q(lambda) targets and the loss by hand, the shared training pieces, probes (action values,
+"""PQN: the loss by hand (its Q(lambda) targets: tests/unit/core/test_returns.py), the shared training pieces, probes (action values,
 bootstrapping through truncation), config validation, CartPole end to end, a sweep, and resume."""
 
 from __future__ import annotations
@@ -13,58 +13,12 @@ import pytest
 import rljax
 from experiments import pqn_cartpole
 from rljax.agents.base import epochs_of_minibatches, gradient_step, make_optimizer
-from rljax.agents.pqn import PQNBatch, PQNConfig, pqn_loss, q_lambda_targets
+from rljax.agents.pqn import PQNBatch, PQNConfig, pqn_loss
 from rljax.core.networks import QNetwork
-from rljax.core.returns import gae
 from rljax.training.sweep import SweepSpec, run_sweep
 from rljax.store.tracking import read_metrics
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
 from tests.unit.store.test_checkpoint import assert_same_bits, strip
-
-R = [1.0, 2.0, 3.0, 4.0]
-BOOT = [10.0, 20.0, 30.0, 40.0]
-NO = [0, 0, 0, 0]
-
-
-def _g(term, trunc, lam, gamma=0.5, rewards=R, boot=BOOT):
-    return np.asarray(q_lambda_targets(jnp.array(rewards), jnp.array(boot), jnp.array(term), jnp.array(trunc),
-                                       gamma, lam))
-
-
-def test_q_lambda_targets_by_hand():
-    # gamma = lambda = 0.5. G_3 = 4 + 0.5 * 40 = 24; G_2 = 3 + 0.5 * (0.5 * 24 + 0.5 * 30) = 16.5;
-    # G_1 = 2 + 0.5 * (0.5 * 16.5 + 0.5 * 20) = 11.125; G_0 = 1 + 0.5 * (0.5 * 11.125 + 0.5 * 10).
-    np.testing.assert_allclose(_g(NO, NO, 0.5), [6.28125, 11.125, 16.5, 24.0])
-    # Terminated at t=1 (G_1 = r), truncated at t=2 (G_2 = r + gamma * boot, no trace through the cut).
-    np.testing.assert_allclose(_g([0, 1, 0, 0], [0, 0, 1, 0], 0.5), [1 + 0.5 * (0.5 * 2 + 0.5 * 10), 2, 18, 24])
-    # Termination at the rollout's last step: no bootstrap; both flags at t=2: termination wins.
-    np.testing.assert_allclose(_g([0, 0, 0, 1], NO, 0.5)[2:], [3 + 0.5 * (0.5 * 4 + 0.5 * 30), 4])
-    np.testing.assert_allclose(_g([0, 0, 1, 0], [0, 0, 1, 0], 0.5)[2], 3.0)
-    # lambda = 0: one-step Q-learning targets r + gamma * (1 - term) * boot, whatever the flags.
-    term, trunc = [0, 1, 0, 0], [0, 0, 1, 1]
-    np.testing.assert_allclose(_g(term, trunc, 0.0), np.array(R) + 0.5 * (1 - np.array(term)) * np.array(BOOT))
-    # lambda = 1 with every episode terminated: the discounted returns, the bootstrap never used.
-    np.testing.assert_allclose(_g([0, 1, 0, 1], NO, 1.0), [1 + 0.5 * 2, 2, 3 + 0.5 * 4, 4])
-    np.testing.assert_allclose(_g([0, 0, 0, 1], NO, 1.0, gamma=0.9)[0], sum(0.9 ** t * r for t, r in enumerate(R)))
-    # [T, B]: columns are independent.
-    both = q_lambda_targets(jnp.array([R, R]).T, jnp.array([BOOT, BOOT]).T, jnp.array([NO, [0, 1, 0, 0]]).T,
-                            jnp.array([NO, [0, 0, 1, 0]]).T, 0.5, 0.5)
-    np.testing.assert_allclose(np.asarray(both)[:, 1], _g([0, 1, 0, 0], [0, 0, 1, 0], 0.5))
-    with pytest.raises(ValueError, match="share one shape"):
-        q_lambda_targets(jnp.zeros(3), jnp.zeros(4), jnp.zeros(3), jnp.zeros(3), 0.9, 0.9)
-
-
-def test_q_lambda_targets_are_gae_lambda_returns():
-    # With boot_t = V(next_obs_t) and V(s_{t+1}) = boot_t inside episodes, Q(lambda) targets are GAE's
-    # lambda-returns (advantages + values): the same recursion, cut the same way at episode ends.
-    k = jax.random.split(jax.random.key(0), 4)
-    t, b = 12, 5
-    rewards, boot = jax.random.normal(k[0], (t, b)), jax.random.normal(k[1], (t, b))
-    term, trunc = jax.random.bernoulli(k[2], 0.2, (t, b)), jax.random.bernoulli(k[3], 0.2, (t, b))
-    values = jnp.concatenate([jnp.zeros((1, b)), jnp.where(term | trunc, 7.0, boot)[:-1]])
-    _, lambda_returns = gae(rewards, values, boot, term, trunc, 0.9, 0.7)
-    np.testing.assert_allclose(q_lambda_targets(rewards, boot, term, trunc, 0.9, 0.7), lambda_returns, atol=1e-5)
-
 
 def _linear_q(w, obs):
     return obs @ w  # one-hot observations pick rows of W

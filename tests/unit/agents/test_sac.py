@@ -18,7 +18,7 @@ import envs
 import rljax
 from rljax.agents.offpolicy import ReplayItem
 from rljax.agents.sac import (SACConfig, SACNetworks, make_sac, make_sac_networks, sac_actor_loss, sac_alpha_loss,
-                              sac_critic_loss, soft_td_target)
+                              sac_critic_loss)
 from rljax.core.distributions import TanhGaussian
 from tests.conftest import cpu_subprocess_env
 
@@ -43,18 +43,6 @@ def _items(reward, discount, valid=None):
     return ReplayItem(obs=jnp.zeros((n, 1)), action=jnp.zeros((n, 1)), reward=jnp.asarray(reward, jnp.float32),
                       discount=jnp.asarray(discount, jnp.float32), next_obs=jnp.zeros((n, 1)),
                       valid=jnp.ones((n,), bool) if valid is None else jnp.asarray(valid))
-
-
-def test_soft_td_target_by_hand():
-    # Items: terminated (discount 0), a full step (gamma), a truncated step (gamma: bootstraps from
-    # the final observation, the n-step item's next_obs).
-    reward = jnp.array([1.0, 2.0, 0.5])
-    discount = jnp.array([0.0, GAMMA, GAMMA])
-    next_q = jnp.array([[3.0, 1.0, 2.0], [1.0, 4.0, -1.0]])    # min over the twins: [1, 1, -1]
-    next_log_prob = jnp.array([-1.0, 0.5, 2.0])
-    y = soft_td_target(reward, discount, next_q, next_log_prob, jnp.float32(0.2))
-    # y = r + d * (min Q - 0.2 log pi): [1, 2 + 0.99 * (1 - 0.1), 0.5 + 0.99 * (-1 - 0.4)]
-    np.testing.assert_allclose(y, [1.0, 2.0 + GAMMA * 0.9, 0.5 + GAMMA * -1.4], rtol=1e-6)
 
 
 def test_critic_loss_by_hand_with_fake_networks():

@@ -1,5 +1,5 @@
-"""TD3: the smoothed target, TD target and losses by hand, the policy delay, config validation, a
-continuous probe, a short Pendulum run that must clearly learn, and a bit-identical resume."""
+"""TD3: the exploration action and losses by hand (its targets: tests/unit/core/test_returns.py), the
+policy delay, config validation, a continuous probe, a short Pendulum run that must clearly learn, and a bit-identical resume."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rljax.agents import algorithms
 from rljax.agents.offpolicy import ReplayItem
 from rljax.env import Box
 from rljax.agents.td3 import (TD3Config, TD3Networks, exploration_action, init_learner, make_td3, make_td3_networks,
-                              smoothed_target_action, td3_actor_loss, td3_critic_loss, td3_learn_step, td3_target)
+                              td3_actor_loss, td3_critic_loss, td3_learn_step)
 
 GAMMA = 0.99
 
@@ -28,25 +28,14 @@ def _items(reward, discount, n_act=1):
                       valid=jnp.ones((n,), bool))
 
 
-def test_smoothed_target_action_clips_the_noise_then_the_box():
-    # Box [-2, 2] x [0, 1]: half-widths [2, 0.5]; policy_noise 0.2, noise_clip 0.5 (half-widths).
+def test_exploration_action_scales_the_noise_by_the_box_and_clips():
+    # Box [-2, 2] x [0, 1]: half-widths [2, 0.5]; exploration_noise 0.1 (half-widths), no noise clip.
     low, high = jnp.array([-2.0, 0.0]), jnp.array([2.0, 1.0])
     mu = jnp.array([[0.0, 0.5], [1.8, 0.9], [0.0, 0.5]])
-    eps = jnp.array([[1.0, -1.0],     # noise 0.2 * eps = [0.2, -0.2] -> [+0.4, -0.1] in env units
-                     [1.0, 1.0],      # [+0.4, +0.1]: 2.2 and 1.0 -> box-clipped to 2.0, 1.0
-                     [10.0, -10.0]])  # [2, -2] -> noise-clipped to [0.5, -0.5] -> [+1.0, -0.25]
-    a = smoothed_target_action(mu, eps, low, high, jnp.float32(0.2), jnp.float32(0.5))
-    np.testing.assert_allclose(a, [[0.4, 0.4], [2.0, 1.0], [1.0, 0.25]], rtol=1e-6)
-    # The exploration action: the same scaling, no noise clip, clipped to the box.
+    eps = jnp.array([[1.0, -1.0], [1.0, 1.0], [10.0, -10.0]])
+    # 0.1 * eps * half: [0.2, -0.05], [0.2, 0.05] (1.8 + 0.2 = 2.0), [2, -0.5] -> 2.0 and 0.0 after the box clip.
     b = exploration_action(mu, eps, low, high, jnp.float32(0.1))
     np.testing.assert_allclose(b, [[0.2, 0.45], [2.0, 0.95], [2.0, 0.0]], rtol=1e-6)
-
-
-def test_td3_target_takes_the_min_of_the_twins_and_stops_at_termination():
-    reward = jnp.array([1.0, 2.0, 0.5])
-    discount = jnp.array([0.0, GAMMA, GAMMA])                  # terminated, full step, truncated step
-    next_q = jnp.array([[3.0, 1.0, 2.0], [1.0, 4.0, -1.0]])   # min over the twins: [1, 1, -1]
-    np.testing.assert_allclose(td3_target(reward, discount, next_q), [1.0, 2.0 + GAMMA, 0.5 - GAMMA], rtol=1e-6)
 
 
 def _fake_nets(q_of):

@@ -385,3 +385,22 @@ def test_q_network_dueling_identity():
     np.testing.assert_allclose(q.mean(-1), value, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(q - value[:, None], advantage - advantage.mean(-1, keepdims=True),
                                rtol=1e-5, atol=1e-4)
+
+
+def test_twin_box_critics_share_one_module_and_rescale_actions_to_the_box():
+    from rljax.core.networks import BoxCritic, init_actor_and_twin_critics, twin_critic_apply
+
+    actor, critic = MLP((4,), "relu", output_dim=1), BoxCritic((8,))
+    obs, action = jnp.ones((1, 3)), jnp.zeros((1, 1))
+    actor_params, critic_params = init_actor_and_twin_critics(actor, critic, jax.random.key(0), obs, action)
+    # The checkpointed tree: one MLP per critic (no encoder parameters for a vector), a leading [2] axis.
+    assert set(critic_params["params"]) == {"MLP_0"}
+    kernel = critic_params["params"]["MLP_0"]["hidden_0"]["kernel"]
+    assert kernel.shape == (2, 3 + 1, 8) and not np.allclose(kernel[0], kernel[1])
+    assert set(actor_params["params"]) == {"hidden_0", "output"}
+    # Box [0, 4]: centre 2, half-width 2, so env action 3 is seen as 0.5 by each critic.
+    critic_fn = twin_critic_apply(critic, jnp.array([0.0]), jnp.array([4.0]))
+    q = critic_fn(critic_params, jnp.ones((5, 3)), jnp.full((5, 1), 3.0))
+    assert q.shape == (2, 5)
+    one = jax.tree.map(lambda x: x[1], critic_params)
+    np.testing.assert_allclose(q[1], critic.apply(one, jnp.ones((5, 3)), jnp.full((5, 1), 0.5)), rtol=1e-6)

@@ -1,4 +1,5 @@
-"""Tests for rljax.core.returns: hand-computed GAE / n-step cases plus loop references on random data."""
+"""Tests for rljax.core.returns: hand-computed GAE / n-step / Q(lambda) cases plus loop references on random
+data, and the replay targets of TD3 (smoothed, clipped double Q) and SAC (soft) by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.core.returns import gae, n_step_targets, n_step_transitions
+from rljax.core.returns import (clipped_double_q_target, gae, n_step_targets, n_step_transitions, q_lambda_targets,
+                                smoothed_target_action, soft_td_target)
 
 GAMMA = 0.9
 LAMBDA = 0.8  # gamma * lambda = 0.72
@@ -349,3 +351,86 @@ def test_n_step_transitions_agree_with_n_step_targets():
     np.testing.assert_allclose(ns.returns + ns.discounts * boot, targets[: T - n + 1], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="larger than the window"):
         n_step_transitions(r[:2], term[:2], trunc[:2], gamma, 3)
+
+
+# ----- Q(lambda) (PQN's targets) -----
+
+R = [1.0, 2.0, 3.0, 4.0]
+BOOT = [10.0, 20.0, 30.0, 40.0]
+NO = [0, 0, 0, 0]
+
+
+def _g(term, trunc, lam, gamma=0.5, rewards=R, boot=BOOT):
+    return np.asarray(q_lambda_targets(jnp.array(rewards), jnp.array(boot), jnp.array(term), jnp.array(trunc),
+                                       gamma, lam))
+
+
+def test_q_lambda_targets_by_hand():
+    # gamma = lambda = 0.5. G_3 = 4 + 0.5 * 40 = 24; G_2 = 3 + 0.5 * (0.5 * 24 + 0.5 * 30) = 16.5;
+    # G_1 = 2 + 0.5 * (0.5 * 16.5 + 0.5 * 20) = 11.125; G_0 = 1 + 0.5 * (0.5 * 11.125 + 0.5 * 10) = 6.28125.
+    np.testing.assert_allclose(_g(NO, NO, 0.5), [6.28125, 11.125, 16.5, 24.0])
+    # Terminated at t=1 (G_1 = r), truncated at t=2 (G_2 = r + gamma * boot = 3 + 15, no trace through the cut).
+    np.testing.assert_allclose(_g([0, 1, 0, 0], [0, 0, 1, 0], 0.5), [1 + 0.5 * (0.5 * 2 + 0.5 * 10), 2, 18, 24])
+    # Termination at the rollout's last step: no bootstrap; both flags at t=2: termination wins.
+    np.testing.assert_allclose(_g([0, 0, 0, 1], NO, 0.5)[2:], [3 + 0.5 * (0.5 * 4 + 0.5 * 30), 4])
+    np.testing.assert_allclose(_g([0, 0, 1, 0], [0, 0, 1, 0], 0.5)[2], 3.0)
+    # lambda = 0: one-step Q-learning targets r + gamma * (1 - term) * boot, whatever the flags.
+    term, trunc = [0, 1, 0, 0], [0, 0, 1, 1]
+    np.testing.assert_allclose(_g(term, trunc, 0.0), np.array(R) + 0.5 * (1 - np.array(term)) * np.array(BOOT))
+    # lambda = 1 with every episode terminated: the discounted returns, the bootstrap never used.
+    np.testing.assert_allclose(_g([0, 1, 0, 1], NO, 1.0), [1 + 0.5 * 2, 2, 3 + 0.5 * 4, 4])
+    np.testing.assert_allclose(_g([0, 0, 0, 1], NO, 1.0, gamma=0.9)[0], sum(0.9 ** t * r for t, r in enumerate(R)))
+    # [T, B]: columns are independent.
+    both = q_lambda_targets(jnp.array([R, R]).T, jnp.array([BOOT, BOOT]).T, jnp.array([NO, [0, 1, 0, 0]]).T,
+                            jnp.array([NO, [0, 0, 1, 0]]).T, 0.5, 0.5)
+    np.testing.assert_allclose(np.asarray(both)[:, 1], _g([0, 1, 0, 0], [0, 0, 1, 0], 0.5))
+    with pytest.raises(ValueError, match="share one shape"):
+        q_lambda_targets(jnp.zeros(3), jnp.zeros(4), jnp.zeros(3), jnp.zeros(3), 0.9, 0.9)
+
+
+def test_q_lambda_targets_are_gae_lambda_returns():
+    # With boot_t = V(next_obs_t) and V(s_{t+1}) = boot_t inside episodes, Q(lambda) targets are GAE's
+    # lambda-returns (advantages + values): the same recursion, cut the same way at episode ends.
+    k = jax.random.split(jax.random.key(0), 4)
+    t, b = 12, 5
+    rewards, boot = jax.random.normal(k[0], (t, b)), jax.random.normal(k[1], (t, b))
+    term, trunc = jax.random.bernoulli(k[2], 0.2, (t, b)), jax.random.bernoulli(k[3], 0.2, (t, b))
+    values = jnp.concatenate([jnp.zeros((1, b)), jnp.where(term | trunc, 7.0, boot)[:-1]])
+    _, lambda_returns = gae(rewards, values, boot, term, trunc, 0.9, 0.7)
+    np.testing.assert_allclose(q_lambda_targets(rewards, boot, term, trunc, 0.9, 0.7), lambda_returns, atol=1e-5)
+
+
+# ----- replay targets of the twin-critic methods (items: terminated, a full step, a truncated step) -----
+
+REPLAY_GAMMA = 0.99
+REWARD = jnp.array([1.0, 2.0, 0.5])
+# discount = gamma^m, 0 after a termination; a truncated item keeps gamma (it bootstraps from its final obs).
+DISCOUNT = jnp.array([0.0, REPLAY_GAMMA, REPLAY_GAMMA])
+NEXT_Q = jnp.array([[3.0, 1.0, 2.0], [1.0, 4.0, -1.0]])   # the twins; their min: [1, 1, -1]
+
+
+def test_smoothed_target_action_clips_the_noise_then_the_box():
+    # Box [-2, 2] x [0, 1]: half-widths [2, 0.5]; policy_noise 0.2, noise_clip 0.5 (half-widths).
+    low, high = jnp.array([-2.0, 0.0]), jnp.array([2.0, 1.0])
+    mu = jnp.array([[0.0, 0.5], [1.8, 0.9], [0.0, 0.5]])
+    eps = jnp.array([[1.0, -1.0],     # noise 0.2 * eps = [0.2, -0.2] -> [+0.4, -0.1] in env units
+                     [1.0, 1.0],      # [+0.4, +0.1]: 2.2 and 1.0 -> box-clipped to 2.0, 1.0
+                     [10.0, -10.0]])  # [2, -2] -> noise-clipped to [0.5, -0.5] -> [+1.0, -0.25]
+    a = smoothed_target_action(mu, eps, low, high, jnp.float32(0.2), jnp.float32(0.5))
+    np.testing.assert_allclose(a, [[0.4, 0.4], [2.0, 1.0], [1.0, 0.25]], rtol=1e-6)
+
+
+def test_clipped_double_q_target_takes_the_min_of_the_twins_and_stops_at_termination():
+    # y = r + d * min Q': [1 + 0 * 1, 2 + 0.99 * 1, 0.5 + 0.99 * (-1)] = [1, 2.99, -0.49]
+    np.testing.assert_allclose(clipped_double_q_target(REWARD, DISCOUNT, NEXT_Q), [1.0, 2.99, -0.49], rtol=1e-6)
+
+
+def test_soft_td_target_by_hand():
+    next_log_prob = jnp.array([-1.0, 0.5, 2.0])
+    # y = r + d * (min Q' - 0.2 log pi): [1 + 0, 2 + 0.99 * (1 - 0.1), 0.5 + 0.99 * (-1 - 0.4)]
+    #   = [1, 2.891, -0.886]
+    y = soft_td_target(REWARD, DISCOUNT, NEXT_Q, next_log_prob, jnp.float32(0.2))
+    np.testing.assert_allclose(y, [1.0, 2.891, -0.886], rtol=1e-6)
+    # alpha = 0: the clipped double-Q target.
+    np.testing.assert_allclose(soft_td_target(REWARD, DISCOUNT, NEXT_Q, next_log_prob, 0.0),
+                               clipped_double_q_target(REWARD, DISCOUNT, NEXT_Q), rtol=1e-6)
