@@ -17,6 +17,7 @@ import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.cli.main import build_parser, config_from_args
 from rljax.store.tracking import REQUIRED_KEYS, Tracker, config_hash, read_metrics
+from tests.support.env_doc import load_doc_example
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = dict(num_envs=4, num_steps=32, num_epochs=1, num_minibatches=2, hidden_sizes=(16,))
@@ -143,8 +144,6 @@ def test_experiment_module_end_to_end(tmp_path):
 
 def test_train_on_the_documented_user_env():
     """The README / docs/env_api.md example env trains through the public API."""
-    from tests.integration.test_env_api_doc import load_doc_example
-
     ns = load_doc_example()
     env = ns["PointMass"]()
     cfg = PPOConfig(total_timesteps=8 * 64 * 40, num_envs=8, num_steps=64, learning_rate=1e-3,

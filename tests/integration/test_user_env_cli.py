@@ -22,7 +22,7 @@ import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
 from rljax.store.tracking import read_metrics
-from tests.unit.store.test_checkpoint import _final_leaves, sigterm_after_progress, strip
+from tests.support.runs import final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -142,7 +142,7 @@ def test_an_env_object_is_recorded_by_name_and_resumes_from_the_cli(user_module,
     assert json.loads((cut / "config.json").read_text())["env"] == f"{name}:LineWalk"
     resumed = _cli(["resume", str(cut), "--quiet", "--no-compile-cache"], cwd=project)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = _final_leaves(tmp_path / "full"), _final_leaves(cut)
+    a, b = final_leaves(tmp_path / "full"), final_leaves(cut)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(cut)) == strip(full.rows) and len(full.rows) == 4
 
@@ -189,7 +189,7 @@ def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, 
                               "--total-timesteps", str(total), "--quiet"], env=_env_vars(), cwd=project,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
+    a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     rows = read_metrics(run)
     assert len(rows) == len(cut_rows) + 3
@@ -406,7 +406,7 @@ def test_a_run_saved_before_env_records_resumes_from_python_as_before(user_modul
     assert mid.preempted == "on_chunk"
     rest = rljax.train(config, env=module.LineWalk(), run_dir=run, resume=True, quiet=True, checkpoint_every=1,
                        handle_signals=False)
-    a, b = _final_leaves(tmp_path / "full"), _final_leaves(run)
+    a, b = final_leaves(tmp_path / "full"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(run)) == strip(full.rows)
     assert rest.timings["start_chunk"] == 3

@@ -19,7 +19,7 @@ from rljax.core.returns import gae
 from rljax.training.sweep import SweepSpec, run_sweep
 from rljax.store.tracking import read_metrics
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
-from tests.unit.store.test_checkpoint import assert_same_bits, strip
+from tests.support.runs import assert_same_bits, strip
 
 R = [1.0, 2.0, 3.0, 4.0]
 BOOT = [10.0, 20.0, 30.0, 40.0]
