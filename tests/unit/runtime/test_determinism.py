@@ -13,7 +13,7 @@ import jax
 import pytest
 
 import rljax
-from rljax.cli.main import process
+from rljax.cli import process
 from rljax.agents.ppo import PPOConfig
 from rljax.training.loop import RunOptions
 from rljax.training.sweep import SweepSpec, run_sweep
