@@ -250,16 +250,6 @@ def test_the_working_directory_is_importable_without_being_on_sys_path(user_modu
     assert type(env).__name__ == "LineWalk" and str(project) in sys.path
 
 
-def test_env_kwargs_are_python_literals_or_strings():
-    from rljax.core.registry import parse_env_kwargs
-
-    assert parse_env_kwargs(["size=8", "rate=0.5", "mode=hard", "on=true", "off=False", "shape=(2, 3)",
-                             "name='x'", "size=9"]) == \
-        {"size": 9, "rate": 0.5, "mode": "hard", "on": True, "off": False, "shape": (2, 3), "name": "x"}
-    with pytest.raises(ValueError, match=r"--env-kwarg 'size': expected NAME=VALUE"):
-        parse_env_kwargs(["size"])
-
-
 def _main(argv, capsys):
     from rljax.cli.main import main
 

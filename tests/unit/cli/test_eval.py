@@ -1,5 +1,6 @@
-"""``rljax eval``: ``--env-param`` parsing, and the command end to end on a tiny trained run (a single
-run and a sweep member). The report's statistics and files: tests/unit/policy/test_report.py."""
+"""``rljax eval``: the command end to end on a tiny trained run (a single
+run and a sweep member). The report's statistics and files: tests/unit/policy/test_report.py;
+``--env-param`` parsing: tests/unit/core/test_registry.py."""
 
 from __future__ import annotations
 
@@ -9,48 +10,7 @@ import pytest
 
 import rljax
 from rljax.policy import report
-from rljax.cli.eval import eval_dir, parse_env_params
-
-
-def test_env_param_overrides_are_cast_to_the_field_type():
-    _, params = rljax.make("CartPole-v1")
-    new, overrides = parse_env_params(["length=0.7", "max_steps_in_episode=2e2", "gravity = 3"], params)
-    assert overrides == {"length": 0.7, "max_steps_in_episode": 200, "gravity": 3.0}
-    assert new.length == 0.7 and new.max_steps_in_episode == 200 and isinstance(new.max_steps_in_episode, int)
-    assert isinstance(new.gravity, float) and new.masscart == params.masscart
-    assert parse_env_params([], params) == (params, {})
-    # params restored from a checkpoint hold arrays: an override keeps the array's dtype
-    import jax.numpy as jnp
-
-    arrays = params.replace(length=jnp.float32(0.5), max_steps_in_episode=jnp.int32(500))
-    new, _ = parse_env_params(["length=0.25", "max_steps_in_episode=100"], arrays)
-    assert new.length.dtype == jnp.float32 and float(new.length) == 0.25 and new.max_steps_in_episode.dtype == jnp.int32
-
-
-@pytest.mark.parametrize("spec, match", [
-    ("lenght=0.7", r"'lenght' is not a param of CartPoleParams \(did you mean 'length'\?\); valid names: .*gravity, .*length"),
-    ("length", "expected NAME=VALUE"),
-    ("=1", "expected NAME=VALUE"),
-    ("length=long", "'long' is not a number"),
-    ("max_steps_in_episode=10.5", "max_steps_in_episode is an int"),
-    ("length=nan", "length must be a finite number"),
-    ("gravity=-inf", "gravity must be a finite number"),
-    ("max_steps_in_episode=0", "max_steps_in_episode must be >= 1"),
-    ("max_steps_in_episode=-1", "max_steps_in_episode must be >= 1"),
-])
-def test_env_param_errors_name_the_bad_input(spec, match):
-    _, params = rljax.make("CartPole-v1")
-    with pytest.raises(ValueError, match=match):
-        parse_env_params([spec], params)
-
-
-def test_an_env_param_out_of_its_dtypes_range_is_a_value_error():
-    import jax.numpy as jnp
-
-    _, params = rljax.make("CartPole-v1")  # as restored from a checkpoint: int32 arrays
-    params = params.replace(max_steps_in_episode=jnp.int32(500))
-    with pytest.raises(ValueError, match=r"max_steps_in_episode=1000000000000: out of range .*int32"):
-        parse_env_params(["max_steps_in_episode=1e12"], params)
+from rljax.cli.eval import eval_dir
 
 
 def test_each_kind_of_evaluation_has_its_own_folder(tmp_path):
