@@ -67,6 +67,17 @@ def probe(env, params, kill=None, push=False):
     return jax.jit(run)
 
 
+def check_clock(trunc, done, time, limits):
+    """The episode clock ``time`` ``[T, B]``: +1 per step, back to 0 on the step an episode ends;
+    ``truncated`` exactly on the step that reaches env i's limit ``limits[i]``."""
+    length = np.zeros(NUM_ENVS, int)
+    for t in range(NUM_STEPS):
+        length += 1
+        np.testing.assert_array_equal(trunc[t], length == np.asarray(limits), err_msg=f"truncated at step {t}")
+        length[done[t]] = 0
+        np.testing.assert_array_equal(time[t], length, err_msg=f"clock at step {t}")
+
+
 def check_contract(env, limits, out, obs0):
     """Checks a :func:`probe`'s output against the env contract (spaces, dtypes, the episode clock,
     truncation exactly at ``limits``, ``final_observation``); returns ``(terminated, truncated)``."""
@@ -82,13 +93,7 @@ def check_contract(env, limits, out, obs0):
     assert np.all(np.isfinite(out["reward"]))
     term, trunc, time = (np.asarray(out[k]) for k in ("term", "trunc", "time"))
     done = term | trunc
-    # The clock: +1 per step, back to 0 on the step an episode ends; truncated exactly at the limit.
-    length = np.zeros(NUM_ENVS, int)
-    for t in range(NUM_STEPS):
-        length += 1
-        np.testing.assert_array_equal(trunc[t], length == np.asarray(limits), err_msg=f"truncated at step {t}")
-        length[done[t]] = 0
-        np.testing.assert_array_equal(time[t], length)
+    check_clock(trunc, done, time, limits)
     # final_observation: the step's own observation while the episode runs, the finished
     # episode's last one (not the next episode's first) when it ends.
     obs, final = np.asarray(out["obs"]), np.asarray(out["final"])
@@ -159,14 +164,7 @@ def check_grid_contract(env, obs0, out):
     assert np.all(out["in_space"]) and np.all(out["final_in_space"])
     term, trunc, time = out["term"], out["trunc"], out["time"]
     done = term | trunc
-    # The clock: +1 per step, back to 0 when an episode ends; truncated exactly at rljax's limit
-    # (never at the suite's own SUITE_LIMIT).
-    length = np.zeros(NUM_ENVS, int)
-    for t in range(NUM_STEPS):
-        length += 1
-        np.testing.assert_array_equal(trunc[t], length == np.asarray(GRID_LIMITS), err_msg=f"truncated at step {t}")
-        length[done[t]] = 0
-        np.testing.assert_array_equal(time[t], length, err_msg=f"clock at step {t}")
+    check_clock(trunc, done, time, GRID_LIMITS)  # rljax's limit, never the suite's own SUITE_LIMIT
     assert time.max() > SUITE_LIMIT, "no episode outlived the suite's own step limit"
     assert trunc[:, 1:].any(), "no episode reached the time limit"
     # final_observation is the finished episode's (the raw step's), the next obs the reset's.
