@@ -162,9 +162,9 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     learning rate is not annealed, so the total does not enter the computation.
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    steps_per_chunk = 4 * 128 * 4  # num_envs * num_steps * updates_per_chunk
-    flags = ["--updates-per-chunk", "4", "--checkpoint-every", "3", "--no-anneal-lr", "--no-compile-cache",
-             "--no-tensorboard"]
+    steps_per_chunk = 4 * 32 * 4  # num_envs * num_steps * updates_per_chunk
+    flags = ["--updates-per-chunk", "4", "--num-steps", "32", "--hidden-sizes", "16", "--checkpoint-every", "3",
+             "--no-anneal-lr", "--no-compile-cache", "--no-tensorboard"]
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
 
     run = tmp_path / "cut"
