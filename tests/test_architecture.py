@@ -81,6 +81,103 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+# What each package may import from rljax (besides itself), as its __init__ docstring says:
+# env < core < runtime < {agents, store} < policy < training < cli; suites beside core. The most
+# specific entry names a module's package (rljax.training.hooks is inside rljax.training).
+_BELOW_POLICY = {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store"}
+ALLOWED_IMPORTS: dict[str, set[str]] = {
+    "rljax.env": set(),
+    "rljax.core": {"rljax.env"},
+    "rljax.suites": {"rljax.env", "rljax.core"},
+    "rljax.runtime": {"rljax.env", "rljax.core"},
+    "rljax.agents": {"rljax.env", "rljax.core", "rljax.runtime"},
+    "rljax.store": {"rljax.env", "rljax.core", "rljax.runtime"},
+    "rljax.policy": _BELOW_POLICY,
+    "rljax.training": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
+    "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
+    "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
+                  "rljax.suites", "rljax.training", "rljax.cli"},
+}
+FORBIDDEN_IMPORTS: dict[str, set[str]] = {
+    "rljax.training.hooks": {"rljax.training.loop"},  # the loop calls its hooks, never the other way round
+}
+"""Modules a package may not import even though ALLOWED_IMPORTS admits the package they are in."""
+
+
+def _package_of(module: str) -> str | None:
+    """The most specific entry of :data:`ALLOWED_IMPORTS` that ``module`` is (or is inside), or None."""
+    matches = [p for p in ALLOWED_IMPORTS if module == p or module.startswith(p + ".")]
+    return max(matches, key=len) if matches else None
+
+
+def _rljax_targets(module: str, names: list[str], known: set[str]) -> list[str]:
+    """The rljax modules an import statement reaches: ``from rljax import core`` reaches rljax.core."""
+    if not (module == "rljax" or module.startswith("rljax.")):
+        return []
+    subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in known]
+    return subs or [module]
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    """Each import (lazy ones included) against the package table, which mirrors the packages'
+    docstrings; a failure names the module, what it imports and what its package may import."""
+    modules = _modules()
+    known = set(modules)
+    assert {m for m in known if m.count(".") == 1} <= set(ALLOWED_IMPORTS), \
+        "a new top-level package needs its row in ALLOWED_IMPORTS"
+    offenders = []
+    for name, tree in modules.items():
+        own = _package_of(name)
+        if own is None:  # rljax/__init__.py: the public API, loaded lazily from every layer
+            continue
+        for module, names in _imports(name, tree):
+            for target in _rljax_targets(module, names, known):
+                target_package = _package_of(target)
+                if target_package is None or target_package == own or target_package.startswith(own + "."):
+                    continue
+                allowed = ALLOWED_IMPORTS[own]
+                if not any(target_package == a or target_package.startswith(a + ".") for a in allowed):
+                    offenders.append(f"{name} imports {target} ({own} may import only "
+                                     f"{', '.join(sorted(allowed)) or 'nothing in rljax'})")
+            for target in _rljax_targets(module, names, known):
+                for forbidden in FORBIDDEN_IMPORTS.get(own, ()):
+                    if target == forbidden or target.startswith(forbidden + "."):
+                        offenders.append(f"{name} imports {target} ({own} may not import {forbidden})")
+    assert not offenders, "imports from a higher layer:\n" + "\n".join(sorted(set(offenders)))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED_IMPORTS))
+def test_the_import_table_matches_the_package_docstrings(package):
+    """A package docstring's ``May import ...`` paragraph names exactly the table's packages."""
+    import importlib
+    import re
+
+    doc = importlib.import_module(package).__doc__ or ""
+    if "May import" not in doc:
+        pytest.skip(f"{package}'s docstring has no 'May import' paragraph")
+    paragraph = doc[doc.index("May import"):].split("\n\n")[0]
+    named = set(re.findall(r":mod:`(rljax[\w.]*)`", paragraph))
+    assert named == ALLOWED_IMPORTS[package] - {package}, paragraph
+
+
+def test_only_the_env_contract_sits_directly_in_the_package():
+    loose = sorted(p.name for p in LIBRARY.glob("*.py") if p.name not in ("__init__.py", "env.py"))
+    assert not loose, f"modules directly in rljax/ (put them in their layer's package): {loose}"
+
+
+def _test_module_for(path: pathlib.Path) -> pathlib.Path:
+    """``rljax/<pkg>/<mod>.py`` -> ``tests/unit/<pkg>/test_<mod>.py`` (a leading underscore dropped)."""
+    relative = path.relative_to(LIBRARY)
+    return ROOT / "tests" / "unit" / relative.parent / f"test_{relative.stem.lstrip('_')}.py"
+
+
+def test_every_library_module_has_its_unit_test_module():
+    missing = [f"{path.relative_to(ROOT)} -> {_test_module_for(path).relative_to(ROOT)}"
+               for path in sorted(LIBRARY.rglob("*.py"))
+               if path.name != "__init__.py" and not _test_module_for(path).is_file()]
+    assert not missing, "library modules without their unit test module:\n" + "\n".join(missing)
+
+
 def test_cli_sits_on_top():
     """Nothing below the command line imports it."""
     graph = _graph()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import re
 
 import jax
@@ -11,19 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rljax
-
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "env_api.md"
-
-
-def load_doc_example() -> dict:
-    """Executes the python blocks that define and use PointMass; returns their namespace."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    define = next(b for b in blocks if "class PointMass" in b)
-    use = next(b for b in blocks if "env = PointMass()" in b)
-    namespace: dict = {}
-    exec(compile(define, str(DOC), "exec"), namespace)  # noqa: S102 - our own documentation
-    exec(compile(use, str(DOC), "exec"), namespace)  # noqa: S102
-    return namespace
+from tests.support.env_doc import DOC, load_doc_example
 
 
 def test_doc_example_runs_and_keeps_contract():

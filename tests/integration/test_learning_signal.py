@@ -2,15 +2,14 @@
 
 Every test here was written against a bug in what an agent learns from (placeholder n-step items
 marked valid, replay normalised with stale statistics, importance weights crushed by
-placeholders, PBT and sweeps not reaching what they change, counts that stop growing, bootstraps
-from the wrong observation, a one-sided PPO clip, a double-Q flag not reaching the loss), and
+placeholders, PBT and sweeps not reaching what they change, bootstraps from the wrong
+observation, a one-sided PPO clip, a double-Q flag not reaching the loss), and
 fails on the code that had it.
 
-``Ticker`` is a deterministic env whose values are all distinct, so a hand computation can say
-exactly what each transition, n-step item and bootstrap must be: the observation is ``time + 1``
-(1, 2, 3), the reward of a step is ``time + 1`` (1, 2, 3), and a time limit of 3 truncates every
-episode, whose final observation (4) differs from the next episode's first (1). A placeholder
-(all-zero) observation or reward never occurs in a real step.
+``Ticker`` (:mod:`tests.support.ticker`) is a deterministic env whose values are all distinct, so a
+hand computation can say exactly what each transition, n-step item and bootstrap must be. The
+rollout's bootstrap observation and the running count's growth are checked in their modules'
+unit tests (tests/unit/core/test_rollout.py, test_wrappers.py).
 """
 
 from __future__ import annotations
@@ -21,57 +20,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
 
 import rljax.agents.dqn as dqn_module
 import rljax.agents.ppo as ppo_module
-from rljax.core import buffers
 from rljax.agents.dqn import DQNConfig, make_dqn
 from rljax.agents.offpolicy import collect, init_collector, make_replay, replay_learning
 from rljax.agents.ppo import PPOConfig, make_ppo
 from rljax.agents.sac import SACConfig, make_sac
-from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 from rljax.training.hooks.pbt import PBTSpec, exploit_explore
-from rljax.core.rollout import RolloutCarry, rollout
 from rljax.core.wrappers import EpisodeStatistics, VecEnv
+from tests.support.ticker import LIMIT, Ticker
 
 GAMMA = 0.5
-LIMIT = 3  # Ticker's time limit
-
-
-@struct.dataclass
-class TickerState(EnvState):
-    pass
-
-
-@struct.dataclass
-class TickerParams(EnvParams):
-    max_steps_in_episode: int = LIMIT
-
-
-class Ticker(Environment[TickerState, TickerParams]):
-    stochastic_transitions = False
-
-    def __init__(self, continuous: bool = False):
-        self.continuous = continuous
-
-    @property
-    def default_params(self) -> TickerParams:
-        return TickerParams()
-
-    def reset_env(self, key, params):
-        return jnp.ones((1,), jnp.float32), TickerState(time=jnp.int32(0))
-
-    def step_env(self, key, state, action, params):
-        time = state.time + 1
-        reward = time.astype(jnp.float32)  # the pre-step time + 1
-        return (time + 1).astype(jnp.float32)[None], TickerState(time=time), reward, jnp.bool_(False), {}
-
-    def observation_space(self, params):
-        return Box(0.0, 10.0, (1,))
-
-    def action_space(self, params):
-        return Box(-1.0, 1.0, (1,)) if self.continuous else Discrete(2)
 
 
 def _ticker_item(start_obs: float, n: int) -> tuple[float, float, float]:
@@ -94,24 +54,6 @@ def _random_policy(num_actions=2):
 def _ticker_stack(num_envs=2):
     env = Ticker()
     return EpisodeStatistics(VecEnv(env, num_envs)), env.default_params
-
-
-# ------------------------------------------------------------------------------------------------
-# rollout: the bootstrap observation of a truncated step is its final observation
-# ------------------------------------------------------------------------------------------------
-
-
-def test_rollout_next_obs_is_the_final_observation_on_truncation():
-    venv, params = _ticker_stack()
-    obs, env_state = venv.reset(jax.random.key(0), params)
-    _, traj, episodes = jax.jit(lambda c, k: rollout(venv, params, _random_policy(), c, k, 7))(
-        RolloutCarry(env_state, obs), jax.random.key(1))
-    # obs 1 2 3 | 1 2 3 | 1; the true successors 2 3 4 | 2 3 4 | 2 (4: the final observation, not
-    # the next episode's first observation 1).
-    np.testing.assert_array_equal(traj.obs[:, 0, 0], [1, 2, 3, 1, 2, 3, 1])
-    np.testing.assert_array_equal(traj.next_obs[:, :, 0], np.repeat([[2, 3, 4, 2, 3, 4, 2]], 2, 0).T)
-    np.testing.assert_array_equal(traj.truncated[:, 0], [0, 0, 1, 0, 0, 1, 0])
-    assert float(episodes.count) == 4 and float(episodes.return_sum) == 4 * 6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -430,43 +372,3 @@ def test_dqn_agent_target_follows_double_q(double_q):
     # Endless: reward 1, never terminates, obs 1 everywhere: y = 1 + gamma * bootstrap.
     y = 1.0 + 0.5 * (t0 if double_q else t1)
     np.testing.assert_allclose(float(out.metrics["td_loss"]), 0.5 * (v - y) ** 2, rtol=1e-6)
-
-
-# ------------------------------------------------------------------------------------------------
-# RunningMeanStd's count keeps growing past 2^24..2^30 (issue 15c)
-# ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("start, batch, adds", [(2 ** 26, 2, 16), (2 ** 28, 5, 40), (2 ** 30, 10, 1000)])
-def test_running_count_keeps_growing(start, batch, adds):
-    from rljax.core.wrappers import RunningMeanStd
-
-    stats = RunningMeanStd(mean=jnp.zeros(()), var=jnp.ones(()), count=jnp.float32(start))
-    stats = RunningMeanStd.merge(stats, RunningMeanStd.from_batch(jnp.zeros((1,))))  # exact pair from here
-    step = jax.jit(lambda s, _: (s.update(jnp.full((batch,), 2.0)), None))
-    stats, _ = jax.lax.scan(step, stats, None, length=adds)
-    exact = start + 1 + batch * adds
-    # float32 nearest the exact count: a plain float32 count would have stayed at `start`.
-    assert float(stats.count) == float(np.float32(exact)) != float(np.float32(start))
-    assert stats.exact_count == exact
-    # The mean moved toward 2 by the right weight (float32 arithmetic: ~1e-7 of the total).
-    np.testing.assert_allclose(float(stats.mean), 2.0 * batch * adds / exact, rtol=1e-3)
-
-
-def test_running_count_merge_and_device_merge_are_exact():
-    from rljax.core.wrappers import RunningMeanStd
-
-    def big(count, mean):
-        s = RunningMeanStd(mean=jnp.full((2,), mean), var=jnp.ones((2,)), count=jnp.float32(count))
-        return s.merge(RunningMeanStd.from_batch(jnp.full((3, 2), mean)))  # count + 3, exact pair
-
-    a, b = big(2 ** 29, 1.0), big(2 ** 28 + 2 ** 5, 4.0)  # float32-exact starts
-    ab = a.merge(b)
-    assert ab.exact_count == (2 ** 29 + 3) + (2 ** 28 + 32 + 3)
-    # Over a named axis: four members with counts 2^27 + 16 i + 3 (float32 has a step of 16 there).
-    counts = [2 ** 27 + 16 * i + 3 for i in range(4)]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[big(c - 3, float(i)) for i, c in enumerate(counts)])
-    merged = jax.vmap(lambda s: s.pmean("i"), axis_name="i")(stacked)
-    assert all(RunningMeanStd(mean=merged.mean[i], var=merged.var[i], count=merged.count[i],
-                              count_lo=merged.count_lo[i]).exact_count == sum(counts) for i in range(4))
-    np.testing.assert_allclose(np.asarray(merged.mean[0]), 1.5, rtol=1e-6)

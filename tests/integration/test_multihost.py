@@ -18,7 +18,6 @@ import time
 import numpy as np
 import pytest
 
-from rljax.runtime import distributed
 from rljax.cli.launch import job_status, process_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -215,35 +214,6 @@ def test_launch_forwards_statuses_and_refuses_bad_arguments():
         assert done.returncode == 2 and words in done.stderr, done.stderr
     done = _run(["-m", "rljax.cli.main", "launch", "-n", "2", "--", sys.executable, "-c", "import sys; sys.exit(3)"])
     assert done.returncode == 3 and "ended with status 3" in done.stderr
-
-
-def test_cluster_environment_is_read_and_checked():
-    request = distributed._cluster_request
-    assert request({}) is None
-    assert request({"RLJAX_NUM_PROCESSES": "1"}) is None
-    assert request({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "1", "RLJAX_COORDINATOR": "h:1"}) == {
-        "coordinator_address": "h:1", "num_processes": 2, "process_id": 1}
-    assert request({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"}) == {}  # srun: JAX detects the rest
-    assert request({"SLURM_NTASKS": "4"}) is None  # the batch script itself, outside srun
-    assert request({"OMPI_COMM_WORLD_SIZE": "2"}) == {}
-    assert request({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "RLJAX_DISTRIBUTED": "off"}) is None
-    for env, words in (({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "2", "RLJAX_COORDINATOR": "h:1"},
-                        "must be an integer in 0..1"),
-                       ({"RLJAX_NUM_PROCESSES": "2", "RLJAX_PROCESS_ID": "0"}, "expected host:port"),
-                       ({"RLJAX_NUM_PROCESSES": "two"}, "is not an integer"),
-                       ({"RLJAX_DISTRIBUTED": "yes"}, "expected 'auto' or 'off'")):
-        with pytest.raises(ValueError, match=words):
-            request(env)
-
-
-def test_one_process_helpers_are_local():
-    assert distributed.process_count() == 1 and distributed.is_leader()
-    assert distributed.broadcast_json({"a": [1, None]}) == {"a": [1, None]}
-    assert distributed.allgather_json(3) == [3]
-    assert distributed.agree(15, 2.5) == (15, 0, 2.5)
-    x = np.arange(3)
-    assert distributed.broadcast_arrays([x], [x])[0] is x
-    assert np.array_equal(distributed.fetch({"x": x})["x"], x)
 
 
 def test_a_multiprocess_run_must_use_every_device(tmp_path):

@@ -16,7 +16,8 @@ import pytest
 import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.cli.main import build_parser, config_from_args
-from rljax.store.tracking import REQUIRED_KEYS, Tracker, config_hash, read_metrics
+from rljax.store.tracking import REQUIRED_KEYS, config_hash, read_metrics
+from tests.support.env_doc import load_doc_example
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = dict(num_envs=4, num_steps=32, num_epochs=1, num_minibatches=2, hidden_sizes=(16,))
@@ -77,25 +78,6 @@ def test_tensorboard_has_the_same_scalars(tmp_path):
         assert logged[key] == pytest.approx(v, rel=1e-6), key
 
 
-def test_tracker_refuses_to_overwrite_or_go_backwards(tmp_path):
-    cfg = PPOConfig()
-    row = {k: 1.0 for k in REQUIRED_KEYS} | {"env_steps": 100}
-    with Tracker(tmp_path, cfg, quiet=True, tensorboard=False) as t:
-        t.log(row)
-        with pytest.raises(ValueError, match="does not advance"):
-            t.log(row)
-        with pytest.raises(ValueError, match="lacks required keys"):
-            t.log({"env_steps": 200})
-    with pytest.raises(FileExistsError, match="already holds metrics"):
-        Tracker(tmp_path, cfg, quiet=True, tensorboard=False)
-    # Resume appends and keeps steps monotonic; the first run's row is never lost.
-    with Tracker(tmp_path, cfg, quiet=True, tensorboard=False, resume=True) as t:
-        with pytest.raises(ValueError, match="does not advance"):
-            t.log(row)
-        t.log(row | {"env_steps": 200})
-    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [100, 200]
-
-
 def test_cli_flags_cover_every_config_field_and_parse_scientific_ints():
     parser = build_parser(PPOConfig, {"env": "Pendulum-v1"})
     args = parser.parse_args(["--total-timesteps", "1e6", "--hidden-sizes", "128,128", "--no-anneal-lr",
@@ -143,8 +125,6 @@ def test_experiment_module_end_to_end(tmp_path):
 
 def test_train_on_the_documented_user_env():
     """The README / docs/env_api.md example env trains through the public API."""
-    from tests.integration.test_env_api_doc import load_doc_example
-
     ns = load_doc_example()
     env = ns["PointMass"]()
     cfg = PPOConfig(total_timesteps=8 * 64 * 40, num_envs=8, num_steps=64, learning_rate=1e-3,

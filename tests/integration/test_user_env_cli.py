@@ -22,7 +22,7 @@ import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
 from rljax.store.tracking import read_metrics
-from tests.unit.store.test_checkpoint import _final_leaves, sigterm_after_progress, strip
+from tests.support.runs import final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -144,7 +144,7 @@ def test_an_env_object_is_recorded_by_name_and_resumes_from_the_cli(user_module,
     assert json.loads((cut / "config.json").read_text())["env"] == f"{name}:LineWalk"
     resumed = _cli(["resume", str(cut), "--quiet", "--no-compile-cache"], cwd=project)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = _final_leaves(tmp_path / "full"), _final_leaves(cut)
+    a, b = final_leaves(tmp_path / "full"), final_leaves(cut)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(cut)) == strip(full.rows) and len(full.rows) == 4
 
@@ -191,7 +191,7 @@ def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, 
                               "--total-timesteps", str(total), "--quiet"], env=_env_vars(), cwd=project,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
+    a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     rows = read_metrics(run)
     assert len(rows) == len(cut_rows) + 3
@@ -250,16 +250,6 @@ def test_the_working_directory_is_importable_without_being_on_sys_path(user_modu
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(project))])
     env, _ = rljax.make(f"{name}:LineWalk")
     assert type(env).__name__ == "LineWalk" and str(project) in sys.path
-
-
-def test_env_kwargs_are_python_literals_or_strings():
-    from rljax.core.registry import parse_env_kwargs
-
-    assert parse_env_kwargs(["size=8", "rate=0.5", "mode=hard", "on=true", "off=False", "shape=(2, 3)",
-                             "name='x'", "size=9"]) == \
-        {"size": 9, "rate": 0.5, "mode": "hard", "on": True, "off": False, "shape": (2, 3), "name": "x"}
-    with pytest.raises(ValueError, match=r"--env-kwarg 'size': expected NAME=VALUE"):
-        parse_env_kwargs(["size"])
 
 
 def _main(argv, capsys):
@@ -414,7 +404,7 @@ def test_a_run_saved_before_env_records_resumes_from_python_as_before(user_modul
     rest = rljax.train(config, env=module.LineWalk(), options=rljax.RunOptions(run_dir=run, resume=True, quiet=True,
                                                                                checkpoint_every=1,
                                                                                handle_signals=False))
-    a, b = _final_leaves(tmp_path / "full"), _final_leaves(run)
+    a, b = final_leaves(tmp_path / "full"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_metrics(run)) == strip(full.rows)
     assert rest.timings["start_chunk"] == 3

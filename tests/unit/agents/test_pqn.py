@@ -18,7 +18,7 @@ from rljax.core.networks import QNetwork
 from rljax.training.sweep import SweepSpec, run_sweep
 from rljax.store.tracking import read_metrics
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
-from tests.unit.store.test_checkpoint import assert_same_bits, strip
+from tests.support.runs import assert_same_bits, strip
 
 def _linear_q(w, obs):
     return obs @ w  # one-hot observations pick rows of W

@@ -623,3 +623,39 @@ def test_episode_statistics_sums_reward_components_per_episode():
     assert all(float(v.min()) <= 0.0 for v in ep.components.values())
     # The new episode's component sums restart at zero.
     assert all(float(jnp.abs(v).sum()) == 0 for v in state.episode_components.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# RunningMeanStd's count keeps growing past 2^24 (float32's exact-integer limit)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, batch, adds", [(2 ** 26, 2, 16), (2 ** 28, 5, 40), (2 ** 30, 10, 1000)])
+def test_running_count_keeps_growing(start, batch, adds):
+    stats = RunningMeanStd(mean=jnp.zeros(()), var=jnp.ones(()), count=jnp.float32(start))
+    stats = RunningMeanStd.merge(stats, RunningMeanStd.from_batch(jnp.zeros((1,))))  # exact pair from here
+    step = jax.jit(lambda s, _: (s.update(jnp.full((batch,), 2.0)), None))
+    stats, _ = jax.lax.scan(step, stats, None, length=adds)
+    exact = start + 1 + batch * adds
+    # float32 nearest the exact count: a plain float32 count would have stayed at `start`.
+    assert float(stats.count) == float(np.float32(exact)) != float(np.float32(start))
+    assert stats.exact_count == exact
+    # The mean moved toward 2 by the right weight (float32 arithmetic: ~1e-7 of the total).
+    np.testing.assert_allclose(float(stats.mean), 2.0 * batch * adds / exact, rtol=1e-3)
+
+
+def test_running_count_merge_and_device_merge_are_exact():
+    def big(count, mean):
+        s = RunningMeanStd(mean=jnp.full((2,), mean), var=jnp.ones((2,)), count=jnp.float32(count))
+        return s.merge(RunningMeanStd.from_batch(jnp.full((3, 2), mean)))  # count + 3, exact pair
+
+    a, b = big(2 ** 29, 1.0), big(2 ** 28 + 2 ** 5, 4.0)  # float32-exact starts
+    ab = a.merge(b)
+    assert ab.exact_count == (2 ** 29 + 3) + (2 ** 28 + 32 + 3)
+    # Over a named axis: four members with counts 2^27 + 16 i + 3 (float32 has a step of 16 there).
+    counts = [2 ** 27 + 16 * i + 3 for i in range(4)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[big(c - 3, float(i)) for i, c in enumerate(counts)])
+    merged = jax.vmap(lambda s: s.pmean("i"), axis_name="i")(stacked)
+    assert all(RunningMeanStd(mean=merged.mean[i], var=merged.var[i], count=merged.count[i],
+                              count_lo=merged.count_lo[i]).exact_count == sum(counts) for i in range(4))
+    np.testing.assert_allclose(np.asarray(merged.mean[0]), 1.5, rtol=1e-6)

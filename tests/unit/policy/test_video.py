@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import rljax
-from rljax.policy.trained import video
+from rljax.policy import video
 
 SHAPES = {"CartPole-v1": (400, 600, 3), "Pendulum-v1": (500, 500, 3), "Acrobot-v1": (500, 500, 3),
           "MountainCar-v0": (400, 600, 3), "MountainCarContinuous-v0": (400, 600, 3)}

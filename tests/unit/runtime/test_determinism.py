@@ -92,10 +92,9 @@ def test_on_after_a_gpu_started_without_the_flags_is_an_error_not_silence(monkey
                       "xla_flags": ["--xla_gpu_deterministic_ops=true"]}
 
 
-def test_the_manifest_records_the_mode_and_whether_the_run_is_deterministic(tmp_path):
-    rljax.train(TINY, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoints=False,
-                                               tensorboard=False))
-    record = json.loads((tmp_path / "run" / "manifest.json").read_text())
+def test_the_manifest_records_the_mode_and_whether_the_run_is_deterministic(tmp_path, tiny_run):
+    run_dir, _ = tiny_run("ppo-cartpole")  # the shared tiny run, trained with the default mode
+    record = json.loads((run_dir / "manifest.json").read_text())
     assert record["determinism"]["mode"] == "auto"
     assert record["determinism"]["backend"] == jax.default_backend()
     assert record["determinism"]["deterministic"] is bitexact_backend()

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 
-import jax
 import numpy as np
 import pytest
 
@@ -23,34 +22,15 @@ from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
 from rljax.agents.td3 import TD3Config
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
-from rljax.training.hooks.observe import is_measured
 from rljax.store.rundir import ConfigMismatchError
 from rljax.store.tracking import read_metrics
+from tests.support.runs import PPO_SMALL, assert_same_bits, final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
-PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
-                      num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
 DQN_SMALL = DQNConfig(total_timesteps=4 * 2 * 60, updates_per_chunk=10, num_envs=4, num_steps=2, batch_size=16,
                       buffer_size=64, learning_starts=32, target_update_interval=16, hidden_sizes=(16,),
                       n_step=3, prioritized=True, double_q=True)
-
-
-def leaves(state):
-    return [np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-            else np.asarray(x) for x in jax.tree.leaves(state)]
-
-
-def assert_same_bits(a, b):
-    la, lb = leaves(a), leaves(b)
-    assert len(la) == len(lb)
-    for i, (x, y) in enumerate(zip(la, lb)):
-        assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
-
-
-def strip(rows):
-    """The rows without their measured columns (wall_time_s, sps, time/*, memory/*: rljax.training.hooks.observe.is_measured)."""
-    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
 
 
 DQN_ONE_STEP = DQNConfig(**{**DQN_SMALL.__dict__, "n_step": 1, "prioritized": False})  # empty n-step tail
@@ -173,33 +153,6 @@ def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoint
     assert not (tmp_path / "b" / "metrics.superseded.jsonl").exists()  # and nothing restarted
 
 
-def _final_leaves(run_dir):
-    ckpt = Checkpointer(run_dir)
-    out = ckpt.read(max(ckpt.steps()))[0]
-    ckpt.close()
-    return out
-
-
-def sigterm_after_progress(cmd: list, env: dict, cwd, stderr_path, lines: int = 2) -> tuple[int, str]:
-    """Runs ``cmd``, sends it SIGTERM once it has printed ``lines`` progress lines, and returns its
-    exit status and stderr (written to ``stderr_path``: a file, not a pipe nobody reads while we wait).
-    The calling test's timeout ends a run that never prints."""
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        try:
-            progress = 0
-            while progress < lines:
-                line = proc.stdout.readline()
-                assert line, f"the run ended before progress line {lines}: {proc.wait()} " \
-                             f"{pathlib.Path(stderr_path).read_text()[-2000:]}"
-                progress += line.startswith("[")
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=300)
-        finally:
-            proc.kill()
-    return proc.returncode, pathlib.Path(stderr_path).read_text()
-
-
 @pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(900)
 def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
@@ -213,9 +166,9 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     learning rate is not annealed, so the total does not enter the computation.
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    steps_per_chunk = 4 * 128 * 4  # num_envs * num_steps * updates_per_chunk
-    flags = ["--updates-per-chunk", "4", "--checkpoint-every", "3", "--no-anneal-lr", "--no-compile-cache",
-             "--no-tensorboard"]
+    steps_per_chunk = 4 * 32 * 4  # num_envs * num_steps * updates_per_chunk
+    flags = ["--updates-per-chunk", "4", "--num-steps", "32", "--hidden-sizes", "16", "--checkpoint-every", "3",
+             "--no-anneal-lr", "--no-compile-cache", "--no-tensorboard"]
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole"]
 
     run = tmp_path / "cut"
@@ -235,7 +188,7 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     resumed = subprocess.run([sys.executable, "-m", "rljax.cli.main", "resume", str(run), "--total-timesteps", str(total),
                               "--quiet"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = _final_leaves(tmp_path / "ref"), _final_leaves(run)
+    a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     rows = read_metrics(run)
     assert len(rows) == len(cut_rows) + 3

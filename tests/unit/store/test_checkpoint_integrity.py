@@ -15,7 +15,7 @@ import pytest
 import rljax
 from rljax.store.checkpoint import LAYOUT_KEY, PACK_MAX_BYTES, Checkpointer, pack, to_host
 
-from tests.unit.store.test_checkpoint import PPO_SMALL, assert_same_bits
+from tests.support.runs import PPO_SMALL, assert_same_bits
 
 
 def make_state(seed: int, nan_at: str | None = None):

@@ -287,7 +287,8 @@ def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path):
     from rljax.store.tracking import read_metrics
 
     run = tmp_path / "run"
-    flags = ["--total-timesteps", "1e8", "--num-envs", "4", "--checkpoint-every", "1", "--quiet"]
+    flags = ["--total-timesteps", "1e8", "--num-envs", "4", "--num-steps", "16", "--hidden-sizes", "16",
+             "--checkpoint-every", "1", "--quiet"]  # small programs: the processes compile little
     first = subprocess.Popen([sys.executable, "-m", "experiments.ppo_cartpole", *flags, "--run-dir", str(run)],
                              env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

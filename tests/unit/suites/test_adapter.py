@@ -1,15 +1,12 @@
-"""The env-suite adapters (``rljax/suites``): each suite's environments keep rljax's env contract.
-
-Each suite is an optional extra; its tests are skipped, with the extra to install, when its package
-is missing. Per suite, one jitted program over rljax's ``VecEnv`` (vmapped copies, a short time
-limit, random actions) checks spaces, dtypes and shapes, that a time limit is ``truncated`` and
-only a time limit, that real ends of episodes are ``terminated``, that ``final_observation`` is the
-finished episode's and that the clock restarts; then one chunk of PPO (SAC for Brax) trains on it.
-Compiling a suite's step dominates (the step holds the suite's reset, for the auto-reset), so each
-suite compiles one probe and one training chunk.
-"""
+"""The suite adapter every suite shares (:mod:`rljax.suites._adapter`): importing a suite's package
+(a missing one names its extra), id checks, space conversion, and :class:`SuiteEnv`'s contract
+(time limit, auto-reset, ``final_observation``, observation dtype) over a hand-written counter
+suite, stepped eagerly with hand-computed values. The suites themselves: ``test_<suite>.py``."""
 
 from __future__ import annotations
+
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -18,210 +15,101 @@ import pytest
 
 import rljax
 from rljax.core import registry as env_registry
-from rljax.core import wrappers
 from rljax.env import Box, Discrete
-
-NUM_ENVS = 3
-NUM_STEPS = 24
-TIME_LIMIT = 5
+from rljax.suites._adapter import (NO_LIMIT, SuiteEnv, SuiteNotInstalledError, SuiteParams, SuiteState, check_id,
+                                   convert_space, require)
 
 
-def _need(module: str, extra: str) -> None:
-    pytest.importorskip(module, reason=f"needs the {extra!r} extra: pip install -e '.[{extra}]'")
-
-
-def _limited(params, limits):
-    """``NUM_ENVS`` params, env i's time limit ``limits[i]``, for ``VecEnv(batched_params=True)``."""
-    return wrappers.VecEnv.stack_params([params.replace(max_steps_in_episode=n) for n in limits])
-
-
-def _probe(env, params, kill=None, push=False):
-    """A jitted ``VecEnv`` rollout of random actions with per-env ``params`` (batched).
-    ``kill(state)`` edits env 0's first state so that its first step ends the episode for real;
-    ``push``: env 0 always takes the largest action of its Box instead."""
-    venv = wrappers.VecEnv(env, NUM_ENVS, batched_params=True)
-    act_space = env.action_space(env.default_params)
-    obs_space = env.observation_space(env.default_params)
-
-    def run(key):
-        k_reset, k_run = jax.random.split(key)
-        obs0, vstate = venv.reset(k_reset, params)
-        if kill is not None:
-            first = jax.tree.map(lambda x: x[0], vstate.env_state)
-            killed = kill(first)
-            vstate = vstate.replace(env_state=jax.tree.map(lambda x, k: x.at[0].set(k), vstate.env_state, killed))
-
-        def body(carry, key):
-            obs, vstate = carry
-            k_act, k_step = jax.random.split(key)
-            action = jax.vmap(act_space.sample)(jax.random.split(k_act, NUM_ENVS))
-            if push:
-                action = action.at[0].set(act_space.high)
-            obs2, vstate2, reward, term, trunc, info = venv.step(k_step, vstate, action, params)
-            out = dict(obs=obs2, final=info["final_observation"], reward=reward, term=term, trunc=trunc,
-                       time=vstate2.env_state.time, in_space=jax.vmap(obs_space.contains)(obs2),
-                       final_in_space=jax.vmap(obs_space.contains)(info["final_observation"]))
-            return (obs2, vstate2), out
-
-        _, out = jax.lax.scan(body, (obs0, vstate), jax.random.split(k_run, NUM_STEPS))
-        return obs0, out
-
-    return jax.jit(run)
-
-
-def _check_contract(env, limits, out, obs0):
-    params = env.default_params
-    obs_space, act_space = env.observation_space(params), env.action_space(params)
-    assert isinstance(obs_space, Box) and isinstance(act_space, (Box, Discrete))
-    assert obs0.shape == (NUM_ENVS, *obs_space.shape) and obs0.dtype == obs_space.dtype
-    assert out["obs"].shape == out["final"].shape == (NUM_STEPS, NUM_ENVS, *obs_space.shape)
-    assert out["obs"].dtype == out["final"].dtype == obs_space.dtype
-    assert out["reward"].dtype == jnp.float32 and out["reward"].shape == (NUM_STEPS, NUM_ENVS)
-    assert out["term"].dtype == out["trunc"].dtype == jnp.bool_
-    assert np.all(out["in_space"]) and np.all(out["final_in_space"])
-    assert np.all(np.isfinite(out["reward"]))
-    term, trunc, time = (np.asarray(out[k]) for k in ("term", "trunc", "time"))
-    done = term | trunc
-    # The clock: +1 per step, back to 0 on the step an episode ends; truncated exactly at the limit.
-    length = np.zeros(NUM_ENVS, int)
-    for t in range(NUM_STEPS):
-        length += 1
-        np.testing.assert_array_equal(trunc[t], length == np.asarray(limits), err_msg=f"truncated at step {t}")
-        length[done[t]] = 0
-        np.testing.assert_array_equal(time[t], length)
-    # final_observation: the step's own observation while the episode runs, the finished
-    # episode's last one (not the next episode's first) when it ends.
-    obs, final = np.asarray(out["obs"]), np.asarray(out["final"])
-    axes = tuple(range(2, obs.ndim))
-    same = np.all(obs == final, axis=axes)
-    assert np.all(same[~done]), "final_observation differs from obs on a step that did not end"
-    assert not np.any(same[done]), "final_observation is the next episode's first observation"
-    return term, trunc
-
-
-def _check_ppo_chunk(config):
-    result = rljax.train(config, options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
-                                                          handle_signals=False))
-    assert len(result.rows) == 1
-    row = result.rows[0]
-    assert row["env_steps"] == config.total_timesteps
-    assert all(np.isfinite(v) for v in row.values() if isinstance(v, float))
-    return row
-
-
-def test_suites_are_registered_and_unknown_ids_are_one_line_errors():
-    assert {"craftax", "brax"} <= set(env_registry.SUITES)
-    with pytest.raises(ValueError, match=r"unknown env suite 'nope'"):
+def test_suites_are_registered_and_an_unknown_suite_is_a_one_line_error():
+    assert set(env_registry.SUITES) == {"craftax", "brax", "navix", "xminigrid"}
+    with pytest.raises(ValueError, match=r"unknown env suite 'nope'; suites: \['brax', 'craftax', 'navix', 'xminigrid'\]"):
         env_registry.suite_registered("nope")
 
 
-# --------------------------------------------------------------------------------------------------
-# Craftax
-# --------------------------------------------------------------------------------------------------
-
-CLASSIC = "craftax/Craftax-Classic-Symbolic-v1"
-
-
-def test_craftax_ids_and_errors():
-    _need("craftax", "craftax")
-    names = env_registry.suite_registered("craftax")
-    assert {CLASSIC, "craftax/Craftax-Symbolic-v1"} <= set(names)
-    with pytest.raises(ValueError, match=r"unknown craftax environment 'Craftax-Nope-v1'.*Craftax-Symbolic-v1"):
-        rljax.make("craftax/Craftax-Nope-v1")
-    with pytest.raises(ValueError, match=r"takes no constructor arguments"):
-        rljax.make(CLASSIC, foo=1)
+@pytest.mark.parametrize("name,module,extra,ids_need_it", [
+    ("navix/Navix-Empty-5x5-v0", "navix", "navix", True), ("xminigrid/MiniGrid-Empty-5x5", "xminigrid", "xminigrid", True),
+    ("craftax/Craftax-Classic-Symbolic-v1", "craftax", "craftax", False), ("brax/ant", "brax", "brax", False)])
+def test_missing_package_names_the_extra(monkeypatch, name, module, extra, ids_need_it):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
+    with pytest.raises(ImportError, match=rf"pip install -e \"\.\[{extra}\]\".*'rljax-chunked\[{extra}\]'"):
+        rljax.make(name)
+    prefix = name.split("/")[0]
+    if ids_need_it:  # the grid suites list their ids from the package
+        with pytest.raises(ImportError, match=rf"rljax-chunked\[{extra}\]"):
+            env_registry.suite_registered(prefix)
+    else:  # the others list theirs without it
+        assert name in env_registry.suite_registered(prefix)
 
 
-@pytest.mark.parametrize("name,obs_size,num_actions", [(CLASSIC, 1345, 17), ("craftax/Craftax-Symbolic-v1", 8268, 43)])
-def test_craftax_spaces_under_jit_and_vmap(name, obs_size, num_actions):
-    """Shapes and dtypes of a jitted, vmapped reset and step (traced, not compiled)."""
-    _need("craftax", "craftax")
-    env, params = rljax.make(name)
-    assert env.observation_space(params).shape == (obs_size,)
-    assert env.action_space(params).n == num_actions
-    venv = wrappers.VecEnv(env, NUM_ENVS)
-    obs, state = jax.eval_shape(jax.jit(venv.reset), jax.random.key(0), params)
-    out = jax.eval_shape(jax.jit(venv.step), jax.random.key(1), state,
-                         jnp.zeros(NUM_ENVS, jnp.int32), params)
-    assert obs.shape == out[0].shape == out[5]["final_observation"].shape == (NUM_ENVS, obs_size)
-    assert obs.dtype == out[0].dtype == jnp.float32
-    assert [x.dtype for x in out[2:5]] == [jnp.float32, jnp.bool_, jnp.bool_]
-    assert jax.tree.structure(out[1]) == jax.tree.structure(state)
+def test_require_imports_or_names_the_extra(monkeypatch):
+    assert require("json", "unused") is sys.modules["json"]
+    monkeypatch.setitem(sys.modules, "some_suite_pkg", None)
+    with pytest.raises(SuiteNotInstalledError, match=r"the 'mysuite' env suite needs the package 'some_suite_pkg'"
+                                                     r".*pip install -e \"\.\[mysuite\]\"") as err:
+        require("some_suite_pkg", "mysuite")
+    assert isinstance(err.value, ImportError) and isinstance(err.value.__cause__, ImportError)
 
 
-def test_craftax_contract_truncation_and_termination():
-    _need("craftax", "craftax")
-    env, params = rljax.make(CLASSIC)
-    assert params.max_steps_in_episode == 10_000  # Craftax-Classic's own limit, now rljax's
-    limits = [TIME_LIMIT] * NUM_ENVS
-
-    def kill(state):  # no health left: the next step ends the game
-        return state.replace(inner=state.inner.replace(player_health=jnp.zeros_like(state.inner.player_health)))
-
-    obs0, out = jax.device_get(_probe(env, _limited(params, limits), kill)(jax.random.key(0)))
-    term, trunc = _check_contract(env, limits, out, obs0)
-    assert term[0, 0] and not trunc[0, 0], "death is a termination, not a time limit"
-    assert trunc[TIME_LIMIT - 1, 1:].all() and not term[TIME_LIMIT - 1, 1:].any()
+def test_check_id_returns_a_valid_id_and_lists_the_valid_ones():
+    assert check_id("toy", "B-v0", ("A-v0", "B-v0")) == "B-v0"
+    with pytest.raises(ValueError, match=r"^unknown toy environment 'C-v0'; toy has: A-v0, B-v0 \(use them as 'toy/<id>'\)$"):
+        check_id("toy", "C-v0", ("A-v0", "B-v0"))
 
 
-def test_craftax_ppo_chunk():
-    _need("craftax", "craftax")
-    config = rljax.PPOConfig(env=CLASSIC, total_timesteps=4 * 8 * 1, updates_per_chunk=1, num_envs=4, num_steps=8,
-                             num_epochs=1, num_minibatches=2, hidden_sizes=(16,))
-    _check_ppo_chunk(config)
+def test_convert_space():
+    discrete = convert_space(types.SimpleNamespace(n=np.int64(7)))
+    assert isinstance(discrete, Discrete) and discrete.n == 7 and type(discrete.n) is int
+    box = convert_space(types.SimpleNamespace(low=np.zeros((2, 3)), high=np.full((2, 3), 9.0), shape=[2, 3],
+                                              dtype=jnp.uint8))
+    assert isinstance(box, Box) and box.shape == (2, 3) and box.dtype == jnp.uint8
+    np.testing.assert_array_equal(np.asarray(box.high), np.full((2, 3), 9))
+    no_dtype = convert_space(types.SimpleNamespace(low=-1.0, high=1.0, shape=(4,)))
+    assert no_dtype.dtype == jnp.float32  # a Box without a dtype is float32
+    # Something with both n and low is a box (gymnax's Box has no n; a MultiDiscrete-like one would).
+    assert isinstance(convert_space(types.SimpleNamespace(n=3, low=0.0, high=2.0, shape=(1,))), Box)
+    with pytest.raises(TypeError, match=r"cannot convert the space 'tuple-space'"):
+        convert_space("tuple-space")
 
 
-# --------------------------------------------------------------------------------------------------
-# Brax
-# --------------------------------------------------------------------------------------------------
+class Counter(SuiteEnv):
+    """A suite without params whose state counts up by the action; it terminates at 3. Integer
+    observations, which the adapter casts to its float32 space."""
 
-PENDULUM = "brax/inverted_pendulum"
+    def __init__(self, limit: int):
+        super().__init__("toy/Counter-v0", Box(0.0, 10.0, (1,), jnp.float32), Discrete(3),
+                         SuiteParams(max_steps_in_episode=limit), stochastic_transitions=False)
 
+    def inner_reset(self, key, inner_params):
+        return jnp.zeros((1,), jnp.int32), jnp.int32(0)
 
-def test_brax_ids_and_errors():
-    _need("brax", "brax")
-    assert {"brax/ant", "brax/halfcheetah", "brax/hopper", PENDULUM} <= set(env_registry.suite_registered("brax"))
-    with pytest.raises(ValueError, match=r"unknown brax environment 'antt'.*halfcheetah"):
-        rljax.make("brax/antt")
-    with pytest.raises(ValueError, match=r"brax backend 'warp' is not one of generalized, positional"):
-        rljax.make(PENDULUM, backend="warp")
-
-
-@pytest.mark.parametrize("env_id,obs_size,act_size", [("hopper", 11, 3), ("halfcheetah", 17, 6), ("ant", 27, 8)])
-def test_brax_spaces_under_jit_and_vmap(env_id, obs_size, act_size):
-    """Shapes and dtypes of a jitted, vmapped reset and step (traced, not compiled)."""
-    _need("brax", "brax")
-    env, params = rljax.make(f"brax/{env_id}", backend="positional")
-    assert env.observation_space(params).shape == (obs_size,)
-    act_space = env.action_space(params)
-    assert act_space.shape == (act_size,) and act_space.bounded
-    venv = wrappers.VecEnv(env, NUM_ENVS)
-    obs, state = jax.eval_shape(jax.jit(venv.reset), jax.random.key(0), params)
-    out = jax.eval_shape(jax.jit(venv.step), jax.random.key(1), state, jnp.zeros((NUM_ENVS, act_size)), params)
-    assert obs.shape == out[0].shape == out[5]["final_observation"].shape == (NUM_ENVS, obs_size)
-    assert [x.dtype for x in out[2:5]] == [jnp.float32, jnp.bool_, jnp.bool_]
-    assert jax.tree.structure(out[1]) == jax.tree.structure(state)
+    def inner_step(self, key, inner_state, action, inner_params):
+        count = inner_state + action
+        return count[None], count, count * 0.5, count >= 3
 
 
-def test_brax_contract_truncation_and_termination():
-    _need("brax", "brax")
-    env, params = rljax.make(PENDULUM, backend="positional")
-    assert params.max_steps_in_episode == 1000
-    np.testing.assert_array_equal(env.action_space(params).high, [3.0])  # its actuator's range
-    limits = [1000] + [TIME_LIMIT] * (NUM_ENVS - 1)  # env 0 pushes its cart until the pole falls
-    obs0, out = jax.device_get(_probe(env, _limited(params, limits), push=True)(jax.random.key(0)))
-    term, trunc = _check_contract(env, limits, out, obs0)
-    assert trunc[:, 1:].any(), "no episode reached the time limit"
-    # Brax's done is a real end: here the pole leaving |angle| <= 0.2 (observation index 1).
-    assert term[:, 0].any(), "no random episode ended with the pole down"
-    np.testing.assert_array_equal(term, np.abs(out["final"][..., 1]) > 0.2)
+def test_suite_env_adds_the_clock_the_time_limit_and_the_auto_reset():
+    env = Counter(limit=3)
+    params = env.default_params
+    assert env.name == "toy/Counter-v0" and repr(env) == "Counter('toy/Counter-v0')" and params.inner is None
+    obs, state = env.reset(jax.random.key(0), params)
+    assert obs.dtype == jnp.float32 and obs.tolist() == [0.0] and int(state.time) == 0
+    seen = []
+    for action in (1, 0, 0, 2, 1, 1):
+        obs, state, reward, term, trunc, info = env.step(jax.random.key(1), state, jnp.int32(action), params)
+        assert reward.dtype == jnp.float32 and term.dtype == trunc.dtype == jnp.bool_
+        seen.append((float(info["final_observation"][0]), float(reward), bool(term), bool(trunc), float(obs[0]),
+                     int(state.time)))
+    # counts 1, 1, 1: the third step reaches the limit of 3 (truncated, not terminated) and resets;
+    # then 2, 3: terminated on its second step (3 >= 3) and reset; then 1 in a fresh episode.
+    assert seen == [(1.0, 0.5, False, False, 1.0, 1), (1.0, 0.5, False, False, 1.0, 2),
+                    (1.0, 0.5, False, True, 0.0, 0),
+                    (2.0, 1.0, False, False, 2.0, 1), (3.0, 1.5, True, False, 0.0, 0),
+                    (1.0, 0.5, False, False, 1.0, 1)]
 
 
-def test_brax_sac_chunk():
-    _need("brax", "brax")
-    env, params = rljax.make(PENDULUM, backend="positional")
-    config = rljax.SACConfig(env=PENDULUM, total_timesteps=2 * 16, updates_per_chunk=16, num_envs=2, batch_size=8,
-                             buffer_size=64, learning_starts=8, hidden_sizes=(16,))
-    result = rljax.train(config, env=env, env_params=params, options=rljax.RunOptions(quiet=True, checkpoints=False,
-                         tensorboard=False, handle_signals=False))
-    assert len(result.rows) == 1 and result.rows[0]["env_steps"] == 32
+def test_suite_state_and_params_are_pytrees_and_no_limit_is_out_of_reach():
+    state = SuiteState(time=jnp.int32(2), inner={"x": jnp.ones(3)})
+    assert [leaf.shape for leaf in jax.tree.leaves(state)] == [(), (3,)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), SuiteParams(5, jnp.float32(1)), SuiteParams(7, jnp.float32(2)))
+    assert stacked.max_steps_in_episode.tolist() == [5, 7]
+    assert NO_LIMIT == 2**31 - 1

@@ -1,4 +1,4 @@
-"""Run observability: per-chunk time/memory columns, the stall watchdog, ``rljax inspect``.
+"""Run observability: per-chunk time/memory columns, a hung chunk's stall report, ``rljax inspect``.
 
 One tiny PPO run through the CLI (with evaluation and a checkpoint every chunk) and one tiny sweep
 are shared by the tests that read their files; the watchdog's hanging-chunk test trains its own run
@@ -7,7 +7,6 @@ with an env whose step blocks in a host callback.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import pathlib
@@ -27,7 +26,6 @@ from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 from rljax.cli.inspect import summary_text
 from rljax.training.hooks.observe import MEMORY_COLUMNS, TIME_COLUMNS, ChunkTiming, device_memory, is_measured
 from rljax.store.tracking import read_metrics
-from rljax.training.hooks.watchdog import StallWatchdog
 
 TINY = dict(num_envs=4, num_steps=16, num_epochs=1, num_minibatches=2, hidden_sizes=(16,))
 COLUMNS = [*TIME_COLUMNS, "time/interval_s", *MEMORY_COLUMNS]
@@ -143,62 +141,6 @@ def test_chunk_timing_reports_growth_since_the_previous_row():
                                     "time/interval_s")} == {"time/compute_s": 0.25, "time/logging_s": 0.125,
                                                             "time/checkpoint_s": 0.25, "time/host_wait_s": 0.0,
                                                             "time/interval_s": 0.5}
-
-
-# ----------------------------------------------------------------------------------------------
-# The stall watchdog.
-
-class _Clock:
-    def __init__(self):
-        self.t = 100.0
-
-    def __call__(self):
-        return self.t
-
-
-def _fake_run():
-    run = type("R", (), {})()
-    run.phase, run.plan = "computing chunk 3 (the host waits for the device)", None
-    return run
-
-
-def test_watchdog_thresholds_and_warns_once(tmp_path):
-    clock, stream = _Clock(), io.StringIO()
-    dog = StallWatchdog(tmp_path, factor=4, first_chunk_s=50, min_s=2, stream=stream, clock=clock)
-    clock.t += 1000  # compiling: not armed yet, never a stall
-    assert dog.check() is None
-    dog._run = _fake_run()  # armed as start() does, without its thread
-    dog._last = clock.t
-    assert dog.threshold()[0] == 50  # no chunk finished yet: the first chunk's allowance
-    clock.t += 49
-    assert dog.check() is None
-    for dt in (1.0, 1.0, 1.0, 3.0, 1.0):  # intervals 50, 1, 1, 3, 1: median 1 s -> max(4 x 1, 2) = 4 s
-        clock.t += dt
-        dog.record(None, 0, [{"env_steps": 64}])
-    seconds, how = dog.threshold()
-    assert seconds == 4 and "median chunk interval 1 s" in how
-    clock.t += 3.9
-    assert dog.check() is None
-    clock.t += 0.2
-    path = dog.check()
-    assert isinstance(path, pathlib.Path) and path.parent == tmp_path and path.name.startswith("stall-")
-    clock.t += 100
-    assert dog.check() is None  # once
-    assert stream.getvalue().count("\n") == 1 and str(path) in stream.getvalue()
-    text = path.read_text()
-    assert "no chunk finished for 4.1 s" in text and "computing chunk 3" in text and '"env_steps": 64' in text
-    assert "--- thread MainThread" in text and "test_watchdog_thresholds_and_warns_once" in text
-
-
-def test_watchdog_floor_and_off():
-    clock = _Clock()
-    dog = StallWatchdog(None, factor=10, first_chunk_s=5, min_s=60, clock=clock)
-    dog._last = clock.t - 0.1
-    dog.record(None, 0, [{"env_steps": 1}])
-    assert dog.threshold()[0] == 60  # 10 x 0.1 s would be 1 s: the floor
-    off = StallWatchdog(None, factor=0, first_chunk_s=5, min_s=60)
-    off.start(_fake_run())
-    assert off._thread is None and not off.enabled
 
 
 @struct.dataclass

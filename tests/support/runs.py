@@ -1,0 +1,67 @@
+"""Helpers for tests that compare whole runs: bit-exact states, metrics rows without their measured
+columns, a checkpoint's final leaves, and a CLI run stopped by SIGTERM once it has made progress."""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+
+import jax
+import numpy as np
+
+from rljax.agents.ppo import PPOConfig
+from rljax.store.checkpoint import Checkpointer
+from rljax.training.hooks.observe import is_measured
+
+PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
+                      num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
+"""A PPO run of 6 chunks (2 updates each) small enough to train several times in one test."""
+
+
+def leaves(state) -> list[np.ndarray]:
+    """``state``'s leaves as host numpy arrays (typed PRNG keys as their key data)."""
+    return [np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+            else np.asarray(x) for x in jax.tree.leaves(state)]
+
+
+def assert_same_bits(a, b) -> None:
+    """Asserts that two states have the same leaves, dtype for dtype and bit for bit."""
+    la, lb = leaves(a), leaves(b)
+    assert len(la) == len(lb)
+    for i, (x, y) in enumerate(zip(la, lb)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"leaf {i} differs"
+
+
+def strip(rows):
+    """The rows without their measured columns (wall_time_s, sps, time/*, memory/*:
+    :func:`rljax.training.hooks.observe.is_measured`), which differ between identical runs."""
+    return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
+
+
+def final_leaves(run_dir) -> list[np.ndarray]:
+    """The leaves of the newest checkpoint in ``run_dir``, read without a template state."""
+    ckpt = Checkpointer(run_dir)
+    out = ckpt.read(max(ckpt.steps()))[0]
+    ckpt.close()
+    return out
+
+
+def sigterm_after_progress(cmd: list, env: dict, cwd, stderr_path, lines: int = 2) -> tuple[int, str]:
+    """Runs ``cmd``, sends it SIGTERM once it has printed ``lines`` progress lines, and returns its
+    exit status and stderr (written to ``stderr_path``: a file, not a pipe nobody reads while we wait).
+    The calling test's timeout ends a run that never prints."""
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            progress = 0
+            while progress < lines:
+                line = proc.stdout.readline()
+                assert line, f"the run ended before progress line {lines}: {proc.wait()} " \
+                             f"{pathlib.Path(stderr_path).read_text()[-2000:]}"
+                progress += line.startswith("[")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    return proc.returncode, pathlib.Path(stderr_path).read_text()

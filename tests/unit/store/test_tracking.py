@@ -1,0 +1,155 @@
+"""Metrics and provenance (:mod:`rljax.store.tracking`): config hashing (stable, order-free, sensitive
+to every field), JSON values, the ``Tracker``'s rows round trip through ``read_metrics`` (which skips
+damaged lines), its refusals, resume and rewind (later rows kept aside, never lost), the manifest,
+and the progress lines."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+
+from rljax.agents.ppo import PPOConfig
+from rljax.store.tracking import (REQUIRED_KEYS, Tracker, config_hash, config_to_dict, format_population_progress,
+                                  format_progress, json_scalar, manifest, read_metrics)
+
+PROCESS = {"git_commit": "abc", "git_dirty": False, "packages": {}, "python": "3", "platform": "p", "devices": [],
+           "backend": "cpu", "argv": ["x"]}
+"""A stand-in for ``provenance()`` (which runs git and looks up packages)."""
+
+
+def _row(steps: int, **extra) -> dict:
+    return {k: 1.0 for k in REQUIRED_KEYS} | {"env_steps": steps} | extra
+
+
+def _tracker(run_dir, **kwargs) -> Tracker:
+    return Tracker(run_dir, PPOConfig(), quiet=True, tensorboard=False, process=PROCESS, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Small:
+    a: int = 1
+    b: tuple = (1, 2)
+    c: float = 0.5
+
+
+def test_config_hash_is_stable_and_sees_every_field():
+    # sha256 of the sorted-key JSON, first 16 hex digits: the same for a dict with the keys reordered.
+    assert config_to_dict(Small()) == {"a": 1, "b": [1, 2], "c": 0.5}
+    assert config_hash(Small()) == config_hash({"c": 0.5, "b": [1, 2], "a": 1})
+    import hashlib
+
+    expected = hashlib.sha256(b'{"a": 1, "b": [1, 2], "c": 0.5}').hexdigest()[:16]
+    assert config_hash(Small()) == expected and len(expected) == 16
+    assert len({config_hash(Small()), config_hash(Small(a=2)), config_hash(Small(b=(2, 1))),
+                config_hash(Small(c=0.25))}) == 4
+    assert config_hash(PPOConfig()) == config_hash(PPOConfig())
+
+
+def test_json_scalar():
+    assert [json_scalar(v) for v in (None, True, 3, "s", 2.5)] == [None, True, 3, "s", 2.5]
+    assert json_scalar(np.float32(0.5)) == 0.5 and json_scalar(np.int64(7)) == 7 and type(json_scalar(np.int64(7))) is int
+    assert json_scalar(float("nan")) is None and json_scalar(np.float32(np.inf)) is None
+    assert json_scalar(np.float32(2.0)) == 2.0 and type(json_scalar(np.float32(2.0))) is float
+    assert json_scalar(object) == str(object)
+
+
+def test_rows_round_trip_and_damaged_lines_are_skipped(tmp_path):
+    with _tracker(tmp_path) as t:
+        t.log(_row(10, loss=np.float32(0.25), bad=float("nan")))
+        t.log(_row(20))
+    rows = read_metrics(tmp_path)
+    assert [r["env_steps"] for r in rows] == [10, 20] and rows[0]["loss"] == 0.25 and rows[0]["bad"] is None
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('[1, 2]\n{"no_steps": 1}\nnot json\n{"env_steps": 30}\n{"env_steps": 40, "cut')
+    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [10, 20, 30]
+    assert read_metrics(tmp_path / "missing") == []
+
+
+def test_tracker_refuses_to_overwrite_or_go_backwards(tmp_path):
+    cfg = PPOConfig()
+    row = {k: 1.0 for k in REQUIRED_KEYS} | {"env_steps": 100}
+    with Tracker(tmp_path, cfg, quiet=True, tensorboard=False) as t:
+        t.log(row)
+        with pytest.raises(ValueError, match="does not advance"):
+            t.log(row)
+        with pytest.raises(ValueError, match="lacks required keys"):
+            t.log({"env_steps": 200})
+    with pytest.raises(FileExistsError, match="already holds metrics"):
+        Tracker(tmp_path, cfg, quiet=True, tensorboard=False)
+    # Resume appends and keeps steps monotonic; the first run's row is never lost.
+    with Tracker(tmp_path, cfg, quiet=True, tensorboard=False, resume=True) as t:
+        with pytest.raises(ValueError, match="does not advance"):
+            t.log(row)
+        t.log(row | {"env_steps": 200})
+    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [100, 200]
+
+
+def test_resume_sets_later_rows_aside_and_puts_back_recovered_ones(tmp_path):
+    with _tracker(tmp_path, seed=3) as t:
+        for steps in (10, 20, 30):
+            t.log(_row(steps))
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"env_steps": 40, "cut')  # a crash mid-row
+    # The checkpoint is at 20; its own row (say lost) comes back from the checkpoint.
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines[:1] + lines[2:]) + "\n")  # drop the 20 row
+    with _tracker(tmp_path, resume=True, resume_env_steps=20, recovered_rows=[_row(20, note="back")]) as t:
+        t.log(_row(25))
+    assert [(r["env_steps"], r.get("note")) for r in read_metrics(tmp_path)] == [(10, None), (20, "back"), (25, None)]
+    aside = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+    assert [json.loads(aside[0])["env_steps"], aside[1]] == [30, '{"env_steps": 40, "cut']
+    record = json.loads((tmp_path / "manifest.json").read_text())
+    assert record["seed"] == 3 and [r["from_env_steps"] for r in record["resumes"]] == [20]
+
+
+def test_rewind_and_incidents(tmp_path):
+    with _tracker(tmp_path) as t:
+        for steps in (10, 20, 30):
+            t.log(_row(steps))
+        t.rewind(10)
+        assert t.last_env_steps == 10
+        t.log(_row(20, again=True))
+        t.record_incident({"kind": "nonfinite", "chunk": 2})
+    assert [(r["env_steps"], r.get("again")) for r in read_metrics(tmp_path)] == [(10, None), (20, True)]
+    assert [json.loads(x)["env_steps"] for x in (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()] == [20, 30]
+    incidents = json.loads((tmp_path / "manifest.json").read_text())["incidents"]
+    assert [(i["kind"], i["chunk"]) for i in incidents] == [("nonfinite", 2)] and "unix_time" in incidents[0]
+
+
+def test_a_damaged_manifest_is_kept_aside_on_resume(tmp_path):
+    _tracker(tmp_path).close()
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.warns(UserWarning, match=r"manifest.json is not valid JSON .*moved it to manifest.json.damaged-"):
+        _tracker(tmp_path, resume=True).close()
+    assert [p.read_text() for p in tmp_path.glob("manifest.json.damaged-*")] == ["{not json"]
+    assert json.loads((tmp_path / "manifest.json").read_text())["config_hash"] == config_hash(PPOConfig())
+
+
+def test_manifest_records_the_config_hash_seed_and_extra():
+    record = manifest(Small(), seed=4, extra={"algorithm": "X"}, process=PROCESS)
+    assert record["config_hash"] == config_hash(Small()) and record["seed"] == 4 and record["algorithm"] == "X"
+    assert record["git_commit"] == "abc" and isinstance(record["created_unix"], float)
+
+
+def test_progress_lines():
+    line = format_progress({"env_steps": 500, "sps": 100.0, "episode_return_mean": 12.5}, 1000)
+    # 50 %, ETA (1000 - 500) / 100 = 5 s.
+    assert line == "[ 50.0%] steps        500/1,000  sps       100  eta   0m05s  return    12.50"
+    assert format_progress({"env_steps": 0, "sps": 0.0, "episode_return_mean": None}, 10).endswith("--    return    n/a")
+    assert "eval     3.00" in format_progress({"env_steps": 1, "sps": 1.0, "eval/return_mean": 3.0}, 10)
+    rows = [{"env_steps": 5, "sps": 10.0, "episode_return_mean": 1.0}, {"env_steps": 5, "episode_return_mean": 3.0},
+            {"env_steps": 5, "episode_return_mean": float("nan")}]
+    pop = format_population_progress(rows, 10)
+    # mean over the finite members 2.0, best 3.0; population sps 3 x 10.
+    assert "return     2.00  best     3.00" in pop and "sps        30" in pop and "(3 members" in pop
+
+
+def test_progress_is_printed_unless_quiet(tmp_path):
+    stream = io.StringIO()
+    with Tracker(tmp_path, PPOConfig(), tensorboard=False, process=PROCESS, stream=stream, total_env_steps=20) as t:
+        t.log(_row(10))
+    assert stream.getvalue().startswith("[ 50.0%] steps         10/20")
