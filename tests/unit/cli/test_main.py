@@ -1,4 +1,4 @@
-"""The command line's traps from issue 16, each reproduced before it was fixed: what a new user reads
+"""The command line as a new user meets it: what they read
 (--help, the usage lines, `rljax envs`), what a run prints (the line before compiling, a resume of a
 finished run, a sweep's progress and ranking) and what it records (the manifest's command line).
 """
