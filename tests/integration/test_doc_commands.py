@@ -85,7 +85,7 @@ def help_texts() -> dict[str, str]:
     """``--help`` of every experiment module (and its ``sweep``) and of ``rljax train``/``sweep ALGO``."""
     import importlib
 
-    from rljax.cli.main import main as cli
+    from rljax.cli import main as cli
 
     texts = {}
     for path in sorted((ROOT / "experiments").glob("*.py")):
@@ -128,7 +128,7 @@ def _steps_per_update(segment: str, cwd: pathlib.Path) -> int | None:
     import json
     import shlex
 
-    from rljax.cli.main import main as cli
+    from rljax.cli import main as cli
     from rljax.core.config import RunConfig
     from rljax.cli.flags import build_parser, config_from_args
 
