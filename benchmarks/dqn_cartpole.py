@@ -5,8 +5,8 @@
 
 PureJaxRL's configuration: 10 envs, one gradient step (batch 128) per env step of the 10 envs, 1e4
 replay, learning from 1e4 steps, hard target update every 500 steps, Adam 2.5e-4, epsilon 1 -> 0.05
-over 2.5e5 steps. PureJaxRL measured 31.6k env steps/s (measured 2026-11-30 on a 2-core CPU VM, jax 0.10.2, PureJaxRL's own script at its newest commit; it cannot run
-beside rljax). "Final return" is the mean episode return (epsilon-greedy, as PureJaxRL logs it) over
+over 2.5e5 steps. PureJaxRL cannot run beside rljax; its recorded figure (``benchmarks/results.md``)
+is printed for reference. "Final return" is the mean episode return (epsilon-greedy, as PureJaxRL logs it) over
 the last 10 % of chunks; "greedy" evaluates the final greedy policy for 20 episodes.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 14's table on one accelerator: rljax beside PureJaxRL and gymnax, in one script (< 5 min on an H200).
+"""The accelerator table: rljax beside PureJaxRL and gymnax on one GPU, in one script (< 5 min on an H200).
 
     python -m benchmarks.gpu                                     # the whole table
     python -m benchmarks.gpu --purejaxrl .peers/purejaxrl/purejaxrl --peer-script .peers/purejaxrl_run.py \\
@@ -28,7 +28,7 @@ measures. PureJaxRL runs from a checkout kept outside the project: ``--purejaxrl
 holding its ``ppo.py``) and the peers' timing script ``--peer-script`` (``purejaxrl_run.py``); it
 needs gymnax 0.0.9 and distrax, which conflict with rljax's gymnax 1.0.1, so they go in their own
 site folder (``--peers-pythonpath``, put first on that subprocess's PYTHONPATH). Without
-``--purejaxrl`` the table shows PureJaxRL's figures recorded in issue 14 (H200, 2026-12).
+``--purejaxrl`` the table shows PureJaxRL's recorded H200 figures (``benchmarks/results.md``, "GPU").
 
 On the project's H200 machine (python 3.12, jax 0.11.2 with CUDA 13, flax, optax, orbax, chex,
 matplotlib preinstalled; gymnax and tensorboardX are not), carry rljax's missing packages as
@@ -58,8 +58,8 @@ PUREJAXRL_CFG = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4,
                      max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", total_timesteps=500_000)
 SECTIONS = ("ppo1", "ppo512", "envs2048", "envstep", "sweepcli", "determinism")
 
-# Issue 14's figures (one H200, jax 0.11.2 with CUDA 13, flax 0.12.10, 2026-12): PureJaxRL's own
-# make_train, gymnax, and rljax as it was then (before the work of issue 14).
+# Recorded figures (one H200; date and versions in benchmarks/results.md, "GPU"): PureJaxRL's own
+# make_train, gymnax, and rljax before the changes this table measures.
 RECORDED = {
     "ppo1": {"purejaxrl": 87.1e3, "purejaxrl_compile_s": 7.3, "rljax_before": 88.5e3},
     "ppo512": {"purejaxrl": 24.1e6, "purejaxrl_compile_s": 9.9, "rljax_before": 22.9e6},

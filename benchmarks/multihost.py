@@ -31,9 +31,9 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# Estimate inputs (stated, not measured here): a GPU update's compute time comes from the H200
-# figures restated in docs/scale-out.md (PureJaxRL-sized PPO CartPole, 2048 envs x 128 steps
-# at 22.1M env steps/s, measured 2026-12-01); the network from its nominal numbers.
+# Estimate inputs (stated, not measured here): a GPU update's compute time comes from the recorded
+# H200 figure (benchmarks/results.md, "GPU": PureJaxRL-sized PPO CartPole, 2048 envs x 128 steps
+# at 22.1M env steps/s); the network from its nominal numbers.
 NETWORK_GBIT_S = 100.0
 LATENCY_S = (10e-6, 30e-6)  # per message hop: RDMA-class, TCP-class
 H200_UPDATE_S = 2048 * 128 / 22.1e6

@@ -16,7 +16,7 @@ Sections:
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
 PureJaxRL's and rejax's figures are. PureJaxRL cannot run here beside rljax (no pip package); its
-figures (measured 2026-11-30 on a 2-core CPU VM, jax 0.10.2, PureJaxRL's own script at its newest commit) are printed for reference.
+recorded figures (``benchmarks/results.md``) are printed for reference.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ planes into the MLP, as PureJaxRL does; ``cnn`` puts the 16-filter 3x3 conv tors
 PureJaxRL is not a package: fetch its repository to a scratch folder outside the project, build a
 venv with ``setup.sh`` (gymnax 0.0.9, distrax) and point ``RLJAX_PUREJAXRL_DIR`` and
 ``RLJAX_PEERS_PYTHON`` at them, with ``RLJAX_PEERS_DIR`` holding ``purejaxrl_run.py``; without them
-the PureJaxRL row is skipped, and the figures it gave when measured are printed instead.
+the PureJaxRL row is skipped, and its recorded figures (``benchmarks/results.md``) are printed instead.
 
 Printed per rljax run: final return (the mean training-episode return of the last two chunks, as
 ``TrainResult.final_return``), training-phase env steps/s (env steps / seconds of compiled compute,

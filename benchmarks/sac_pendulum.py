@@ -13,8 +13,8 @@ building, compiling and training; no persistent compilation cache):
   final return   mean training-episode return over the last two chunks that finished episodes
   eval return    the deterministic policy (``tanh(mean)``) over 10 fresh episodes
 
-The target (set for this project on 2026-11-30): return >= -200 within 2e4 steps, and a process wall time well
-under rejax's SAC (about 56 s per process on this machine).
+The target: return >= -200 within 2e4 steps, and a process wall time well under rejax's SAC at
+matching settings (``--rejax``; recorded figures in ``benchmarks/results.md``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """SAC on Pendulum-v1: 4 envs, 2 gradient steps per update (batch 256), 2x64 ReLU MLPs, lr 1e-3,
-automatic entropy tuning; returns pass -200 well within 2e4 env steps (run time: docs/design.md).
+automatic entropy tuning; returns pass -200 well within 2e4 env steps (run time: benchmarks/results.md).
 
     python -m experiments.sac_pendulum                          # 2e4 steps
     python -m experiments.sac_pendulum --gradient-steps 4       # update-to-data ratio 1

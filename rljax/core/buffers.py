@@ -32,7 +32,7 @@ needed. The alternative, two masked ``dynamic_update_slice`` windows (:func:`_wr
 the rows of each window that are not overwritten by reading them back from the buffer; XLA:CPU then
 cannot emit the fused dynamic-update-slice in place and loops over the whole buffer, so it costs
 ``O(capacity)`` per add: at large capacities, orders of magnitude slower than the scatter (figures
-in ``docs/design.md``).
+in ``benchmarks/results.md``).
 
 Prioritised replay
 ------------------
@@ -66,7 +66,7 @@ root in ``O(1)`` per sample; the price is ``O(B log capacity)`` extra work per u
 ``8 * num_leaves`` bytes. (The alternative, a ``min`` over the filled leaves at every sample, costs
 ``O(capacity)`` reads per sample.) On a CPU, the random root-to-leaf walks of an update miss the
 caches once the trees outgrow them, so the cost of an add + update grows with the capacity
-(sub-linearly), yet stays far below one copy of the state (figures in ``docs/design.md``).
+(sub-linearly), yet stays far below one copy of the state (figures in ``benchmarks/results.md``).
 
 Sampling is stratified: the total mass is cut into ``batch_size`` equal segments and one uniform
 draw is taken per segment, then every draw descends the tree (``log2(num_leaves)`` vectorised
@@ -454,7 +454,7 @@ def _set_leaves(sum_tree: jax.Array, min_tree: jax.Array, slots: jax.Array, valu
         return nodes, sum_tree, min_tree
 
     # log2(num_leaves) levels, leaves' parents first. A fori_loop (not a Python loop) keeps the
-    # program the same size for any capacity: compile time no longer grows with the tree depth.
+    # program the same size for any capacity, so compile time does not grow with the tree depth.
     _, sum_tree, min_tree = jax.lax.fori_loop(0, depth, level, (nodes, sum_tree, min_tree))
     return sum_tree, min_tree
 

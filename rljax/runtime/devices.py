@@ -38,7 +38,7 @@ AXIS = "devices"
 
 # Programs that run once (building the initial state) are compiled without XLA's backend
 # optimisations: their run time is negligible, and on a CPU this cuts their compile time markedly
-# (network initialisers compile one threefry kernel per weight matrix; figures in docs/design.md).
+# (network initialisers compile one threefry kernel per weight matrix; figures: benchmarks/results.md).
 RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
@@ -55,7 +55,7 @@ def serial_map(fn: Callable[..., Any], *xs: Any) -> Any:
     (``ParallelBatchMap``) blocks an XLA intra-op thread while it waits for work it queued on that
     same pool. Two such kernels running at once (two layers) then deadlock a pool with two
     threads: a vmapped multi-layer orthogonal init hangs sooner or later, forever, with an idle
-    CPU (how soon, measured: ``docs/design.md``). Unbatched QRs run inline and cannot hang.
+    CPU. Unbatched QRs run inline and cannot hang.
 
     Args:
         fn: a function of one slice of each of ``xs``.

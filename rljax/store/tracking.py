@@ -482,9 +482,9 @@ class EventFile:
     calling thread.
 
     tensorboardX's ``SummaryWriter`` starts a writer thread per directory and ``fsync``s its file at
-    every flush; a sweep of hundreds of members paid seconds of host time for the threads, their
-    files, their closing and the ``fsync``s (measured: docs/design.md). Rows come once per chunk,
-    so writing them directly costs less than handing them to a thread. The file is the same: TFRecord framing (length, masked
+    every flush: for a sweep of hundreds of members that is seconds of host time for the threads,
+    their closing and the ``fsync``s (``benchmarks/results.md``). Rows come once per chunk, so
+    writing them directly costs less than handing them to a thread. The file is the same: TFRecord framing (length, masked
     CRC-32C, payload, masked CRC-32C), a ``brain.Event:2`` header, then one event per row;
     ``purge_step`` (on a resume or rollback) adds the session-start event at that step, which makes
     TensorBoard drop the events of an earlier file from that step on, as

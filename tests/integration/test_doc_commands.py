@@ -201,7 +201,7 @@ def _workdir(tmp_path: pathlib.Path) -> pathlib.Path:
     comment says: a ``GridWorld`` class and a ``make_grid`` factory)."""
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     _script(tmp_path / ".venv" / "bin" / "python", "")
-    shutil.copy(ROOT / "tests" / "grid_env.py", tmp_path / "my_envs.py")
+    shutil.copy(ROOT / "tests" / "support" / "grid_env.py", tmp_path / "my_envs.py")
     with open(tmp_path / "my_envs.py", "a", encoding="utf-8") as f:
         f.write("\n\nGridWorld = GridWalk\n\n\ndef make_grid(size: int = 8):\n    return GridWalk()\n")
     return tmp_path

@@ -23,9 +23,8 @@ CASES = [
     pytest.param(1, Kill("SIGKILL", after_line=5, delay=0.0), id="sigkill-mid-run"),
     pytest.param(2, Kill("SIGTERM", after_line=3, delay=0.0), id="sigterm"),
     # The first SIGTERM after chunk 0 asks for a stop; the second comes while that stop's checkpoint
-    # (the run's first) is being written, or just after it commits. (It used to end the process
-    # with 143 and only a *.orbax-checkpoint-tmp directory: the guard was gone before the write
-    # committed.)
+    # (the run's first) is being written, or just after it commits: the stop must still commit it
+    # and exit 75, not 143 with only a *.orbax-checkpoint-tmp directory.
     pytest.param(3, Kill("2xSIGTERM", after_line=1, delay=0.0, gap=None), id="double-sigterm-during-write"),
 ]
 

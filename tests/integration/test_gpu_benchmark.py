@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py runs here too: ``--smoke`` prints issue 14's table at tiny sizes on the CPU."""
+"""benchmarks/gpu.py runs here too: ``--smoke`` prints the accelerator table at tiny sizes on the CPU."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The learning signal itself: what the agents learn from, checked against hand computations.
 
-Every test here was written against a bug in what an agent learns from (placeholder n-step items
+Each test guards one way an agent's learning signal can go wrong (placeholder n-step items
 marked valid, replay normalised with stale statistics, importance weights crushed by
-placeholders, PBT and sweeps not reaching what they change, bootstraps from the wrong
-observation, a one-sided PPO clip, a double-Q flag not reaching the loss), and
-fails on the code that had it.
+placeholders, PBT and sweeps not reaching what they change, counts that stop growing, bootstraps
+from the wrong observation, a one-sided PPO clip, a double-Q flag not reaching the loss), and
+fails on code that has that fault.
 
 ``Ticker`` (:mod:`tests.support.ticker`) is a deterministic env whose values are all distinct, so a
 hand computation can say exactly what each transition, n-step item and bootstrap must be. The
@@ -57,7 +57,7 @@ def _ticker_stack(num_envs=2):
 
 
 # ------------------------------------------------------------------------------------------------
-# n-step collection (issue 12) and its bootstrap observation
+# n-step collection and its bootstrap observation
 # ------------------------------------------------------------------------------------------------
 
 
@@ -96,7 +96,7 @@ def test_n_step_items_valid_exactly_when_real_and_equal_to_hand_computation(num_
 
 
 # ------------------------------------------------------------------------------------------------
-# prioritised replay with placeholders (issue 14)
+# prioritised replay with placeholders
 # ------------------------------------------------------------------------------------------------
 
 
@@ -146,7 +146,7 @@ def test_placeholders_do_not_distort_importance_weights(n, num_steps):
 
 
 # ------------------------------------------------------------------------------------------------
-# normalize_obs with replay (issue 13)
+# normalize_obs with replay
 # ------------------------------------------------------------------------------------------------
 
 
@@ -220,7 +220,7 @@ def test_sac_replay_stores_raw_obs():
 
 
 # ------------------------------------------------------------------------------------------------
-# PBT over priority_alpha (issue 15a)
+# PBT over priority_alpha
 # ------------------------------------------------------------------------------------------------
 
 
@@ -254,7 +254,7 @@ def test_pbt_perturbing_priority_alpha_changes_sampling_probabilities():
 
 
 # ------------------------------------------------------------------------------------------------
-# Reward normalisation in a sweep uses each member's gamma (issue 15b)
+# Reward normalisation in a sweep uses each member's gamma
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """Nothing lost, nothing wrong: preemption, damaged run directories, divergence and I/O faults.
 
-Each test here reproduces a fault found by attacking rljax as a cluster would (a second SIGTERM
+Each test here reproduces a fault a cluster inflicts (a second SIGTERM
 during the stop's save, a run killed before its first checkpoint, an edited or damaged
 ``config.json``/``manifest.json``/``metrics.jsonl``, a NaN in the env, a full disk, Ctrl-C during
 compilation, run options forgotten on resume) and checks the run ends as if nothing had happened,

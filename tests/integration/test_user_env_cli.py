@@ -436,7 +436,7 @@ def test_a_sweep_over_a_named_user_env_with_kwargs_and_params(user_module, tmp_p
     assert status == 2 and "(did you mean 'goal'?)" in err, err
 
 
-# ----- found by review: env objects holding spaces, the console script's import order, one-line errors -----
+# ----- env objects holding spaces, the console script's import order, one-line errors -----
 
 
 def test_env_objects_holding_spaces_are_recorded_by_name():

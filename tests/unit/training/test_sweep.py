@@ -98,7 +98,7 @@ def _qr_operand_shapes(jaxpr) -> list[tuple[int, ...]]:
 
 @pytest.mark.parametrize("config", [PPO, DQN, SAC], ids=["ppo", "dqn", "sac"])
 def test_population_init_has_no_batched_lapack_call(config):
-    """A batched LAPACK QR (a vmapped orthogonal init) can deadlock XLA's CPU pool (it hung CI):
+    """A batched LAPACK QR (a vmapped orthogonal init) can deadlock XLA's CPU pool:
     every QR in the population's init program must be unbatched. Checked on every backend in the
     traced program (each QR's operand is one matrix), and on the CPU also in the lowered program
     (each LAPACK custom call has no batch dimension); other backends use other kernels (cuSOLVER),

@@ -200,7 +200,7 @@ class HangEnv(Environment[_HangState, _HangParams]):
 
 @pytest.mark.timeout(300)
 def test_a_hung_chunk_gets_the_stall_warning_with_every_stack(tmp_path, capsys):
-    """Target of issue 16: a chunk that hangs in a host callback is reported while it hangs, with the
+    """A chunk that hangs in a host callback is reported while it hangs, with the
     stacks of all threads (the callback's included) and what the run was doing, in the run directory."""
     run_dir = tmp_path / "run"
     _Hang.run_dir, _Hang.armed, _Hang.released_by_report = run_dir, False, None
