@@ -105,6 +105,8 @@ T_RET = "tests/unit/core/test_returns.py::"
 T_BUF = "tests/unit/core/test_buffers.py::"
 T_CKPT = "tests/unit/store/test_checkpoint.py::"
 T_PARITY = "tests/integration/test_classic_control_parity.py::"
+T_INTEGRITY = "tests/unit/store/test_checkpoint_integrity.py::"
+T_BOUNDS = "tests/integration/test_action_bounds.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---------------------------------------------------------------- env stepping
@@ -235,6 +237,29 @@ MUTANTS: tuple[Mutant, ...] = (
            "return masked_mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(log_prob + target_entropy), mask)",
            "SAC's temperature loss has the wrong sign (alpha falls when entropy is too low)",
            ("tests/unit/agents/test_sac.py::test_alpha_loss_by_hand_and_gradient_sign",)),
+    Mutant("sac-target-entropy-sign", "rljax/agents/sac.py",
+           "target_entropy=-hyperparams.target_entropy_scale * action_dim,",
+           "target_entropy=hyperparams.target_entropy_scale * action_dim,",
+           "SAC's learn step gets the target entropy +scale * |A| instead of -scale * |A| (alpha chases too much entropy)",
+           ("tests/unit/agents/test_sac.py::test_update_passes_minus_scale_times_action_dim_as_the_target_entropy",)),
+    # ---------------------------------------------------------------- acting
+    Mutant("act-clip-to-minus-high", "rljax/agents/base.py",
+           "return lambda action: clip_to_space(action, space.low, space.high)",
+           "return lambda action: clip_to_space(action, -space.high, space.high)",
+           "policies clip Box actions to [-high, high] instead of [low, high] (acting, evaluation, export)",
+           # (not test_exported_onnx_clips_to_low_and_high: it is skipped without jax2onnx, which the baseline
+           # would report as broken)
+           (T_BOUNDS + "test_greedy_actions_are_clipped_to_low_and_high_per_dimension",
+            T_BOUNDS + "test_sampled_actions_stay_in_low_high_and_reach_both_bounds",
+            T_BOUNDS + "test_evaluation_sends_the_clipped_actions_to_the_env",
+            T_BOUNDS + "test_exported_stablehlo_clips_to_low_and_high")),
+    # ---------------------------------------------------------------- population-based training
+    Mutant("pbt-exploit-keeps-own-optimizer-state", "rljax/training/hooks/pbt.py",
+           "new = new.replace(key=state.key, env_params=state.env_params)",
+           "new = new.replace(key=state.key, env_params=state.env_params,\n"
+           "                      **{k: getattr(state, k) for k in (\"opt_state\",) if hasattr(state, k)})",
+           "PBT's exploit copies the donor's params but the replaced member keeps its own optimiser state",
+           ("tests/unit/training/hooks/test_pbt.py::test_exploit_copies_every_leaf_of_the_donor_but_the_key_env_params_and_explored_hyperparams",)),
     # ---------------------------------------------------------------- replay
     Mutant("replay-ring-clamped-not-wrapped", "rljax/core/buffers.py",
            "return (cursor + jnp.arange(b, dtype=jnp.int32)) % capacity",
@@ -321,6 +346,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "x = flat[:size].reshape(shape)",
            "unpack reads every packed leaf from the start of its dtype's array",
            (T_CKPT + "test_pack_round_trip_keeps_every_leaf_exact",)),
+    Mutant("ckpt-verify-skips-last-array", "rljax/store/checkpoint.py",
+           "for name, want in expected.items():",
+           "for name, want in list(expected.items())[:-1]:",
+           "checksum verification skips the last array in sorted order (the packed uint32 PRNG key data)",
+           (T_INTEGRITY + "test_damage_to_any_one_saved_array_is_named_and_the_older_step_restores",)),
     Mutant("ckpt-prng-key-not-restored", "rljax/store/checkpoint.py",
            "value = jax.random.wrap_key_data(h, impl=jax.random.key_impl(t))",
            "value = t",

@@ -116,6 +116,29 @@ def test_alpha_loss_by_hand_and_gradient_sign():
     np.testing.assert_allclose(g_masked, 0.0, atol=1e-7)
 
 
+def test_update_passes_minus_scale_times_action_dim_as_the_target_entropy(monkeypatch):
+    """SAC's update hands ``sac_learn_step`` the target entropy ``-target_entropy_scale * |A|``, with
+    the scale the train state holds (a sweepable hyperparameter: a sweep member's or PBT's value, not
+    the config's). On a two-dimensional box with 0.75 in the state (1.0 in the config): -1.5. The
+    learn step is replaced by one that only reports the value it was given."""
+    from rljax.agents import sac as sac_module
+    from tests.support.box_env import AsymmetricBox
+
+    def report(learner, items, weights, key, hyperparams, nets, *, target_entropy, autotune, axis_name=None):
+        return learner, jnp.zeros_like(weights), {"target_entropy": jnp.asarray(target_entropy, jnp.float32)}
+
+    monkeypatch.setattr(sac_module, "sac_learn_step", report)
+    env = AsymmetricBox()
+    cfg = SACConfig(env="asymmetric-box", num_envs=1, batch_size=2, buffer_size=8, learning_starts=0,
+                    hidden_sizes=(4,), total_timesteps=8)
+    assert cfg.target_entropy_scale == 1.0
+    agent = make_sac(cfg, env, env.default_params)
+    hyperparams = cfg.hyperparams().replace(target_entropy_scale=jnp.float32(0.75))
+    state = jax.jit(lambda key, hp: agent.init(key, 0, 8, hp, env.default_params))(jax.random.key(0), hyperparams)
+    _, out = jax.jit(agent.update)(state)
+    assert float(out.metrics["target_entropy"]) == -1.5
+
+
 def test_networks_respect_the_box_and_the_log_std_range():
     nets = make_sac_networks(2, jnp.array([-2.0, 0.0]), jnp.array([2.0, 1.0]), (8,), log_std_min=-5.0,
                              log_std_max=2.0)

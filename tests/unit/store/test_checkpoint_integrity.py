@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import rljax
-from rljax.store.checkpoint import LAYOUT_KEY, PACK_MAX_BYTES, Checkpointer, pack, to_host
+from rljax.store.checkpoint import (CHECKSUM_KEY, LAYOUT_KEY, PACK_MAX_BYTES, CheckpointIntegrityError, Checkpointer,
+                              checksums, pack, to_host)
 
 from tests.support.runs import PPO_SMALL, assert_same_bits
 
@@ -142,6 +143,53 @@ def test_corrupt_newest_step_restores_the_older_one_bit_equal(tmp_path):
     ckpt.save(2, new, {"n": 2})  # the resumed run writes step 2 again
     ckpt.wait()
     assert_same_bits(ckpt.restore(make_state(0))[0], new)
+    ckpt.close()
+
+
+SAVED_ARRAYS = ("leaf_000000", "packed_bool", "packed_float32", "packed_int32", "packed_uint32")
+"""The arrays a checkpoint of :func:`make_state` stores (:func:`rljax.store.checkpoint.pack`): the buffer on
+its own, then one packed array per dtype; the uint32 one holds the PRNG key's data alone."""
+
+
+def save_arrays(ckpt: Checkpointer, step: int, arrays, meta) -> None:
+    """Writes ``arrays`` and ``meta`` as checkpoint ``step`` exactly as given (no packing, no checksums
+    computed, no checks)."""
+    ocp = ckpt._ocp
+    ckpt.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
+                      force=True)
+    ckpt.wait()
+
+
+@pytest.mark.parametrize("damaged", SAVED_ARRAYS)
+def test_damage_to_any_one_saved_array_is_named_and_the_older_step_restores(tmp_path, damaged):
+    """Every saved array is verified, the small ones included (a byte flip in the largest data file
+    never reaches the two-value key array). The newest step is written as a disk error would leave
+    it: one bit of one value of the array ``damaged`` inverted, under the checksums of the intact
+    arrays. Reading it names that array; restore skips it and returns the older step, bit-equal."""
+    old, new = make_state(1), make_state(2)
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, old, {"n": 1})
+    ckpt.wait()
+    arrays, layout = pack(to_host(new))
+    assert sorted(arrays) == list(SAVED_ARRAYS)
+    meta = {"n": 2, LAYOUT_KEY: layout}
+    meta[CHECKSUM_KEY] = checksums(arrays, meta)
+    bad = np.array(arrays[damaged])  # a copy
+    bad.reshape(-1).view(np.uint8)[0] ^= 1  # still a valid value of its dtype (a bool stays a bool)
+    assert not np.array_equal(bad, arrays[damaged])
+    save_arrays(ckpt, 2, {**arrays, damaged: bad}, meta)
+    with pytest.raises(CheckpointIntegrityError, match=f"step 2: array '{damaged}' .* fails its CRC-32 check"):
+        ckpt.read(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state, meta_back, skipped = ckpt.restore(make_state(0))
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("skipping checkpoint step 2 ") and "CheckpointIntegrityError" in m
+               and f"array '{damaged}'" in m for m in messages), messages
+    assert skipped == [2] and meta_back == {"n": 1}
+    assert_same_bits(state, old)
+    assert ckpt.steps() == [1]
+    assert [p.name.split("-")[0] for p in (tmp_path / "checkpoints_unreadable").iterdir()] == ["2"]  # set aside
     ckpt.close()
 
 

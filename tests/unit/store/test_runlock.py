@@ -218,15 +218,29 @@ def test_a_forked_child_does_not_hold_or_release_the_parents_lock(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_subprocesses_do_not_inherit_the_lock(tmp_path):
+    """A child started while the lock is held, even with ``close_fds=False``, holds no copy of it:
+    it has no descriptor of the lock file, and the lock is free once this process releases it.
+
+    Both are checked once the child runs its own code (its first line of output), not as soon as
+    ``Popen`` returns: ``Popen`` uses ``posix_spawn`` here, which returns as soon as the child's
+    ``execve`` has replaced its memory. The child closes its close-on-exec copy of the lock's
+    descriptor later in ``execve``, and the kernel drops that last reference to the lock file (which
+    is what releases an ``flock``) only when ``execve`` returns to user space. Until then the lock
+    still reads as held, for a moment that a busy machine can stretch past this test's next line."""
     run = tmp_path / "run"
     lock = RunLock(run).acquire()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], close_fds=False)
-    try:
-        lock.release()
-        assert _os_lock_free(run)  # the sleeper still runs but holds no copy of the lock
-    finally:
-        sleeper.kill()
-        sleeper.wait(timeout=30)
+    script = "import time; print('running', flush=True); time.sleep(60)"
+    with subprocess.Popen([sys.executable, "-c", script], close_fds=False, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout.readline() == "running\n"  # its execve has returned
+            fd_dir = pathlib.Path(f"/proc/{child.pid}/fd")
+            if fd_dir.is_dir():  # Linux: the child's open descriptors
+                lock_file = os.path.realpath(run / LOCK_FILE)
+                assert lock_file not in {os.path.realpath(fd) for fd in fd_dir.iterdir()}
+            lock.release()
+            assert _os_lock_free(run)  # the child still runs but holds no copy of the lock
+        finally:
+            child.kill()
 
 
 def test_unusable_directories_give_a_clear_error(tmp_path):

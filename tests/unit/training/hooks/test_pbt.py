@@ -10,6 +10,7 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import struct
 
@@ -59,6 +60,72 @@ def test_exploit_explore_by_hand():
     # The same chunk index gives the same step.
     again, source2 = jax.jit(functools.partial(exploit_explore, spec=spec))(state, scores, jnp.int32(4))
     np.testing.assert_array_equal(np.asarray(source2), source)
+
+
+class TrainState(struct.PyTreeNode):
+    """A train state with everything exploit copies: params, a real Adam state, a buffer, a counter."""
+    params: dict
+    opt_state: optax.OptState
+    buffer: jax.Array
+    updates: jax.Array
+    key: jax.Array
+    hyperparams: HP
+    env_params: jax.Array
+
+
+def _train_state(size):
+    """Every member's leaves differ from every other's: each member's Adam state has taken a step on
+    gradients of its own, and member i's step count is i + 1."""
+    optimizer = optax.adam(1e-3)
+    params = {"w": np.arange(size * 6, dtype=np.float32).reshape(size, 3, 2),
+              "b": np.arange(size * 2, dtype=np.float32).reshape(size, 2) * -1.5}
+    grads = jax.tree.map(lambda x: np.sin(x) + 0.5, params)
+    step = jax.jit(jax.vmap(lambda g, p: optimizer.update(g, optimizer.init(p), p)[1]))
+    adam, *rest = step(grads, params)
+    opt_state = (adam._replace(count=np.arange(1, size + 1, dtype=np.int32)), *rest)
+    return TrainState(params=params, opt_state=opt_state, buffer=np.arange(size * 5, dtype=np.float32).reshape(size, 5),
+                      updates=np.arange(size, dtype=np.int32) * 7, key=jax.random.split(jax.random.key(0), size),
+                      hyperparams=HP(learning_rate=np.linspace(6e-4, 1e-3, size, dtype=np.float32),
+                                     gamma=np.linspace(0.9, 0.99, size, dtype=np.float32)),
+                      env_params=np.arange(size, dtype=np.float32) * 10)
+
+
+def test_exploit_copies_every_leaf_of_the_donor_but_the_key_env_params_and_explored_hyperparams():
+    """The documented exploit: a replaced member becomes a copy of its donor's whole train state
+    (params, optimiser state, buffer, counters, hyperparameters) except its own PRNG key and env
+    params, and the explored hyperparameters, which are the donor's times 0.8 or 1.2, clipped. A
+    member that is not replaced keeps every leaf."""
+    size = 8
+    state = _train_state(size)
+    assert isinstance(state.opt_state[0], optax.ScaleByAdamState)
+    scores = jnp.asarray([5.0, 1.0, 7.0, -np.inf, 3.0, 8.0, 2.0, 6.0])  # worst: 3, 1 ; best: 5, 2
+    spec = PBTSpec(interval=1, fields={"learning_rate": (5e-4, 1.1e-3)}, fraction=0.25)
+    new, source = jax.jit(functools.partial(exploit_explore, spec=spec))(state, scores, jnp.int32(4))
+    replaced, source = _replaced(source)
+    assert replaced == {1, 3} and set(source[[1, 3]]) <= {2, 5}
+    own = {".key", ".env_params"}
+    explored = {".hyperparams.learning_rate"}
+    before, after = _leaves_by_path(state), _leaves_by_path(new)
+    assert {".opt_state[0].mu['w']", ".opt_state[0].nu['b']", ".opt_state[0].count", ".params['w']"} <= set(after)
+    for path, old in before.items():
+        got = after[path]
+        for i in range(size):
+            donor = source[i]
+            if i in replaced:  # a copy must be visible: the member's own value differs from its donor's
+                assert not np.array_equal(old[i], old[donor]), path
+            if path in own:
+                np.testing.assert_array_equal(got[i], old[i], err_msg=f"member {i} {path}")
+            elif path in explored and i in replaced:
+                assert np.float32(got[i]) in {np.float32(np.clip(old[donor] * f, 5e-4, 1.1e-3)) for f in (0.8, 1.2)}
+            else:
+                np.testing.assert_array_equal(got[i], old[donor], err_msg=f"member {i} {path} (donor {donor})")
+
+
+def _leaves_by_path(tree):
+    """``{jax.tree_util.keystr(path): leaf as numpy}`` (typed PRNG keys as their key data)."""
+    def host(x):
+        return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+    return {jax.tree_util.keystr(path): host(x) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _state(size):
