@@ -13,6 +13,8 @@ Gymnasium; ``terminated`` then wins for value targets.
 
 Subclasses implement :meth:`Environment.step_env` and :meth:`Environment.reset_env`; the base class
 adds the time limit and the auto-reset. See ``docs/env_api.md`` for the full specification.
+
+May import: nothing in rljax (every layer, the bundled envs and user envs build on it).
 """
 
 from __future__ import annotations

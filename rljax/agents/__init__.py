@@ -11,6 +11,8 @@ whose rule accepts it; the builder runs the same check). An algorithm registered
 taken to fit every env: nothing is known about it before its builder runs, which then validates. The registry finds the algorithms of this package by importing its modules the first time
 it is asked (:func:`algorithms`); an algorithm defined outside the package registers itself when its
 module is imported, and is then trained, swept and resumed like a built-in one.
+
+May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`.
 """
 
 from __future__ import annotations

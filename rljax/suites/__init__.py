@@ -7,4 +7,6 @@ when one of its environments is built; a missing package is an ``ImportError`` n
 (``pip install -e ".[craftax]"``). The adapters share :mod:`rljax.suites._adapter`: the suite
 supplies its reset and its step without time limit or reset, and rljax's base environment adds the
 time limit (``truncated``), the auto-reset and ``info["final_observation"]``. See ``docs/suites.md``.
+
+May import: :mod:`rljax.env`, :mod:`rljax.core`.
 """

@@ -2,6 +2,7 @@
 the hooks (health checks, evaluation and tracking adapters, observability, the stall watchdog, PBT,
 checkpointing, the caller's ``on_chunk``).
 
-Part of the training layer: may import what :mod:`rljax.training` may, except the loop itself
-(hooks are called by the loop, never the other way round).
+Part of the training layer. May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`,
+:mod:`rljax.agents`, :mod:`rljax.store`, :mod:`rljax.policy`, :mod:`rljax.suites`, :mod:`rljax.training`
+except its loop module (hooks are called by the loop, never the other way round).
 """
