@@ -10,7 +10,7 @@ import pytest
 import envs
 import rljax
 from rljax.agents.dqn import DQNConfig, dqn_loss
-from rljax.agents.offpolicy import ReplayItem, periodic, polyak
+from rljax.agents.offpolicy import ReplayItem
 from rljax.core.networks import QNetwork
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
 
@@ -52,14 +52,6 @@ def test_dqn_loss_by_hand():
     loss, _ = dqn_loss(W_ONLINE, W_TARGET, _linear_q, two, jnp.array([0.5, 1.0]), double_q=False, loss="mse")
     # Item 2: a=1, Q(s,1) = 2, y = 0 + 0.9 * 5 = 4.5 -> td = -2.5. Weighted mean over 2 items.
     np.testing.assert_allclose(loss, (0.5 * 0.5 * 4.5 ** 2 + 1.0 * 0.5 * 2.5 ** 2) / 2)
-
-
-def test_periodic_and_polyak():
-    assert bool(periodic(jnp.int32(400), jnp.int32(500), 500))
-    assert not bool(periodic(jnp.int32(500), jnp.int32(600), 500))
-    assert bool(periodic(jnp.int32(990), jnp.int32(1090), 500))
-    np.testing.assert_allclose(polyak(jnp.array(10.0), jnp.array(0.0), 0.1), 1.0)
-    np.testing.assert_allclose(polyak(jnp.array(10.0), jnp.array(0.0), 1.0), 10.0)
 
 
 @pytest.mark.parametrize("kw, match", [

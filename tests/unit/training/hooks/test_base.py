@@ -1,5 +1,5 @@
 """The hook contract: every boundary hook is a Hook (the loop calls all six methods on each, no
-probing), the defaults do nothing, and the adapters forward exactly what their objects do."""
+probing) and the defaults do nothing (the adapters' forwarding: test_adapters.py)."""
 
 from __future__ import annotations
 
@@ -40,42 +40,6 @@ def test_the_defaults_do_nothing():
     assert hook.due(run, 0, last=True) is False
     assert hook.react(run, 0, rows) is None and hook.boundary(run, 0, rows, last=True) is None
     assert rows == [{"env_steps": 16}]
-
-
-def test_on_chunk_passes_the_state_and_member_0s_row_and_stops_on_a_true_result():
-    seen = []
-    hook = OnChunk(lambda c, state, row: seen.append((c, state, row)) or c == 1)
-    run = _run(state="s")
-    assert hook.needs_every_state is True  # the callback reads every chunk's state
-    assert hook.react(run, 0, [{"a": 1}, {"a": 2}]) is None and not run.guard.requested
-    hook.react(run, 1, [{"a": 3}])
-    assert seen == [(0, "s", {"a": 1}), (1, "s", {"a": 3})]
-    assert run.guard.requested and run.guard.signal_name == "on_chunk"
-
-
-def test_adapters_forward_the_methods_their_objects_have():
-    calls = []
-
-    class Fake:
-        def due(self, run, c, last):
-            calls.append(("due", c, last))
-            return c == 3
-
-        def record(self, run, c, rows):
-            calls.append(("record", c, len(rows)))
-
-        def close(self, run):
-            calls.append(("close",))
-
-    run, rows = _run(), [{}, {}]
-    evaluation, tracking = EvaluationHook(Fake()), TrackingHook(Fake())
-    assert evaluation.due(run, 3, False) is True and evaluation.due(run, 2, False) is False
-    evaluation.record(run, 3, rows)
-    evaluation.close(run)  # Evaluation has nothing to close: the default
-    assert tracking.due(run, 3, False) is False  # Tracking never needs the state: the default
-    tracking.record(run, 4, rows)
-    tracking.close(run)
-    assert calls == [("due", 3, False), ("due", 2, False), ("record", 3, 2), ("record", 4, 2), ("close",)]
 
 
 def test_discard_ahead_keeps_the_launched_chunks_state():
