@@ -1,4 +1,4 @@
-"""The fault soak (benchmarks/fault_soak.py) in small: a real PPO CartPole run, killed four ways as
+"""The fault soak (tests/verification/fault_soak.py) in small: a real PPO CartPole run, killed four ways as
 a subprocess, resumed until it finishes, and compared bit for bit with an uninterrupted run."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pathlib
 
 import pytest
 
-from benchmarks import fault_soak as soak
-from benchmarks.fault_soak import Kill
+from tests.verification import fault_soak as soak
+from tests.verification.fault_soak import Kill
 
 # 10 chunks of 4 updates (2,048 env steps each), a checkpoint after every second chunk.
 TINY = soak.RunConfig("ppo-tiny", "experiments.ppo_cartpole",

@@ -1,9 +1,9 @@
 """Mutation benchmark: plant realistic bugs one at a time and see which ones the tests catch.
 
-    python -m benchmarks.mutants --list                      # the mutants and their killer tests
-    python -m benchmarks.mutants                             # run them all (long: ~1 h on 2 cores)
-    python -m benchmarks.mutants --only gae-lambda-dropped,ppo-entropy-sign --jobs 2
-    python -m benchmarks.mutants --skip-slow --keep          # skip subprocess tests, keep the copies
+    python -m tests.verification.mutants --list                      # the mutants and their killer tests
+    python -m tests.verification.mutants                             # run them all (long: ~1 h on 2 cores)
+    python -m tests.verification.mutants --only gae-lambda-dropped,ppo-entropy-sign --jobs 2
+    python -m tests.verification.mutants --skip-slow --keep          # skip subprocess tests, keep the copies
 
 Each mutant is a hand-written bug: an exact source snippet (it must occur exactly once in its file)
 and its replacement, a one-line description, and the test node ids that should catch it (a focused,
@@ -66,7 +66,7 @@ import textwrap
 import threading
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", "runs", ".pytest_cache",
                                      ".hypothesis", "*.egg-info", "build", "shared")
 DEFAULT_TIMEOUT_S = 600
@@ -143,13 +143,13 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/unit/core/test_wrappers.py::test_normalize_reward_resets_on_truncation_too",)),
     # ---------------------------------------------------------------- rollout
     Mutant("rollout-next-obs-after-reset", "rljax/core/rollout.py",
-           'terminated, truncated, info["final_observation"], extras)',
-           "terminated, truncated, obs, extras)",
+           'transition = Transition(c.obs, action, reward, terminated, truncated, info["final_observation"], extras)',
+           "transition = Transition(c.obs, action, reward, terminated, truncated, obs, extras)",
            "transitions bootstrap from the next step's (post-reset) obs instead of final_observation",
            ("tests/unit/agents/test_ppo.py::test_value_bootstraps_through_truncation",
             "tests/unit/agents/test_dqn.py::test_truncation_bootstraps_from_final_observation",
             "tests/unit/agents/test_sac.py::test_truncation_bootstraps_from_final_observation",
-            "tests/integration/test_learning_signal.py::test_rollout_next_obs_is_the_final_observation_on_truncation",
+            "tests/unit/core/test_rollout.py::test_rollout_next_obs_is_the_final_observation_on_truncation",
             "tests/integration/test_learning_signal.py::test_ppo_gae_bootstraps_from_the_final_observation"),
            slow=True),
     # ---------------------------------------------------------------- returns
@@ -331,8 +331,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "PreemptionGuard never installs its handlers: SIGTERM kills the run without a checkpoint",
            (T_CKPT + "test_sigterm_mid_run_then_resume_matches_uninterrupted",), timeout_s=900, slow=True),
     Mutant("ckpt-last-leaf-dropped", "rljax/store/checkpoint.py",
-           "leaves = jax.tree.leaves(state)\n",
-           "leaves = jax.tree.leaves(state)[:-1]\n",
+           "for x in jax.tree.leaves(state)]\n    return [np.asarray(x) for x in fetch(leaves)]",
+           "for x in jax.tree.leaves(state)][:-1]\n    return [np.asarray(x) for x in fetch(leaves)]",
            "to_host drops the state's last leaf, so no checkpoint restores",
            (T_CKPT + "test_interrupted_and_resumed_equals_uninterrupted[ppo]",)),
     Mutant("ckpt-pack-order-reversed", "rljax/store/checkpoint.py",

@@ -7,8 +7,8 @@ on 2 CPU devices, and records for each the final params (every leaf, exact bytes
 rows (every column but the wall-clock ones). ``--save DIR`` writes the records; ``--compare DIR``
 recomputes them and reports every case whose params or rows differ, bit for bit::
 
-    git checkout <before> && python -m benchmarks.bit_identity --save /tmp/bits-before
-    git checkout <after>  && python -m benchmarks.bit_identity --compare /tmp/bits-before
+    git checkout <before> && python -m tests.verification.bit_identity --save /tmp/bits-before
+    git checkout <after>  && python -m tests.verification.bit_identity --compare /tmp/bits-before
 
 Exit status 0 when every case is identical, 1 otherwise. The cases run on the CPU (the
 fingerprints of one backend are only comparable with the same backend and jax version).
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         records = fingerprints(CASES, only)
         if not only or only & set(PARALLEL_CASES):
             env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-            with_child = [sys.executable, "-m", "benchmarks.bit_identity", "--parallel-child",
+            with_child = [sys.executable, "-m", "tests.verification.bit_identity", "--parallel-child",
                           "--save" if args.save else "--compare", str(directory)]
             if only:
                 with_child += ["--only", *sorted(only)]

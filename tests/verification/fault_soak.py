@@ -1,7 +1,7 @@
 """Fault soak: kill real rljax runs at random, resume each, and compare it bit for bit.
 
-    python -m benchmarks.fault_soak                      # 50 kills over PPO and DQN CartPole
-    python -m benchmarks.fault_soak --kills 20 --seed 3 --configs ppo --keep /tmp/soak-failures
+    python -m tests.verification.fault_soak                      # 50 kills over PPO and DQN CartPole
+    python -m tests.verification.fault_soak --kills 20 --seed 3 --configs ppo --keep /tmp/soak-failures
 
 Each trial starts a short training run as a subprocess (``python -m experiments.X``) and kills it
 with one of
@@ -74,7 +74,7 @@ import numpy as np
 
 from rljax.training.hooks.observe import is_measured
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 """Metrics fields that depend on the clock; every other field must match the reference exactly."""
 
 PREEMPTED = 75
