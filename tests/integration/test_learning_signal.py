@@ -23,6 +23,7 @@ import pytest
 
 import rljax.agents.dqn as dqn_module
 import rljax.agents.ppo as ppo_module
+import rljax.agents.onpolicy as onpolicy_module
 from rljax.agents.dqn import DQNConfig, make_dqn
 from rljax.agents.offpolicy import collect, init_collector, make_replay, replay_learning
 from rljax.agents.ppo import PPOConfig, make_ppo
@@ -288,14 +289,14 @@ def test_sweep_reward_normalisation_uses_each_members_gamma():
 
 def test_ppo_gae_bootstraps_from_the_final_observation(monkeypatch):
     seen = {}
-    real_gae = ppo_module.gae
+    real_gae = onpolicy_module.gae
 
     def spy_gae(rewards, values, next_values, terminated, truncated, gamma, lambda_):
         jax.debug.callback(lambda r, nv, tr: seen.update(rewards=r, next_values=nv, truncated=tr),
                            rewards, next_values, truncated)
         return real_gae(rewards, values, next_values, terminated, truncated, gamma, lambda_)
 
-    monkeypatch.setattr(ppo_module, "gae", spy_gae)
+    monkeypatch.setattr(onpolicy_module, "gae", spy_gae)  # the skeleton calls GAE for PPO
     cfg = PPOConfig(num_envs=2, num_steps=4, num_epochs=1, num_minibatches=1, hidden_sizes=(8,),
                     total_timesteps=8)
     env = Ticker()

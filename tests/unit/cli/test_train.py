@@ -25,11 +25,11 @@ def test_train_help_lists_the_algorithms(capsys):
         assert f"  {name}  {cls}" in lines
 
 
-@pytest.mark.parametrize("argv, got", [(["train"], "[]"), (["train", "a2c"], "['a2c']")])
+@pytest.mark.parametrize("argv, got", [(["train"], "[]"), (["train", "impala"], "['impala']")])
 def test_train_without_a_known_algorithm_is_a_usage_error(argv, got, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"rljax train: error: train needs an algorithm, one of ['dqn', 'ppo', 'pqn', 'sac', 'td3']; got {got}" in err
+    assert f"rljax train: error: train needs an algorithm, one of ['a2c', 'dqn', 'ppo', 'pqn', 'sac', 'td3']; got {got}" in err
 
 
 def test_an_algorithms_help_is_its_config_parser(capsys):
