@@ -21,7 +21,7 @@ from rljax.policy.evaluate import evaluate
 from rljax.policy.export import CONTINUOUS_TOLERANCE, ONNX_FILE, STABLEHLO_FILE, export
 from rljax.policy.trained import Policy
 from tests.support.box_env import EPISODE_LENGTH, HIGH, LOW, OBSERVATIONS, AsymmetricBox
-from tests.unit.policy.test_export import HAS_ONNX, doc_code
+from tests.support.export_doc import HAS_ONNX, doc_code
 
 # The greedy action on each row of OBSERVATIONS: [-0.5, -2.5] -> [0, -2] (below low, though inside
 # [-high, high]); [-3, -5] -> [0, -2]; [0.25, 1.5] unchanged; [2, 4] -> [1, 3].

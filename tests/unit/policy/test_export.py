@@ -11,11 +11,9 @@ observation space (batch 1000) and on the first one alone (batch 1).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import textwrap
@@ -28,21 +26,12 @@ import rljax
 from rljax.cli.main import main as cli_main
 from rljax.policy.export import (CONTINUOUS_TOLERANCE, METADATA_FILE, ONNX_FILE, STABLEHLO_FILE, ExportError, export,
                           sample_observations)
+from tests.support.export_doc import DOC, HAS_ONNX, doc_code
 from tests.conftest import TINY_RUN_NAMES as RUNS  # the shared tiny runs (conftest.tiny_run)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-DOC = ROOT / "docs" / "export.md"
 N_OBS = 1000
-HAS_ONNX = all(importlib.util.find_spec(m) is not None for m in ("jax2onnx", "onnxruntime"))
-
 KNOWN_ONNX_GAPS: dict[str, str] = {}  # algorithm -> the converter error it is known to hit
-
-
-def doc_code(heading: str) -> str:
-    """The first python block under ``heading`` in docs/export.md."""
-    text = DOC.read_text()
-    section = text[text.index(heading):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 @pytest.fixture(scope="module")
