@@ -110,13 +110,26 @@ def cpu_subprocess_env(devices: int = 1, **extra: str) -> dict:
             "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": root, **extra}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow: registry-wide training, full benchmark tables, long "
+                          "learning runs (the default suite runs a short version of each)")
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long version of a check whose short version runs by default; "
+                                       "runs only with --slow")
     config.addinivalue_line(
         "markers", "requires_bitexact_backend: compares bits across processes (a resume in another process); "
                    "runs on the CPU always, elsewhere only with XLA's deterministic flags in XLA_FLAGS")
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--slow"):
+        skip_slow = pytest.mark.skip(reason="a long version of a check the default suite runs in short: run with --slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
     marked = [item for item in items if "requires_bitexact_backend" in item.keywords]
     if not marked or bitexact_backend():  # (asking starts JAX's backend: only when a test needs the answer)
         return

@@ -45,6 +45,7 @@ def test_shard_map_and_pmap_backends_agree():
     assert r["launched_ahead"] == [0, 0]
 
 
+@pytest.mark.slow  # a learning run; by default the update equivalence tests below stand for it
 def test_four_device_run_learns():
     r = run_check("learns", timeout=400)
     assert r["final_return"] > 150, r

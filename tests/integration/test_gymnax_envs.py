@@ -2,7 +2,10 @@
 
 The list comes from gymnax's own registry at collection time, so an environment a new gymnax release
 adds is tested (or fails) without anyone editing this file; one that cannot be built offline must
-be listed in :data:`rljax.core.registry.GYMNAX_UNAVAILABLE` with its reason. Each case trains two
+be listed in :data:`rljax.core.registry.GYMNAX_UNAVAILABLE` with its reason. The default suite trains
+one environment per family (classic control, bsuite, MinAtar, misc) and algorithm, the first in
+gymnax's registry order; ``--slow`` trains every one (every environment is also stepped through the
+env contract by ``tests/unit/test_env.py`` by default). Each case trains two
 chunks of a tiny configuration (compiling dominates) and checks the rows: finite losses, the env
 steps done, and, for replay, that the buffer keeps the observation's own shape and dtype.
 """
@@ -29,13 +32,21 @@ BUILDABLE = [g for g in gymnax.registered_envs if g not in env_registry.GYMNAX_U
 SAC_OVERRIDES = {"PointRobot-misc": dict(target_entropy_scale=2.0)}
 
 
+def _family(gid: str) -> str:
+    """gymnax's family of ``gid``: the id's suffix (``bsuite``, ``MinAtar``, ``misc``), or ``classic``."""
+    suffix = gid.rsplit("-", 1)[-1]
+    return "classic" if suffix.startswith("v") and suffix[1:].isdigit() else suffix
+
+
 def _cases() -> list:
-    cases = []
+    cases, seen = [], set()
     for gid in BUILDABLE:
         env, params = env_registry.make(env_registry.GYMNAX_PREFIX + gid)
         discrete = is_discrete(env.action_space(params))
-        cases += [pytest.param(gid, "ppo", id=f"{gid}-ppo"),
-                  pytest.param(gid, "dqn" if discrete else "sac", id=f"{gid}-{'dqn' if discrete else 'sac'}")]
+        for algo in ("ppo", "dqn" if discrete else "sac"):
+            first = (_family(gid), algo) not in seen
+            seen.add((_family(gid), algo))
+            cases.append(pytest.param(gid, algo, id=f"{gid}-{algo}", marks=() if first else pytest.mark.slow))
     return cases
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -121,7 +120,7 @@ def test_cartpole_learns_end_to_end():
     assert result.rows[-1]["env_steps"] == result.timings["total_env_steps"]
 
 
-@pytest.mark.skipif(not os.environ.get("RLJAX_SLOW"), reason="a minute of training: set RLJAX_SLOW=1 to run it")
+@pytest.mark.slow  # a minute of training
 def test_cartpole_reaches_500():
     """The experiment's configuration: the greedy policy returns 500 (the maximum) by 5e5 steps."""
     from experiments import a2c_cartpole
