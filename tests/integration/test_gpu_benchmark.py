@@ -15,25 +15,28 @@ from tests.conftest import cpu_subprocess_env
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _smoke(tmp_path, *only: str) -> tuple[str, dict]:
-    """The smoke table's stdout and its JSON results, for the rows ``only`` (every row when empty)."""
+def _smoke(tmp_path, rows: tuple[str, ...], *only: str) -> dict:
+    """Runs the smoke table for the sections ``only`` (every one when empty), asserts that each of
+    ``rows`` is printed and did not fail, and returns the JSON results."""
     out = tmp_path / "gpu.json"
     env = cpu_subprocess_env(1)
     env.pop("XLA_FLAGS")
-    rows = ["--only", ",".join(only)] if only else []
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--smoke", *rows, "--json", str(out)], env=env,
+    sections = ["--only", ",".join(only)] if only else []
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--smoke", *sections, "--json", str(out)], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=850)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| work | rljax | PureJaxRL / gymnax | ratio | target |" in proc.stdout, proc.stdout[-3000:]
-    return proc.stdout, json.loads(out.read_text())
+    text = proc.stdout
+    assert "| work | rljax | PureJaxRL / gymnax | ratio | target |" in text, text[-3000:]
+    for row in rows:
+        line = next((l for l in text.splitlines() if l.startswith("| ") and row in l), None)
+        assert line is not None and "failed" not in line, (row, text[-3000:])
+    return json.loads(out.read_text())
 
 
 @pytest.mark.timeout(300)
 def test_gpu_benchmark_smoke_prints_the_ppo_and_env_stepping_rows(tmp_path):
-    text, results = _smoke(tmp_path, "ppo1", "envstep")
-    for row in ("PPO CartPole, PureJaxRL config, 1 seed", "env stepping, CartPole-v1, 64 envs"):
-        line = next((l for l in text.splitlines() if l.startswith("| ") and row in l), None)
-        assert line is not None and "failed" not in line, (row, text[-3000:])
+    results = _smoke(tmp_path, ("PPO CartPole, PureJaxRL config, 1 seed", "env stepping, CartPole-v1, 64 envs"),
+                     "ppo1", "envstep")
     assert set(results) >= {"ppo1", "envstep"} and "ppo512" not in results, sorted(results)
     assert results["ppo1"]["rljax"]["sps"] > 0 and results["envstep"]["CartPole-v1 64 gymnax"] > 0
 
@@ -41,12 +44,9 @@ def test_gpu_benchmark_smoke_prints_the_ppo_and_env_stepping_rows(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_gpu_benchmark_smoke_prints_every_row(tmp_path):
-    text, results = _smoke(tmp_path)
-    for row in ("PPO CartPole, PureJaxRL config, 1 seed", "4 seeds vmapped", "64 envs x 16 steps",
-                "env stepping, CartPole-v1, 64 envs", "env stepping, Pendulum-v1, 256 envs", "sweep CLI, 4 seeds",
-                "deterministic mode"):
-        line = next((l for l in text.splitlines() if l.startswith("| ") and row in l), None)
-        assert line is not None and "failed" not in line, (row, text[-3000:])
+    results = _smoke(tmp_path, ("PPO CartPole, PureJaxRL config, 1 seed", "4 seeds vmapped", "64 envs x 16 steps",
+                                "env stepping, CartPole-v1, 64 envs", "env stepping, Pendulum-v1, 256 envs",
+                                "sweep CLI, 4 seeds", "deterministic mode"))
     assert results["ppo1"]["rljax"]["sps"] > 0 and results["ppo512"]["rljax"]["sps"] > 0
     assert results["envstep"]["CartPole-v1 64 gymnax"] > 0
     assert results["sweepcli"]["host_s"] > 0 and results["sweepcli"]["members"] == 4

@@ -44,9 +44,9 @@ def _cases() -> list:
         env, params = env_registry.make(env_registry.GYMNAX_PREFIX + gid)
         discrete = is_discrete(env.action_space(params))
         for algo in ("ppo", "dqn" if discrete else "sac"):
-            first = (_family(gid), algo) not in seen
-            seen.add((_family(gid), algo))
-            cases.append(pytest.param(gid, algo, id=f"{gid}-{algo}", marks=() if first else pytest.mark.slow))
+            key = (_family(gid), algo)
+            cases.append(pytest.param(gid, algo, id=f"{gid}-{algo}", marks=pytest.mark.slow if key in seen else ()))
+            seen.add(key)
     return cases
 
 
