@@ -6,19 +6,25 @@ the algorithm, the run options (checkpoint cadence, tensorboard, ...) and the ch
 so a resume takes them from the newest committed checkpoint, and ``config.json`` only when there
 is no checkpoint yet (a run stopped before its first save starts over from scratch). A
 ``config.json`` that disagrees with the checkpoint (edited by hand) is refused, naming the fields.
+
+A run that fails while setting up (an unknown env, a config the algorithm refuses, a compile error)
+leaves no directory behind when it made that directory itself (:func:`removed_if_start_fails`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
+import shutil
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 __all__ = ["RunRecord", "RunDirError", "read_json", "checkpoint_steps", "newest_checkpoint_meta", "run_record",
            "RESUMABLE_FIELDS", "ConfigMismatchError", "check_resume_config", "resume_from_scratch",
-           "saved_env"]
+           "saved_env", "removed_if_start_fails", "holds_results"]
 
 
 class RunDirError(ValueError):
@@ -210,3 +216,38 @@ def saved_env(run_dir: str | os.PathLike) -> str | None:
             return None
     env = saved.get("env") if isinstance(saved, dict) else None
     return env if isinstance(env, str) else None
+
+
+def holds_results(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir`` (a run's or a sweep's) holds anything a run produced: a checkpoint or a
+    metrics row, at any depth (a sweep keeps them under ``members/``)."""
+    root = pathlib.Path(run_dir)
+    return any(p.is_dir() and any(p.iterdir()) for p in root.rglob("checkpoints")) or any(
+        p.is_file() and p.stat().st_size > 0 for p in root.rglob("metrics.jsonl"))
+
+
+@contextlib.contextmanager
+def removed_if_start_fails(run_dir: str | os.PathLike | None) -> Iterator[None]:
+    """Removes ``run_dir`` when the block raises before the run produced anything.
+
+    Only a directory this block finds missing is ever removed (with the parents it finds missing,
+    while they are empty), and only when it then holds no checkpoint and no metrics row
+    (:func:`holds_results`): a failed start (``--env CartPol-v1``) leaves nothing behind, while an
+    existing directory, a resume, or a run that trained before failing is kept as it is. Only an
+    ``Exception`` removes it: a preemption before the first chunk ends the block normally and keeps
+    the directory for ``rljax resume``.
+    """
+    if run_dir is None:
+        yield
+        return
+    path = pathlib.Path(run_dir).absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        yield
+    except Exception:
+        if missing and path.is_dir() and not holds_results(path):
+            shutil.rmtree(path, ignore_errors=True)
+            for parent in missing[1:]:
+                with contextlib.suppress(OSError):
+                    parent.rmdir()  # only while empty: another run may have started beside this one
+        raise

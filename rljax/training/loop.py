@@ -147,6 +147,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, options: RunO
     """
     from rljax.runtime import distributed
     from rljax.runtime.determinism import request_deterministic
+    from rljax.store.rundir import removed_if_start_fails
     from rljax.store.runlock import RunLock
     from rljax.training.signals import PreemptionGuard
 
@@ -157,6 +158,7 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, options: RunO
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     with contextlib.ExitStack() as stack:
         if run_dir is not None and distributed.is_leader():
+            stack.enter_context(removed_if_start_fails(None if options.resume else run_dir))
             stack.enter_context(RunLock(run_dir))
         # Several processes act on a signal only once all of them know of it (at the boundary's agreement).
         guard = stack.enter_context(PreemptionGuard(options.handle_signals,

@@ -593,11 +593,13 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         population = dataclasses.replace(population, pbt=spec.pbt)
     import contextlib
 
+    from rljax.runtime.distributed import is_leader
+    from rljax.store.rundir import removed_if_start_fails
     from rljax.store.runlock import RunLock
 
-    from rljax.runtime.distributed import is_leader
-
-    with RunLock(run_dir) if run_dir is not None and is_leader() else contextlib.nullcontext():
+    leader = run_dir is not None and is_leader()
+    with removed_if_start_fails(run_dir if leader and not resume else None), \
+            RunLock(run_dir) if leader else contextlib.nullcontext():
         return _run_sweep(config, spec, env, env_params, members, population, run_dir, resume, quiet, plots,
                           train_kwargs)
 

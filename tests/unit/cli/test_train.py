@@ -76,6 +76,22 @@ def test_an_invalid_config_is_a_usage_error_naming_the_field(capsys):
     assert "num_envs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "ppo", "--env", "CartPol-v1"],
+    ["train", "ppo", "--env-param", "gravity=x"],
+    ["train", "ppo", "--env-kwarg", "foo=1"],
+    ["train", "ppo", "--encoder", "cnn"],
+    ["train", "dqn", "--env", "Pendulum-v1"],
+    ["sweep", "ppo", "--env", "CartPol-v1", "--seeds", "2"],
+])
+def test_a_failed_start_leaves_no_run_directory(argv, tmp_path, monkeypatch, capsys):
+    # These used to exit 2 and leave runs/<name>/.lock behind.
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--run-dir", "runs/r"]) == 2
+    assert "error: " in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_done_line_adds_up_what_ran():
     # 2 chunks logged x 3 updates per chunk x (600 env steps / 6 updates) = 600 env steps in 2 s: 300 steps/s.
     timings = dict(total_env_steps=600, num_updates=6, updates_per_chunk=3, compile_s=1.25, compute_s=2.0,

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from rljax.store.rundir import (RESUMABLE_FIELDS, ConfigMismatchError, RunDirError, check_resume_config,
-                                checkpoint_steps, newest_checkpoint_meta, read_json, resume_from_scratch, run_record,
-                                saved_env)
+                                checkpoint_steps, holds_results, newest_checkpoint_meta, read_json,
+                                removed_if_start_fails, resume_from_scratch, run_record, saved_env)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,3 +116,55 @@ def test_saved_env(tmp_path):
     assert saved_env(tmp_path) == "Acrobot-v1"
     _checkpoint(tmp_path, 10, {"env": "Pendulum-v1"})
     assert saved_env(tmp_path) == "Pendulum-v1"
+
+
+def _fail_in(run_dir, make=lambda d: None):
+    """Runs a block that creates ``run_dir`` (as the run lock does), lets ``make`` write into it, then raises."""
+    with pytest.raises(ValueError, match="unknown environment"):
+        with removed_if_start_fails(run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / ".lock").write_text("")
+            make(run_dir)
+            raise ValueError("unknown environment 'CartPol-v1'")
+
+
+def test_a_failed_start_removes_the_directory_and_the_parents_it_made(tmp_path):
+    run = tmp_path / "runs" / "deep" / "ppo-s0"
+    _fail_in(run, lambda d: (d / "config.json").write_text("{}"))
+    assert not (tmp_path / "runs").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_start_keeps_what_it_did_not_make(tmp_path):
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("the user's")
+    _fail_in(existing)
+    assert (existing / "notes.txt").read_text() == "the user's" and (existing / ".lock").exists()
+    # A parent that another run wrote into meanwhile stays; only the failed run's own directory goes.
+    _fail_in(tmp_path / "runs" / "a", lambda d: (d.parent / "b").mkdir())
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["b"]
+
+
+@pytest.mark.parametrize("produce", [
+    lambda d: (d / "metrics.jsonl").write_text('{"env_steps": 512}\n'),
+    lambda d: (d / "checkpoints" / "3").mkdir(parents=True),
+    lambda d: (d / "members" / "lr0" / "metrics.jsonl").parent.mkdir(parents=True) or
+    (d / "members" / "lr0" / "metrics.jsonl").write_text('{"env_steps": 512}\n'),
+])
+def test_a_run_that_produced_results_is_kept_when_it_fails(tmp_path, produce):
+    run = tmp_path / "runs" / "r"
+    _fail_in(run, produce)
+    assert run.is_dir() and holds_results(run)
+
+
+def test_a_clean_exit_or_a_preemption_keeps_the_directory(tmp_path):
+    run = tmp_path / "r"
+    with removed_if_start_fails(run):
+        run.mkdir()  # a run stopped by SIGTERM before its first chunk returns normally: resume starts it over
+    assert run.is_dir()
+    with pytest.raises(KeyboardInterrupt), removed_if_start_fails(tmp_path / "k"):
+        (tmp_path / "k").mkdir()
+        raise KeyboardInterrupt  # not an error of the run's making: its directory is left for the user to judge
+    assert (tmp_path / "k").is_dir()
+    assert not holds_results(run) and not holds_results(tmp_path / "k")
