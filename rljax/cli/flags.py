@@ -3,7 +3,8 @@
 ``build_parser(PPOConfig, defaults)`` gives a parser with ``--help`` listing every field with its
 help line; ints accept scientific notation (``--total-timesteps 1e6``), bools are
 ``--flag/--no-flag``, tuples of ints are comma-separated, tuples of strings repeat their flag
-(``--env-param length=0.7 --env-param gravity=3``). Unknown flags exit with status 2 naming the
+(``--env-param length=0.7 --env-param gravity=3``). A negative number is a value wherever a flag
+takes one, in any notation (``--learning-rate -1e-3`` reaches the config's own range check). Unknown flags exit with status 2 naming the
 closest valid flag. A resumed run's saved config is the base; only the flags typed on the command
 line (:func:`explicit_flags`) override it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import re
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +28,21 @@ class UsageError(Exception):
     prints it as the command's parser prints its own errors and exits with status 2."""
 
 
+NEGATIVE_NUMBER = re.compile(r"^-(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?$")
+"""What a parser of this module reads as a negative number (a value), not a flag: ``-3``, ``-0.5``,
+``-.5``, ``-1e-3``, ``-2E+4``. (argparse before Python 3.13 knows only ``-3`` and ``-0.5``, and
+reads ``--learning-rate -1e-3`` as a flag missing its value.)"""
+
+
+def _numbers_are_values(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    # argparse's own hook for this (a parser attribute, set in its __init__); no flag here looks like a number.
+    parser._negative_number_matcher = NEGATIVE_NUMBER
+    return parser
+
+
 class CommandParser(argparse.ArgumentParser):
-    """argparse with a 'did you mean' for unknown flags.
+    """argparse with a 'did you mean' for unknown flags, reading negative numbers in any notation
+    as values (:data:`NEGATIVE_NUMBER`).
 
     Args:
         hint: when given, an error is one line plus this hint (for a parser whose usage block is
@@ -37,6 +52,7 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, hint: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.hint = hint
+        _numbers_are_values(self)
 
     def error_text(self, message: str) -> str:
         """What :meth:`error` prints for ``message``."""
@@ -196,7 +212,7 @@ def config_from_args(config_cls: Any, args: argparse.Namespace, base: dict[str, 
 
 def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
     """The dests of the flags present on the command line (not filled from defaults)."""
-    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe = _numbers_are_values(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
     for action in parser._actions:
         if action.option_strings and action.dest != "help":
             kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}

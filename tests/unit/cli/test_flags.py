@@ -59,6 +59,19 @@ def test_a_bad_value_is_the_configs_own_error():
         config_from_args(PPOConfig, args)
 
 
+@pytest.mark.parametrize("text, value", [("-1e-3", -1e-3), ("-.5", -0.5), ("-2E+4", -2e4), ("-3", -3.0), ("-0.25", -0.25)])
+def test_a_negative_number_is_a_value_in_any_notation(text, value, capsys):
+    # `--learning-rate -1e-3` used to be argparse's "expected one argument": only -3 and -0.5 were numbers.
+    parser = build_parser(PPOConfig, prog="prog")
+    args = parser.parse_args(["--ent-coef", text, "--seed", "1"])
+    assert args.ent_coef == value and explicit_flags(parser, ["--ent-coef", text]) == {"ent_coef"}
+    with pytest.raises(ValueError, match=f"ent_coef must be >= 0, got {value}"):   # the config's own range check
+        config_from_args(PPOConfig, args)
+    with pytest.raises(SystemExit):   # a flag-like word is still not a value
+        parser.parse_args(["--ent-coef", "-1e-3x"])
+    assert "argument --ent-coef: expected one argument" in capsys.readouterr().err
+
+
 def test_a_resumed_runs_config_and_options_keep_what_was_not_typed():
     argv = ["--total-timesteps", "4096", "--no-tensorboard", "--keep-checkpoints", "5"]
     parser, args, _ = _parse(argv)

@@ -92,6 +92,13 @@ def test_a_failed_start_leaves_no_run_directory(argv, tmp_path, monkeypatch, cap
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_negative_value_reaches_the_range_check(capsys):
+    with pytest.raises(SystemExit) as exit_:   # the algorithm's parser exits as an experiment module's does
+        main(["train", "ppo", "--learning-rate", "-1e-3"])
+    assert exit_.value.code == 2
+    assert "rljax train ppo: error: learning_rate must be > 0, got -0.001" in capsys.readouterr().err
+
+
 def test_the_done_line_adds_up_what_ran():
     # 2 chunks logged x 3 updates per chunk x (600 env steps / 6 updates) = 600 env steps in 2 s: 300 steps/s.
     timings = dict(total_env_steps=600, num_updates=6, updates_per_chunk=3, compile_s=1.25, compute_s=2.0,
