@@ -190,8 +190,9 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
 
         gid = name[len(GYMNAX_PREFIX):]
         if gid not in gymnax.registered_envs:
-            raise ValueError(
-                f"unknown gymnax environment {gid!r}; gymnax has: {', '.join(gymnax.registered_envs)}")
+            hint = _did_you_mean(gid, gymnax.registered_envs)
+            raise ValueError(f"unknown gymnax environment {gid!r}: "
+                             f"{hint or f'not one of its {len(gymnax.registered_envs)} ids'} (`rljax envs` lists them)")
         if gid in GYMNAX_UNAVAILABLE:
             try:
                 return gymnax.make(gid, **kwargs)
@@ -204,13 +205,30 @@ def make(name: str, **kwargs: Any) -> tuple[Any, Any]:
     if name not in _REGISTRY:
         if isinstance(name, str) and ":" in name:
             return _make_from_spec(name, kwargs)
-        raise ValueError(
-            f"unknown environment {name!r}; registered: {', '.join(_REGISTRY)} "
-            f"(and any gymnax id as '{GYMNAX_PREFIX}<id>', e.g. '{GYMNAX_PREFIX}Breakout-MinAtar', a suite's "
-            f"'<suite>/<id>' ({', '.join(p + '/' for p in sorted(SUITES))}), or a user env as "
-            f"'package.module:ClassName')")
+        hint = _did_you_mean(name, [*_REGISTRY, *_gymnax_ids()])
+        raise ValueError(f"unknown environment {name!r}: " + (f"{hint} (`rljax envs` lists every env)" if hint else (
+            f"not one of the {len(_REGISTRY)} registered (`rljax envs` lists them), nor a gymnax id as "
+            f"'{GYMNAX_PREFIX}<id>', a suite's '<suite>/<id>' ({', '.join(p + '/' for p in sorted(SUITES))}) or a "
+            f"user env as 'package.module:ClassName'")))
     env = _call_factory(name, _REGISTRY[name], (), kwargs)
     return env, env.default_params
+
+
+def _did_you_mean(name: Any, candidates: Sequence[str]) -> str:
+    """``"did you mean 'X'?"`` (up to two names, closest first, letter case ignored), or ``""``."""
+    if not isinstance(name, str):
+        return ""
+    by_lower = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=2, cutoff=0.75)
+    return f"did you mean {' or '.join(repr(by_lower[c]) for c in close)}?" if close else ""
+
+
+def _gymnax_ids() -> list[str]:
+    """:func:`gymnax_registered`, or none when gymnax cannot be imported (a suggestion is only a hint)."""
+    try:
+        return gymnax_registered()
+    except ImportError:
+        return []
 
 
 def _call_factory(name: str, factory: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
