@@ -183,9 +183,13 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
     the program only to run no chunk. Only the checkpoint's JSON meta is read: nothing is compiled
     or restored. Returns the message (the run's steps, and how to extend it with
     ``--total-timesteps``), or None when there is something to train (or no checkpoint).
+
+    Raises:
+        ValueError: ``config.total_timesteps`` ends before what the run has already trained
+            (:func:`rljax.training.program.check_not_shrunk`).
     """
-    from rljax.training.program import resume_plan
     from rljax.store.rundir import newest_checkpoint_meta
+    from rljax.training.program import check_not_shrunk, resume_plan
 
     newest = newest_checkpoint_meta(run_dir)
     if newest is None:
@@ -197,6 +201,7 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
         done_chunks, env_steps = int(meta["chunk_index"]) + 1, int(meta["env_steps"])
     except (KeyError, TypeError, ValueError):
         return None  # an unexpected meta: let the resume itself decide (and say what is wrong)
+    check_not_shrunk(plan, done_chunks, env_steps, str(run_dir))
     if done_chunks < plan.num_chunks:
         return None
     return (f"{run_dir} has finished: its newest checkpoint (step {step}) is at {env_steps:,} env steps, the end of "

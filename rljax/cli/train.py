@@ -96,7 +96,11 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     options = train_kwargs(args, saved_options, explicit)
-    if args.resume and report_finished(args.resume, config):  # nothing to train: said so, nothing compiled
+    try:
+        finished = args.resume and report_finished(args.resume, config)
+    except ValueError as err:  # a total that would shorten the run
+        parser.error(str(err))
+    if finished:  # nothing to train: said so, nothing compiled
         return 0
     run_dir = args.run_dir
     if run_dir is None:

@@ -43,7 +43,7 @@ import numpy as np
 from rljax.agents.base import Agent
 from rljax.training.hooks.base import Hook, Row, Run
 from rljax.training.options import RunOptions
-from rljax.training.program import ChunkOutput, Plan, Program, plan_updates, resume_plan
+from rljax.training.program import ChunkOutput, Plan, Program, check_not_shrunk, plan_updates, resume_plan
 
 __all__ = ["TrainResult", "chunk_row", "train"]
 
@@ -271,6 +271,7 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
     if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
         check_resume_config(meta["config"], config)
     plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))
+    check_not_shrunk(plan, int(meta["chunk_index"]) + 1, int(meta["env_steps"]), str(checkpointer.directory.parent))
     if plan.num_updates != int(meta["plan"]["num_updates"]):
         state = state.replace(num_updates=jax.device_put(
             jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))

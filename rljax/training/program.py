@@ -37,7 +37,7 @@ from rljax.runtime.devices import DataParallel, first_device, run_once, serial_m
 from rljax.training.population import Population
 
 __all__ = ["AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ChunkOutput", "Plan", "Program", "make_chunk", "nonfinite_count",
-           "pack_output", "plan_updates", "population_init", "resume_plan", "strong_types"]
+           "pack_output", "plan_updates", "population_init", "resume_plan", "check_not_shrunk", "strong_types"]
 
 
 class ChunkOutput(NamedTuple):
@@ -119,6 +119,17 @@ def resume_plan(total_timesteps: int, env_steps_per_update: int, saved_updates_p
         plan = Plan(num_updates=k * num_chunks, updates_per_chunk=k, num_chunks=num_chunks,
                     env_steps_per_update=env_steps_per_update)
     return plan
+
+
+def check_not_shrunk(plan: Plan, done_chunks: int, env_steps: int, where: str = "the run") -> None:
+    """Raises ``ValueError`` when a resume's ``plan`` ends before the ``done_chunks`` chunks
+    (``env_steps`` env steps) already trained: a resume continues or extends a run, it cannot
+    shorten what is done (an earlier state is an earlier checkpoint, ``rljax eval --step``)."""
+    if done_chunks > plan.num_chunks:
+        asked = plan.total_env_steps
+        raise ValueError(f"cannot resume {where} with total_timesteps={asked:,}: it has already trained {env_steps:,} "
+                         f"env steps. A resume continues a run to its end or extends it (total_timesteps >= "
+                         f"{env_steps:,}); it cannot shorten what is trained")
 
 
 def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]

@@ -4,12 +4,14 @@ a supervisor or a scheduler acts on, with one line that says what happened and w
 from __future__ import annotations
 
 import errno
+import json
 import types
 
 import pytest
 
 from rljax.agents.ppo import PPOConfig
-from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, setting_up_line)
+from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, finished_run,
+                               setting_up_line)
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
 from rljax.store.rundir import RunDirError
 from rljax.training.hooks.health import DesyncError, NonFiniteError
@@ -73,3 +75,34 @@ def test_the_setting_up_line():
     assert setting_up_line(config, "runs/p") == "rljax: setting up PPO on Pendulum-v1, run directory runs/p ..."
     assert setting_up_line(config, None, sweep=True) == ("rljax: setting up a PPO sweep on Pendulum-v1, no run "
                                                          "directory (in memory) ...")
+
+
+def _trained(tmp_path, env_steps=4096, per_update=512, per_chunk=2):
+    """A run directory whose newest checkpoint's meta says it trained ``env_steps`` (only the meta: nothing trained)."""
+    chunks = env_steps // (per_update * per_chunk)
+    meta = {"config": {"env": "CartPole-v1"}, "algorithm": "PPOConfig", "env_steps": env_steps, "chunk_index": chunks - 1,
+            "plan": {"env_steps_per_update": per_update, "updates_per_chunk": per_chunk,
+                     "num_updates": chunks * per_chunk}}
+    path = tmp_path / "run" / "checkpoints" / str(env_steps) / "meta"
+    path.mkdir(parents=True)
+    (path / "metadata").write_text(json.dumps(meta))
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"env": "CartPole-v1", "total_timesteps": env_steps}))
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"algorithm": "PPOConfig"}))
+    return tmp_path / "run"
+
+
+def test_a_resume_cannot_shorten_what_is_trained(tmp_path, capsys):
+    # `rljax resume RUN --total-timesteps 5e5` on a longer run used to exit 0 saying the run of
+    # total_timesteps=500,000 had ended.
+    run = _trained(tmp_path)
+    assert finished_run(run, PPOConfig(total_timesteps=8192)) is None          # an extension: something to train
+    assert "has finished" in finished_run(run, PPOConfig(total_timesteps=4096))  # its own end
+    with pytest.raises(ValueError, match=f"cannot resume {run} with total_timesteps=1,024: it has already trained "
+                                         f"4,096 env steps"):
+        finished_run(run, PPOConfig(total_timesteps=1024))
+    from rljax.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["resume", str(run), "--total-timesteps", "1024"])
+    assert exit_.value.code == 2
+    assert "it cannot shorten what is trained" in capsys.readouterr().err

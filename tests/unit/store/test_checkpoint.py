@@ -94,11 +94,14 @@ def test_keep_last_n_checkpoints(tmp_path):
     assert meta["chunk_index"] == 5 and meta["config"]["num_envs"] == 8 and meta["algorithm"] == "PPOConfig"
 
 
-def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow(tmp_path):
+def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow_not_shrink(tmp_path):
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, checkpoint_every=2))
     bad = PPOConfig(**{**PPO_SMALL.__dict__, "num_envs": 16, "learning_rate": 1e-3})
     with pytest.raises(ConfigMismatchError, match="learning_rate: saved 0.00025, now 0.001.*num_envs: saved 8, now 16"):
         rljax.train(bad, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
+    shorter = PPOConfig(**{**PPO_SMALL.__dict__, "total_timesteps": 8 * 16 * 4})
+    with pytest.raises(ValueError, match="total_timesteps=512: it has already trained 1,536 env steps"):
+        rljax.train(shorter, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
     longer = PPOConfig(**{**PPO_SMALL.__dict__, "total_timesteps": 8 * 16 * 16})
     result = rljax.train(longer, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
     steps = [r["env_steps"] for r in read_metrics(tmp_path)]
