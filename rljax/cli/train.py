@@ -132,12 +132,15 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
 
 
 def done_line(result: Any) -> str:
-    """The summary line of a finished run: env steps, final return, greedy evaluation, and where the
-    time went (compile, compute with its steps/s, logging, checkpoints, evaluation)."""
+    """The summary line of a finished run: env steps, final return (``TrainResult.final_return``,
+    saying over what), greedy evaluation, and where the time went (compile, compute with its steps/s, logging, checkpoints, evaluation)."""
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     evaluated = result.final_eval
-    return (f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}, "
+    # final_return averages the last two chunks that ended episodes; the last progress line shows one.
+    chunks = min(2, sum(r.get("episode_return_mean") is not None for r in result.rows))
+    over = {0: " (no episode ended)", 1: " (the last chunk's episodes)"}.get(chunks, f" (mean of the last {chunks} chunks)")
+    return (f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}{over}, "
             + ("" if evaluated is None else f"greedy eval {evaluated['eval/return_mean']:.2f} over "
                                             f"{evaluated['eval/episodes']} episodes, ")
             + f"compile {t['compile_s']:.1f}s, compute {t['compute_s']:.1f}s "

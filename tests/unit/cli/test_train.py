@@ -103,11 +103,16 @@ def test_the_done_line_adds_up_what_ran():
     # 2 chunks logged x 3 updates per chunk x (600 env steps / 6 updates) = 600 env steps in 2 s: 300 steps/s.
     timings = dict(total_env_steps=600, num_updates=6, updates_per_chunk=3, compile_s=1.25, compute_s=2.0,
                    logging_s=0.125, checkpoint_s=0.5, eval_s=0.75)
-    result = types.SimpleNamespace(timings=timings, rows=[{}, {}], final_return=21.5, run_dir="runs/x",
+    rows = [{"episode_return_mean": 20.0}, {"episode_return_mean": 23.0}]
+    result = types.SimpleNamespace(timings=timings, rows=rows, final_return=21.5, run_dir="runs/x",
                                    final_eval={"eval/return_mean": 30.0, "eval/episodes": 8})
-    assert done_line(result) == ("done: 600 env steps, return 21.50, greedy eval 30.00 over 8 episodes, compile 1.2s, "
+    # The return says what it averages: it differs from the last progress line's (that chunk's alone).
+    assert done_line(result) == ("done: 600 env steps, return 21.50 (mean of the last 2 chunks), greedy eval 30.00 over 8 episodes, compile 1.2s, "
                                  "compute 2.0s (300 steps/s), logging 0.12s, checkpoints 0.50s, evaluation 0.8s; "
                                  "run directory: runs/x")
     result.final_eval, result.run_dir = None, None
-    assert done_line(result) == ("done: 600 env steps, return 21.50, compile 1.2s, compute 2.0s (300 steps/s), "
-                                 "logging 0.12s, checkpoints 0.50s")
+    rows[0]["episode_return_mean"] = None
+    assert done_line(result) == ("done: 600 env steps, return 21.50 (the last chunk's episodes), compile 1.2s, "
+                                 "compute 2.0s (300 steps/s), logging 0.12s, checkpoints 0.50s")
+    result.rows, result.final_return = [{}, {}], float("nan")
+    assert done_line(result).startswith("done: 600 env steps, return nan (no episode ended), compile")
