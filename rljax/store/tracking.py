@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 __all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
-           "read_metrics", "format_progress", "format_population_progress", "command_line", "package_version"]
+           "read_metrics", "format_progress", "format_population_progress", "population_legend", "command_line",
+           "package_version"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")
@@ -186,9 +187,13 @@ def format_population_progress(rows: list[Mapping[str, Any]], total_env_steps: i
            **({"eval/return_mean": sum(evals) / len(evals)} if evals else {})}
     best = f"  best {max(returns):8.2f}" if returns else ""
     best_eval = f"  best eval {max(evals):8.2f}" if evals else ""
-    return (format_progress(row, total_env_steps) + best + best_eval
-            + f"  ({len(rows)} members: return = mean over members, best = best member; steps per member, "
-              f"sps in all)")
+    return format_progress(row, total_env_steps) + best + best_eval
+
+
+def population_legend(size: int) -> str:
+    """What a sweep's progress line (:func:`format_population_progress`) shows, printed once above them."""
+    return (f"progress of {size} members: return = mean over the members, best = the best member's; steps are per "
+            f"member, sps over all of them")
 
 
 def _fmt_s(seconds: float) -> str:
@@ -451,6 +456,7 @@ class Tracking:
                     total_env_steps=total_env_steps, resume=resume, resume_env_steps=resume_env_steps,
                     manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r], process=process))
         self.print_progress = (program.isolated or not self.trackers) and not quiet
+        self._legend = program.isolated  # a sweep's progress lines are explained once, above the first
 
     def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
         """Logs member ``i``'s row to its tracker; prints the progress line."""
@@ -458,6 +464,9 @@ class Tracking:
             tracker.log(row)
         if self.print_progress:
             if self.program.isolated:
+                if self._legend:
+                    print(population_legend(len(rows)), flush=True)
+                    self._legend = False
                 print(format_population_progress(rows, self.total_env_steps), flush=True)
             else:
                 print(format_progress(rows[0], self.total_env_steps), flush=True)

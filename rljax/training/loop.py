@@ -45,7 +45,7 @@ from rljax.training.hooks.base import Hook, Row, Run
 from rljax.training.options import RunOptions
 from rljax.training.program import ChunkOutput, Plan, Program, check_not_shrunk, plan_updates, resume_plan
 
-__all__ = ["TrainResult", "chunk_row", "train"]
+__all__ = ["TrainResult", "chunk_row", "cpu_devices_note", "train"]
 
 
 def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> Row:
@@ -332,11 +332,9 @@ def _compile(run: Run, resuming: bool, quiet: bool) -> tuple[Any, Callable[[Any]
     program, plan = run.program, run.plan
     if not quiet:
         print(_header(run, resuming), flush=True)
-        num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
-        if num_devices > 1 and platform == "cpu":
-            print(f"note: the {num_devices} CPU devices are fake devices sharing this machine's cores: expect the "
-                  f"run to be slower than on 1 device (several CPU devices test a multi-device setup, they do not "
-                  f"speed it up)", flush=True)
+        note = cpu_devices_note(program)
+        if note:
+            print(note, flush=True)
     t0 = time.perf_counter()
     compiled, unpack = program.compile(run.state, plan)
     run.timings.update({
@@ -345,6 +343,20 @@ def _compile(run: Run, resuming: bool, quiet: bool) -> tuple[Any, Callable[[Any]
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack
+
+
+def cpu_devices_note(program: Any) -> str | None:
+    """The note for a data-parallel run on several fake CPU devices, or None.
+
+    Its collectives make such a run slower than on one device. A sweep gets no note: its members are
+    independent, so splitting them over the cores speeds it up
+    (:func:`rljax.training.population.auto_devices`).
+    """
+    num_devices, platform = program.parallel.num_devices, program.parallel.devices[0].platform
+    if num_devices < 2 or platform != "cpu" or program.isolated:
+        return None
+    return (f"note: the {num_devices} CPU devices are fake devices sharing this machine's cores: expect the run to be "
+            f"slower than on 1 device (several CPU devices test a multi-device setup, they do not speed it up)")
 
 
 def _header(run: Run, resuming: bool) -> str:

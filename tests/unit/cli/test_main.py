@@ -141,7 +141,7 @@ def test_sweeps_take_num_devices_and_rank_without_a_run_directory(capsys):
     assert status == 0
     assert "--devices is deprecated; use --num-devices" in captured.err
     assert "| rank | config |" in captured.out and "learning_rate=0.001" in captured.out
-    assert "(2 members: return = mean over members" in captured.out
+    assert captured.out.count("progress of 2 members: return = mean over the members") == 1
 
 
 def test_envs_lists_spaces_and_fitting_algorithms(capsys, monkeypatch):

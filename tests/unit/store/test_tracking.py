@@ -8,13 +8,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import types
 
 import numpy as np
 import pytest
 
 from rljax.agents.ppo import PPOConfig
-from rljax.store.tracking import (REQUIRED_KEYS, Tracker, config_hash, config_to_dict, format_population_progress,
-                                  format_progress, json_scalar, manifest, read_metrics)
+from rljax.store.tracking import (REQUIRED_KEYS, Tracker, Tracking, config_hash, config_to_dict,
+                                  format_population_progress, format_progress, json_scalar, manifest,
+                                  population_legend, read_metrics)
 
 PROCESS = {"git_commit": "abc", "git_dirty": False, "packages": {}, "python": "3", "platform": "p", "devices": [],
            "backend": "cpu", "argv": ["x"]}
@@ -145,7 +147,20 @@ def test_progress_lines():
             {"env_steps": 5, "episode_return_mean": float("nan")}]
     pop = format_population_progress(rows, 10)
     # mean over the finite members 2.0, best 3.0; population sps 3 x 10.
-    assert "return     2.00  best     3.00" in pop and "sps        30" in pop and "(3 members" in pop
+    assert "return     2.00  best     3.00" in pop and "sps        30" in pop
+    assert pop.endswith("best     3.00")   # what the columns mean is printed once (population_legend), not per line
+
+
+def test_a_sweeps_progress_lines_are_explained_once(capsys):
+    program = types.SimpleNamespace(isolated=True, size=2, names=("a", "b"))
+    tracking = Tracking(None, program, 20, {"tensorboard": False}, quiet=False, resume=False, resume_env_steps=None,
+                        saved_rows=None, manifest_extra={})
+    for steps in (10, 20):
+        tracking.record(None, 0, [_row(steps, sps=5.0), _row(steps, sps=5.0)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == population_legend(2) == ("progress of 2 members: return = mean over the members, best = the "
+                                                "best member's; steps are per member, sps over all of them")
+    assert [line[:8] for line in lines[1:]] == ["[ 50.0%]", "[100.0%]"] and "members" not in "".join(lines[1:])
 
 
 def test_progress_is_printed_unless_quiet(tmp_path):

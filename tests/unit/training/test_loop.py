@@ -8,13 +8,15 @@ same compiled, packed path ``train()`` uses (``make_chunk``, ``pack_output``, ``
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rljax.agents.base import UpdateOutput
 from rljax.training.program import Plan, make_chunk, pack_output
-from rljax.training.loop import chunk_row
+from rljax.training.loop import chunk_row, cpu_devices_note
 from rljax.core.rollout import EpisodeSummary
 
 K = 4
@@ -57,3 +59,17 @@ def test_chunk_rows_average_updates_and_sum_episodes():
     assert row["a_loss"] == np.mean(s2) and row["param_desync"] == 0.0
     assert row["episode_return_mean"] == np.sum(10.0 * s2[s2 % 2 == 1]) / np.sum(s2 % 2 == 1)
     assert (row["updates"], row["env_steps"]) == (2 * K, 6 * K)
+
+
+def _program(num_devices: int, platform: str = "cpu", isolated: bool = False):
+    device = types.SimpleNamespace(platform=platform)
+    return types.SimpleNamespace(parallel=types.SimpleNamespace(num_devices=num_devices, devices=[device] * num_devices),
+                                 isolated=isolated)
+
+
+def test_only_a_data_parallel_run_on_fake_cpu_devices_is_warned_it_will_be_slower():
+    assert cpu_devices_note(_program(2)).startswith("note: the 2 CPU devices are fake devices sharing this machine's "
+                                                    "cores: expect the run to be slower than on 1 device")
+    # A sweep split over the cores runs faster than on one device: it used to get the same note.
+    assert cpu_devices_note(_program(2, isolated=True)) is None
+    assert cpu_devices_note(_program(1)) is None and cpu_devices_note(_program(4, platform="gpu")) is None
