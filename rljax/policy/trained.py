@@ -225,23 +225,24 @@ def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config
             raise ValueError(f"{run_dir} holds a sweep's checkpoint ({population} members) but its sweep.json, "
                              f"which names the members, is missing: restore {run_dir / 'sweep.json'}")
         if member is not None:
-            raise ValueError(f"{run_dir} is a single run, not a sweep: drop member={member!r}")
+            raise ValueError(f"{run_dir} is a single run, not a sweep: leave out --member {member} (member= in Python)")
         return None, None, config
     try:
         names = [m["name"] for m in read_json(run_dir / "sweep.json", "the sweep's members")["members"]]
     except (RunDirError, KeyError, TypeError) as err:
         raise ValueError(f"cannot read the members of the sweep in {run_dir}: {err}") from None
     if member is None:
-        raise ValueError(f"{run_dir} is a sweep of {len(names)} members: choose one with member=NAME or an "
-                         f"index; names: {names}")
+        raise ValueError(f"{run_dir} is a sweep of {len(names)} members: choose one by name or index with --member "
+                         f"(member= in Python), e.g. --member {names[0]}; names: {', '.join(names)}")
     if isinstance(member, (int, np.integer)) and not isinstance(member, bool):
         if not 0 <= member < len(names):
-            raise ValueError(f"member index {member} is out of range: the sweep has {len(names)} members")
+            raise ValueError(f"member index {member} is out of range: the sweep in {run_dir} has {len(names)} members "
+                             f"(indices 0 to {len(names) - 1})")
         index = int(member)
     elif member in names:
         index = names.index(member)
     else:
-        raise ValueError(f"the sweep in {run_dir} has no member {member!r}; members: {names}")
+        raise ValueError(f"the sweep in {run_dir} has no member {member!r}; names: {', '.join(names)}")
     try:
         config = config_from_dict(config_cls, read_json(run_dir / "members" / names[index] / "config.json"))
     except RunDirError:

@@ -80,7 +80,7 @@ def test_load_picks_steps_and_explains_bad_input(tmp_path):
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(last.params)))
     with pytest.raises(ValueError, match=rf"no checkpoint step 12345; it has \[{steps[0]}"):
         rljax.load(run, step=12345)
-    with pytest.raises(ValueError, match="single run, not a sweep"):
+    with pytest.raises(ValueError, match=r"single run, not a sweep: leave out --member x \(member= in Python\)"):
         rljax.load(run, member="x")
     with pytest.raises(FileNotFoundError, match="not a directory"):
         rljax.load(tmp_path / "nope")
@@ -139,11 +139,14 @@ def test_load_sweep_members_and_their_evaluations(tmp_path):
     assert all("eval/return_mean" in row for rows in result.member_rows for row in rows)
     finals = [rows[-1]["eval/return_mean"] for rows in result.member_rows]
     assert all(np.isfinite(finals)) and finals[0] != finals[1]
-    with pytest.raises(ValueError, match="sweep of 2 members: choose one"):
+    # The messages name the CLI's flag as well as the Python argument (they used to say only "member=NAME").
+    listed = ", ".join(names)
+    with pytest.raises(ValueError, match=rf"sweep of 2 members: choose one by name or index with --member \(member= "
+                                         rf"in Python\), e.g. --member {names[0]}; names: {listed}$"):
         rljax.load(tmp_path / "sweep")
-    with pytest.raises(ValueError, match="no member 'nobody'"):
+    with pytest.raises(ValueError, match=f"no member 'nobody'; names: {listed}$"):
         rljax.load(tmp_path / "sweep", member="nobody")
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match=r"out of range: the sweep in .* has 2 members \(indices 0 to 1\)"):
         rljax.load(tmp_path / "sweep", member=2)
     for i, name in enumerate(names):
         policy = rljax.load(tmp_path / "sweep", member=name)
