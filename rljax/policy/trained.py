@@ -165,6 +165,13 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
         raise FileNotFoundError(f"{run_dir} is not a directory: pass the run directory of a training run")
     steps = checkpoint_steps(run_dir)
     if not steps:
+        from rljax.store.runlock import describe_holder
+
+        holder = describe_holder(run_dir)
+        if holder is not None:  # a live run that has not saved yet (compiling, or before its first save)
+            raise FileNotFoundError(f"{run_dir} has no checkpoint yet: its run is {holder} and saves its first "
+                                    f"checkpoint after a chunk (--checkpoint-every / --checkpoint-interval) or at its "
+                                    f"end; try again then")
         raise FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when "
                                 f"it is stopped; was it run with checkpoints=False?)")
     newest = step is None

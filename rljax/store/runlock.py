@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["RunLock", "RunLockError", "RunLockedError", "RunLockWarning", "LOCK_FILE", "DISABLE_ENV",
-           "read_holder", "holds_run_dir"]
+           "read_holder", "describe_holder", "holds_run_dir"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,6 +125,20 @@ def _describe(record: dict[str, Any] | None) -> str:
     argv = record.get("argv")
     command = shlex.join(str(a) for a in argv) if isinstance(argv, list) else "unknown"
     return f"{host}:{pid}, started {started}, command: {command}"
+
+
+def describe_holder(run_dir: str | os.PathLike) -> str | None:
+    """Who holds (or held, without releasing) ``run_dir``, for a message: ``"still running (host:pid,
+    started ..., command: ...)"`` when the holder is a live process on this host, ``"held by host:pid
+    ..."`` when it cannot be told from here (another host, or a holder that was killed), None when the
+    lock file holds no record (no run is in it, or its last one ended cleanly). Reads only; never locks."""
+    record = read_holder(run_dir)
+    if not record:
+        return None
+    pid = record.get("pid")
+    if record.get("host") == socket.gethostname() and isinstance(pid, int):
+        return f"still running ({_describe(record)})" if _pid_alive(pid) else None
+    return f"held by {_describe(record)}"
 
 
 def _parse_record(data: bytes) -> tuple[dict[str, Any] | None, str | None]:

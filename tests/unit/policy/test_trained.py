@@ -70,6 +70,19 @@ def test_normalising_agents_act_on_raw_observations(tiny_run, name):
     assert np.max(np.abs(np.asarray(unnormalised) - np.asarray(by_hand))) > 1e-3
 
 
+def test_loading_a_live_run_before_its_first_checkpoint_says_so(tmp_path):
+    # `rljax eval D` in a live run's first seconds used to ask "was it run with checkpoints=False?".
+    from rljax.store.runlock import RunLock
+
+    run = tmp_path / "run"
+    with RunLock(run):
+        with pytest.raises(FileNotFoundError, match=rf"{run} has no checkpoint yet: its run is still running \("
+                                                    r".*saves its first checkpoint after a chunk"):
+            rljax.load(run)
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint .*was it run with checkpoints=False"):
+        rljax.load(run)
+
+
 def test_load_picks_steps_and_explains_bad_input(tmp_path):
     run = tmp_path / "run"
     rljax.train(PPO_NORM, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=5))

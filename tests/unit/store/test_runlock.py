@@ -18,7 +18,8 @@ import warnings
 import pytest
 
 from rljax.store import runlock
-from rljax.store.runlock import LOCK_FILE, RunLock, RunLockedError, RunLockError, RunLockWarning, read_holder
+from rljax.store.runlock import (LOCK_FILE, RunLock, RunLockedError, RunLockError, RunLockWarning, describe_holder,
+                                 read_holder)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -323,3 +324,25 @@ def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path):
         assert first.returncode == 75, err[-2000:]
     finally:
         first.kill()
+
+
+def _record(run, **record):
+    run.mkdir(exist_ok=True)
+    (run / LOCK_FILE).write_text(json.dumps({"started": "2026-12-03T05:00:00+00:00", "argv": ["rljax", "train"],
+                                             "token": "t", **record}) if record else "")
+
+
+def test_describe_holder_tells_a_live_run_from_a_finished_or_killed_one(tmp_path):
+    run = tmp_path / "run"
+    _record(run, host=socket.gethostname(), pid=os.getpid())
+    assert describe_holder(run) == (f"still running ({socket.gethostname()}:{os.getpid()}, started "
+                                    f"2026-12-03T05:00:00+00:00, command: rljax train)")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    _record(run, host=socket.gethostname(), pid=int(dead.stdout))
+    assert describe_holder(run) is None   # killed without releasing: nothing runs there
+    _record(run, host="node-17.cluster", pid=4242)
+    assert describe_holder(run).startswith("held by node-17.cluster:4242, started")   # cannot be told from here
+    _record(run)
+    assert describe_holder(run) is None and describe_holder(tmp_path / "nowhere") is None
+    with RunLock(run):   # describing never takes the lock
+        assert describe_holder(run).startswith("still running")
