@@ -180,6 +180,17 @@ def test_several_cpu_devices_come_with_a_note(tmp_path):
     assert "note: the 2 CPU devices are fake devices sharing this machine's cores" in proc.stdout
 
 
+def test_the_readme_gpu_install_line_names_the_cuda_extras():
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["cuda"] == ["jax[cuda13]"] and extras["cuda12"] == ["jax[cuda12]"]
+    readme = (root / "README.md").read_text()
+    assert 'pip install -e ".[cuda]"' in readme and '".[cuda12]"' in readme
+
+
 def test_nothing_installs_or_looks_up_the_distribution_by_the_taken_name():
     # `rljax` on PyPI is an unrelated project: the distribution is rljax-chunked (the import name stays rljax).
     import pathlib
