@@ -15,6 +15,7 @@ end, and maps how the run ended to an exit status (:mod:`rljax.cli.process`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -112,6 +113,7 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
         print(setting_up_line(config, run_dir), flush=True)
     request_cpu_devices(config.num_devices)
+    config = _all_devices_of_a_job(config, parser, explicit, resuming=bool(args.resume))
     # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
@@ -129,6 +131,20 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     if jax.process_index() == 0:  # a multi-process run: process 0 reports it
         print(done_line(result), flush=True)
     return 0
+
+
+def _all_devices_of_a_job(config: Any, parser: Any, explicit: set[str], resuming: bool) -> Any:
+    """``config`` with ``num_devices`` = every device of a multi-process job when the command line did
+    not give it (a multi-process run uses all of them); unchanged in a single process or a resume
+    (which keeps its saved layout)."""
+    import jax
+
+    if jax.process_count() == 1 or resuming or "num_devices" in explicit or config.num_devices == jax.device_count():
+        return config
+    try:
+        return dataclasses.replace(config, num_devices=jax.device_count())
+    except ValueError as err:  # e.g. num_envs not divisible by the job's device count
+        parser.error(f"this job has {jax.device_count()} devices, which a multi-process run uses: {err}")
 
 
 def done_line(result: Any) -> str:

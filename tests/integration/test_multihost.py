@@ -95,8 +95,12 @@ def _wait_for_rows(run_dir: pathlib.Path, n: int, procs: list[subprocess.Popen])
 def two_by_two(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """An uninterrupted 2-process x 2-device run."""
     run_dir = tmp_path_factory.mktemp("mh") / "run"
-    done = _launch([*PPO, "--run-dir", str(run_dir)])
+    # No --num-devices: a multi-process run takes every device of the job (it used to refuse num_devices=1).
+    at = PPO.index("--num-devices")
+    without = PPO[:at] + PPO[at + 2:]
+    done = _launch([*without, "--run-dir", str(run_dir)])
     assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run_dir / "config.json").read_text())["num_devices"] == 4
     return run_dir
 
 
