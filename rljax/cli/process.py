@@ -210,10 +210,12 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
 
 
 def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
-    """Prints :func:`finished_run`'s message and returns True when ``run_dir`` has nothing left to
-    train (the command then exits 0 without compiling); False otherwise."""
+    """Prints :func:`finished_run`'s message (in process 0 only, in a multi-process job) and returns True
+    when ``run_dir`` has nothing left to train (the command then exits 0 without compiling); False otherwise."""
+    from rljax.runtime.distributed import launched_as_leader
+
     message = finished_run(run_dir, config)
-    if message is not None:
+    if message is not None and launched_as_leader():  # every process of a job reads it; process 0 says it
         print(message, flush=True)
     return message is not None
 

@@ -106,3 +106,16 @@ def test_a_resume_cannot_shorten_what_is_trained(tmp_path, capsys):
         main(["resume", str(run), "--total-timesteps", "1024"])
     assert exit_.value.code == 2
     assert "it cannot shorten what is trained" in capsys.readouterr().err
+
+
+def test_a_finished_run_is_reported_once_in_a_job(tmp_path, capsys, monkeypatch):
+    # `rljax launch -n 2 -d 2 -- rljax resume RUN` printed "has finished" once per process.
+    from rljax.cli.process import report_finished
+
+    run = _trained(tmp_path)
+    monkeypatch.setenv("RLJAX_PROCESS_ID", "1")
+    assert report_finished(run, PPOConfig(total_timesteps=4096)) is True
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("RLJAX_PROCESS_ID", "0")
+    assert report_finished(run, PPOConfig(total_timesteps=4096)) is True
+    assert capsys.readouterr().out.startswith(f"{run} has finished")
