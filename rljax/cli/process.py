@@ -23,7 +23,8 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "call_training",
+__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "TRACEBACK_ENV",
+           "call_training", "raised_outside_rljax",
            "enable_compilation_cache", "request_cpu_devices", "finished_run", "report_finished", "setting_up_line"]
 
 
@@ -32,11 +33,15 @@ EXIT_USAGE = 2
 EXIT_DIVERGED = 65
 """Exit status (EX_DATAERR) of a run stopped because it diverged (non-finite loss or state)."""
 EXIT_SOFTWARE = 70
-"""Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync."""
+"""Exit status (EX_SOFTWARE) of a data-parallel run whose devices fell out of sync, or of a run whose env
+(or another piece of code outside rljax that it called) raised an error."""
 EXIT_IO = 74
 """Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
 EXIT_PEER_LOST = 69
 """Exit status (EX_UNAVAILABLE) of a process of a multi-process run that lost another process."""
+TRACEBACK_ENV = "RLJAX_TRACEBACK"
+"""Environment variable: ``1`` lets an error raised by an env or a hook propagate with its whole
+traceback instead of the one line :func:`call_training` prints."""
 
 
 def _os_error(err: BaseException) -> OSError | None:
@@ -47,6 +52,90 @@ def _os_error(err: BaseException) -> OSError | None:
         if isinstance(err, OSError) and not isinstance(err, (FileExistsError, FileNotFoundError)):
             return err
         err = err.__cause__ or err.__context__
+    return None
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The directories of the code a traceback through rljax passes that is neither rljax nor the
+    user's: JAX and the libraries rljax builds on, and Python's own."""
+    import importlib.util
+    import sysconfig
+
+    dirs = [sysconfig.get_paths()["stdlib"]]
+    for name in ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "orbax", "ml_dtypes", "tensorboardX"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs += list(spec.submodule_search_locations)
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def raised_outside_rljax(err: BaseException) -> list[tuple[str, int, str]] | None:
+    """Where ``err`` came from when it was raised by code outside rljax that rljax called (a user's
+    env, a gymnax or suite env, a hook): that code's frames ``(file, line, qualified function name)``,
+    innermost last; None when rljax itself (or nothing outside it) raised it.
+
+    The innermost frame of the traceback that is neither JAX's, another library's nor Python's decides:
+    an rljax frame means rljax raised it (a config check, a bug), any other frame is the code it called.
+    (JAX's traceback filtering, on by default, has already removed JAX's own frames.)
+    """
+    import traceback
+
+    rljax_dir = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    libraries = _library_dirs()
+    outside: list[tuple[str, int, str]] = []
+    for frame, line in reversed(list(traceback.walk_tb(err.__traceback__))):
+        name = frame.f_code.co_filename
+        path = os.path.realpath(name)
+        if path.startswith(rljax_dir):
+            return outside[::-1] or None
+        if not (path.startswith(libraries) or name.startswith("<")):
+            outside.append((name, line, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)))
+    return None
+
+
+def _failure_status(err: Exception, resume_hint: str) -> int | None:
+    """Prints the one line for a failed run and returns its exit status (see :func:`call_training`);
+    None for an error that should propagate with its traceback (a bug in rljax)."""
+    from rljax.runtime.distributed import PeerLostError
+    from rljax.store.checkpoint import NoCheckpointError
+    from rljax.store.rundir import RunDirError
+    from rljax.store.runlock import RunLockError
+    from rljax.suites._adapter import SuiteNotInstalledError
+    from rljax.training.hooks.health import DesyncError, NonFiniteError
+
+    io = _os_error(err) if isinstance(err, (ValueError, OSError)) else None
+    if io is not None:  # wherever it was raised: a full disk is fixed and resumed the same way
+        print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
+              f"intact)", file=sys.stderr)
+        return EXIT_IO
+    outside = raised_outside_rljax(err)
+    if outside is not None:
+        if os.environ.get(TRACEBACK_ENV):
+            return None
+        file, line, function = outside[-1]
+        where = os.path.relpath(file) if not os.path.relpath(file).startswith("..") else file
+        print(f"error: {function} ({where}:{line}) raised {type(err).__name__}: {err}\n(code outside rljax that the "
+              f"run called: its env, or a hook; {TRACEBACK_ENV}=1 prints the whole traceback)", file=sys.stderr)
+        return EXIT_SOFTWARE
+    if isinstance(err, NonFiniteError):
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+    if isinstance(err, DesyncError):
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_SOFTWARE
+    if isinstance(err, PeerLostError):
+        # Exit at once: JAX's shutdown would wait at a barrier for the lost process until its
+        # heartbeat times out, then abort.
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_LOST)
+    if isinstance(err, (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
+                        SuiteNotInstalledError)):
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(err, ValueError):
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     return None
 
 
@@ -67,7 +156,10 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     Returns:
         ``(result, None)`` when training finished; ``(None, status)`` after printing one line for
         a usage error (2: bad config, used or locked directory, nothing to resume), a diverged run
-        (65), devices out of sync (70) or an I/O error such as a full disk (74); ``(result, 75)``
+        (65), devices out of sync or an error raised by code outside rljax that the run called, its env
+        or a hook (70, naming the function, file and line: :func:`raised_outside_rljax`; with
+        ``RLJAX_TRACEBACK=1`` such errors propagate with their traceback instead) or an I/O error
+        such as a full disk (74); ``(result, 75)``
         after printing how to resume a preempted run. From the moment training starts, SIGTERM
         is held off until the process exits (the run's own guard turns it into a stop; once the
         run has returned, a no-op handler stays installed): a SIGTERM after the final or the stop's checkpoint
@@ -76,46 +168,20 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
     import signal
     import threading
 
-    from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, NoCheckpointError
-    from rljax.runtime.distributed import PeerLostError
-    from rljax.training.hooks.health import DesyncError, NonFiniteError
-    from rljax.store.rundir import RunDirError
-    from rljax.store.runlock import RunLockError
-    from rljax.suites._adapter import SuiteNotInstalledError
+    from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
     resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
     try:
         out = run()
-    except NonFiniteError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_DIVERGED
-    except DesyncError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_SOFTWARE
-    except PeerLostError as err:
-        # Exit at once: JAX's shutdown would wait at a barrier for the lost process until its
-        # heartbeat times out, then abort.
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(EXIT_PEER_LOST)
-    except (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
-            SuiteNotInstalledError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_USAGE
-    except ValueError as err:
-        io = _os_error(err)
-        if io is not None:
-            print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
-                  f"intact)", file=sys.stderr)
-            return None, EXIT_IO
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_USAGE
-    except OSError as err:
-        print(f"error: I/O error: {err}.{resume_hint} once it is fixed (the newest committed checkpoint is "
-              f"intact)", file=sys.stderr)
-        return None, EXIT_IO
+    except Exception as err:
+        status = _failure_status(err, resume_hint)
+        if status is None:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            raise
+        return None, status
     except BaseException:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -10,6 +10,8 @@ import types
 import pytest
 
 from rljax.agents.ppo import PPOConfig
+import jax
+
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, finished_run,
                                setting_up_line)
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
@@ -18,13 +20,11 @@ from rljax.training.hooks.health import DesyncError, NonFiniteError
 
 
 def _io_error_inside_a_value_error():
-    try:
-        raise OSError(errno.ENOSPC, "No space left on device")
-    except OSError as err:
-        try:
-            raise ValueError("orbax could not save") from err
-        except ValueError as wrapped:
-            return wrapped
+    """Orbax's way of failing on a full disk: a ValueError whose cause is the OSError (never raised here, so
+    that no frame of this file is in its traceback)."""
+    wrapped = ValueError("orbax could not save")
+    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    return wrapped
 
 
 @pytest.mark.parametrize("error, status, message", [
@@ -38,27 +38,53 @@ def _io_error_inside_a_value_error():
     (_io_error_inside_a_value_error(), EXIT_IO, "error: I/O error: [Errno 28] No space left on device. Resume with"),
 ])
 def test_each_ending_is_an_exit_status_and_one_line(error, status, message, capsys):
-    def run():
-        raise error
-
-    assert call_training(run, "runs/x") == (None, status)
+    assert call_training(_raised_by_rljax(error), "runs/x") == (None, status)
     assert capsys.readouterr().err.startswith(message)
 
 
 def test_without_a_run_directory_there_is_nothing_to_resume(capsys):
-    def run():
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    assert call_training(run, None) == (None, EXIT_IO)
+    assert call_training(_raised_by_rljax(OSError(errno.ENOSPC, "No space left on device")), None) == (None, EXIT_IO)
     assert "Resume with" not in capsys.readouterr().err
 
 
-def test_other_errors_propagate():
-    def run():
-        raise KeyError("a bug")
-
+def test_other_errors_of_rljax_propagate():
     with pytest.raises(KeyError):
+        call_training(_raised_by_rljax(KeyError("a bug")), "runs/x")
+
+
+def _broken_step(kind):
+    """Stands for a user's env method: its errors come from code outside rljax."""
+    if kind == "value":
+        raise ValueError("boom: my step is broken")
+    return {}["missing"]
+
+
+@pytest.mark.parametrize("kind, raised", [("value", "ValueError: boom: my step is broken"),
+                                          ("key", "KeyError: 'missing'")])
+def test_an_error_raised_by_the_env_names_where_and_exits_70(kind, raised, capsys, monkeypatch):
+    # A ValueError in a user's step_env printed "error: boom: my step is broken" (no place, exit 2); a
+    # KeyError or RuntimeError printed a 54-line traceback (exit 1).
+    from rljax.training.program import strong_types   # an rljax function that calls what it is given
+
+    monkeypatch.delenv("RLJAX_TRACEBACK", raising=False)
+    run = lambda: jax.tree.map(lambda _: _broken_step(kind), strong_types({"x": 1.0}))
+    assert call_training(run, "runs/x") == (None, EXIT_SOFTWARE)
+    err = capsys.readouterr().err.splitlines()
+    line = _broken_step.__code__.co_firstlineno + (3 if kind == "value" else 4)
+    assert err[0] == f"error: _broken_step (tests/unit/cli/test_process.py:{line}) raised {raised}", err
+    assert err[1].startswith("(code outside rljax that the run called: its env, or a hook; RLJAX_TRACEBACK=1")
+    monkeypatch.setenv("RLJAX_TRACEBACK", "1")
+    with pytest.raises(ValueError if kind == "value" else KeyError):
         call_training(run, "runs/x")
+
+
+def _raised_by_rljax(error: BaseException):
+    """A ``run`` whose error is raised in a frame of rljax's own code, as rljax's errors are."""
+    import rljax.cli.process as module
+
+    namespace = {"error": error}
+    exec(compile("def run():\n    raise error\n", module.__file__, "exec"), namespace)
+    return namespace["run"]
 
 
 def test_a_finished_run_and_a_preempted_one(capsys):
