@@ -55,17 +55,20 @@ class EpisodeSummary(NamedTuple):
         length_sum: float32 scalar, the sum of their lengths.
         components: dict name -> float32 scalar, per-term reward sums of those episodes (from an
             env's ``info["reward_components"]``; empty when it reports none).
+        env_nonfinite: float32 scalar, the NaN/inf values the env returned for finite actions
+            (:func:`rljax.core.wrappers.env_nonfinite`), over every step, not only finished episodes.
     """
 
     count: jax.Array
     return_sum: jax.Array
     length_sum: jax.Array
     components: dict[str, jax.Array]
+    env_nonfinite: jax.Array | float = 0.0
 
     @staticmethod
     def zeros(component_names: tuple[str, ...] = ()) -> "EpisodeSummary":
         z = jnp.zeros((), jnp.float32)
-        return EpisodeSummary(z, z, z, {k: z for k in component_names})
+        return EpisodeSummary(z, z, z, {k: z for k in component_names}, z)
 
     def __add__(self, other: "EpisodeSummary") -> "EpisodeSummary":  # type: ignore[override]
         return jax.tree.map(jnp.add, self, other)
@@ -92,6 +95,8 @@ def summarize_episodes(episode_info: Any) -> EpisodeSummary:
         return_sum=jnp.sum(episode_info.return_ * done),
         length_sum=jnp.sum(episode_info.length.astype(jnp.float32) * done),
         components={k: jnp.sum(v * done) for k, v in comps.items()},
+        env_nonfinite=jnp.zeros((), jnp.float32) if episode_info.nonfinite is None
+        else jnp.sum(episode_info.nonfinite).astype(jnp.float32),
     )
 
 

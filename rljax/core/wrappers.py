@@ -25,6 +25,7 @@ outside ``VecEnv``. A typical training stack, innermost first::
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import jax
@@ -40,6 +41,7 @@ __all__ = [
     "VecEnv",
     "VecEnvState",
     "EpisodeInfo",
+    "env_nonfinite",
     "EpisodeStatistics",
     "EpisodeStatisticsState",
     "reward_component_names",
@@ -282,12 +284,35 @@ class EpisodeInfo(NamedTuple):
         length: int32, the finished episode's number of steps where ``done``, else 0.
         components: dict name -> float32, the finished episode's sum of each reward term the env
             reports in ``info["reward_components"]`` (where ``done``, else 0); empty if it reports none.
+        nonfinite: float32, how many NaN/inf values the env returned on this step (in the observation's
+            floating leaves and the reward) for a finite action: the env's own fault, which no learning
+            rate cures (:func:`env_nonfinite`). None when not counted.
     """
 
     done: jax.Array
     return_: jax.Array
     length: jax.Array
     components: dict[str, jax.Array] = {}
+    nonfinite: jax.Array | None = None
+
+
+def env_nonfinite(obs: Any, reward: jax.Array, action: Any) -> jax.Array:
+    """Per env (the reward's batch shape), the number of NaN/inf values in ``obs``'s floating leaves
+    and in ``reward``, counted only where every value of ``action`` is finite (an env given a NaN
+    action may return NaN: then the policy diverged, not the env). float32."""
+    batch = jnp.shape(reward)
+
+    def count(x: Any, finite: bool = False) -> jax.Array:
+        x = jnp.asarray(x)
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            return jnp.ones(batch, bool) if finite else jnp.zeros(batch, jnp.float32)
+        ok = jnp.isfinite(x).reshape(batch + (-1,))
+        return jnp.all(ok, -1) if finite else jnp.sum(~ok, -1).astype(jnp.float32)
+
+    bad = sum((count(x) for x in jax.tree.leaves(obs)), count(reward))
+    finite_action = functools.reduce(jnp.logical_and, (count(a, True) for a in jax.tree.leaves(action)),
+                                     jnp.ones(batch, bool))
+    return jnp.where(finite_action, bad, 0.0)
 
 
 @struct.dataclass
@@ -405,6 +430,7 @@ class EpisodeStatistics(Wrapper[TInnerState]):
             return_=jnp.where(done, new_return, 0.0).astype(jnp.float32),
             length=jnp.where(done, new_length, 0).astype(jnp.int32),
             components={k: jnp.where(done, v, 0.0) for k, v in new_components.items()},
+            nonfinite=env_nonfinite(obs, reward, action),
         )
         state = EpisodeStatisticsState(
             env_state=env_state,

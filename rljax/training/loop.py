@@ -50,8 +50,8 @@ __all__ = ["TrainResult", "chunk_row", "cpu_devices_note", "train"]
 
 def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> Row:
     """One member's metrics row for chunk ``chunk_index``: counters, throughput, the mean return and
-    length of the episodes that finished in the chunk (None when none did), reward components and
-    the chunk's metrics."""
+    length of the episodes that finished in the chunk (None when none did), the NaN/inf values the
+    env returned (``env_nonfinite``), reward components and the chunk's metrics."""
     metrics = {k: float(v) for k, v in out.metrics.items()}
     ep = out.episodes
     count = float(ep.count)
@@ -64,6 +64,7 @@ def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk
         "episode_return_mean": float(ep.return_sum) / count if count else None,
         "episode_length_mean": float(ep.length_sum) / count if count else None,
         "episodes": int(count),
+        "env_nonfinite": int(ep.env_nonfinite),
     }
     for name, total in ep.components.items():
         row[f"reward_components/{name}"] = float(total) / count if count else None

@@ -4,8 +4,10 @@ The :class:`Health` hook reads each chunk's rows. A data-parallel run whose para
 devices is no longer one run (:class:`DesyncError`). A run whose loss or train state became NaN/inf
 is stopped (:class:`NonFiniteError`) or, with ``on_nonfinite="rollback"``, rolled back: the newest
 checkpoint (or the initial state) is restored with every learning rate scaled by
-``rollback_lr_factor``, the rows after it are superseded and the incident is recorded. In a sweep
-each member is its own run: a diverged member is reported and the others go on.
+``rollback_lr_factor``, the rows after it are superseded and the incident is recorded. An env that
+returned NaN/inf observations or rewards for finite actions (``env_nonfinite``) stops the run at once,
+naming the env: no rollback cures it. In a sweep each member is its own run: a diverged member is
+reported and the others go on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import jax.numpy as jnp
 
 from rljax.training.hooks.base import Hook, Row, Run
 
-__all__ = ["DesyncError", "NonFiniteError", "Health", "nonfinite_reason", "scale_learning_rates"]
+__all__ = ["DesyncError", "NonFiniteError", "Health", "env_fault", "nonfinite_reason", "scale_learning_rates"]
 
 
 class DesyncError(RuntimeError):
@@ -29,10 +31,22 @@ class NonFiniteError(FloatingPointError):
     """The run diverged (a NaN/inf loss or train state) and ``on_nonfinite`` could not recover it."""
 
 
+def env_fault(row: dict[str, Any], env: str) -> str | None:
+    """What in ``row`` shows the env at fault (it returned NaN/inf observations or rewards for finite
+    actions, ``env_nonfinite > 0``), or None. No rollback or learning rate cures that."""
+    count = row.get("env_nonfinite") or 0
+    if not count:
+        return None
+    return (f"the env {env} returned {count} non-finite observation or reward values for finite actions; the losses "
+            f"and state follow from them, so a rollback cannot help: fix the env")
+
+
 def nonfinite_reason(row: dict[str, Any]) -> str | None:
-    """What in ``row`` shows a diverged run (a non-finite ``*_loss`` or a train state holding
-    non-finite values, ``nonfinite_state > 0``), or None."""
+    """What in ``row`` shows a diverged run (a non-finite ``*_loss``, a train state holding
+    non-finite values, ``nonfinite_state > 0``, or an env that returned non-finite values), or None."""
     bad = [f"{k} is {v}" for k, v in row.items() if k.endswith("_loss") and (v is None or not math.isfinite(v))]
+    if row.get("env_nonfinite"):
+        bad.insert(0, f"the env returned {row['env_nonfinite']} non-finite observation or reward values")
     count = row.get("nonfinite_state", 0.0)
     if count is None or not math.isfinite(count) or count > 0:
         bad.append(f"the train state holds {count} non-finite values")
@@ -111,6 +125,12 @@ class Health(Hook):
         where = f"after chunk {chunk_index} (env step {row['env_steps']:,})"
         incident = {"kind": "nonfinite", "chunk": chunk_index, "env_steps": row["env_steps"], "reason": reason}
         checkpointer = run.checkpointer
+        fault = env_fault(row, config.env) if row.get("env_nonfinite") else None
+        if fault is not None:  # a rollback would replay the same env: stop at once
+            run.tracking.record_incident({**incident, "action": "stop"})
+            newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (
+                checkpointer is not None and checkpointer.steps()) else ""
+            raise NonFiniteError(f"{fault} ({where}).{newest}")
         if mode != "rollback" or run.rollbacks >= limit:
             run.tracking.record_incident({**incident, "action": "stop"})
             newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (

@@ -19,6 +19,7 @@ from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 from rljax.core.wrappers import (
+    env_nonfinite,
     ClipAction,
     EpisodeInfo,
     EpisodeStatistics,
@@ -659,3 +660,13 @@ def test_running_count_merge_and_device_merge_are_exact():
     assert all(RunningMeanStd(mean=merged.mean[i], var=merged.var[i], count=merged.count[i],
                               count_lo=merged.count_lo[i]).exact_count == sum(counts) for i in range(4))
     np.testing.assert_allclose(np.asarray(merged.mean[0]), 1.5, rtol=1e-6)
+
+
+def test_env_nonfinite_counts_the_envs_nan_and_inf_for_finite_actions_only():
+    nan, inf = float("nan"), float("inf")
+    obs = {"x": jnp.array([[0.0, nan], [inf, -inf], [1.0, 2.0], [nan, nan]]),
+           "grid": jnp.zeros((4, 2, 2), jnp.uint8)}   # integer leaves cannot hold NaN
+    reward = jnp.array([nan, 0.0, inf, 1.0])
+    action = jnp.array([[0.5], [0.0], [0.0], [nan]])   # env 3 was given a NaN action: the policy's fault
+    np.testing.assert_array_equal(env_nonfinite(obs, reward, action), [2.0, 2.0, 1.0, 0.0])
+    assert env_nonfinite(jnp.array([nan]), jnp.float32(1.0), jnp.int32(1)) == 1.0   # one env, a discrete action
