@@ -23,7 +23,8 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "TRACEBACK_ENV",
+__all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "EXIT_INTERRUPTED",
+           "TRACEBACK_ENV",
            "call_training", "raised_outside_rljax",
            "enable_compilation_cache", "request_cpu_devices", "finished_run", "report_finished", "setting_up_line"]
 
@@ -39,6 +40,8 @@ EXIT_IO = 74
 """Exit status (EX_IOERR) of a run stopped by an I/O error (a full disk, a read-only file system)."""
 EXIT_PEER_LOST = 69
 """Exit status (EX_UNAVAILABLE) of a process of a multi-process run that lost another process."""
+EXIT_INTERRUPTED = 130
+"""Exit status (128 + SIGINT, as a shell reports it) of a run interrupted by a second Ctrl-C without saving."""
 TRACEBACK_ENV = "RLJAX_TRACEBACK"
 """Environment variable: ``1`` lets an error raised by an env or a hook propagate with its whole
 traceback instead of the one line :func:`call_training` prints."""
@@ -159,7 +162,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
         (65), devices out of sync or an error raised by code outside rljax that the run called, its env
         or a hook (70, naming the function, file and line: :func:`raised_outside_rljax`; with
         ``RLJAX_TRACEBACK=1`` such errors propagate with their traceback instead) or an I/O error
-        such as a full disk (74); ``(result, 75)``
+        such as a full disk (74) or a second Ctrl-C, which stops without saving (130); ``(result, 75)``
         after printing how to resume a preempted run. From the moment training starts, SIGTERM
         is held off until the process exits (the run's own guard turns it into a stop; once the
         run has returned, a no-op handler stays installed): a SIGTERM after the final or the stop's checkpoint
@@ -182,6 +185,12 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
                 signal.signal(signal.SIGTERM, previous)
             raise
         return None, status
+    except KeyboardInterrupt:  # Ctrl-C twice: the run stops without saving; a traceback through JAX says nothing
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        print(f"interrupted (Ctrl-C twice): stopped without saving; the newest committed checkpoint, if any, is "
+              f"intact.{resume_hint}", file=sys.stderr)
+        return None, EXIT_INTERRUPTED
     except BaseException:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

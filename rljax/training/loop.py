@@ -163,7 +163,8 @@ def train(config: Any, env: Any = None, env_params: Any = None, *, options: RunO
             stack.enter_context(RunLock(run_dir))
         # Several processes act on a signal only once all of them know of it (at the boundary's agreement).
         guard = stack.enter_context(PreemptionGuard(options.handle_signals,
-                                                    deferred=distributed.process_count() > 1))
+                                                    deferred=distributed.process_count() > 1,
+                                                    announce=not options.quiet and distributed.is_leader()))
         try:
             return _train(config, env, env_params, options, guard)
         except Exception as err:
@@ -411,10 +412,12 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
     launch_ahead = run.program.parallel.can_launch_ahead and not any(h.needs_every_state for h in hooks)
     t_done, c = -math.inf, run.start_chunk
     guard.agree()  # several processes: a signal during set-up or compilation stops all of them
+    guard.raise_if_interrupted()  # Ctrl-C twice during set-up or compilation
     preempted = guard.signal_name if guard.requested else None
     for hook in hooks:
         hook.start(run)
     while preempted is None and c < plan.num_chunks:
+        guard.raise_if_interrupted()
         run.phase = f"computing chunk {c} (the host waits for the device)"
         if run.ahead is None:
             t_launch = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -47,11 +48,17 @@ class PreemptionGuard:
     valid. SIGTERMs less than :data:`DUPLICATE_SIGTERM_S` apart count as one there (a scheduler
     that signals the whole job and a supervisor that forwards it). Handlers are installed only in
     the main thread and restored on exit. :meth:`request`
-    asks for the same stop from code (tests, notebooks).
+    asks for the same stop from code (tests, notebooks). With ``announce``, the watcher says at once
+    (on stderr) that the first signal was received, even while the main thread is inside a compile
+    that delays the stop by seconds.
     """
 
-    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S, deferred: bool = False):
+    def __init__(self, enabled: bool = True, grace_s: float = FORCED_EXIT_GRACE_S, deferred: bool = False,
+                 announce: bool = False):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.announce = announce
+        self.interrupted = False  # a second Ctrl-C: the run stops without saving (raise_if_interrupted)
+        self._unraisablehook: Any = None
         self.grace_s = grace_s
         self.deferred = deferred
         self.signal_name: str | None = None
@@ -85,8 +92,16 @@ class PreemptionGuard:
         if signum and self.signal_name is None:
             self.signal_name = f"{signal_name(signum)} (process {who})"
 
+    def raise_if_interrupted(self) -> None:
+        """Raises the ``KeyboardInterrupt`` of a second Ctrl-C that Python swallowed: the handler
+        raises it wherever the main thread is, which may be a callback whose errors are only printed
+        (JAX's garbage-collection hook). The loop calls this at every chunk boundary."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
     def _handler(self, signum: int, frame: Any) -> None:
         if (self.signal_name is not None or self.pending) and signum == signal.SIGINT and not self.finishing:
+            self.interrupted = True
             raise KeyboardInterrupt
         if self.deferred:
             self.pending = self.pending or int(signum)
@@ -116,6 +131,11 @@ class PreemptionGuard:
                     # within moments: that is one request, not a second one.
                     seen += now - last_term >= DUPLICATE_SIGTERM_S
                     last_term = now
+            if seen == 1 and self.announce:
+                self.announce = False  # once: the loop's own line follows when the run stops
+                name = signal.Signals(next(b for b in data if b in (signal.SIGTERM, signal.SIGINT))).name
+                os.write(2, (f"rljax: {name}: stopping at the next chunk boundary with a checkpoint (after the "
+                             f"compile or chunk in progress); {name} again stops now, without saving\n").encode())
             if seen >= 2:
                 signum = next(b for b in reversed(data) if b in (signal.SIGTERM, signal.SIGINT))
                 deadline = time.monotonic() + self.grace_s
@@ -132,6 +152,7 @@ class PreemptionGuard:
         if self.enabled:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handler)
+            self._unraisablehook, sys.unraisablehook = sys.unraisablehook, self._unraisable
             read_fd, write_fd = os.pipe()
             os.set_blocking(write_fd, False)
             previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -153,3 +174,10 @@ class PreemptionGuard:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._unraisablehook is not None:
+            sys.unraisablehook, self._unraisablehook = self._unraisablehook, None
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """Keeps quiet about the interrupt it will raise again at the next boundary; the rest as before."""
+        if not (self.interrupted and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            self._unraisablehook(unraisable)

@@ -367,10 +367,38 @@ def test_ctrl_c_during_compilation_stops_cleanly_and_resumes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
     assert "Traceback" not in err and "stopped by SIGINT" in out
+    # Said at once, not after the compile (which printed nothing for seconds).
+    assert "rljax: SIGINT: stopping at the next chunk boundary with a checkpoint" in err
     resumed = subprocess.run(cmd + ["--resume", str(run), "--quiet"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert read_metrics(run)[-1]["env_steps"] == 4096
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_twice_during_compilation_stops_at_once_with_one_line(tmp_path):
+    """Regression: a second Ctrl-C during the compile dumped a 50-line KeyboardInterrupt traceback."""
+    from rljax.cli.process import EXIT_INTERRUPTED
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "--total-timesteps", "4096", "--no-compile-cache",
+           "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if "compiling" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "interrupted (Ctrl-C twice): stopped without saving" in err or "second SIGINT" in err, err
 
 
 # ----------------------------------------------------------------------------------------------

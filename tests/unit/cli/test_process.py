@@ -145,3 +145,11 @@ def test_a_finished_run_is_reported_once_in_a_job(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("RLJAX_PROCESS_ID", "0")
     assert report_finished(run, PPOConfig(total_timesteps=4096)) is True
     assert capsys.readouterr().out.startswith(f"{run} has finished")
+
+
+def test_ctrl_c_twice_is_one_line_and_status_130(capsys):
+    from rljax.cli.process import EXIT_INTERRUPTED
+
+    assert call_training(_raised_by_rljax(KeyboardInterrupt()), "runs/x") == (None, EXIT_INTERRUPTED) == (None, 130)
+    assert capsys.readouterr().err == ("interrupted (Ctrl-C twice): stopped without saving; the newest committed "
+                                       "checkpoint, if any, is intact. Resume with: rljax resume runs/x\n")

@@ -8,7 +8,10 @@ subprocess (tests/unit/store/test_checkpoint.py, tests/integration/test_reliabil
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+import time
+import types
 
 import pytest
 
@@ -40,6 +43,29 @@ def test_a_second_sigint_interrupts_unless_the_run_is_finishing():
         guard.finishing = True  # saving after the stop: a second Ctrl-C lets the save complete
         signal.raise_signal(signal.SIGINT)
         assert guard.signal_name == "SIGINT"
+
+
+def test_the_first_signal_is_announced_at_once_and_a_swallowed_second_ctrl_c_is_raised_at_the_boundary(capfd):
+    # Ctrl-C during a compile printed nothing until the compile ended; a second one raised
+    # KeyboardInterrupt wherever Python was, sometimes inside JAX's gc callback, which only prints it.
+    with PreemptionGuard(announce=True) as guard:
+        signal.raise_signal(signal.SIGINT)
+        deadline = time.monotonic() + 5
+        err = ""
+        while "rljax: SIGINT" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)   # the watcher thread writes it
+            err += capfd.readouterr().err
+        assert err == ("rljax: SIGINT: stopping at the next chunk boundary with a checkpoint (after the compile or "
+                       "chunk in progress); SIGINT again stops now, without saving\n")
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        # Had it been raised in a callback, Python would report it as unraisable: the guard keeps quiet...
+        sys.unraisablehook(types.SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(),
+                                                 exc_traceback=None, err_msg=None, object=None))
+        assert capfd.readouterr().err == ""
+        with pytest.raises(KeyboardInterrupt):   # ...and raises it again at the loop's next check
+            guard.raise_if_interrupted()
+    assert sys.unraisablehook != guard._unraisable
 
 
 def test_a_disabled_guard_installs_nothing():
