@@ -235,7 +235,7 @@ def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dic
     first_manifest = _read_json(run_dir / "members" / members[0].name / "manifest.json") or {}
     labels = list(dict.fromkeys(m.label for m in members))
     lines = [_header(run_dir, {**first_manifest, **manifest}, config, "sweep")
-             + f"; {len(members)} members ({len(labels)} configs x {len(members) // max(len(labels), 1)} seeds)"]
+             + f"; {len(members)} members ({len(labels)} configs x {seeds_text(len(members) // max(len(labels), 1))})"]
     done = [int(rows[-1]["env_steps"]) if rows else 0 for rows in member_rows]
     lines.append(_progress_line(member_rows[int(np.argmin(done))], _plan_total(run_dir, first_manifest, config),
                                 per=" per member"))
@@ -332,6 +332,16 @@ def _losses_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Path
     return _save(fig, path)
 
 
+def seeds_text(n: int) -> str:
+    """``"1 seed"``, ``"4 seeds"``."""
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
+def configs_plot_title(evaluated: bool) -> str:
+    """What ``configs.png`` draws, as its title (short enough for the axes; eval dots only when drawn)."""
+    return "training return: lines, mean ± std over seeds" + ("; greedy evaluation: dots" if evaluated else "")
+
+
 def _configs_plot(members: Sequence[Any], member_rows: Sequence[list[dict[str, Any]]],
                   path: pathlib.Path) -> pathlib.Path:
     from rljax.training.sweep import mean_curve
@@ -339,6 +349,7 @@ def _configs_plot(members: Sequence[Any], member_rows: Sequence[list[dict[str, A
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     by_label: dict[str, list[int]] = {}
+    evaluated = False
     for m in members:
         by_label.setdefault(m.label, []).append(m.index)
     for label, idx in by_label.items():
@@ -346,13 +357,15 @@ def _configs_plot(members: Sequence[Any], member_rows: Sequence[list[dict[str, A
         if curve is None:
             continue
         x, mean, std = curve
-        (line,) = ax.plot(x, mean, linewidth=1.5, label=f"{label} ({len(idx)} seeds)")
+        (line,) = ax.plot(x, mean, linewidth=1.5, label=f"{label} ({seeds_text(len(idx))})")
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         evals = mean_curve([member_rows[i] for i in idx], EVAL)
         if evals is not None:
+            evaluated = True
             ax.plot(evals[0], evals[1], "o--", color=line.get_color(), markersize=3, linewidth=0.8)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (training: lines, mean ± std over seeds; greedy eval: dots)")
+    ax.set_ylabel("episode return")
+    ax.set_title(configs_plot_title(evaluated), fontsize=9)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)

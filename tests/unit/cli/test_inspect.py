@@ -49,3 +49,13 @@ def test_a_directory_without_a_run_is_a_usage_error(tmp_path, capsys):
         summary_text(tmp_path)
     assert main(["inspect", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err == f"rljax inspect: error: {tmp_path / 'missing'} is not a directory\n"
+
+
+def test_the_configs_plot_says_what_it_draws_and_counts_seeds_in_english():
+    # Its y-label ran off both ends of the figure and spoke of "greedy eval: dots" with nothing evaluated;
+    # a PBT legend said "(1 seeds)".
+    from rljax.cli.inspect import configs_plot_title, seeds_text
+
+    assert (seeds_text(1), seeds_text(4)) == ("1 seed", "4 seeds")
+    assert configs_plot_title(False) == "training return: lines, mean ± std over seeds"
+    assert configs_plot_title(True).endswith("; greedy evaluation: dots") and len(configs_plot_title(True)) < 80
