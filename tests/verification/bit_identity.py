@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     jax.config.update("jax_platforms", "cpu")
+    child_status = 0
     if args.parallel_child:
         records = fingerprints(PARALLEL_CASES, only)
     else:
@@ -199,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                           "--save" if args.save else "--compare", str(directory)]
             if only:
                 with_child += ["--only", *sorted(only)]
-            code = subprocess.run(with_child, env=env, timeout=1800).returncode
-            if code:
-                print(f"data-parallel cases: status {code}")
-                return 1
+            child_status = subprocess.run(with_child, env=env, timeout=1800).returncode
+            if child_status:  # this process's own cases are still compared and reported below
+                print(f"data-parallel cases: status {child_status}")
     if args.save:
+        if child_status:
+            return 1
         _write(directory, records)
         print(f"saved {len(records)} cases in {directory}")
         return 0
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     compared = [n for n in records if (directory / f"{n}.json").exists()]
     print(f"{len(compared) - len({p.split(':')[0] for p in problems})} of {len(compared)} cases bit-identical"
           + (" (data-parallel child)" if args.parallel_child else ""))
-    return 1 if problems else 0
+    return 1 if problems or child_status else 0
 
 
 if __name__ == "__main__":
