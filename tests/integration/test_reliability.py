@@ -348,24 +348,33 @@ def test_io_errors_exit_74_not_the_usage_status(capsys):
         assert "No space left on device" in err and "rljax resume runs/x" in err
 
 
+def _ctrl_c_during_compile(cmd: list[str], env: dict, times: int) -> tuple[int, str, str]:
+    """Runs ``cmd`` and presses Ctrl-C ``times`` times (0.5 s apart) once it says it is compiling;
+    returns its exit status, stdout and stderr."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if "compiling" in line:
+                break
+        for i in range(times):
+            time.sleep(0.5 * (i > 0))
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, out, err
+
+
 @pytest.mark.timeout(300)
 def test_ctrl_c_during_compilation_stops_cleanly_and_resumes(tmp_path):
     """Regression: Ctrl-C during the compile segfaulted (4 of 8 tries) or was swallowed (2 of 8)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "--total-timesteps", "4096", "--no-compile-cache"]
-    proc = subprocess.Popen(cmd + ["--run-dir", str(run)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        for line in proc.stdout:
-            if "compiling" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
+    status, out, err = _ctrl_c_during_compile(cmd + ["--run-dir", str(run)], env, times=1)
+    assert status == PREEMPTED_EXIT_CODE, err[-2000:]
     assert "Traceback" not in err and "stopped by SIGINT" in out
     # Said at once, not after the compile (which printed nothing for seconds).
     assert "rljax: SIGINT: stopping at the next chunk boundary with a checkpoint" in err
@@ -383,20 +392,8 @@ def test_ctrl_c_twice_during_compilation_stops_at_once_with_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "--total-timesteps", "4096", "--no-compile-cache",
            "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        for line in proc.stdout:
-            if "compiling" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    status, _, err = _ctrl_c_during_compile(cmd, env, times=2)
+    assert status == EXIT_INTERRUPTED, err[-2000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert "interrupted (Ctrl-C twice): stopped without saving" in err or "second SIGINT" in err, err
 
