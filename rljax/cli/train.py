@@ -113,11 +113,11 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
         print(setting_up_line(config, run_dir), flush=True)
     request_cpu_devices(config.num_devices)
-    config = _all_devices_of_a_job(config, parser, explicit, resuming=bool(args.resume))
     # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
+    config = _all_devices_of_a_job(config, parser, explicit, resuming=bool(args.resume))
 
     from rljax.training.loop import train
     from rljax.training.options import RunOptions
@@ -139,7 +139,10 @@ def _all_devices_of_a_job(config: Any, parser: Any, explicit: set[str], resuming
     (which keeps its saved layout)."""
     import jax
 
-    if jax.process_count() == 1 or resuming or "num_devices" in explicit or config.num_devices == jax.device_count():
+    from rljax.runtime.distributed import is_initialized
+
+    # is_initialized first: asking JAX for its process count would start its backend in a single process.
+    if not is_initialized() or resuming or "num_devices" in explicit or config.num_devices == jax.device_count():
         return config
     try:
         return dataclasses.replace(config, num_devices=jax.device_count())

@@ -165,15 +165,7 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
         raise FileNotFoundError(f"{run_dir} is not a directory: pass the run directory of a training run")
     steps = checkpoint_steps(run_dir)
     if not steps:
-        from rljax.store.runlock import describe_holder
-
-        holder = describe_holder(run_dir)
-        if holder is not None:  # a live run that has not saved yet (compiling, or before its first save)
-            raise FileNotFoundError(f"{run_dir} has no checkpoint yet: its run is {holder} and saves its first "
-                                    f"checkpoint after a chunk (--checkpoint-every / --checkpoint-interval) or at its "
-                                    f"end; try again then")
-        raise FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when "
-                                f"it is stopped; was it run with checkpoints=False?)")
+        raise _no_checkpoint(run_dir)
     newest = step is None
     if newest:
         step = steps[-1]
@@ -218,6 +210,20 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     return Policy(agent=agent, params=params, config=config, env=env,
                   env_params=jax.tree.map(jnp.asarray, state.env_params), step=int(step), run_dir=str(run_dir),
                   member=member_name)
+
+
+def _no_checkpoint(run_dir: pathlib.Path) -> FileNotFoundError:
+    """The error for a run directory without a checkpoint: a live run that has not saved yet (still
+    compiling, or before its first save) is told apart from one that never saves."""
+    from rljax.store.runlock import describe_holder
+
+    holder = describe_holder(run_dir)
+    if holder is not None:
+        return FileNotFoundError(f"{run_dir} has no checkpoint yet: its run is {holder} and saves its first "
+                                 f"checkpoint after a chunk (--checkpoint-every / --checkpoint-interval) or at its "
+                                 f"end; try again then")
+    return FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when it is "
+                             f"stopped; was it run with checkpoints=False?)")
 
 
 def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config_cls: Any, population: int = 1

@@ -236,11 +236,12 @@ def test_a_nan_from_the_env_stops_the_run_and_no_checkpoint_holds_it(tmp_path, a
     env = NaNReward()
     from rljax.training.hooks.health import NonFiniteError
 
-    with pytest.raises(NonFiniteError, match="diverged"):
+    with pytest.raises(NonFiniteError, match="the env python-object:.*NaNReward returned .* fix the env"):
         rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at),
                     options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     rows = read_metrics(tmp_path / "run")
-    assert len(rows) >= 2 and rows[-1]["nonfinite_state"] > 0 and rows[0]["nonfinite_state"] == 0
+    assert len(rows) >= 2 and rows[-1]["env_nonfinite"] > 0 and rows[0]["env_nonfinite"] == 0
+    assert rows[0]["nonfinite_state"] == 0
     assert Checkpointer(tmp_path / "run").steps()  # the good chunks were saved
     assert _all_saved_leaves_finite(tmp_path / "run")
     incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
