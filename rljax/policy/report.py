@@ -179,18 +179,23 @@ def _plot_histogram(report: Mapping[str, Any], path: pathlib.Path) -> None:
     from matplotlib.figure import Figure
 
     returns = np.asarray(report["returns"], np.float64)
+    finite = returns[np.isfinite(returns)]   # a NaN/inf return (a broken env) has no place on the axis
     stats = report["return"]
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    ax.hist(returns, bins=_bins(returns), color="tab:blue", alpha=0.8)
-    ax.axvline(stats["mean"], color="k", linewidth=1.5, label=f"mean {stats['mean']:.4g}")
-    ax.axvspan(stats["ci_low"], stats["ci_high"], color="k", alpha=0.15, label="95 % CI of the mean")
-    ax.set_xlabel("episode return")
+    if finite.size:
+        ax.hist(finite, bins=_bins(finite), color="tab:blue", alpha=0.8)
+    if all(np.isfinite([stats["mean"], stats["ci_low"], stats["ci_high"]])):
+        ax.axvline(stats["mean"], color="k", linewidth=1.5, label=f"mean {stats['mean']:.4g}")
+        ax.axvspan(stats["ci_low"], stats["ci_high"], color="k", alpha=0.15, label="95 % CI of the mean")
+    missing = returns.size - finite.size
+    ax.set_xlabel("episode return" + (f" ({missing} non-finite returns not drawn)" if missing else ""))
     ax.set_ylabel("episodes")
     mode = "greedy" if report.get("deterministic", True) else "stochastic"
     ax.set_title(f"{report.get('algorithm', '?')} {report.get('env', '?')}, step {report.get('checkpoint_step')}: "
                  f"{report['num_episodes']} episodes ({mode})", fontsize=9)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)
 

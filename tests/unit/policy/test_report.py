@@ -99,6 +99,15 @@ def test_non_finite_values_are_written_as_null(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
 
 
+@pytest.mark.parametrize("returns", [[1.0, float("nan"), 3.0], [float("nan"), float("inf")]])
+def test_a_report_with_non_finite_returns_is_written(tmp_path, returns):
+    # write_report raised "autodetected range of [nan, nan] is not finite" drawing the histogram.
+    rec = report.build_report(returns, [5] * len(returns), [False] * len(returns), env="E", algorithm="a")
+    saved = json.loads(report.write_report(tmp_path, rec).read_text())
+    assert saved["returns"] == [r if np.isfinite(r) else None for r in returns]
+    assert (tmp_path / "returns.png").stat().st_size > 0 and (tmp_path / "report.md").exists()
+
+
 def test_replace_into_leaves_no_temporary_file_behind(tmp_path):
     target = tmp_path / "f.txt"
     report.replace_into(target, lambda tmp: tmp.write_text("new"))
