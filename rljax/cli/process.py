@@ -116,7 +116,8 @@ def _failure_status(err: Exception, resume_hint: str) -> int | None:
         if os.environ.get(TRACEBACK_ENV):
             return None
         file, line, function = outside[-1]
-        where = os.path.relpath(file) if not os.path.relpath(file).startswith("..") else file
+        relative = os.path.relpath(file)
+        where = file if relative.startswith("..") else relative
         print(f"error: {function} ({where}:{line}) raised {type(err).__name__}: {err}\n(code outside rljax that the "
               f"run called: its env, or a hook; {TRACEBACK_ENV}=1 prints the whole traceback)", file=sys.stderr)
         return EXIT_SOFTWARE
@@ -133,10 +134,7 @@ def _failure_status(err: Exception, resume_hint: str) -> int | None:
         sys.stdout.flush()
         os._exit(EXIT_PEER_LOST)
     if isinstance(err, (RunLockError, RunDirError, NoCheckpointError, FileExistsError, FileNotFoundError,
-                        SuiteNotInstalledError)):
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if isinstance(err, ValueError):
+                        SuiteNotInstalledError, ValueError)):
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return None
@@ -284,12 +282,19 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
             f"further, extend it: rljax resume {run_dir} --total-timesteps N (N > {env_steps:,})")
 
 
-def report_finished(run_dir: str | os.PathLike, config: Any) -> bool:
+def report_finished(run_dir: str | os.PathLike, config: Any, parser: Any = None) -> bool:
     """Prints :func:`finished_run`'s message (in process 0 only, in a multi-process job) and returns True
-    when ``run_dir`` has nothing left to train (the command then exits 0 without compiling); False otherwise."""
+    when ``run_dir`` has nothing left to train (the command then exits 0 without compiling); False otherwise.
+    A total that would shorten the run is ``parser.error`` (exit 2) when a parser is given, else the
+    ``ValueError`` of :func:`finished_run`."""
     from rljax.runtime.distributed import launched_as_leader
 
-    message = finished_run(run_dir, config)
+    try:
+        message = finished_run(run_dir, config)
+    except ValueError as err:
+        if parser is None:
+            raise
+        parser.error(str(err))
     if message is not None and launched_as_leader():  # every process of a job reads it; process 0 says it
         print(message, flush=True)
     return message is not None

@@ -155,11 +155,7 @@ def sweep_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
         spec = spec or _new_spec(args, config)
     except ValueError as err:
         parser.error(str(err))
-    try:
-        finished = args.resume and report_finished(args.resume, config)
-    except ValueError as err:  # a total that would shorten the run
-        parser.error(str(err))
-    if finished:  # nothing to train: said so, nothing compiled
+    if args.resume and report_finished(args.resume, config, parser):  # nothing to train: said so, nothing compiled
         return 0
     run_dir = args.run_dir or os.path.join("runs", f"{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = None if str(run_dir).lower() == "none" else run_dir

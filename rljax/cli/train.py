@@ -97,11 +97,7 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     options = train_kwargs(args, saved_options, explicit)
-    try:
-        finished = args.resume and report_finished(args.resume, config)
-    except ValueError as err:  # a total that would shorten the run
-        parser.error(str(err))
-    if finished:  # nothing to train: said so, nothing compiled
+    if args.resume and report_finished(args.resume, config, parser):  # nothing to train: said so, nothing compiled
         return 0
     run_dir = args.run_dir
     if run_dir is None:
@@ -156,8 +152,10 @@ def done_line(result: Any) -> str:
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     evaluated = result.final_eval
-    # final_return averages the last two chunks that ended episodes; the last progress line shows one.
-    chunks = min(2, sum(r.get("episode_return_mean") is not None for r in result.rows))
+    from rljax.training.loop import FINAL_RETURN_CHUNKS
+
+    # final_return averages the last chunks that ended episodes; the last progress line shows one.
+    chunks = min(FINAL_RETURN_CHUNKS, sum(r.get("episode_return_mean") is not None for r in result.rows))
     over = {0: " (no episode ended)", 1: " (the last chunk's episodes)"}.get(chunks, f" (mean of the last {chunks} chunks)")
     return (f"done: {t['total_env_steps']:,} env steps, return {result.final_return:.2f}{over}, "
             + ("" if evaluated is None else f"greedy eval {evaluated['eval/return_mean']:.2f} over "

@@ -45,7 +45,10 @@ from rljax.training.hooks.base import Hook, Row, Run
 from rljax.training.options import RunOptions
 from rljax.training.program import ChunkOutput, Plan, Program, check_not_shrunk, plan_updates, resume_plan
 
-__all__ = ["TrainResult", "chunk_row", "cpu_devices_note", "train"]
+__all__ = ["TrainResult", "FINAL_RETURN_CHUNKS", "chunk_row", "cpu_devices_note", "train"]
+
+FINAL_RETURN_CHUNKS = 2
+"""How many of the last chunks that ended episodes :attr:`TrainResult.final_return` averages."""
 
 
 def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> Row:
@@ -108,7 +111,7 @@ class TrainResult:
     def final_return(self) -> float:
         """Mean episode return over the last few chunks that finished episodes (NaN if none)."""
         returns = [r["episode_return_mean"] for r in self.rows if r.get("episode_return_mean") is not None]
-        return float(np.mean(returns[-2:])) if returns else float("nan")
+        return float(np.mean(returns[-FINAL_RETURN_CHUNKS:])) if returns else float("nan")
 
 
 def train(config: Any, env: Any = None, env_params: Any = None, *, options: RunOptions = RunOptions(),

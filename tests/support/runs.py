@@ -1,8 +1,10 @@
 """Helpers for tests that compare whole runs: bit-exact states, metrics rows without their measured
-columns, a checkpoint's final leaves, and a CLI run stopped by SIGTERM once it has made progress."""
+columns, a checkpoint's final leaves, a checkpoint's meta alone, and a CLI run stopped by SIGTERM once it
+has made progress."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
 import subprocess
@@ -37,6 +39,14 @@ def strip(rows):
     """The rows without their measured columns (wall_time_s, sps, time/*, memory/*:
     :func:`rljax.training.hooks.observe.is_measured`), which differ between identical runs."""
     return [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]
+
+
+def checkpoint_meta(run_dir, step, config, meta_text=None, **meta) -> None:
+    """Writes only the JSON meta of checkpoint ``step`` in ``run_dir`` (``{"config": config, **meta}``, or
+    ``meta_text`` as it is): what a run directory's readers see, with no state behind it."""
+    path = pathlib.Path(run_dir) / "checkpoints" / str(step) / "meta"
+    path.mkdir(parents=True)
+    (path / "metadata").write_text(meta_text if meta_text is not None else json.dumps({"config": config, **meta}))
 
 
 def final_leaves(run_dir) -> list[np.ndarray]:

@@ -125,16 +125,13 @@ class Health(Hook):
         where = f"after chunk {chunk_index} (env step {row['env_steps']:,})"
         incident = {"kind": "nonfinite", "chunk": chunk_index, "env_steps": row["env_steps"], "reason": reason}
         checkpointer = run.checkpointer
-        fault = env_fault(row, config.env) if row.get("env_nonfinite") else None
-        if fault is not None:  # a rollback would replay the same env: stop at once
+        fault = env_fault(row, config.env)  # a rollback would replay the same env: stop at once
+        if fault is not None or mode != "rollback" or run.rollbacks >= limit:
             run.tracking.record_incident({**incident, "action": "stop"})
             newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (
                 checkpointer is not None and checkpointer.steps()) else ""
-            raise NonFiniteError(f"{fault} ({where}).{newest}")
-        if mode != "rollback" or run.rollbacks >= limit:
-            run.tracking.record_incident({**incident, "action": "stop"})
-            newest = f" The newest checkpoint ({checkpointer.steps()[-1]:,} env steps) is intact." if (
-                checkpointer is not None and checkpointer.steps()) else ""
+            if fault is not None:
+                raise NonFiniteError(f"{fault} ({where}).{newest}")
             if mode == "rollback":
                 raise NonFiniteError(f"{reason} {where}, and {run.rollbacks} rollback(s) (max_rollbacks={limit}) "
                                      f"did not help: giving up.{newest} Lower the learning rate or look for "

@@ -7,16 +7,17 @@ import errno
 import json
 import types
 
+import jax
 import pytest
 
 from rljax.agents.ppo import PPOConfig
-import jax
 
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, finished_run,
                                setting_up_line)
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
 from rljax.store.rundir import RunDirError
 from rljax.training.hooks.health import DesyncError, NonFiniteError
+from tests.support.runs import checkpoint_meta
 
 
 def _io_error_inside_a_value_error():
@@ -106,12 +107,9 @@ def test_the_setting_up_line():
 def _trained(tmp_path, env_steps=4096, per_update=512, per_chunk=2):
     """A run directory whose newest checkpoint's meta says it trained ``env_steps`` (only the meta: nothing trained)."""
     chunks = env_steps // (per_update * per_chunk)
-    meta = {"config": {"env": "CartPole-v1"}, "algorithm": "PPOConfig", "env_steps": env_steps, "chunk_index": chunks - 1,
-            "plan": {"env_steps_per_update": per_update, "updates_per_chunk": per_chunk,
-                     "num_updates": chunks * per_chunk}}
-    path = tmp_path / "run" / "checkpoints" / str(env_steps) / "meta"
-    path.mkdir(parents=True)
-    (path / "metadata").write_text(json.dumps(meta))
+    checkpoint_meta(tmp_path / "run", env_steps, {"env": "CartPole-v1"}, algorithm="PPOConfig", env_steps=env_steps,
+                    chunk_index=chunks - 1, plan={"env_steps_per_update": per_update, "updates_per_chunk": per_chunk,
+                                                  "num_updates": chunks * per_chunk})
     (tmp_path / "run" / "config.json").write_text(json.dumps({"env": "CartPole-v1", "total_timesteps": env_steps}))
     (tmp_path / "run" / "manifest.json").write_text(json.dumps({"algorithm": "PPOConfig"}))
     return tmp_path / "run"

@@ -13,6 +13,7 @@ import pytest
 from rljax.store.rundir import (RESUMABLE_FIELDS, ConfigMismatchError, RunDirError, check_resume_config,
                                 checkpoint_steps, holds_results, newest_checkpoint_meta, read_json,
                                 removed_if_start_fails, resume_from_scratch, run_record, saved_env)
+from tests.support.runs import checkpoint_meta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +28,6 @@ class Cfg:
 SAVED = {"env": "CartPole-v1", "lr": 0.1, "total_timesteps": 100, "eval_interval": 0, "added_later": 5}
 
 
-def _checkpoint(run_dir, step, config, meta_text=None, **meta):
-    path = run_dir / "checkpoints" / str(step) / "meta"
-    path.mkdir(parents=True)
-    (path / "metadata").write_text(meta_text if meta_text is not None else json.dumps({"config": config, **meta}))
-
-
 def test_checkpoint_steps_are_committed_numeric_directories(tmp_path):
     assert checkpoint_steps(tmp_path) == []
     for name in ("30", "4", "100.orbax-checkpoint-tmp-1", "notes"):
@@ -42,16 +37,16 @@ def test_checkpoint_steps_are_committed_numeric_directories(tmp_path):
 
 
 def test_newest_checkpoint_meta_skips_unreadable_ones(tmp_path):
-    _checkpoint(tmp_path, 10, SAVED, algorithm="PPOConfig")
-    _checkpoint(tmp_path, 20, SAVED, meta_text="{cut")
-    _checkpoint(tmp_path, 30, None, meta_text=json.dumps({"config": "not a dict"}))
+    checkpoint_meta(tmp_path, 10, SAVED, algorithm="PPOConfig")
+    checkpoint_meta(tmp_path, 20, SAVED, meta_text="{cut")
+    checkpoint_meta(tmp_path, 30, None, meta_text=json.dumps({"config": "not a dict"}))
     step, meta = newest_checkpoint_meta(tmp_path)
     assert step == 10 and meta["algorithm"] == "PPOConfig"
     assert newest_checkpoint_meta(tmp_path / "nothing") is None
 
 
 def test_run_record_prefers_the_checkpoint_and_refuses_an_edited_config_json(tmp_path):
-    _checkpoint(tmp_path, 10, SAVED, algorithm="PPOConfig", run_options={"checkpoint_every": 2})
+    checkpoint_meta(tmp_path, 10, SAVED, algorithm="PPOConfig", run_options={"checkpoint_every": 2})
     record = run_record(tmp_path)
     assert record == (SAVED, "PPOConfig", {"checkpoint_every": 2}, "checkpoint 10", False)
     # total_timesteps may differ (an extension); a field the checkpoint lacks is not compared.
@@ -106,7 +101,7 @@ def test_resume_from_scratch(tmp_path):
         assert resume_from_scratch(tmp_path, Cfg()) is True
     with pytest.raises(ConfigMismatchError, match="lr: saved 0.1, now 0.3"):
         resume_from_scratch(tmp_path, Cfg(lr=0.3))
-    _checkpoint(tmp_path, 10, {**SAVED, "lr": 0.3})  # the checkpoint's config is the one compared
+    checkpoint_meta(tmp_path, 10, {**SAVED, "lr": 0.3})  # the checkpoint's config is the one compared
     assert resume_from_scratch(tmp_path, Cfg(lr=0.3)) is False
 
 
@@ -114,7 +109,7 @@ def test_saved_env(tmp_path):
     assert saved_env(tmp_path) is None
     (tmp_path / "config.json").write_text(json.dumps({"env": "Acrobot-v1"}))
     assert saved_env(tmp_path) == "Acrobot-v1"
-    _checkpoint(tmp_path, 10, {"env": "Pendulum-v1"})
+    checkpoint_meta(tmp_path, 10, {"env": "Pendulum-v1"})
     assert saved_env(tmp_path) == "Pendulum-v1"
 
 

@@ -62,6 +62,7 @@ def test_scale_learning_rates_scales_every_learning_rate_and_nothing_else():
 
 @dataclasses.dataclass
 class FakeConfig:
+    env: str = "CartPole-v1"
     on_nonfinite: str = "rollback"
     max_rollbacks: int = 2
     rollback_lr_factor: float = 0.5
