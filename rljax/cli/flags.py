@@ -176,6 +176,10 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run.add_argument("--no-checkpoints", action="store_true", help="never save (the run cannot be resumed)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
+    run.add_argument("--log-every", type=_parse_int, default=0, metavar="UPDATES",
+                     help="one row of metrics.jsonl and tensorboard per this many updates (their means); 0: every "
+                          "update while a chunk's rows over all members stay within 200, else fewer (chunks.jsonl "
+                          "and the progress lines stay per chunk)")
     run.add_argument("--stall-factor", type=_parse_float, default=10.0, metavar="X",
                      help="warn once, with every thread's Python stack in RUN_DIR/stall-*.txt, when no chunk "
                           "finished for X times the median chunk interval (at least --stall-min); 0: no stall watchdog")
@@ -230,7 +234,7 @@ RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
                      "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
                      "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
-                     "deterministic": "deterministic"}
+                     "deterministic": "deterministic", "log_every": "log_every"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -244,7 +248,7 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
                stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
-               deterministic=args.deterministic)
+               deterministic=args.deterministic, log_every=args.log_every)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

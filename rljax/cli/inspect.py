@@ -1,6 +1,7 @@
-"""``rljax inspect RUN_DIR``: a one-screen summary of a run or a sweep, and PNG plots of it.
+"""``rljax inspect RUN_DIR``: a one-screen summary of a run or a sweep, and PNG plots of it
+(``rljax inspect A B ...``: several compared, :mod:`rljax.cli.compare`).
 
-Reads only what a run writes (``metrics.jsonl``, ``manifest.json``, ``config.json``,
+Reads only what a run writes (``metrics.jsonl``, ``chunks.jsonl``, ``manifest.json``, ``config.json``,
 ``checkpoints/``, ``stall-*.txt``; for a sweep also ``sweep.json`` and ``members/<name>/``), so it
 works on a run in progress, a finished one or a copy, and compiles nothing. The summary says how
 far the run got, its best and latest scores (training return, greedy evaluation), the steps/s trend,
@@ -30,34 +31,12 @@ from typing import Any
 import numpy as np
 
 from rljax.cli.process import EXIT_USAGE
+from rljax.cli.rundata import NotARunError, planned_total, read_json, run_kind, wall_times
 
-__all__ = ["add_parser", "run", "summary_text", "write_plots", "NotARunError"]
+__all__ = ["add_parser", "run", "summary_text", "write_plots"]
 
 TRAIN = "episode_return_mean"
 EVAL = "eval/return_mean"
-
-
-class NotARunError(ValueError):
-    """The directory holds neither a run nor a sweep."""
-
-
-def _read_json(path: pathlib.Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _kind(run_dir: pathlib.Path) -> str:
-    """``"sweep"`` or ``"run"``; raises :class:`NotARunError` otherwise."""
-    if not run_dir.is_dir():
-        raise NotARunError(f"{run_dir} is not a directory")
-    if (run_dir / "sweep.json").is_file():
-        return "sweep"
-    if any((run_dir / name).is_file() for name in ("metrics.jsonl", "manifest.json", "config.json")):
-        return "run"
-    raise NotARunError(f"{run_dir} is not a run directory: a run holds metrics.jsonl, manifest.json and "
-                       f"config.json (with tb/ and checkpoints/), a sweep also sweep.json and members/")
 
 
 def _fmt(x: Any, digits: int = 2) -> str:
@@ -82,18 +61,6 @@ def _values(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], 
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out.append((r, float(v)))
     return out
-
-
-def _plan_total(run_dir: pathlib.Path, manifest: dict[str, Any], config: dict[str, Any]) -> int | None:
-    """The env steps the run is planned to reach (its config's ``total_timesteps`` cut into its chunks)."""
-    from rljax.training.program import plan_updates
-
-    plan = manifest.get("plan") or {}
-    try:
-        return plan_updates(int(config["total_timesteps"]), int(plan["env_steps_per_update"]),
-                            int(plan["updates_per_chunk"])).total_env_steps
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _score_lines(rows: list[dict[str, Any]], indent: str = "") -> list[str]:
@@ -205,12 +172,12 @@ def _progress_line(rows: list[dict[str, Any]], total: int | None, per: str = "")
 
 
 def _run_summary(run_dir: pathlib.Path) -> tuple[str, list[dict[str, Any]]]:
-    from rljax.store.tracking import read_metrics
+    from rljax.store.tracking import read_chunks
 
-    manifest = _read_json(run_dir / "manifest.json") or {}
-    config = _read_json(run_dir / "config.json") or {}
-    rows = read_metrics(run_dir)
-    lines = [_header(run_dir, manifest, config, "run"), _progress_line(rows, _plan_total(run_dir, manifest, config))]
+    manifest = read_json(run_dir / "manifest.json") or {}
+    config = read_json(run_dir / "config.json") or {}
+    rows = read_chunks(run_dir)
+    lines = [_header(run_dir, manifest, config, "run"), _progress_line(rows, planned_total(manifest, config))]
     lines += _score_lines(rows) + _throughput_lines(rows) + _history_lines(run_dir, manifest)
     return "\n".join(lines), rows
 
@@ -219,7 +186,7 @@ def _sweep_members(run_dir: pathlib.Path) -> tuple[list[Any], list[list[dict[str
     from rljax.training.sweep import Member
     from rljax.store.tracking import read_metrics
 
-    record = _read_json(run_dir / "sweep.json") or {}
+    record = read_json(run_dir / "sweep.json") or {}
     members = [Member(**m) for m in record.get("members", [])]
     return members, [read_metrics(run_dir / "members" / m.name) for m in members]
 
@@ -227,23 +194,25 @@ def _sweep_members(run_dir: pathlib.Path) -> tuple[list[Any], list[list[dict[str
 def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dict[str, Any]]]]:
     from rljax.training.sweep import ranking
 
-    manifest = _read_json(run_dir / "manifest.json") or {}
-    config = _read_json(run_dir / "config.json") or {}
+    manifest = read_json(run_dir / "manifest.json") or {}
+    config = read_json(run_dir / "config.json") or {}
     members, member_rows = _sweep_members(run_dir)
     if not members:
         raise NotARunError(f"{run_dir}/sweep.json lists no members")
-    first_manifest = _read_json(run_dir / "members" / members[0].name / "manifest.json") or {}
+    first_manifest = read_json(run_dir / "members" / members[0].name / "manifest.json") or {}
     labels = list(dict.fromkeys(m.label for m in members))
     lines = [_header(run_dir, {**first_manifest, **manifest}, config, "sweep")
              + f"; {len(members)} members ({len(labels)} configs x {seeds_text(len(members) // max(len(labels), 1))})"]
+    from rljax.store.tracking import read_chunks
+
     done = [int(rows[-1]["env_steps"]) if rows else 0 for rows in member_rows]
-    lines.append(_progress_line(member_rows[int(np.argmin(done))], _plan_total(run_dir, first_manifest, config),
-                                per=" per member"))
+    least = read_chunks(run_dir / "members" / members[int(np.argmin(done))].name)
+    lines.append(_progress_line(least, planned_total(first_manifest, config), per=" per member"))
     table = ranking(members, member_rows)[1].rstrip("\n").splitlines()
     lines += table[:1] + [line for line in table[4:]][:12]
     if len(table) > 16:
         lines.append(f"  ... {len(table) - 16} more configs (summary.md)")
-    lines += _throughput_lines(member_rows[0], members=len(members))
+    lines += _throughput_lines(read_chunks(run_dir / "members" / members[0].name), members=len(members))
     lines += _history_lines(run_dir, first_manifest)
     return "\n".join(lines), members, member_rows
 
@@ -255,7 +224,7 @@ def summary_text(run_dir: str | pathlib.Path) -> str:
         NotARunError: ``run_dir`` holds neither.
     """
     run_dir = pathlib.Path(run_dir)
-    if _kind(run_dir) == "sweep":
+    if run_kind(run_dir) == "sweep":
         return _sweep_summary(run_dir)[0]
     return _run_summary(run_dir)[0]
 
@@ -279,11 +248,13 @@ def _save(fig: Any, path: pathlib.Path) -> pathlib.Path:
 def _returns_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Path:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, x_key, x_label in ((axes[0], "env_steps", "env steps"), (axes[1], "wall_time_s", "wall time (s)")):
+    wall = dict(zip((r["env_steps"] for r in rows), wall_times(rows)))
+    for ax, x_of, x_label in ((axes[0], lambda r: r["env_steps"], "env steps"),
+                              (axes[1], lambda r: wall.get(r["env_steps"], np.nan), "wall time (s)")):
         train, evals = _values(rows, TRAIN), _values(rows, EVAL)
-        ax.plot([r[x_key] for r, _ in train], [v for _, v in train], label=f"training ({TRAIN})", linewidth=1)
+        ax.plot([x_of(r) for r, _ in train], [v for _, v in train], label=f"training ({TRAIN})", linewidth=1)
         if evals:
-            ax.plot([r[x_key] for r, _ in evals], [v for _, v in evals], "o--", markersize=3,
+            ax.plot([x_of(r) for r, _ in evals], [v for _, v in evals], "o--", markersize=3,
                     label=f"greedy evaluation ({EVAL})")
         ax.set_xlabel(x_label)
         ax.grid(alpha=0.3)
@@ -378,38 +349,55 @@ def write_plots(run_dir: str | pathlib.Path, out: str | pathlib.Path | None = No
     run_dir = pathlib.Path(run_dir)
     out = run_dir / "inspect" if out is None else pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if _kind(run_dir) == "sweep":
+    from rljax.store.tracking import read_chunks, read_metrics
+
+    if run_kind(run_dir) == "sweep":
         members, member_rows = _sweep_members(run_dir)
         paths = [_configs_plot(members, member_rows, out / "configs.png")]
-        if member_rows and member_rows[0]:
-            paths.append(_throughput_plot(member_rows[0], out / "throughput.png", members=len(members)))
+        chunks = read_chunks(run_dir / "members" / members[0].name) if members else []
+        if chunks:
+            paths.append(_throughput_plot(chunks, out / "throughput.png", members=len(members)))
         return paths
-    from rljax.store.tracking import read_metrics
-
     rows = read_metrics(run_dir)
     if not rows:
         return []
-    paths = [_returns_plot(rows, out / "returns.png"), _throughput_plot(rows, out / "throughput.png")]
+    paths = [_returns_plot(rows, out / "returns.png"), _throughput_plot(read_chunks(run_dir), out / "throughput.png")]
     losses = _losses_plot(rows, out / "losses.png")
     return paths + ([losses] if losses else [])
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``inspect`` to the ``rljax`` subcommands."""
-    parser = subparsers.add_parser("inspect", help="a run's or sweep's summary and plots",
+    parser = subparsers.add_parser("inspect", help="a run's or sweep's summary and plots; several side by side",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run or sweep directory")
-    parser.add_argument("--out", default=None, metavar="DIR", help="where the PNGs go (default RUN_DIR/inspect)")
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="+",
+                        help="a run or sweep directory; several: compared side by side (rljax.cli.compare)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help=f"where the PNGs go (default RUN_DIR/inspect; comparing several: {COMPARE_OUT}/)")
     parser.add_argument("--no-plots", action="store_true", help="print the summary only")
     return parser
 
 
+COMPARE_OUT = "inspect-compare"
+"""Where ``rljax inspect A B ...`` writes ``compare.png`` without ``--out`` (in the current directory)."""
+
+
 def run(args: argparse.Namespace) -> int:
-    """``rljax inspect RUN_DIR [--out DIR] [--no-plots]``; returns the exit status (2: not a run)."""
+    """``rljax inspect RUN_DIR... [--out DIR] [--no-plots]``; returns the exit status (2: not a run)."""
     try:
-        print(summary_text(args.run_dir), flush=True)
+        if len(args.run_dir) > 1:
+            from rljax.cli.compare import compare_plot, comparison_text, curves
+
+            items = curves(args.run_dir)
+            print(comparison_text(items), flush=True)
+            if not args.no_plots:
+                path = compare_plot(items, pathlib.Path(args.out or COMPARE_OUT) / "compare.png")
+                print(f"plots: {path}", flush=True)
+            return 0
+        (run_dir,) = args.run_dir
+        print(summary_text(run_dir), flush=True)
         if not args.no_plots:
-            paths = write_plots(args.run_dir, args.out)
+            paths = write_plots(run_dir, args.out)
             if paths:
                 print("plots: " + ", ".join(str(p) for p in paths), flush=True)
     except NotARunError as err:

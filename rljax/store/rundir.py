@@ -200,7 +200,8 @@ def resume_from_scratch(run_dir: str | os.PathLike, config: Any) -> bool:
     if isinstance(saved_config, dict):
         check_resume_config(saved_config, config)
     warnings.warn(f"{run_dir} has no committed checkpoint (the run stopped before its first save): starting it over "
-                  f"from scratch; its earlier metrics rows move to metrics.superseded.jsonl", stacklevel=4)
+                  f"from scratch; its earlier rows move to metrics.superseded.jsonl and chunks.superseded.jsonl",
+                  stacklevel=4)
     return True
 
 

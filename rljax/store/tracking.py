@@ -5,12 +5,16 @@ Layout (a contract; ``docs/runbook.md`` describes each file)::
     RUN_DIR/
       config.json      the fully resolved config
       manifest.json    config hash, seed, git commit (+ dirty flag), package versions, devices, argv
-      metrics.jsonl    one JSON object per chunk
-      tb/              tensorboardX event files with the same scalars
+      metrics.jsonl    one JSON object per log_every updates (per update by default); the row that ends a
+                       chunk also has the chunk's columns (throughput, timings, evaluation)
+      chunks.jsonl     one JSON object per chunk (what progress lines, health and PBT see)
+      tb/              tensorboardX event files with metrics.jsonl's scalars
       checkpoints/     Orbax steps (written by rljax.store.checkpoint)
 
 This is the only module that writes metrics. Nothing here runs inside compiled code: the host loop
-calls :meth:`Tracker.log` once per chunk with already-reduced scalars.
+calls :meth:`Tracker.log` once per chunk with already-reduced scalars (the chunk's row and its
+finer rows). Run directories written before ``chunks.jsonl`` existed hold chunk rows in
+``metrics.jsonl``: :func:`read_chunks` reads them there, and a resume starts ``chunks.jsonl`` from them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 __all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
-           "read_metrics", "format_progress", "format_population_progress", "population_legend", "command_line",
+           "read_metrics", "read_chunks", "boundary_line", "format_progress", "format_population_progress", "population_legend", "command_line",
            "package_version"]
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
@@ -142,10 +146,8 @@ def manifest(config: Any, seed: int | None = None, extra: Mapping[str, Any] | No
     }
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of ``RUN_DIR/metrics.jsonl`` (a truncated last line, from a crash, is skipped)."""
+def _read_rows(path: pathlib.Path) -> list[dict[str, Any]]:
     rows = []
-    path = pathlib.Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return rows
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -156,6 +158,26 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
         if isinstance(row, dict) and "env_steps" in row:
             rows.append(row)
     return rows
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of ``RUN_DIR/metrics.jsonl``, one per ``log_every`` updates (a truncated last line,
+    from a crash, is skipped): the learning curves."""
+    return _read_rows(pathlib.Path(run_dir) / "metrics.jsonl")
+
+
+def read_chunks(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of ``RUN_DIR/chunks.jsonl``, one per chunk; for a run directory written before
+    that file existed, ``metrics.jsonl``'s (whose rows were per chunk then)."""
+    path = pathlib.Path(run_dir) / "chunks.jsonl"
+    return _read_rows(path if path.exists() else pathlib.Path(run_dir) / "metrics.jsonl")
+
+
+def boundary_line(row: Mapping[str, Any], lines: list[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The ``metrics.jsonl`` row that ends a chunk: its last finer row (``lines[-1]``), with the
+    chunk row's other columns (throughput, timings, evaluation, ...) beside it; ``row`` itself
+    when there are no finer rows."""
+    return {**row, **(lines[-1] if lines else {})}
 
 
 def format_progress(row: Mapping[str, Any], total_env_steps: int) -> str:
@@ -204,12 +226,14 @@ def _fmt_s(seconds: float) -> str:
 
 
 class Tracker:
-    """Owns a run directory: writes config and manifest once, then one metrics row per chunk.
+    """Owns a run directory: writes config and manifest once, then each chunk's rows.
 
-    Rows go to ``metrics.jsonl`` (flushed per row; a row that cannot be written whole, say on a
-    full disk, is cut back off so the file never ends in a partial row) and to tensorboard under
-    ``tb/``. On resume, pass ``resume=True``: files are appended, never truncated, and rows whose
-    ``env_steps`` is not beyond the last logged one are refused so curves never overlap.
+    A chunk's row goes to ``chunks.jsonl``; its finer rows (one per ``log_every`` updates, the last
+    one with the chunk row's other columns: :func:`boundary_line`) to ``metrics.jsonl`` and
+    tensorboard under ``tb/`` (flushed per chunk; rows that cannot be written whole, say on a full
+    disk, are cut back off so a file never ends in a partial row). On resume, pass
+    ``resume=True``: files are appended, never truncated, and rows whose ``env_steps`` is not
+    beyond the last logged one are refused so curves never overlap.
 
     Args:
         run_dir: the run directory; created if missing.
@@ -221,11 +245,13 @@ class Tracker:
         total_env_steps: for the progress line's percentage and ETA.
         resume_env_steps: on resume, the env step of the checkpoint the run continues from (0: the
             run starts over from scratch). Rows logged after it (by chunks that ran after the last
-            checkpoint) are moved to ``metrics.superseded.jsonl`` (kept, not deleted), and
+            checkpoint) are moved to ``metrics.superseded.jsonl`` and ``chunks.superseded.jsonl``
+            (kept, not deleted), and
             tensorboard is told to purge its events after that step, so the continued curves
             neither overlap nor restart.
         recovered_rows: rows saved with the checkpoint (its own chunk's row): any of them missing
-            from ``metrics.jsonl`` (a deleted file, a last line cut short by a crash) is put back.
+            from ``chunks.jsonl`` (a deleted file, a last line cut short by a crash) is put back.
+        recovered_lines: the same for ``metrics.jsonl`` (the chunk's :func:`boundary_line`).
         process: this process's :func:`provenance` when the caller has it (a sweep's members share one).
     """
 
@@ -233,7 +259,8 @@ class Tracker:
                  resume: bool = False, tensorboard: bool = True, quiet: bool = False,
                  total_env_steps: int = 0, manifest_extra: Mapping[str, Any] | None = None,
                  stream: TextIO | None = None, resume_env_steps: int | None = None,
-                 recovered_rows: list[Mapping[str, Any]] | None = None, process: Mapping[str, Any] | None = None):
+                 recovered_rows: list[Mapping[str, Any]] | None = None, process: Mapping[str, Any] | None = None,
+                 recovered_lines: list[Mapping[str, Any]] | None = None):
         self.run_dir = pathlib.Path(run_dir)
         self.quiet = quiet
         self.total_env_steps = total_env_steps
@@ -241,21 +268,22 @@ class Tracker:
         self._tensorboard = tensorboard
         metrics_path = self.run_dir / "metrics.jsonl"
         self._metrics_path = metrics_path
+        self._chunks_path = self.run_dir / "chunks.jsonl"
         if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
             raise FileExistsError(
                 f"run directory {str(self.run_dir)!r} already holds metrics; resume it "
                 f"(`rljax resume {self.run_dir}`: from its newest checkpoint, or from scratch if it has none) "
                 f"or choose a new --run-dir")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.last_env_steps = -1
+        self.last_env_steps = self.last_chunk_steps = -1
         purge_step = None
         if resume:
+            if not self._chunks_path.exists() and metrics_path.exists():  # written before chunks.jsonl existed
+                self._chunks_path.write_bytes(metrics_path.read_bytes())
             if resume_env_steps is not None:
-                self._rewrite_metrics(resume_env_steps, recovered_rows or [])
+                self._rewrite_rows(resume_env_steps, recovered_rows or [], recovered_lines or [])
                 purge_step = resume_env_steps + 1
-            rows = read_metrics(self.run_dir)
-            if rows:
-                self.last_env_steps = int(rows[-1]["env_steps"])
+            self._read_last_steps()
             # The resolved config may differ in resumable fields (an extended total_timesteps);
             # the manifest keeps the original provenance and records each resume.
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
@@ -272,9 +300,18 @@ class Tracker:
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))
             _atomic_write_json(self.run_dir / "manifest.json", manifest(config, seed, manifest_extra, process))
-        self._jsonl = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._open_files()
         self._tb = None
         self._open_tensorboard(purge_step)
+
+    def _open_files(self) -> None:
+        self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._chunks = open(self._chunks_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def _read_last_steps(self) -> None:
+        lines, rows = read_metrics(self.run_dir), read_chunks(self.run_dir)
+        self.last_env_steps = int(lines[-1]["env_steps"]) if lines else -1
+        self.last_chunk_steps = int(rows[-1]["env_steps"]) if rows else -1
 
     def _open_tensorboard(self, purge_step: int | None) -> None:
         if self._tensorboard:
@@ -298,49 +335,21 @@ class Tracker:
                           stacklevel=3)
             return None
 
-    def _rewrite_metrics(self, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
-        """Keeps the rows up to ``keep_env_steps`` (moving later ones to ``metrics.superseded.jsonl``),
-        drops undecodable lines (kept in the superseded file) and puts back recovered rows."""
-        path = self._metrics_path
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
-        if not path.exists() and recovered_rows:
-            warnings.warn(f"{path} is missing: starting a new one from the checkpoint's row; earlier rows are "
-                          f"lost", stacklevel=3)
-        kept: list[dict[str, Any]] = []
-        superseded: list[str] = []
-        for line in lines:
-            try:
-                row = json.loads(line)
-                steps = int(row["env_steps"])
-            except (ValueError, TypeError, KeyError):
-                if line.strip():
-                    superseded.append(line)  # a partial line from a crash: kept aside, never lost
-                continue
-            if steps <= keep_env_steps:
-                kept.append(row)
-            else:
-                superseded.append(json.dumps(row))
-        have = {int(r["env_steps"]) for r in kept}
-        recovered = [dict(r) for r in recovered_rows
-                     if int(r["env_steps"]) <= keep_env_steps and int(r["env_steps"]) not in have]
-        if not (superseded or recovered) and len(kept) == len(lines):
-            return
-        kept = sorted(kept + recovered, key=lambda r: int(r["env_steps"]))
-        if superseded:
-            with open(self.run_dir / "metrics.superseded.jsonl", "a", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in superseded))
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, path)
+    def _rewrite_rows(self, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]],
+                      recovered_lines: list[Mapping[str, Any]]) -> None:
+        """Keeps the rows of both files up to ``keep_env_steps`` (later ones move to the file's
+        ``.superseded.jsonl``), drops undecodable lines (kept there too) and puts back recovered rows."""
+        _rewrite(self._chunks_path, keep_env_steps, recovered_rows)
+        _rewrite(self._metrics_path, keep_env_steps, recovered_lines or recovered_rows)
 
-    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]] | None = None) -> None:
+    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]] | None = None,
+               recovered_lines: list[Mapping[str, Any]] | None = None) -> None:
         """Takes the run back to ``env_steps`` (a rollback to a checkpoint, or 0): later rows move to
-        ``metrics.superseded.jsonl`` and tensorboard purges the events after that step."""
+        the ``.superseded.jsonl`` files and tensorboard purges the events after that step."""
         self.close()
-        self._rewrite_metrics(env_steps, list(recovered_rows or []))
-        rows = read_metrics(self.run_dir)
-        self.last_env_steps = int(rows[-1]["env_steps"]) if rows else -1
-        self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._rewrite_rows(env_steps, list(recovered_rows or []), list(recovered_lines or []))
+        self._read_last_steps()
+        self._open_files()
         self._open_tensorboard(env_steps + 1)
 
     def record_incident(self, incident: Mapping[str, Any]) -> None:
@@ -349,56 +358,75 @@ class Tracker:
         record.setdefault("incidents", []).append({"unix_time": time.time(), **dict(incident)})
         _atomic_write_json(self.run_dir / "manifest.json", record)
 
-    def log(self, row: Mapping[str, Any]) -> None:
-        """Writes one metrics row (must have ``env_steps``; all values scalars or None).
+    def log(self, row: Mapping[str, Any], lines: list[Mapping[str, Any]] | None = None) -> None:
+        """Writes one chunk's rows: ``row`` (must have the :data:`REQUIRED_KEYS`; all values
+        scalars or None) to ``chunks.jsonl``, and its finer ``lines`` (one per ``log_every``
+        updates, each with ``env_steps``; None: ``row`` alone) to ``metrics.jsonl`` and
+        tensorboard, the last one as :func:`boundary_line`.
 
         Raises:
-            OSError: the row could not be written (e.g. a full disk); the file is cut back to
+            OSError: the rows could not be written (e.g. a full disk); each file is cut back to
                 its last complete row first.
         """
         missing = [k for k in REQUIRED_KEYS if k not in row]
         if missing:
             raise ValueError(f"metrics row lacks required keys {missing}; has {sorted(row)}")
         steps = int(row["env_steps"])
-        if steps <= self.last_env_steps:
-            raise ValueError(f"env_steps {steps} does not advance past the last logged {self.last_env_steps}")
+        if steps <= self.last_chunk_steps:
+            raise ValueError(f"env_steps {steps} does not advance past the last logged {self.last_chunk_steps}")
         clean = {k: json_scalar(v) for k, v in row.items()}
-        line = json.dumps(clean) + "\n"
-        offset = self._jsonl.tell()
-        try:
-            self._jsonl.write(line)
-            self._jsonl.flush()
-        except OSError as err:
-            self._discard_partial_row(offset)
-            raise OSError(err.errno, f"cannot write a metrics row to {self._metrics_path}: {err.strerror or err}"
-                          ) from err
+        dense = [{k: json_scalar(v) for k, v in line.items()}
+                 for line in [*(lines or [])[:-1], boundary_line(row, lines)]]
+        line_steps = [self.last_env_steps, *(int(line["env_steps"]) for line in dense)]
+        if any(b <= a for a, b in zip(line_steps, line_steps[1:])) or line_steps[-1] != steps:
+            raise ValueError(f"the rows of the chunk ending at env step {steps:,} do not advance past the last "
+                             f"logged row one by one to the chunk's end: {line_steps}")
+        self._append(self._jsonl, self._metrics_path, "".join(json.dumps(line) + "\n" for line in dense))
+        self._append(self._chunks, self._chunks_path, json.dumps(clean) + "\n")
         if self._tb is not None:
-            # One event holding every scalar of the row, written out with the row (one write per
-            # chunk: a live TensorBoard sees the row as soon as metrics.jsonl does).
+            # One event per row holding every scalar of the row, written out with the chunk (a
+            # live TensorBoard sees the rows as soon as metrics.jsonl does).
             from tensorboardX.proto.summary_pb2 import Summary
 
-            values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in clean.items()
-                      if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)]
-            self._tb.add_summary(Summary(value=values), steps)
+            for line in dense:
+                values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in line.items()
+                          if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)]
+                self._tb.add_summary(Summary(value=values), int(line["env_steps"]))
             self._tb.flush()
-        self.last_env_steps = steps
+        self.last_env_steps = self.last_chunk_steps = steps
         if not self.quiet:
             print(format_progress(clean, self.total_env_steps), file=self.stream, flush=True)
 
-    def _discard_partial_row(self, offset: int) -> None:
-        """After a failed write: drops whatever part of the row reached the file (best effort)."""
+    def _append(self, file: TextIO, path: pathlib.Path, text: str) -> None:
+        """Writes ``text`` (whole rows) to ``file`` and flushes; on failure cuts the file back to
+        its length before (:meth:`_discard_partial_row`) and raises ``OSError`` naming it."""
+        offset = file.tell()
         try:
-            self._jsonl.close()
+            file.write(text)
+            file.flush()
+        except OSError as err:
+            self._discard_partial_row(file, path, offset)
+            raise OSError(err.errno, f"cannot write a metrics row to {path}: {err.strerror or err}") from err
+
+    def _discard_partial_row(self, file: TextIO, path: pathlib.Path, offset: int) -> None:
+        """After a failed write: drops whatever part of the rows reached ``path`` (best effort)."""
+        try:
+            file.close()
         except OSError:
             pass  # the buffered bytes could not be flushed either; truncating below removes any part
         try:
-            os.truncate(self._metrics_path, offset)
+            os.truncate(path, offset)
         except OSError:
             pass
-        self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        reopened = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if file is self._jsonl:
+            self._jsonl = reopened
+        else:
+            self._chunks = reopened
 
     def flush(self) -> None:
         self._jsonl.flush()
+        self._chunks.flush()
         if self._tb is not None:
             self._tb.flush()
 
@@ -409,6 +437,7 @@ class Tracker:
             self.flush()
         finally:
             self._jsonl.close()
+            self._chunks.close()
             if self._tb is not None:
                 self._tb.close()
                 self._tb = None
@@ -433,17 +462,19 @@ class Tracking:
         total_env_steps: the plan's total, for the progress line.
         options: the run options saved in the manifest (``tensorboard`` is read).
         quiet: no progress lines.
-        resume: continue the run's files; ``resume_env_steps`` and ``saved_rows`` as in :class:`Tracker`.
+        resume: continue the run's files; ``resume_env_steps``, ``saved_rows`` and ``saved_lines``
+            (per member) as in :class:`Tracker`'s ``recovered_rows`` and ``recovered_lines``.
         manifest_extra: recorded in each member's manifest.
     """
 
     def __init__(self, run_dir: Any, program: Any, total_env_steps: int, options: Mapping[str, Any], *,
                  quiet: bool, resume: bool, resume_env_steps: int | None, saved_rows: list[Any] | None,
-                 manifest_extra: Mapping[str, Any]):
+                 manifest_extra: Mapping[str, Any], saved_lines: list[Any] | None = None):
         self.trackers: list[Tracker] = []
         self.program = program
         self.total_env_steps = total_env_steps
         saved_rows = saved_rows or [None] * program.size
+        saved_lines = saved_lines or [None] * program.size
         if run_dir is not None:
             process = provenance()  # once, not once per member
             for i, name in enumerate(program.names):
@@ -454,14 +485,17 @@ class Tracking:
                     pathlib.Path(run_dir) / "members" / name if program.isolated else run_dir, program.configs[i],
                     seed=program.seeds[i], tensorboard=options["tensorboard"], quiet=quiet or program.isolated,
                     total_env_steps=total_env_steps, resume=resume, resume_env_steps=resume_env_steps,
-                    manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r], process=process))
+                    manifest_extra=extra, recovered_rows=[r for r in saved_rows[i:i + 1] if r], process=process,
+                    recovered_lines=[r for r in saved_lines[i:i + 1] if r]))
         self.print_progress = (program.isolated or not self.trackers) and not quiet
         self._legend = program.isolated  # a sweep's progress lines are explained once, above the first
 
     def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
-        """Logs member ``i``'s row to its tracker; prints the progress line."""
-        for tracker, row in zip(self.trackers, rows):
-            tracker.log(row)
+        """Logs member ``i``'s row and finer rows (``run.update_rows``) to its tracker; prints the
+        progress line."""
+        lines = getattr(run, "update_rows", None) or [None] * len(rows)
+        for tracker, row, member_lines in zip(self.trackers, rows, lines):
+            tracker.log(row, member_lines)
         if self.print_progress:
             if self.program.isolated:
                 if self._legend:
@@ -471,10 +505,11 @@ class Tracking:
             else:
                 print(format_progress(rows[0], self.total_env_steps), flush=True)
 
-    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
+    def rewind(self, env_steps: int, recovered_rows: list[Mapping[str, Any]],
+               recovered_lines: list[Mapping[str, Any]] | None = None) -> None:
         """Every member's :meth:`Tracker.rewind`."""
         for tracker in self.trackers:
-            tracker.rewind(env_steps, recovered_rows)
+            tracker.rewind(env_steps, recovered_rows, recovered_lines)
 
     def record_incident(self, incident: Mapping[str, Any]) -> None:
         """Every member's :meth:`Tracker.record_incident`."""
@@ -521,18 +556,26 @@ class EventFile:
             self._write(Event(step=purge_step, wall_time=time.time(), session_log=SessionLog(status=SessionLog.START)))
 
     def _write(self, event: Any) -> None:
+        self._write_bytes(event.SerializeToString())
+
+    def _write_bytes(self, data: bytes) -> None:
         import struct
 
         from tensorboardX.record_writer import masked_crc32c
 
-        data = event.SerializeToString()
         header = struct.pack("Q", len(data))
         self._file.write(header + struct.pack("I", masked_crc32c(header)) + data
                          + struct.pack("I", masked_crc32c(data)))
 
     def add_summary(self, summary: Any, step: int) -> None:
-        """Appends one ``Summary`` proto at ``step`` (buffered until :meth:`flush`)."""
-        self._write(self._event(summary=summary, step=step, wall_time=time.time()))
+        """Appends one ``Summary`` proto at ``step`` (buffered until :meth:`flush`).
+
+        The event is serialised as its step and time followed by the summary as field 5
+        (protobuf concatenation): building ``Event(summary=summary)`` copies the summary, which
+        cost more than everything else of a row."""
+        head = self._event(step=step, wall_time=time.time()).SerializeToString()
+        body = summary.SerializeToString()
+        self._write_bytes(head + b"\x2a" + _varint(len(body)) + body)
 
     def flush(self) -> None:
         self._file.flush()
@@ -540,6 +583,52 @@ class EventFile:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def _rewrite(path: pathlib.Path, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:
+    """Keeps the rows of the JSONL file ``path`` up to ``keep_env_steps`` (moving later ones to
+    ``<name>.superseded.jsonl``), drops undecodable lines (kept there too) and puts back
+    ``recovered_rows`` that are missing."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+    if not path.exists() and recovered_rows:
+        warnings.warn(f"{path} is missing: starting a new one from the checkpoint's row; earlier rows are "
+                      f"lost", stacklevel=4)
+    kept: list[dict[str, Any]] = []
+    superseded: list[str] = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+            steps = int(row["env_steps"])
+        except (ValueError, TypeError, KeyError):
+            if line.strip():
+                superseded.append(line)  # a partial line from a crash: kept aside, never lost
+            continue
+        if steps <= keep_env_steps:
+            kept.append(row)
+        else:
+            superseded.append(json.dumps(row))
+    have = {int(r["env_steps"]) for r in kept}
+    recovered = [dict(r) for r in recovered_rows
+                 if int(r["env_steps"]) <= keep_env_steps and int(r["env_steps"]) not in have]
+    if not (superseded or recovered) and len(kept) == len(lines):
+        return
+    kept = sorted(kept + recovered, key=lambda r: int(r["env_steps"]))
+    if superseded:
+        with open(path.with_name(path.stem + ".superseded.jsonl"), "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in superseded))
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _varint(n: int) -> bytes:
+    """``n`` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def _aside_name(path: pathlib.Path) -> pathlib.Path:

@@ -43,36 +43,61 @@ import numpy as np
 from rljax.agents.base import Agent
 from rljax.training.hooks.base import Hook, Row, Run
 from rljax.training.options import RunOptions
-from rljax.training.program import ChunkOutput, Plan, Program, check_not_shrunk, plan_updates, resume_plan
+from rljax.training.program import (ChunkOutput, Plan, Program, UpdateRows, auto_log_every, check_not_shrunk,
+                                    plan_updates, resume_plan)
 
-__all__ = ["TrainResult", "FINAL_RETURN_CHUNKS", "chunk_row", "cpu_devices_note", "train"]
+__all__ = ["TrainResult", "FINAL_RETURN_CHUNKS", "chunk_row", "cpu_devices_note", "train", "update_rows"]
 
 FINAL_RETURN_CHUNKS = 2
 """How many of the last chunks that ended episodes :attr:`TrainResult.final_return` averages."""
+
+
+def _episode_columns(count: Any, return_sum: Any, length_sum: Any, components: dict[str, Any],
+                     env_nonfinite: Any) -> Row:
+    """The episode columns of a row from its episode sums (means are None when no episode ended)."""
+    count = float(count)
+    row: Row = {
+        "episode_return_mean": float(return_sum) / count if count else None,
+        "episode_length_mean": float(length_sum) / count if count else None,
+        "episodes": int(count),
+        "env_nonfinite": int(env_nonfinite),
+    }
+    for name, total in components.items():
+        row[f"reward_components/{name}"] = float(total) / count if count else None
+    return row
 
 
 def chunk_row(plan: Plan, chunk_index: int, out: ChunkOutput, wall: float, chunk_s: float) -> Row:
     """One member's metrics row for chunk ``chunk_index``: counters, throughput, the mean return and
     length of the episodes that finished in the chunk (None when none did), the NaN/inf values the
     env returned (``env_nonfinite``), reward components and the chunk's metrics."""
-    metrics = {k: float(v) for k, v in out.metrics.items()}
     ep = out.episodes
-    count = float(ep.count)
     updates = (chunk_index + 1) * plan.updates_per_chunk
     row: Row = {
         "env_steps": updates * plan.env_steps_per_update,
         "updates": updates,
         "wall_time_s": wall,
         "sps": plan.updates_per_chunk * plan.env_steps_per_update / max(chunk_s, 1e-9),
-        "episode_return_mean": float(ep.return_sum) / count if count else None,
-        "episode_length_mean": float(ep.length_sum) / count if count else None,
-        "episodes": int(count),
-        "env_nonfinite": int(ep.env_nonfinite),
+        **_episode_columns(ep.count, ep.return_sum, ep.length_sum, ep.components, ep.env_nonfinite),
     }
-    for name, total in ep.components.items():
-        row[f"reward_components/{name}"] = float(total) / count if count else None
-    row.update(metrics)
+    row.update({k: float(v) for k, v in out.metrics.items()})
     return row
+
+
+def update_rows(plan: Plan, chunk_index: int, rows: UpdateRows, log_every: int) -> list[Row]:
+    """One member's finer rows of chunk ``chunk_index``, one per group of ``log_every`` updates
+    (:class:`~rljax.training.program.UpdateRows`): ``env_steps`` and ``updates`` at the group's
+    end, its episodes' means and its metrics' means (``metrics.jsonl``'s rows)."""
+    first = chunk_index * plan.updates_per_chunk
+    ep, out = rows.episodes, []
+    for r in range(len(ep.count)):
+        updates = first + min((r + 1) * log_every, plan.updates_per_chunk)
+        row: Row = {"env_steps": updates * plan.env_steps_per_update, "updates": updates,
+                    **_episode_columns(ep.count[r], ep.return_sum[r], ep.length_sum[r],
+                                       {k: v[r] for k, v in ep.components.items()}, ep.env_nonfinite[r])}
+        row.update({k: float(v[r]) for k, v in rows.metrics.items()})
+        out.append(row)
+    return out
 
 
 @dataclasses.dataclass
@@ -223,7 +248,8 @@ def _train(config: Any, env: Any, env_params: Any, options: RunOptions, guard: A
         checkpointer = None
     run = Run(config, program, plan, state, guard, options, checkpointer=checkpointer,
               health=Health(config, program.isolated), start_chunk=start_chunk, rollbacks=rollbacks,
-              member_rows=[[] for _ in range(program.size)], leader=leader)
+              member_rows=[[] for _ in range(program.size)], leader=leader,
+              log_every=options.log_every or auto_log_every(plan.updates_per_chunk, program.size))
     guard.local_clock = lambda: time.perf_counter() - t_start
     run.clock = (lambda: guard.agreed_clock) if distributed.process_count() > 1 else guard.local_clock
     quiet = options.quiet or not run.leader
@@ -291,14 +317,16 @@ def _tracking(run: Run, quiet: bool, restart: bool, saved_meta: dict[str, Any] |
     from rljax.store.tracking import Tracking
 
     options, resume = run.options, run.options.resume
-    manifest_extra = {"plan": dataclasses.asdict(run.plan), "algorithm": type(run.config).__name__,
+    manifest_extra = {"plan": {**dataclasses.asdict(run.plan), "log_every": run.log_every},
+                      "algorithm": type(run.config).__name__,
                       "run_options": options.saved(), "determinism": determinism_record(options.deterministic)}
     if distributed.process_count() > 1:  # every host and device of the job
         manifest_extra["processes"] = distributed.process_record()
     return Tracking(
         options.run_dir if run.leader else None, run.program, run.plan.total_env_steps, options.saved(), quiet=quiet,
         resume=resume, resume_env_steps=None if not resume else (0 if restart else int(saved_meta["env_steps"])),
-        saved_rows=(saved_meta or {}).get("rows"), manifest_extra=manifest_extra)
+        saved_rows=(saved_meta or {}).get("rows"), saved_lines=(saved_meta or {}).get("lines"),
+        manifest_extra=manifest_extra)
 
 
 def _hooks(run: Run) -> list[Hook]:
@@ -341,7 +369,7 @@ def _compile(run: Run, resuming: bool, quiet: bool) -> tuple[Any, Callable[[Any]
         if note:
             print(note, flush=True)
     t0 = time.perf_counter()
-    compiled, unpack = program.compile(run.state, plan)
+    compiled, unpack = program.compile(run.state, plan, run.log_every)
     run.timings.update({
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0,
         "checkpoint_s": 0.0, "eval_s": 0.0, "agree_s": 0.0,
@@ -446,7 +474,9 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         run.phase = f"boundary of chunk {c}: hooks (logging, evaluation, checkpoint, ...)"
         t_log, eval_before = time.perf_counter(), timings["eval_s"]
         wall_s = wall()
-        rows = [chunk_row(plan, c, member, wall_s, chunk_s) for member in run.program.split(out)]
+        members = run.program.split(out)
+        rows = [chunk_row(plan, c, member, wall_s, chunk_s) for member in members]
+        run.update_rows = [update_rows(plan, c, member.updates, run.log_every) for member in members]
         run.rows.append(rows[0])
         for member_rows, row in zip(run.member_rows, rows):
             member_rows.append(row)

@@ -28,7 +28,7 @@ OnChunkCallback = Callable[[int, Any, dict[str, Any]], Any]
 member 0's metrics row; a true result stops the run there as a preemption would."""
 
 SAVED_FIELDS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard",
-                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic")
+                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic", "log_every")
 """The options recorded with a run (``run_options`` in ``manifest.json`` and checkpoint metas) and kept
 by ``rljax resume`` (:meth:`RunOptions.saved`)."""
 
@@ -54,6 +54,12 @@ class RunOptions:
         keep_checkpoints: how many recent checkpoints to keep.
         checkpoints: False disables checkpointing entirely (the run cannot be resumed).
         tensorboard: write tensorboard events.
+        log_every: one row of ``metrics.jsonl`` (and tensorboard) per this many updates, each
+            the mean of their metrics and the episodes that ended in them; 0 (automatic): every
+            update while a chunk's rows over all members stay within
+            :data:`rljax.training.program.ROW_BUDGET`, else fewer
+            (:func:`~rljax.training.program.auto_log_every`). Rows per chunk (progress lines,
+            health, PBT, checkpoints) go to ``chunks.jsonl`` whatever this is.
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk
@@ -90,6 +96,7 @@ class RunOptions:
     keep_checkpoints: int = 3
     checkpoints: bool = True
     tensorboard: bool = True
+    log_every: int = 0
     quiet: bool = False
     handle_signals: bool = True
     on_chunk: OnChunkCallback | None = None
@@ -133,6 +140,9 @@ class RunOptions:
             raise ValueError(f"checkpoint_interval_s must be a finite number > 0, got {interval!r}")
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"keep_checkpoints must be an integer >= 1, got {keep!r}")
+        if not isinstance(self.log_every, int) or isinstance(self.log_every, bool) or self.log_every < 0:
+            raise ValueError(f"log_every must be an integer >= 0 (updates per metrics row; 0: automatic), "
+                             f"got {self.log_every!r}")
         object.__setattr__(self, "checkpoint_interval_s", float(interval))
 
     def _check_stall(self) -> None:

@@ -2,14 +2,15 @@
 
 A chunk is K updates of every member, scanned into one jitted program with the train state
 donated, that returns the state and one float32 vector of fixed-size reductions (the metrics'
-means, the episodes' sums: :class:`ChunkOutput`), the only thing the host reads back per chunk.
+means and the episodes' sums over the chunk, and the same per group of ``log_every`` updates:
+:class:`ChunkOutput`), the only thing the host reads back per chunk.
 The chunk's input and output states have the same shapes, dtypes and shardings, so the program
 is compiled once per run and reused for every chunk.
 
 This module owns every step from an agent's ``update`` to that executable:
 
 * :func:`plan_updates` / :func:`resume_plan`: the number of chunks and K (:class:`Plan`);
-* :func:`make_chunk`: ``update`` scanned K times, its outputs reduced;
+* :func:`make_chunk`: ``update`` scanned K times, its outputs reduced (:func:`row_groups`);
 * :func:`pack_output`: the reductions as one vector (one device-to-host transfer);
 * :class:`Program`: the initial state of P members, the chunk mapped over members and devices
   (a single run: data-parallel over ``config.num_devices``; a sweep: vmapped members split over
@@ -36,8 +37,23 @@ from rljax.core.rollout import EpisodeSummary
 from rljax.runtime.devices import DataParallel, first_device, run_once, serial_map
 from rljax.training.population import Population
 
-__all__ = ["AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ChunkOutput", "Plan", "Program", "make_chunk", "nonfinite_count",
-           "pack_output", "plan_updates", "population_init", "resume_plan", "check_not_shrunk", "strong_types"]
+__all__ = ["AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ROW_BUDGET", "ChunkOutput", "Plan", "Program", "UpdateRows",
+           "auto_log_every", "make_chunk", "nonfinite_count", "pack_output", "plan_updates", "population_init",
+           "resume_plan", "row_groups", "check_not_shrunk", "strong_types"]
+
+
+class UpdateRows(NamedTuple):
+    """A chunk's outputs per group of ``log_every`` consecutive updates (R groups, the last one
+    possibly shorter): the finer rows of ``metrics.jsonl``.
+
+    Attributes:
+        metrics: dict name -> float32 ``[R]``, each group's mean (``param_desync``: its max).
+        episodes: :class:`~rljax.core.rollout.EpisodeSummary` of ``[R]`` sums over each group
+            (and all devices).
+    """
+
+    metrics: dict[str, jax.Array]
+    episodes: EpisodeSummary
 
 
 class ChunkOutput(NamedTuple):
@@ -47,10 +63,12 @@ class ChunkOutput(NamedTuple):
         metrics: dict name -> float32 scalar, the mean over the chunk's updates (``param_desync``:
             the max).
         episodes: episode sums over the chunk and all devices.
+        updates: the same per group of updates (:class:`UpdateRows`).
     """
 
     metrics: dict[str, jax.Array]
     episodes: EpisodeSummary
+    updates: UpdateRows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,22 +154,29 @@ def pack_output(chunk: Callable[[Any], tuple[Any, ChunkOutput]]
                 ) -> tuple[Callable[[Any], tuple[Any, jax.Array]], Callable[[Any], ChunkOutput]]:
     """Makes a chunk return its :class:`ChunkOutput` as one float32 vector ``[..., n]``.
 
-    One device-to-host transfer per chunk instead of one per metric. Returns ``(packed_chunk,
-    unpack)``: ``unpack`` turns the fetched vector back into a ``ChunkOutput`` of numpy values
-    (with the vector's leading axes, e.g. ``[P]`` for a population); the structure is recorded
-    when ``packed_chunk`` is traced, so call ``unpack`` after compiling.
+    One device-to-host transfer per chunk instead of one per metric: every leaf (a scalar or an
+    ``[R]`` row vector) is flattened into the vector. Returns ``(packed_chunk, unpack)``:
+    ``unpack`` turns the fetched vector back into a ``ChunkOutput`` of numpy values (with the
+    vector's leading axes, e.g. ``[P]`` for a population); the structure is recorded when
+    ``packed_chunk`` is traced, so call ``unpack`` after compiling.
     """
     tree: list[Any] = []
 
     def packed_chunk(state: Any) -> tuple[Any, jax.Array]:
         state, out = chunk(state)
         leaves, treedef = jax.tree.flatten(out)
-        tree[:] = [treedef]
-        return state, jnp.stack([jnp.asarray(x, jnp.float32) for x in leaves], axis=-1)
+        tree[:] = [treedef, [jnp.shape(x) for x in leaves]]
+        return state, jnp.concatenate([jnp.ravel(jnp.asarray(x, jnp.float32)) for x in leaves], axis=-1)
 
     def unpack(vec: Any) -> ChunkOutput:
         vec = np.asarray(vec)
-        return jax.tree.unflatten(tree[0], [vec[..., i] for i in range(vec.shape[-1])])
+        treedef, shapes = tree
+        leaves, offset = [], 0
+        for shape in shapes:
+            size = math.prod(shape)
+            leaves.append(vec[..., offset:offset + size].reshape(vec.shape[:-1] + shape))
+            offset += size
+        return jax.tree.unflatten(treedef, leaves)
 
     return packed_chunk, unpack
 
@@ -173,21 +198,57 @@ def nonfinite_count(state: Any) -> jax.Array:
     return total
 
 
-def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | None
+ROW_BUDGET = 200
+"""With ``log_every = 0`` (automatic), a chunk writes at most about this many rows over all members."""
+
+
+def auto_log_every(updates_per_chunk: int, members: int = 1) -> int:
+    """The automatic ``log_every``: one row per update while a chunk's rows over its ``members``
+    stay within :data:`ROW_BUDGET` (a single run with the automatic chunk size: every update),
+    else the fewest updates per row that keep them there (at least one row per chunk)."""
+    rows = max(1, ROW_BUDGET // max(1, members))
+    return max(1, math.ceil(updates_per_chunk / rows))
+
+
+def row_groups(values: Any, log_every: int, reduce: str = "mean") -> Any:
+    """Reduces each ``[K]`` leaf of ``values`` per group of ``log_every`` consecutive updates:
+    ``[ceil(K / log_every)]`` means (``"sum"``: sums, ``"max"``: maxima); the last group holds the
+    remaining ``K mod log_every`` updates when ``log_every`` does not divide K."""
+
+    def reduce_leaf(v: jax.Array) -> jax.Array:
+        k = v.shape[0]
+        if log_every == 1:
+            return v
+        groups = math.ceil(k / log_every)
+        ids = np.arange(k) // log_every
+        if reduce == "max":
+            return jax.ops.segment_max(v, ids, num_segments=groups, indices_are_sorted=True)
+        total = jax.ops.segment_sum(v, ids, num_segments=groups, indices_are_sorted=True)
+        return total if reduce == "sum" else total / np.bincount(ids).astype(np.float32)
+
+    return jax.tree.map(reduce_leaf, values)
+
+
+def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | None, log_every: int = 0
                ) -> Callable[[Any], tuple[Any, ChunkOutput]]:
     """Scans ``update`` ``num_updates`` times and reduces its outputs to a :class:`ChunkOutput`.
 
     Besides the update's metrics (means over the chunk; ``param_desync``: the max), the output
     holds ``nonfinite_state``: :func:`nonfinite_count` of the chunk's final state, summed over
-    devices.
+    devices, and the metrics and episodes per group of ``log_every`` updates (0: one group, the
+    whole chunk) in :class:`UpdateRows`.
     """
+    log_every = num_updates if log_every <= 0 else min(log_every, num_updates)
 
     def chunk(state: Any) -> tuple[Any, ChunkOutput]:
         state, outs = jax.lax.scan(lambda s, _: update(s), state, None, length=num_updates)
         metrics = {k: (jnp.max(v) if k == "param_desync" else jnp.mean(v)) for k, v in outs.metrics.items()}
         metrics["nonfinite_state"] = psum(nonfinite_count(state), axis_name)
         episodes = psum(jax.tree.map(jnp.sum, outs.episodes), axis_name)
-        return state, ChunkOutput(metrics, episodes)
+        rows = UpdateRows(
+            {k: row_groups(v, log_every, "max" if k == "param_desync" else "mean") for k, v in outs.metrics.items()},
+            psum(row_groups(outs.episodes, log_every, "sum"), axis_name))
+        return state, ChunkOutput(metrics, episodes, rows)
 
     return chunk
 
@@ -280,14 +341,17 @@ class Program:
             return self.parallel.map(packed_chunk, donate=True)
         return self.parallel.map_population(jax.vmap(packed_chunk), donate=True)
 
-    def compile(self, state: Any, plan: Plan) -> tuple[Any, Callable[[Any], ChunkOutput]]:
-        """The chunk of ``plan.updates_per_chunk`` updates, compiled for ``state``.
+    def compile(self, state: Any, plan: Plan, log_every: int = 0) -> tuple[Any, Callable[[Any], ChunkOutput]]:
+        """The chunk of ``plan.updates_per_chunk`` updates, compiled for ``state``, with one row of
+        outputs per ``log_every`` updates (0: :func:`auto_log_every`).
 
         Returns ``(executable, unpack)``: ``executable(state) -> (state, vector)`` runs one chunk
         of every member (the state donated), ``unpack`` turns the fetched vector into a
         :class:`ChunkOutput` (leading ``[P]`` axis for a sweep).
         """
-        packed_chunk, unpack = pack_output(make_chunk(self.agent.update, plan.updates_per_chunk, self.axis_name))
+        log_every = log_every or auto_log_every(plan.updates_per_chunk, self.size)
+        packed_chunk, unpack = pack_output(make_chunk(self.agent.update, plan.updates_per_chunk, self.axis_name,
+                                                      log_every))
         return self.map_chunk(packed_chunk).lower(state).compile(), unpack
 
     @property

@@ -225,7 +225,7 @@ def make_population(config: Any, env_params: Any, members: Sequence[Member], num
 
 def _final_and_auc(rows: list[dict[str, Any]]) -> tuple[float, float]:
     """``(final training return, AUC)`` of a member: the mean episode return over the last 10 % of
-    the chunks that finished episodes, and :func:`rljax.training.hooks.pbt.return_auc` (NaN, NaN if none)."""
+    its rows (``metrics.jsonl``'s, one per ``log_every`` updates) that finished episodes, and :func:`rljax.training.hooks.pbt.return_auc` (NaN, NaN if none)."""
     from rljax.training.hooks.pbt import TRAIN_SCORE, return_auc
 
     returns = [r[TRAIN_SCORE] for r in rows if r.get(TRAIN_SCORE) is not None and math.isfinite(r[TRAIN_SCORE])]

@@ -30,7 +30,7 @@ from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer
 from rljax.cli.main import call_training, main as cli_main, run_experiment
 from rljax.training.hooks.observe import is_measured
 from rljax.store.rundir import ConfigMismatchError
-from rljax.store.tracking import Tracker, read_metrics
+from rljax.store.tracking import Tracker, read_chunks, read_metrics
 from tests.support.nan_env import NaNReward
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -57,10 +57,11 @@ def same_bits(a, b):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """An uninterrupted PPO_SMALL run: its final checkpoint's leaves and its metrics rows."""
+    """An uninterrupted PPO_SMALL run: its final checkpoint's leaves, its chunk rows and its
+    per-update rows (``metrics.jsonl``)."""
     run = tmp_path_factory.mktemp("ref") / "run"
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1))
-    return final_leaves(run), strip(read_metrics(run))
+    return final_leaves(run), strip(read_chunks(run)), strip(read_metrics(run))
 
 
 def _partial_run(run_dir, stop_after_chunk=2):
@@ -113,7 +114,7 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
     # What a run killed before its first save leaves: config, manifest, some metrics rows, no step.
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,
                                                     on_chunk=lambda c, s, r: c == 1))
-    stale = read_metrics(run)
+    stale = read_chunks(run)
     assert len(stale) == 2 and not (run / "checkpoints").exists()
     with pytest.raises(FileExistsError, match="rljax resume"):
         rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True))
@@ -122,11 +123,12 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
     with pytest.warns(UserWarning, match="starting it over from scratch"):
         rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True, checkpoint_every=1))
     assert not orphan.exists()
-    ref_leaves, ref_rows = reference
+    ref_leaves, ref_rows, _ = reference
     assert same_bits(final_leaves(run), ref_leaves)
-    assert strip(read_metrics(run)) == ref_rows
-    superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert strip(read_chunks(run)) == ref_rows
+    superseded = [json.loads(line) for line in (run / "chunks.superseded.jsonl").read_text().splitlines()]
     assert strip(superseded) == strip(stale)
+    assert len((run / "metrics.superseded.jsonl").read_text().splitlines()) == 4  # the 2 chunks' updates
 
 
 def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
@@ -134,7 +136,7 @@ def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,
                                                     on_chunk=lambda c, s, r: c == 0))
     assert cli_main(["resume", str(run), "--quiet"]) == 0
-    assert [r["env_steps"] for r in read_metrics(run)] == [256 * (i + 1) for i in range(6)]
+    assert [r["env_steps"] for r in read_chunks(run)] == [256 * (i + 1) for i in range(6)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,8 +157,8 @@ def test_an_edited_config_json_is_refused_naming_the_field(tmp_path, capsys):
     edited = PPOConfig(**{**PPO_SMALL.__dict__, "learning_rate": 1e-2})
     with pytest.raises(ConfigMismatchError, match="learning_rate"):
         rljax.train(edited, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True))
-    assert strip(read_metrics(run)) == strip(read_metrics(run))  # nothing written by the refused resumes
-    assert len(read_metrics(run)) == 3
+    assert strip(read_chunks(run)) == strip(read_chunks(run))  # nothing written by the refused resumes
+    assert len(read_chunks(run)) == 3
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,13 +171,14 @@ def test_damaged_config_manifest_and_a_cut_metrics_row_resume_losslessly(tmp_pat
     _partial_run(run)
     (run / "config.json").write_text("{not json")
     (run / "manifest.json").write_bytes(b"\x00\xff garbage")
-    metrics = (run / "metrics.jsonl").read_text()
-    (run / "metrics.jsonl").write_text(metrics[:-25])  # the checkpoint's own row, cut mid-line
+    for name in ("metrics.jsonl", "chunks.jsonl"):
+        rows = (run / name).read_text()
+        (run / name).write_text(rows[:-25])  # the checkpoint's own row, cut mid-line
     with pytest.warns(UserWarning, match="manifest.json is not valid JSON"):
         assert cli_main(["resume", str(run), "--quiet"]) == 0
-    ref_leaves, ref_rows = reference
+    ref_leaves, ref_rows, ref_lines = reference
     assert same_bits(final_leaves(run), ref_leaves)
-    assert strip(read_metrics(run)) == ref_rows
+    assert strip(read_chunks(run)) == ref_rows and strip(read_metrics(run)) == ref_lines
     assert list(run.glob("manifest.json.damaged-*"))  # kept, not deleted
     assert json.loads((run / "config.json").read_text())["learning_rate"] == PPO_SMALL.learning_rate
     assert "resumes" in json.loads((run / "manifest.json").read_text())
@@ -192,20 +195,24 @@ def test_resume_sets_aside_exactly_the_rows_after_the_checkpoint(tmp_path, refer
     assert steps == [512, 768]
     os.replace(run / "checkpoints" / "768", tmp_path / "768-moved")
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True, checkpoint_every=2))
-    superseded = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    superseded = [json.loads(line) for line in (run / "chunks.superseded.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in superseded] == [768]
-    _, ref_rows = reference
-    assert strip(read_metrics(run)) == ref_rows
+    lines = [json.loads(line) for line in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in lines] == [640, 768]  # the two updates of chunk 2
+    _, ref_rows, ref_lines = reference
+    assert strip(read_chunks(run)) == ref_rows and strip(read_metrics(run)) == ref_lines
 
 
 def test_a_deleted_metrics_file_is_restarted_from_the_checkpoint_row(tmp_path, reference):
     run = tmp_path / "run"
     _partial_run(run)
     (run / "metrics.jsonl").unlink()
-    with pytest.warns(UserWarning, match="metrics.jsonl is missing"):
+    (run / "chunks.jsonl").unlink()
+    with pytest.warns(UserWarning, match="(metrics|chunks).jsonl is missing"):
         rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, resume=True))
-    _, ref_rows = reference
-    assert strip(read_metrics(run)) == ref_rows[2:]  # the checkpoint's row (chunk 2) and what followed
+    _, ref_rows, ref_lines = reference
+    assert strip(read_chunks(run)) == ref_rows[2:]  # the checkpoint's row (chunk 2) and what followed
+    assert strip(read_metrics(run)) == ref_lines[5:]  # the checkpoint chunk's last row, then the rest
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,7 +246,7 @@ def test_a_nan_from_the_env_stops_the_run_and_no_checkpoint_holds_it(tmp_path, a
     with pytest.raises(NonFiniteError, match="the env python-object:.*NaNReward returned .* fix the env"):
         rljax.train(cfg, env, dataclasses.replace(env.default_params, nan_at=nan_at),
                     options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
-    rows = read_metrics(tmp_path / "run")
+    rows = read_chunks(tmp_path / "run")
     assert len(rows) >= 2 and rows[-1]["env_nonfinite"] > 0 and rows[0]["env_nonfinite"] == 0
     assert rows[0]["nonfinite_state"] == 0
     assert Checkpointer(tmp_path / "run").steps()  # the good chunks were saved
@@ -254,7 +261,7 @@ def test_rollback_restores_a_good_state_with_a_lower_learning_rate(tmp_path):
     with pytest.warns(UserWarning, match="rolled back"):
         result = rljax.train(cfg, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     assert result.timings["rollbacks"] == 1
-    rows = read_metrics(tmp_path / "run")
+    rows = read_chunks(tmp_path / "run")
     assert [r["env_steps"] for r in rows] == [256 * (i + 1) for i in range(6)]
     assert all(r["nonfinite_state"] == 0 and r["rollbacks"] == 1 for r in rows)
     assert rows[-1]["learning_rate"] == pytest.approx(1e30 * 1e-33, rel=1e-5)
@@ -280,7 +287,7 @@ def test_an_env_that_returns_nan_is_named_and_stops_the_run_without_rollbacks(tm
                     options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, checkpoint_every=1))
     incidents = json.loads((tmp_path / "run" / "manifest.json").read_text())["incidents"]
     assert [i["action"] for i in incidents] == ["stop"]
-    rows = read_metrics(tmp_path / "run")
+    rows = read_chunks(tmp_path / "run")
     # 8 envs x 32 steps a chunk: each env's step 40 (a NaN reward) falls in chunk 1.
     assert [r["env_nonfinite"] for r in rows] == [0, 8]
     assert _all_saved_leaves_finite(tmp_path / "run")
@@ -382,7 +389,7 @@ def test_ctrl_c_during_compilation_stops_cleanly_and_resumes(tmp_path):
     resumed = subprocess.run(cmd + ["--resume", str(run), "--quiet"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert read_metrics(run)[-1]["env_steps"] == 4096
+    assert read_chunks(run)[-1]["env_steps"] == 4096
 
 
 @pytest.mark.timeout(300)

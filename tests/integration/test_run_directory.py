@@ -16,7 +16,7 @@ import pytest
 import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.cli.main import build_parser, config_from_args
-from rljax.store.tracking import REQUIRED_KEYS, config_hash, read_metrics
+from rljax.store.tracking import REQUIRED_KEYS, config_hash, read_chunks, read_metrics
 from tests.support.env_doc import load_doc_example
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -34,8 +34,12 @@ def test_run_directory_contract(tmp_path):
     for key in ("git_commit", "git_dirty", "packages", "devices", "argv", "plan"):
         assert key in manifest
     assert manifest["packages"]["jax"] == jax.__version__
-    rows = read_metrics(run)
+    rows = read_chunks(run)
     assert len(rows) == 2 and rows == [json.loads(json.dumps(r)) for r in rows]
+    # metrics.jsonl: a row per update, the chunk's columns on each chunk's last one.
+    lines = read_metrics(run)
+    assert [r["updates"] for r in lines] == list(range(1, 15)) and sum(r["episodes"] for r in lines) == 8
+    assert [r["env_steps"] for r in lines if "sps" in r] == [4 * 32 * 7, 4 * 32 * 14]
     for row in rows:
         for key in REQUIRED_KEYS + ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                                     "explained_variance", "grad_norm"):
@@ -68,7 +72,8 @@ def test_tensorboard_has_the_same_scalars(tmp_path):
             for v in ev.summary.value:
                 logged[(v.tag, ev.step)] = v.simple_value
     assert {"value_loss", "sps", "episode_return_mean", "approx_kl"} <= {tag for tag, _ in logged}
-    assert {step for _, step in logged} == {4 * 32 * 2, 4 * 32 * 4}
+    assert {step for _, step in logged} == {4 * 32 * k for k in (1, 2, 3, 4)}  # a row per update
+    assert {step for tag, step in logged if tag == "sps"} == {4 * 32 * 2, 4 * 32 * 4}  # a chunk's columns at its end
     # Every finite scalar of every metrics.jsonl row, at that row's env step, with its value.
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     expected = {(k, r["env_steps"]): v for r in rows for k, v in r.items()

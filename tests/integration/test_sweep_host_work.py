@@ -18,7 +18,7 @@ import rljax.store.tracking as tracking
 from rljax.agents.ppo import PPOConfig
 from rljax.training.population import Population
 from rljax.training.sweep import SweepSpec, build_members, make_population, plot_configs, run_sweep
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks, read_metrics
 
 PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
                 num_minibatches=2, hidden_sizes=(8,))
@@ -45,8 +45,8 @@ def _events(tb_dir):
 
 
 def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path, monkeypatch):
-    """Each member keeps its config.json, manifest.json, metrics.jsonl and tb/ events (one event
-    per row, every finite scalar); git is asked once per process, not once per member; a resumed
+    """Each member keeps its config.json, manifest.json, metrics.jsonl, chunks.jsonl and tb/ events
+    (one event per metrics.jsonl row, every finite scalar); git is asked once per process, not once per member; a resumed
     sweep's new event files start with the purge at the checkpoint's step."""
     calls = []
     real = tracking._git_state
@@ -71,7 +71,7 @@ def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path,
     first_chunk_steps = 8 * 16 * 2
     for m in members:
         d = root / "members" / m.name
-        rows = read_metrics(d)
+        rows = read_chunks(d)
         assert len(rows) == 3
         files = _events(d / "tb")
         assert len(files) == 2
@@ -79,7 +79,7 @@ def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path,
         purge = [e for e in files[1] if e.HasField("session_log")]
         assert len(purge) == 1 and purge[0].step == first_chunk_steps + 1
         logged = {(v.tag, e.step): v.simple_value for f in files for e in f for v in e.summary.value}
-        expected = {(k, r["env_steps"]): v for r in rows for k, v in r.items()
+        expected = {(k, r["env_steps"]): v for r in read_metrics(d) for k, v in r.items()
                     if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)}
         assert logged.keys() == expected.keys()
         assert all(np.float32(v) == np.float32(logged[k]) for k, v in expected.items())

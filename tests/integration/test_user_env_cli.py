@@ -21,7 +21,7 @@ import pytest
 import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks
 from tests.support.runs import final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_an_env_object_is_recorded_by_name_and_resumes_from_the_cli(user_module,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = final_leaves(tmp_path / "full"), final_leaves(cut)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert strip(read_metrics(cut)) == strip(full.rows) and len(full.rows) == 4
+    assert strip(read_chunks(cut)) == strip(full.rows) and len(full.rows) == 4
 
 
 LAUNCHER = textwrap.dedent('''
@@ -178,7 +178,7 @@ def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, 
     assert saved["env"] == f"{name}:LineWalk"
     assert saved["env_params"] == ["goal=0.5", "max_steps_in_episode=30"]
     assert saved["env_kwargs"] == ["start_width=0.25"]
-    cut_rows = read_metrics(run)
+    cut_rows = read_chunks(run)
     assert 2 <= len(cut_rows) < 10**8 // steps_per_chunk
 
     total = steps_per_chunk * (len(cut_rows) + 3)
@@ -193,9 +193,9 @@ def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, 
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    rows = read_metrics(run)
+    rows = read_chunks(run)
     assert len(rows) == len(cut_rows) + 3
-    assert strip(rows) == strip(read_metrics(tmp_path / "ref"))
+    assert strip(rows) == strip(read_chunks(tmp_path / "ref"))
     # The params the run trained with are the overridden ones.
     policy = rljax.load(run)
     assert float(policy.env_params.goal) == 0.5 and int(policy.env_params.max_steps_in_episode) == 30
@@ -365,7 +365,7 @@ def test_a_python_object_env_is_recorded_as_such_and_the_cli_says_what_to_pass(u
     # From Python, with the object again, the run resumes (and keeps its record).
     rest = rljax.train(config, env=module.LineWalk(0.25), options=rljax.RunOptions(run_dir=run, resume=True, quiet=True,
                        checkpoint_every=1, handle_signals=False))
-    assert rest.timings["start_chunk"] == 2 and len(read_metrics(run)) == 4
+    assert rest.timings["start_chunk"] == 2 and len(read_chunks(run)) == 4
     assert json.loads((run / "config.json").read_text())["env"] == recorded
 
 
@@ -406,7 +406,7 @@ def test_a_run_saved_before_env_records_resumes_from_python_as_before(user_modul
                                                                                handle_signals=False))
     a, b = final_leaves(tmp_path / "full"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert strip(read_metrics(run)) == strip(full.rows)
+    assert strip(read_chunks(run)) == strip(full.rows)
     assert rest.timings["start_chunk"] == 3
     assert json.loads((run / "config.json").read_text())["env"] == "CartPole-v1"
 

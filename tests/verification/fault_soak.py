@@ -18,8 +18,9 @@ RUN_DIR`` alone (a run keeps its checkpoint cadence and other run options) when
 ``RUN_DIR/config.json`` exists, else the original command again -- until it
 finishes (``--chain P``: each resume is itself killed with probability P). The finished run is
 compared with an uninterrupted reference run of the same config (one per config): every leaf of
-the final checkpoint must have the same bytes, and ``metrics.jsonl`` must hold the reference's
-rows, each chunk's exactly once, identical in every field but ``wall_time_s`` and ``sps``.
+the final checkpoint must have the same bytes, and ``metrics.jsonl`` and ``chunks.jsonl`` must hold
+the reference's rows, each exactly once, identical in every field but the measured ones
+(``wall_time_s``, ``sps``, ``time/*``, ...).
 
 Results, one line per trial (the kills of a chained trial on one line):
 
@@ -177,6 +178,7 @@ class Reference:
     rows: list[dict[str, Any]]
     final_step: int
     leaves: list[np.ndarray]
+    lines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -412,10 +414,10 @@ def final_checkpoint(run_dir: pathlib.Path) -> tuple[list[int], list[np.ndarray]
         ckpt.close()
 
 
-def _metric_rows(run_dir: pathlib.Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The rows of ``metrics.jsonl``, and the numbers of lines that do not parse."""
+def _metric_rows(run_dir: pathlib.Path, name: str = "chunks.jsonl") -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of ``run_dir/name``, and the numbers of lines that do not parse."""
     rows, bad = [], []
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / name
     if path.exists():
         for i, line in enumerate(path.read_text().splitlines(), 1):
             try:
@@ -429,32 +431,41 @@ def _strip(row: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in row.items() if not is_measured(k)}, sort_keys=True)
 
 
+def _compare_rows(name: str, rows: list[dict[str, Any]], bad: list[int], ref_rows: list[dict[str, Any]]
+                  ) -> list[str]:
+    """What differs between a run's rows of the file ``name`` and the reference's."""
+    problems = []
+    steps, ref_steps = [int(r["env_steps"]) for r in rows], [int(r["env_steps"]) for r in ref_rows]
+    if bad:
+        problems.append(f"{name} lines {bad} do not parse")
+    if steps != ref_steps:
+        dup = sorted({s for s in steps if steps.count(s) > 1})
+        problems.append(f"{name}: rows out of order or repeated (repeated env steps {dup[:5]}; {len(steps)} rows, "
+                        f"reference {len(ref_steps)})")
+    else:
+        differ = [s for r, q, s in zip(rows, ref_rows, steps) if _strip(r) != _strip(q)]
+        if differ:
+            first = next(r for r in rows if int(r["env_steps"]) == differ[0])
+            ref_first = next(r for r in ref_rows if int(r["env_steps"]) == differ[0])
+            fields = sorted(k for k in set(first) | set(ref_first)
+                            if not is_measured(k) and json.dumps(first.get(k)) != json.dumps(ref_first.get(k)))
+            problems.append(f"{name}: metrics differ at env steps {differ[:5]} (fields {fields[:6]})")
+    return problems
+
+
 def compare(run_dir: pathlib.Path, ref: Reference) -> tuple[str, str]:
     """``(result, detail)`` of a finished run against the reference: identical, differs or lost."""
-    rows, bad = _metric_rows(run_dir)
-    steps = [int(r["env_steps"]) for r in rows]
-    ref_steps = [int(r["env_steps"]) for r in ref.rows]
-    missing = sorted(set(ref_steps) - set(steps))
-    if missing:
-        return "lost", f"metrics.jsonl lacks the rows of env steps {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+    files = {name: _metric_rows(run_dir, name) for name in ("chunks.jsonl", "metrics.jsonl")}
+    for name, ref_rows in (("chunks.jsonl", ref.rows), ("metrics.jsonl", ref.lines)):
+        steps = {int(r["env_steps"]) for r in files[name][0]}
+        missing = sorted({int(r["env_steps"]) for r in ref_rows} - steps)
+        if missing:
+            return "lost", f"{name} lacks the rows of env steps {missing[:5]}{' ...' if len(missing) > 5 else ''}"
     ckpt_steps, leaves, step = final_checkpoint(run_dir)
     if step != ref.final_step:
         return "lost", f"final checkpoint {ref.final_step} missing (committed steps {ckpt_steps})"
-    problems = []
-    if bad:
-        problems.append(f"metrics.jsonl lines {bad} do not parse")
-    if steps != ref_steps:
-        dup = sorted({s for s in steps if steps.count(s) > 1})
-        problems.append(f"rows out of order or repeated (repeated env steps {dup[:5]}; {len(steps)} rows, "
-                        f"reference {len(ref_steps)})")
-    else:
-        differ = [s for r, q, s in zip(rows, ref.rows, steps) if _strip(r) != _strip(q)]
-        if differ:
-            first = next(r for r in rows if int(r["env_steps"]) == differ[0])
-            ref_first = next(r for r in ref.rows if int(r["env_steps"]) == differ[0])
-            fields = sorted(k for k in set(first) | set(ref_first)
-                            if not is_measured(k) and json.dumps(first.get(k)) != json.dumps(ref_first.get(k)))
-            problems.append(f"metrics differ at env steps {differ[:5]} (fields {fields[:6]})")
+    problems = _compare_rows("chunks.jsonl", *files["chunks.jsonl"], ref.rows)
+    problems += _compare_rows("metrics.jsonl", *files["metrics.jsonl"], ref.lines)
     if len(leaves) != len(ref.leaves):
         problems.append(f"final checkpoint has {len(leaves)} leaves, the reference {len(ref.leaves)}")
     else:
@@ -477,8 +488,9 @@ def reference_run(config: RunConfig, workdir: pathlib.Path, env: dict[str, str],
         raise RuntimeError(f"the uninterrupted {config.name} reference run exited with status {out.rc}"
                            f"{' (timed out)' if out.timed_out else ''}; see {log}:\n{out.stderr_tail}")
     rows, bad = _metric_rows(run_dir)
+    lines, bad_lines = _metric_rows(run_dir, "metrics.jsonl")
     _, leaves, step = final_checkpoint(run_dir)
-    if bad or not rows or leaves is None:
+    if bad or bad_lines or not rows or leaves is None:
         raise RuntimeError(f"the {config.name} reference run left no usable metrics or checkpoint in {run_dir}")
     # Chunk duration from the logged wall times (the reference runs without interruption).
     walls = [float(r["wall_time_s"]) for r in rows]
@@ -486,7 +498,7 @@ def reference_run(config: RunConfig, workdir: pathlib.Path, env: dict[str, str],
     done = re.search(r"compile ([0-9.]+)s", log.read_text())
     return Reference(config=config, run_dir=run_dir, seconds=out.seconds,
                      compile_s=float(done.group(1)) if done else 0.0, num_chunks=len(rows),
-                     chunk_s=gaps[len(gaps) // 2], rows=rows, final_step=step, leaves=leaves)
+                     chunk_s=gaps[len(gaps) // 2], rows=rows, final_step=step, leaves=leaves, lines=lines)
 
 
 def random_kill(rng: random.Random, ref: Reference, span: float) -> Kill:

@@ -112,6 +112,9 @@ class Run:
             chunk (there it is the leader's clock at the last boundary).
         leader: this process writes the run directory (always, but for processes 1.. of a
             multi-process run).
+        log_every: updates per row of ``metrics.jsonl`` (resolved: at least 1).
+        update_rows: the current chunk's rows per ``log_every`` updates, one list per member
+            (:func:`rljax.training.loop.update_rows`).
         phase: what the host loop is doing, in words (read by the stall watchdog's report).
     """
 
@@ -132,6 +135,8 @@ class Run:
     ahead: tuple[Any, Any, float] | None = None
     clock: Callable[[], float] = time.perf_counter
     leader: bool = True
+    log_every: int = 1
+    update_rows: list[list[Row]] = dataclasses.field(default_factory=list)
     phase: str = "setting up"
 
     def discard_ahead(self) -> None:

@@ -48,7 +48,7 @@ class Checkpointing(Hook):
     def boundary(self, run: Run, chunk_index: int, rows: list[Row], last: bool) -> int | None:
         """Saves when due; a state found non-finite is handed to the run's health (a rollback):
         returns the chunk to continue from then, else None."""
-        from rljax.store.tracking import config_to_dict, json_scalar
+        from rljax.store.tracking import boundary_line, config_to_dict, json_scalar
 
         guard = run.guard
         if not (last or guard.requested or self.due(run, chunk_index, last)):
@@ -60,7 +60,9 @@ class Checkpointing(Hook):
                 "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan),
                 "algorithm": type(run.config).__name__, "config": config_to_dict(run.config),
                 "run_options": run.options.saved(), "rollbacks": run.rollbacks,
-                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows]}
+                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows],
+                "lines": [{k: json_scalar(v) for k, v in boundary_line(r, lines).items()}
+                          for r, lines in zip(rows, run.update_rows or [None] * len(rows))]}
         try:
             self.checkpointer.save(row["env_steps"], run.state, meta, nonfinite_ok=self.nonfinite_ok)
         except NonFiniteStateError as err:  # non-finite where the per-chunk count does not look

@@ -147,12 +147,12 @@ class Health(Hook):
         if checkpointer is not None and checkpointer.steps():
             state, meta, _ = checkpointer.restore(run.state)
             back_chunk, back_steps = int(meta["chunk_index"]), int(meta["env_steps"])
-            recovered = meta.get("rows") or []
+            recovered, lines = meta.get("rows") or [], meta.get("lines") or []
             run.state = scale_learning_rates(state, factor ** (run.rollbacks - int(meta.get("rollbacks", 0))))
         else:
-            back_chunk, back_steps, recovered = -1, 0, []
+            back_chunk, back_steps, recovered, lines = -1, 0, [], []
             run.state = scale_learning_rates(run.program.init_state(run.plan.num_updates), factor ** run.rollbacks)
-        run.tracking.rewind(back_steps, recovered[:1])
+        run.tracking.rewind(back_steps, recovered[:1], lines[:1])
         run.tracking.record_incident({**incident, "action": "rollback", "rollback": run.rollbacks,
                                       "to_env_steps": back_steps, "lr_factor": factor ** run.rollbacks})
         run.rows[:] = [r for r in run.rows if r["env_steps"] <= back_steps]

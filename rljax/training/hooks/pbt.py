@@ -22,7 +22,7 @@ is multiplied by a random factor from ``factors`` and clipped to its range (**ex
 The step is one jitted function of the population's train state, which stays on the device(s);
 only the ``[P]`` scores and AUCs come from the host (the chunk's logged rows). Its randomness is
 ``fold_in(key(seed), chunk)``, so a resumed sweep replays it exactly (the AUCs of the chunks before
-the resume are rebuilt from the members' ``metrics.jsonl`` and ``pbt.jsonl``). Each step appends a line to
+the resume are rebuilt from the members' ``chunks.jsonl`` and ``pbt.jsonl``). Each step appends a line to
 ``RUN_DIR/pbt.jsonl``: which score ranked the members, the scores and AUCs, which member copied
 which, and the new hyperparameters.
 
@@ -226,7 +226,7 @@ class PBT(Hook):
     copies another takes the donor's curve with its state (exploit copies the network whose
     learning the curve records; the replaced network's history would otherwise keep the member at
     the bottom of every later tie). On resume the curves are rebuilt from the members'
-    ``metrics.jsonl`` and the copies kept in ``pbt.jsonl``.
+    ``chunks.jsonl`` and the copies kept in ``pbt.jsonl``.
 
     Each step is appended to ``run_dir/pbt.jsonl``: ``score`` (the column that ranked the
     members), ``scores``, ``tiebreak`` and ``auc``, ``copies`` (which member copied which) and every
@@ -326,11 +326,11 @@ def _curve_point(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _replay_curves(run_dir: Any, names: list[str], steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The lineage curves of a resumed sweep: the members' logged rows, chunk by chunk, with the
+    """The lineage curves of a resumed sweep: the members' logged chunk rows, chunk by chunk, with the
     logged PBT ``steps``' copies applied after their chunks, as :meth:`PBT.boundary` did."""
-    from rljax.store.tracking import read_metrics
+    from rljax.store.tracking import read_chunks
 
-    rows = [read_metrics(run_dir / "members" / name) for name in names]
+    rows = [read_chunks(run_dir / "members" / name) for name in names]
     copies_at = {int(step["env_steps"]): step["copies"] for step in steps}
     index = {name: i for i, name in enumerate(names)}
     curves: list[list[dict[str, Any]]] = [[] for _ in names]

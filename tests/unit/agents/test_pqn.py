@@ -16,7 +16,7 @@ from rljax.agents.base import epochs_of_minibatches, gradient_step, make_optimiz
 from rljax.agents.pqn import PQNBatch, PQNConfig, pqn_loss
 from rljax.core.networks import QNetwork
 from rljax.training.sweep import SweepSpec, run_sweep
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
 from tests.support.runs import assert_same_bits, strip
 
@@ -132,7 +132,7 @@ def test_resume_is_bit_identical_and_a_sweep_member_equals_the_single_run(tmp_pa
                                                        resume=True))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
-    assert strip(full.rows) == strip(read_metrics(tmp_path / "cut"))
+    assert strip(full.rows) == strip(read_chunks(tmp_path / "cut"))
 
     spec = SweepSpec(grid={"learning_rate": [SMALL.learning_rate, 3e-3]})
     result, members, _ = run_sweep(SMALL, spec, quiet=True)

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from rljax.cli.inspect import NotARunError, summary_text, write_plots
+from rljax.cli.inspect import summary_text, write_plots
+from rljax.cli.rundata import NotARunError
 from rljax.cli.main import main
 
 

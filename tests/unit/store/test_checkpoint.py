@@ -23,7 +23,7 @@ from rljax.agents.sac import SACConfig
 from rljax.agents.td3 import TD3Config
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE, Checkpointer, NoCheckpointError
 from rljax.store.rundir import ConfigMismatchError
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks
 from tests.support.runs import PPO_SMALL, assert_same_bits, final_leaves, sigterm_after_progress, strip
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -54,7 +54,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
                                                         resume=True))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
-    rows_full, rows_cut = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
+    rows_full, rows_cut = read_chunks(tmp_path / "full"), read_chunks(tmp_path / "cut")
     assert strip(rows_full) == strip(rows_cut)
     steps = [r["env_steps"] for r in rows_cut]
     assert steps == sorted(set(steps))  # monotonic, no duplicates
@@ -79,9 +79,9 @@ def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):
     assert rest.timings["start_chunk"] == 3  # resumed from the chunk-2 checkpoint
     assert_same_bits(full.state, rest.state)
     # The chunk-3 row logged before the (corrupted) save is kept aside, not lost, and not duplicated.
-    superseded = [json.loads(l) for l in (run / "metrics.superseded.jsonl").read_text().splitlines()]
+    superseded = [json.loads(l) for l in (run / "chunks.superseded.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in superseded] == [newest]
-    assert strip(read_metrics(run)) == strip(read_metrics(tmp_path / "full"))
+    assert strip(read_chunks(run)) == strip(read_chunks(tmp_path / "full"))
 
 
 def test_keep_last_n_checkpoints(tmp_path):
@@ -104,7 +104,7 @@ def test_config_mismatch_names_the_fields_and_total_timesteps_may_grow_not_shrin
         rljax.train(shorter, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
     longer = PPOConfig(**{**PPO_SMALL.__dict__, "total_timesteps": 8 * 16 * 16})
     result = rljax.train(longer, options=rljax.RunOptions(run_dir=tmp_path, quiet=True, resume=True))
-    steps = [r["env_steps"] for r in read_metrics(tmp_path)]
+    steps = [r["env_steps"] for r in read_chunks(tmp_path)]
     assert steps == [8 * 16 * 2 * i for i in range(1, 9)]
     assert int(result.state.num_updates) == 16
     assert json.loads((tmp_path / "config.json").read_text())["total_timesteps"] == 8 * 16 * 16
@@ -131,7 +131,7 @@ def test_resume_with_a_longer_run_keeps_the_saved_auto_chunk_size(tmp_path):
                                                         checkpoint_every=1, resume=True))
     assert rest.timings["start_chunk"] == 3 and rest.timings["updates_per_chunk"] == 4
     updates = [4 * (i + 1) for i in range(100 // 4)]
-    rows = read_metrics(tmp_path)
+    rows = read_chunks(tmp_path)
     assert [r["updates"] for r in rows] == updates
     assert [r["env_steps"] for r in rows] == [u * steps_per_update for u in updates]
     assert int(rest.state.updates) == int(rest.state.num_updates) == 100
@@ -179,7 +179,7 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
                                              env, ROOT, tmp_path / "cut.stderr")
     assert returncode == PREEMPTED_EXIT_CODE, err[-2000:]
     assert "rljax resume" in err and str(run) in err
-    cut_rows = read_metrics(run)
+    cut_rows = read_chunks(run)
     planned = 10**8 // steps_per_chunk
     assert 2 <= len(cut_rows) < planned  # preempted: stopped after the signal, long before the end
     assert [r["env_steps"] for r in cut_rows] == [steps_per_chunk * (i + 1) for i in range(len(cut_rows))]
@@ -193,9 +193,9 @@ def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    rows = read_metrics(run)
+    rows = read_chunks(run)
     assert len(rows) == len(cut_rows) + 3
-    assert strip(rows) == strip(read_metrics(tmp_path / "ref"))
+    assert strip(rows) == strip(read_chunks(tmp_path / "ref"))
 
 
 def test_a_second_signal_ends_a_stuck_run():

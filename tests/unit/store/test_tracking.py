@@ -1,7 +1,8 @@
 """Metrics and provenance (:mod:`rljax.store.tracking`): config hashing (stable, order-free, sensitive
 to every field), JSON values, the ``Tracker``'s rows round trip through ``read_metrics`` (which skips
-damaged lines), its refusals, resume and rewind (later rows kept aside, never lost), the manifest,
-and the progress lines."""
+damaged lines), a chunk's finer rows in ``metrics.jsonl`` and tensorboard beside its row in
+``chunks.jsonl`` (and run directories from before ``chunks.jsonl``), its refusals, resume and rewind
+(later rows kept aside, never lost), the manifest, and the progress lines."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from rljax.agents.ppo import PPOConfig
 from rljax.store.tracking import (REQUIRED_KEYS, Tracker, Tracking, config_hash, config_to_dict,
                                   format_population_progress, format_progress, json_scalar, manifest,
-                                  population_legend, read_metrics)
+                                  population_legend, read_chunks, read_metrics)
 
 PROCESS = {"git_commit": "abc", "git_dirty": False, "packages": {}, "python": "3", "platform": "p", "devices": [],
            "backend": "cpu", "argv": ["x"]}
@@ -69,6 +70,81 @@ def test_rows_round_trip_and_damaged_lines_are_skipped(tmp_path):
         f.write('[1, 2]\n{"no_steps": 1}\nnot json\n{"env_steps": 30}\n{"env_steps": 40, "cut')
     assert [r["env_steps"] for r in read_metrics(tmp_path)] == [10, 20, 30]
     assert read_metrics(tmp_path / "missing") == []
+
+
+def _events(run_dir) -> list[tuple[int, dict]]:
+    """``(step, {tag: value})`` of every summary event in ``run_dir/tb`` (TFRecord framing, read by hand)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for path in sorted((run_dir / "tb").iterdir()):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (n,) = struct.unpack("Q", data[offset:offset + 8])
+            event = Event.FromString(data[offset + 12:offset + 12 + n])
+            offset += 16 + n
+            if event.HasField("summary"):
+                out.append((event.step, {v.tag: v.simple_value for v in event.summary.value}))
+    return out
+
+
+def test_a_chunks_finer_rows_go_to_metrics_and_tensorboard_and_its_row_to_chunks(tmp_path):
+    lines = [{"env_steps": s, "updates": s // 10, "episode_return_mean": float(s), "loss": -float(s)} for s in (10, 20, 30)]
+    chunk = _row(30, loss=-20.0, sps=123.0, extra=7.0)
+    with Tracker(tmp_path, PPOConfig(), quiet=True, process=PROCESS) as t:
+        t.log(chunk, lines)
+        t.log(_row(40, loss=-40.0), [{"env_steps": 40, "updates": 4, "loss": -41.0}])
+    rows = read_metrics(tmp_path)
+    assert [(r["env_steps"], r["loss"]) for r in rows] == [(10, -10.0), (20, -20.0), (30, -30.0), (40, -41.0)]
+    # The row that ends a chunk has the chunk's other columns too; the finer rows only their own.
+    assert rows[2]["sps"] == 123.0 and rows[2]["extra"] == 7.0 and rows[2]["episode_return_mean"] == 30.0
+    assert "sps" not in rows[0] and "extra" not in rows[1]
+    assert [(r["env_steps"], r["loss"]) for r in read_chunks(tmp_path)] == [(30, -20.0), (40, -40.0)]
+    events = _events(tmp_path)
+    assert [step for step, _ in events] == [10, 20, 30, 40]
+    assert events[0][1] == {"updates": 1.0, "episode_return_mean": 10.0, "loss": -10.0}
+    assert events[2][1]["sps"] == 123.0 and events[3][1]["loss"] == -41.0
+
+
+def test_finer_rows_must_advance_to_the_chunks_end(tmp_path):
+    with _tracker(tmp_path) as t:
+        with pytest.raises(ValueError, match="do not advance"):
+            t.log(_row(30), [{"env_steps": 20}, {"env_steps": 10}, {"env_steps": 30}])
+        with pytest.raises(ValueError, match="do not advance"):
+            t.log(_row(30), [{"env_steps": 10}, {"env_steps": 20}])  # ends before the chunk does
+        t.log(_row(30), [{"env_steps": 15}, {"env_steps": 30}])
+        with pytest.raises(ValueError, match="do not advance"):
+            t.log(_row(60), [{"env_steps": 30}, {"env_steps": 60}])  # 30 is logged already
+    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [15, 30]
+    assert [r["env_steps"] for r in read_chunks(tmp_path)] == [30]
+
+
+def test_a_run_directory_from_before_chunks_jsonl_reads_and_resumes(tmp_path):
+    """Old run directories hold chunk rows in metrics.jsonl only: read_chunks reads them there, and
+    a resume starts chunks.jsonl from them."""
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(_row(s)) + "\n" for s in (10, 20, 30)))
+    assert [r["env_steps"] for r in read_chunks(tmp_path)] == [10, 20, 30]
+    with _tracker(tmp_path, resume=True, resume_env_steps=20) as t:
+        t.log(_row(40), [{"env_steps": 30}, {"env_steps": 40}])
+    assert [r["env_steps"] for r in read_chunks(tmp_path)] == [10, 20, 40]
+    assert [r["env_steps"] for r in read_metrics(tmp_path)] == [10, 20, 30, 40]
+    for name in ("metrics", "chunks"):
+        assert [json.loads(x)["env_steps"] for x in (tmp_path / f"{name}.superseded.jsonl").read_text().splitlines()
+                ] == [30]
+
+
+def test_a_resume_puts_back_the_checkpoints_rows_in_both_files(tmp_path):
+    with _tracker(tmp_path) as t:
+        t.log(_row(20, loss=1.0), [{"env_steps": 10, "loss": 0.5}, {"env_steps": 20, "loss": 1.5}])
+    for name in ("metrics.jsonl", "chunks.jsonl"):  # both lost (say, deleted by hand)
+        (tmp_path / name).unlink()
+    with pytest.warns(UserWarning, match="is missing"):
+        _tracker(tmp_path, resume=True, resume_env_steps=20, recovered_rows=[_row(20, loss=1.0)],
+                 recovered_lines=[_row(20, loss=1.5)]).close()
+    assert [(r["env_steps"], r["loss"]) for r in read_chunks(tmp_path)] == [(20, 1.0)]
+    assert [(r["env_steps"], r["loss"]) for r in read_metrics(tmp_path)] == [(20, 1.5)]
 
 
 def test_tracker_refuses_to_overwrite_or_go_backwards(tmp_path):

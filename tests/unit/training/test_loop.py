@@ -2,8 +2,10 @@
 
 A chunk of K updates hands the host one row: each metric's mean over the K updates (the desync
 checksum spread: its max, so one bad update is never averaged away), and the episodes that finished
-in any of the K updates, summed. Checked on a fake update with known per-update outputs, through the
-same compiled, packed path ``train()`` uses (``make_chunk``, ``pack_output``, ``chunk_row``).
+in any of the K updates, summed; and one finer row per ``log_every`` updates, reduced the same way
+over its updates. Checked on a fake update with known per-update outputs, through the same
+compiled, packed path ``train()`` uses (``make_chunk``, ``pack_output``, ``chunk_row``,
+``update_rows``), and on a real run's files.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from rljax.agents.base import UpdateOutput
 from rljax.training.program import Plan, make_chunk, pack_output
-from rljax.training.loop import chunk_row, cpu_devices_note
+from rljax.training.loop import chunk_row, cpu_devices_note, update_rows
 from rljax.core.rollout import EpisodeSummary
 
 K = 4
@@ -59,6 +61,45 @@ def test_chunk_rows_average_updates_and_sum_episodes():
     assert row["a_loss"] == np.mean(s2) and row["param_desync"] == 0.0
     assert row["episode_return_mean"] == np.sum(10.0 * s2[s2 % 2 == 1]) / np.sum(s2 % 2 == 1)
     assert (row["updates"], row["env_steps"]) == (2 * K, 6 * K)
+
+
+def test_update_rows_reduce_each_group_of_updates_by_hand():
+    plan = Plan(num_updates=2 * K, updates_per_chunk=K, num_chunks=2, env_steps_per_update=3)
+    for log_every, groups in [(1, [[0], [1], [2], [3]]), (3, [[0, 1, 2], [3]]), (K, [[0, 1, 2, 3]])]:
+        packed, unpack = pack_output(make_chunk(_fake_update, K, None, log_every))
+        compiled = jax.jit(packed).lower(jnp.int32(0)).compile()
+        state, vec = compiled(jnp.int32(0))
+        _, vec = compiled(state)  # the second chunk: updates K .. 2K-1
+        rows = update_rows(plan, 1, unpack(jax.device_get(vec)).updates, log_every)
+        assert len(rows) == len(groups)
+        for row, group in zip(rows, groups):
+            s = K + np.array(group)
+            odd = s[s % 2 == 1]
+            assert (row["updates"], row["env_steps"]) == (s[-1] + 1, 3 * (s[-1] + 1))  # at the group's end
+            assert row["a_loss"] == np.mean(s) and row["param_desync"] == 0.0
+            assert row["episodes"] == len(odd)
+            assert row["episode_return_mean"] == (np.sum(10.0 * odd) / len(odd) if len(odd) else None)
+            assert row["episode_length_mean"] == (np.sum(odd + 1.0) / len(odd) if len(odd) else None)
+            assert row["reward_components/bonus"] == (1.0 if len(odd) else None)
+            assert "wall_time_s" not in row and "sps" not in row  # the chunk's own columns are not a group's
+
+
+def test_a_run_writes_a_row_per_update_and_one_per_chunk(tmp_path):
+    import rljax
+    from rljax.store.tracking import read_chunks, read_metrics
+    from tests.support.runs import PPO_SMALL  # 6 chunks of 2 updates
+
+    result = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=str(tmp_path), quiet=True, checkpoints=False))
+    rows, chunks = read_metrics(tmp_path), read_chunks(tmp_path)
+    assert [r["updates"] for r in rows] == list(range(1, 13)) and [r["updates"] for r in chunks] == list(range(2, 13, 2))
+    assert chunks == [{k: v for k, v in r.items()} for r in result.rows]  # chunks.jsonl is what the hooks saw
+    for i, chunk in enumerate(chunks):
+        pair = rows[2 * i:2 * i + 2]
+        assert sum(r["episodes"] for r in pair) == chunk["episodes"]
+        np.testing.assert_allclose(np.mean([r["policy_loss"] for r in pair]), chunk["policy_loss"], rtol=1e-5, atol=1e-7)
+        assert pair[1]["sps"] == chunk["sps"] and "sps" not in pair[0]  # the chunk's columns on its last row
+    manifest = __import__("json").loads((tmp_path / "manifest.json").read_text())
+    assert manifest["plan"]["log_every"] == 1
 
 
 def _program(num_devices: int, platform: str = "cpu", isolated: bool = False):

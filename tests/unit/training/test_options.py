@@ -20,6 +20,8 @@ def test_run_options_name_the_bad_value_and_what_is_valid():
              (dict(checkpoint_interval_s=float("inf")), ValueError, r"checkpoint_interval_s must be a finite .* got inf"),
              (dict(keep_checkpoints=0), ValueError, r"keep_checkpoints must be an integer >= 1, got 0"),
              (dict(stall_min_s=0), ValueError, r"stall_min_s must be a finite number > 0, got 0"),
+             (dict(log_every=-1), ValueError, r"log_every must be an integer >= 0 \(updates per metrics row; 0: "
+                                              r"automatic\), got -1"),
              (dict(deterministic="yes"), ValueError, r"deterministic='yes' is not one of"),
              (dict(resume=True), ValueError, r"resume=True\) needs the run_dir"),
              (dict(quiet="yes"), TypeError, r"RunOptions.quiet must be True or False, got 'yes'"),
@@ -40,7 +42,7 @@ def test_run_options_are_frozen_keyword_only_and_save_only_what_a_resume_keeps()
         RunOptions("runs/a")  # type: ignore[misc]
     assert options.saved() == {"checkpoint_every": 0, "checkpoint_interval_s": 5.0, "keep_checkpoints": 3,
                                "checkpoints": True, "tensorboard": True, "stall_factor": 0.0,
-                               "stall_first_chunk_s": 600.0, "stall_min_s": 60.0, "deterministic": "auto"}
+                               "stall_first_chunk_s": 600.0, "stall_min_s": 60.0, "deterministic": "auto", "log_every": 0}
     assert tuple(options.saved()) == SAVED_FIELDS
     assert options.replace(quiet=False).quiet is False
     with pytest.raises(ValueError, match="keep_checkpoints"):

@@ -1,7 +1,10 @@
-"""The chunk program: the plan's arithmetic, the non-finite count, strong types, and Program
-compiling one executable for a single run and for a population (shapes, donation, member split)."""
+"""The chunk program: the plan's arithmetic, the non-finite count, strong types, the per-update
+row groups and their packing, and Program compiling one executable for a single run and for a
+population (shapes, donation, member split)."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,10 @@ from flax import struct
 import envs
 from rljax.agents.ppo import PPOConfig
 from rljax.runtime.distributed import fetch
-from rljax.training.program import Plan, Program, nonfinite_count, plan_updates, resume_plan, strong_types
+from rljax.agents.base import UpdateOutput
+from rljax.core.rollout import EpisodeSummary
+from rljax.training.program import (ROW_BUDGET, ChunkOutput, Plan, Program, UpdateRows, auto_log_every, make_chunk,
+                                    nonfinite_count, pack_output, plan_updates, resume_plan, row_groups, strong_types)
 from rljax.training.sweep import SweepSpec, build_members, make_population
 
 TINY = PPOConfig(total_timesteps=4 * 8 * 2, updates_per_chunk=1, num_envs=4, num_steps=8, num_epochs=1,
@@ -60,6 +66,43 @@ def test_strong_types_keeps_values_and_dtypes_and_drops_weak_types():
     assert weak.weak_type and not out["a"].weak_type and out["a"].dtype == jnp.float32 and float(out["a"]) == 0.5
     assert not out["b"].weak_type and float(out["b"]) == 2.0
     assert out["c"].dtype == jnp.int32 and int(out["c"]) == 3
+
+
+def test_row_groups_by_hand():
+    v = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(row_groups(v, 1), v)  # one row per update: the values themselves
+    np.testing.assert_allclose(row_groups(v, 2), [1.5, 3.5, 5.0])  # the last group holds the 5th update alone
+    np.testing.assert_allclose(row_groups(v, 2, "sum"), [3.0, 7.0, 5.0])
+    np.testing.assert_allclose(row_groups(v, 2, "max"), [2.0, 4.0, 5.0])
+    np.testing.assert_allclose(row_groups({"a": v}, 5)["a"], [3.0])
+
+
+def test_auto_log_every_keeps_a_chunks_rows_within_the_budget():
+    assert auto_log_every(200) == 1  # a single run with the automatic chunk size: every update
+    assert auto_log_every(98, members=2) == 1
+    assert auto_log_every(200, members=4) == 4  # 50 rows per member
+    assert auto_log_every(200, members=512) == 200  # one row per chunk
+    for k, p in [(7, 1), (200, 3), (150, 64), (1, 1000)]:
+        assert 1 <= math.ceil(k / auto_log_every(k, p)) * p <= max(ROW_BUDGET, p)
+
+
+def _counting_update(state):
+    """A stand-in update: counts, and reports metrics and one episode that are the update's index."""
+    i = state.astype(jnp.float32)
+    episodes = EpisodeSummary(count=jnp.float32(1.0), return_sum=10 * i, length_sum=i, components={}, env_nonfinite=i)
+    return state + 1, UpdateOutput({"loss": i}, episodes)
+
+
+def test_packing_flattens_scalars_and_rows_and_keeps_a_populations_leading_axis():
+    packed, unpack = pack_output(make_chunk(_counting_update, num_updates=5, axis_name=None, log_every=2))
+    _, vec = jax.jit(jax.vmap(packed))(jnp.array([0, 10], jnp.int32))
+    out = unpack(vec)
+    assert isinstance(out, ChunkOutput) and isinstance(out.updates, UpdateRows)
+    assert vec.shape == (2, 2 + 4 + 3 * (1 + 4))  # 2 chunk metrics + 4 episode sums, then 3 rows of each
+    np.testing.assert_allclose(out.metrics["loss"], [2.0, 12.0])
+    np.testing.assert_allclose(out.updates.metrics["loss"][1], [10.5, 12.5, 14.0])
+    np.testing.assert_allclose(out.updates.episodes.count, [[2, 2, 1], [2, 2, 1]])
+    np.testing.assert_allclose(out.updates.episodes.env_nonfinite[0], [1, 5, 4])  # sums over each group
 
 
 def _run_chunk(program: Program):

@@ -22,7 +22,7 @@ from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
 from rljax.training.hooks.observe import is_measured
 from rljax.training.sweep import Member, SweepSpec, build_members, parse_grid, parse_sample, rank_configs, run_sweep, summarize
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
@@ -148,7 +148,7 @@ def test_outputs_and_resume(tmp_path):
     assert len(list((root / "plots").glob("*.png"))) == 4
     for m in members:
         d = root / "members" / m.name
-        assert len(read_metrics(d)) == 3 and json.loads((d / "config.json").read_text())["seed"] == m.seed
+        assert len(read_chunks(d)) == 3 and json.loads((d / "config.json").read_text())["seed"] == m.seed
         assert (d / "tb").is_dir()
     assert json.loads((root / "members" / members[5].name / "config.json").read_text())["learning_rate"] == \
         members[5].values["learning_rate"]
@@ -161,7 +161,7 @@ def test_outputs_and_resume(tmp_path):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     for m in members:
         strip = lambda rows: [{k: v for k, v in r.items() if not is_measured(k)} for r in rows]  # noqa: E731
-        assert strip(read_metrics(tmp_path / "cut" / "members" / m.name)) == strip(read_metrics(root / "members" / m.name))
+        assert strip(read_chunks(tmp_path / "cut" / "members" / m.name)) == strip(read_chunks(root / "members" / m.name))
     # The resumed sweep's summary covers the whole run, not just the part after the resume.
     assert (tmp_path / "cut" / "summary.csv").read_text() == (root / "summary.csv").read_text()
 
@@ -280,7 +280,7 @@ def test_a_sweep_that_evaluates_is_ranked_by_its_last_evaluation(tmp_path):
     config = dataclasses.replace(PPO, eval_interval=2, eval_episodes=4)
     spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1))
     _, members, agg = run_sweep(config, spec, run_dir=tmp_path, quiet=True, plots=False)
-    history = [read_metrics(tmp_path / "members" / m.name) for m in members]
+    history = [read_chunks(tmp_path / "members" / m.name) for m in members]
     assert [["eval/return_mean" in r for r in rows] for rows in history] == [[False, True, True]] * 4
     csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
     for rows, row in zip(history, csv_rows):

@@ -75,8 +75,8 @@ class FakeTracking:
     def record_incident(self, incident):
         self.incidents.append(incident)
 
-    def rewind(self, env_steps, rows):
-        self.rewinds.append((env_steps, rows))
+    def rewind(self, env_steps, rows, lines):
+        self.rewinds.append((env_steps, rows, lines))
 
 
 class FakeCheckpointer:
@@ -92,7 +92,8 @@ class FakeCheckpointer:
         pass
 
     def restore(self, state):
-        return _state(0.5), {"chunk_index": 1, "env_steps": 20, "rows": [{"env_steps": 20}], "rollbacks": 1}, None
+        return _state(0.5), {"chunk_index": 1, "env_steps": 20, "rows": [{"env_steps": 20}],
+                             "lines": [{"env_steps": 20, "last_update": True}], "rollbacks": 1}, None
 
 
 def _run(checkpointer=None, rollbacks=0):
@@ -125,7 +126,7 @@ def test_rollback_to_the_newest_checkpoint_scales_the_learning_rate():
     assert run.rollbacks == 1 and run.timings["rollbacks"] == 1 and run.discarded == 1
     # The checkpoint already holds one rollback's factor (lr 0.5): this one scales by 0.5 ** (1 - 1) = 1.
     assert float(run.state.hyperparams.learning_rate) == 0.5
-    assert run.tracking.rewinds == [(20, [{"env_steps": 20}])]
+    assert run.tracking.rewinds == [(20, [{"env_steps": 20}], [{"env_steps": 20, "last_update": True}])]
     assert [r["env_steps"] for r in run.rows] == [10, 20]
     (incident,) = run.tracking.incidents
     assert incident == {"kind": "nonfinite", "chunk": 3, "env_steps": 40, "reason": "policy_loss is nan",
@@ -137,7 +138,7 @@ def test_rollback_without_a_checkpoint_restarts_from_the_initial_state():
     with pytest.warns(UserWarning, match=r"rolled back to env step 0 .*scaled by 0.25 \(rollback 2 of at most 2\)"):
         assert health.react(run, 3, BAD) == 0
     assert float(run.state.hyperparams.learning_rate) == 0.25 and run.rows == []
-    assert run.tracking.rewinds == [(0, [])]
+    assert run.tracking.rewinds == [(0, [], [])]
 
 
 def test_stop_and_give_up_are_non_finite_errors_naming_what_to_do():

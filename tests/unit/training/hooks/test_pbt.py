@@ -18,7 +18,7 @@ from rljax.agents.ppo import PPOConfig
 from rljax.training.hooks.pbt import PBT, PBTSpec, check_eval_interval, exploit_explore, parse_pbt, return_auc, scores_from_rows, \
     validate_pbt
 from rljax.training.sweep import SweepSpec, run_sweep
-from rljax.store.tracking import read_metrics
+from rljax.store.tracking import read_chunks
 
 PPO = PPOConfig(total_timesteps=8 * 16 * 8, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
                 num_minibatches=2, hidden_sizes=(16,))
@@ -281,7 +281,7 @@ def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path, eval_interval)
     # Each step ranked by the score of its chunk's rows (the evaluation when there is one), ties by
     # the AUC so far of each member's lineage (a copy takes its donor's curve).
     key = "eval/return_mean" if eval_interval else "episode_return_mean"
-    history = [read_metrics(tmp_path / "full" / "members" / m.name) for m in members]
+    history = [read_chunks(tmp_path / "full" / "members" / m.name) for m in members]
     order = [m.name for m in members]
     curves = [[] for _ in members]
     for r in log:
