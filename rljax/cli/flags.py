@@ -164,6 +164,9 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     run = parser.add_argument_group("run")
     run.add_argument("--run-dir", default=None,
                      help="run directory (default: runs/<experiment>-<time>); 'none' keeps no files")
+    run.add_argument("--config", default=None, metavar="FILE",
+                     help="read flags from a TOML file (rljax config ALGO writes one) or a run's config.json; "
+                          "flags typed here override it")
     run.add_argument("--resume", default=None, metavar="RUN_DIR",
                      help="continue the run in RUN_DIR from its newest valid checkpoint (its saved config "
                           "is used; flags given explicitly override it where that is allowed)")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rljax.cli.configfile import parse_with_config
 from rljax.cli.flags import (add_algorithm_command, algorithm_config, build_parser, config_from_args, explicit_flags,
                              train_kwargs)
 from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
@@ -144,7 +145,7 @@ def sweep_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     """
     argv = list(argv)
     parser = sweep_parser(config_cls, defaults, prog or f"python -m experiments.{name} sweep")
-    args = parser.parse_args(argv)
+    args, argv = parse_with_config(parser, argv, config_cls)
     explicit = explicit_flags(parser, argv)
     _population_devices(parser, args, explicit)
     base, saved_options, spec = None, {}, None

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rljax.cli.configfile import parse_with_config
 from rljax.cli.flags import (add_algorithm_command, algorithm_config, build_parser, config_from_args, explicit_flags,
                              train_kwargs)
 from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
@@ -89,7 +90,7 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     parser = build_parser(config_cls, defaults,
                           description or f"Trains {algo}: every field of {config_cls.__name__} is a flag.",
                           prog=prog, epilog=epilog)
-    args = parser.parse_args(argv)
+    args, argv = parse_with_config(parser, argv, config_cls)
     explicit = explicit_flags(parser, argv)
     base, saved_options = _resume_base(parser, args, config_cls)
     try:

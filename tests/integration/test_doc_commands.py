@@ -273,17 +273,18 @@ GROUPS = 3  # per source: the commands are spread over this many tests, so pytes
 
 
 def _groups(commands: list[str], n: int = GROUPS) -> list[list[str]]:
-    """``commands`` in ``n`` groups, each in document order: a command that names a directory an
-    earlier command made (``--run-dir runs/cp3``, then ``rljax eval runs/cp3``) joins that command's
-    group; the others are dealt out in turn."""
+    """``commands`` in ``n`` groups, each in document order: a command that names a directory or
+    file an earlier command made (``--run-dir runs/cp3``, then ``rljax eval runs/cp3``; ``> run.toml``,
+    then ``--config run.toml``) joins that command's group; the others are dealt out in turn."""
     groups: list[list[str]] = [[] for _ in range(n)]
     made: dict[str, int] = {}
     for i, command in enumerate(commands):
         text = runnable(command)  # placeholders filled: RUN_DIR is runs/cp3
-        used = [made[p] for p in re.findall(r"(?<![\w/])((?:runs|out)/[\w.-]+)", text) if p in made]
+        paths = re.findall(r"(?<![\w/])((?:runs|out)/[\w.-]+)", text) + text.split()
+        used = [made[p] for p in paths if p in made]
         g = used[0] if used else i % n
         groups[g].append(command)
-        for path in re.findall(r"--run-dir\s+((?:runs|out)/[\w.-]+)", text):
+        for path in re.findall(r"(?:--run-dir\s+|>\s*)((?:runs|out)/[\w.-]+|[\w.-]+\.\w+)", text):
             made.setdefault(path, g)
     return groups
 
@@ -320,3 +321,5 @@ def test_every_source_has_commands_and_groups_keep_dependencies():
     readme = _groups(_commands("README.md"))
     trains_cp3 = next(i for i, g in enumerate(readme) if any("--run-dir runs/cp3" in c for c in g))
     assert all(i == trains_cp3 for i, g in enumerate(readme) for c in g if c.startswith(("rljax eval", "rljax export")))
+    writes_toml = next(i for i, g in enumerate(readme) if any("> run.toml" in c for c in g))
+    assert all(i == writes_toml for i, g in enumerate(readme) for c in g if "--config run.toml" in c or "cfg3" in c)
