@@ -161,7 +161,12 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
         metavar = "N,N" if conv is _parse_int_tuple else None
         group.add_argument(_flag(f.name), dest=f.name, type=conv, default=default, help=help_text,
                            metavar=metavar)
-    run = parser.add_argument_group("run")
+    _add_run_flags(parser.add_argument_group("run"))
+    return parser
+
+
+def _add_run_flags(run: Any) -> None:
+    """The run flags (:data:`RUN_OPTION_FLAGS` and the others of :func:`train_kwargs`) in the group ``run``."""
     run.add_argument("--run-dir", default=None,
                      help="run directory (default: runs/<experiment>-<time>); 'none' keeps no files")
     run.add_argument("--config", default=None, metavar="FILE",
@@ -183,6 +188,12 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
                      help="one row of metrics.jsonl and tensorboard per this many updates (their means); 0: every "
                           "update while a chunk's rows over all members stay within 200, else fewer (chunks.jsonl "
                           "and the progress lines stay per chunk)")
+    run.add_argument("--wandb", default=None, metavar="PROJECT",
+                     help="also log to this W&B project (pip install -e '.[wandb]'; offline into RUN_DIR/wandb "
+                          "without W&B credentials); a resume continues the same W&B run")
+    run.add_argument("--mlflow", default=None, metavar="URI",
+                     help="also log to this MLflow tracking URI (pip install -e '.[mlflow]'; a local path is a file "
+                          "store; experiment MLFLOW_EXPERIMENT_NAME or 'rljax'); a resume continues the same run")
     run.add_argument("--stall-factor", type=_parse_float, default=10.0, metavar="X",
                      help="warn once, with every thread's Python stack in RUN_DIR/stall-*.txt, when no chunk "
                           "finished for X times the median chunk interval (at least --stall-min); 0: no stall watchdog")
@@ -196,7 +207,6 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
                           "flags at process start); recorded in manifest.json (docs/runbook.md)")
     run.add_argument("--no-compile-cache", action="store_true",
                      help="disable the persistent XLA compilation cache (~/.cache/rljax/xla)")
-    return parser
 
 
 def config_from_args(config_cls: Any, args: argparse.Namespace, base: dict[str, Any] | None = None,
@@ -237,7 +247,8 @@ RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
                      "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
                      "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
-                     "deterministic": "deterministic", "log_every": "log_every"}
+                     "deterministic": "deterministic", "log_every": "log_every", "wandb": "wandb",
+                     "mlflow": "mlflow"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -251,7 +262,7 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
                stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
-               deterministic=args.deterministic, log_every=args.log_every)
+               deterministic=args.deterministic, log_every=args.log_every, wandb=args.wandb, mlflow=args.mlflow)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

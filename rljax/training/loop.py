@@ -346,6 +346,12 @@ def _hooks(run: Run) -> list[Hook]:
     local = [d for d in program.parallel.devices if d.process_index == jax.process_index()]
     hooks.append(ChunkTiming(local))  # adds its columns before they are logged
     hooks.append(TrackingHook(run.tracking))
+    if run.leader and options.run_dir is not None and (options.wandb or options.mlflow):
+        from rljax.store.trackers import Trackers, backends
+        from rljax.training.hooks.adapters import TrackersHook
+
+        hooks.append(TrackersHook(Trackers(backends(options.wandb, options.mlflow, options.run_dir),
+                                           options.run_dir, program, {})))
     # Every process watches for its own stalls; only the leader writes reports to the run directory.
     hooks.append(StallWatchdog(options.run_dir if run.leader else None, options.stall_factor,
                                options.stall_first_chunk_s, options.stall_min_s))

@@ -28,7 +28,7 @@ OnChunkCallback = Callable[[int, Any, dict[str, Any]], Any]
 member 0's metrics row; a true result stops the run there as a preemption would."""
 
 SAVED_FIELDS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard",
-                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic", "log_every")
+                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic", "log_every", "wandb", "mlflow")
 """The options recorded with a run (``run_options`` in ``manifest.json`` and checkpoint metas) and kept
 by ``rljax resume`` (:meth:`RunOptions.saved`)."""
 
@@ -60,6 +60,12 @@ class RunOptions:
             :data:`rljax.training.program.ROW_BUDGET`, else fewer
             (:func:`~rljax.training.program.auto_log_every`). Rows per chunk (progress lines,
             health, PBT, checkpoints) go to ``chunks.jsonl`` whatever this is.
+        wandb: a W&B project to log to as well (the ``wandb`` extra; online with W&B credentials,
+            else offline into ``RUN_DIR/wandb``), or None. Needs ``run_dir``.
+        mlflow: an MLflow tracking URI to log to as well (the ``mlflow`` extra; a local path is a
+            file store; credentials from MLflow's environment variables, never in the URI), or
+            None. Needs ``run_dir``. What both log, and how a failing tracker is met:
+            :mod:`rljax.store.trackers`.
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk
@@ -97,6 +103,8 @@ class RunOptions:
     checkpoints: bool = True
     tensorboard: bool = True
     log_every: int = 0
+    wandb: str | None = None
+    mlflow: str | None = None
     quiet: bool = False
     handle_signals: bool = True
     on_chunk: OnChunkCallback | None = None
@@ -115,6 +123,7 @@ class RunOptions:
         check_deterministic_mode(self.deterministic)
         if self.resume and self.run_dir is None:
             raise ValueError("RunOptions(resume=True) needs the run_dir of the run to continue")
+        self._check_trackers()
 
     def _check_kinds(self) -> None:
         for name in _BOOLEANS:
@@ -153,6 +162,17 @@ class RunOptions:
                 allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
                 raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
+
+    def _check_trackers(self) -> None:
+        if self.wandb is not None and (not isinstance(self.wandb, str) or not self.wandb.strip()):
+            raise ValueError(f"wandb must be a W&B project name or None, got {self.wandb!r}")
+        if self.mlflow is not None:
+            from rljax.store.trackers import check_mlflow_uri
+
+            check_mlflow_uri(self.mlflow)
+        if (self.wandb or self.mlflow) and self.run_dir is None:
+            raise ValueError("wandb/mlflow need a run_dir: the tracker run ids are kept there so a resume continues "
+                             "them")
 
     def saved(self) -> dict[str, Any]:
         """The options recorded with the run and kept by a resume (:data:`SAVED_FIELDS`), by name."""

@@ -1,4 +1,5 @@
-"""Boundary work defined outside the training layer, as hooks: evaluation, tracking, the caller's callback.
+"""Boundary work defined outside the training layer, as hooks: evaluation, tracking, external
+trackers, the caller's callback.
 
 :class:`rljax.policy.evaluate.Evaluation` and :class:`rljax.store.tracking.Tracking` live in lower
 layers, which cannot import :class:`~rljax.training.hooks.base.Hook`; each adapter here forwards
@@ -15,9 +16,10 @@ from rljax.training.options import OnChunkCallback
 
 if TYPE_CHECKING:
     from rljax.policy.evaluate import Evaluation
+    from rljax.store.trackers import Trackers
     from rljax.store.tracking import Tracking
 
-__all__ = ["EvaluationHook", "TrackingHook", "OnChunk"]
+__all__ = ["EvaluationHook", "TrackingHook", "TrackersHook", "OnChunk"]
 
 
 class EvaluationHook(Hook):
@@ -45,6 +47,26 @@ class TrackingHook(Hook):
 
     def close(self, run: Run) -> None:
         self.tracking.close(run)
+
+
+class TrackersHook(Hook):
+    """W&B and MLflow (:class:`rljax.store.trackers.Trackers`): placed after :class:`TrackingHook`,
+    so they get the rows as ``metrics.jsonl`` does."""
+
+    def __init__(self, trackers: Trackers):
+        self.trackers = trackers
+
+    def start(self, run: Run) -> None:
+        self.trackers.start(run)
+
+    def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
+        self.trackers.record(run, chunk_index, rows)
+
+    def boundary(self, run: Run, chunk_index: int, rows: list[Row], last: bool) -> None:
+        self.trackers.boundary(run, chunk_index, rows, last)
+
+    def close(self, run: Run) -> None:
+        self.trackers.close(run)
 
 
 class OnChunk(Hook):
