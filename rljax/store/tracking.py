@@ -28,6 +28,7 @@ import math
 import os
 import pathlib
 import platform
+import struct
 import subprocess
 import sys
 import time
@@ -385,13 +386,11 @@ class Tracker:
         self._append(self._chunks, self._chunks_path, json.dumps(clean) + "\n")
         if self._tb is not None:
             # One event per row holding every scalar of the row, written out with the chunk (a
-            # live TensorBoard sees the rows as soon as metrics.jsonl does).
-            from tensorboardX.proto.summary_pb2 import Summary
-
+            # live TensorBoard sees the rows as soon as metrics.jsonl does). json_scalar left
+            # only finite floats, ints, bools, strings and None.
             for line in dense:
-                values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in line.items()
-                          if k != "env_steps" and isinstance(v, (int, float)) and math.isfinite(v)]
-                self._tb.add_summary(Summary(value=values), int(line["env_steps"]))
+                self._tb.add_scalars({k: v for k, v in line.items() if k != "env_steps" and v is not None
+                                      and not isinstance(v, str)}, int(line["env_steps"]))
             self._tb.flush()
         self.last_env_steps = self.last_chunk_steps = steps
         if not self.quiet:
@@ -559,23 +558,27 @@ class EventFile:
         self._write_bytes(event.SerializeToString())
 
     def _write_bytes(self, data: bytes) -> None:
-        import struct
-
         from tensorboardX.record_writer import masked_crc32c
 
         header = struct.pack("Q", len(data))
         self._file.write(header + struct.pack("I", masked_crc32c(header)) + data
                          + struct.pack("I", masked_crc32c(data)))
 
-    def add_summary(self, summary: Any, step: int) -> None:
-        """Appends one ``Summary`` proto at ``step`` (buffered until :meth:`flush`).
+    def add_scalars(self, values: Mapping[str, float], step: int) -> None:
+        """Appends one event at ``step`` whose summary holds ``values`` (tag -> number) as
+        ``simple_value`` float32 scalars (buffered until :meth:`flush`).
 
-        The event is serialised as its step and time followed by the summary as field 5
-        (protobuf concatenation): building ``Event(summary=summary)`` copies the summary, which
-        cost more than everything else of a row."""
+        The ``Summary`` is serialised by hand (field 1, repeated ``Value``: its ``tag``, field 1,
+        and ``simple_value``, field 2, a fixed32) and appended to the event's step and time as
+        field 5 (protobuf concatenation): building ``Summary`` and ``Event`` messages copied every
+        value and cost more than the rest of a row's logging together."""
+        body = bytearray()
+        for tag, value in values.items():
+            name = tag.encode()
+            item = b"\x0a" + _varint(len(name)) + name + b"\x15" + _FLOAT32.pack(float(value))
+            body += b"\x0a" + _varint(len(item)) + item
         head = self._event(step=step, wall_time=time.time()).SerializeToString()
-        body = summary.SerializeToString()
-        self._write_bytes(head + b"\x2a" + _varint(len(body)) + body)
+        self._write_bytes(head + b"\x2a" + _varint(len(body)) + bytes(body))
 
     def flush(self) -> None:
         self._file.flush()
@@ -619,6 +622,9 @@ def _rewrite(path: pathlib.Path, keep_env_steps: int, recovered_rows: list[Mappi
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
     os.replace(tmp, path)
+
+
+_FLOAT32 = struct.Struct("<f")
 
 
 def _varint(n: int) -> bytes:
