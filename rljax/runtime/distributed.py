@@ -37,16 +37,20 @@ Environment variables read by :func:`initialize_from_env`:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import signal
 import socket
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["PeerLostError", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
+__all__ = ["PeerLostError", "GLOO_NOISE", "without_lines", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
            "is_leader", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
            "process_record", "is_peer_failure", "DEFAULT_HEARTBEAT_TIMEOUT_S"]
 
@@ -137,6 +141,12 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any] 
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         if per_process > 1 and "xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):
             jax.config.update("jax_num_cpu_devices", per_process)
+    if jax.config.jax_cpu_collectives_implementation == "gloo":
+        # gloo's C++ prints "[Gloo] Rank N is connected to M peer ranks ..." to stdout whenever a
+        # program first connects a set of devices, at any point of the run: filtered until exit.
+        stack = contextlib.ExitStack()
+        stack.enter_context(without_lines(1, GLOO_NOISE))
+        atexit.register(stack.close)
     jax.distributed.initialize(
         **request,
         initialization_timeout=_int_env(env, "RLJAX_INIT_TIMEOUT_S", 300),
@@ -145,6 +155,51 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any] 
     _STATE["info"] = {"process_index": jax.process_index(), "process_count": jax.process_count(),
                       "local_devices": jax.local_device_count(), "devices": jax.device_count()}
     return _STATE["info"]
+
+
+GLOO_NOISE = b"[Gloo] "
+"""How the lines start that gloo prints to the process's stdout for every rank it connects."""
+
+
+@contextlib.contextmanager
+def without_lines(fd: int, prefix: bytes) -> Iterator[None]:
+    """Drops the lines starting with ``prefix`` that anything in this process (Python or native
+    code) writes to the file descriptor ``fd`` inside the block; every other byte goes through.
+
+    ``fd`` is pointed at a pipe whose reader thread forwards what it reads to the original, whole
+    lines at a time; on exit the original is restored and the thread drains the pipe first. (A
+    process killed outright loses what the thread had not forwarded yet.)
+    """
+    stream = {1: sys.stdout, 2: sys.stderr}.get(fd)
+    if stream is not None:
+        stream.flush()
+    saved = os.dup(fd)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, fd)
+    os.close(write_end)
+
+    def forward() -> None:
+        pending = b""
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                kept = b"".join(line + b"\n" for line in lines if not line.startswith(prefix))
+                if kept:
+                    os.write(saved, kept)
+        if pending and not pending.startswith(prefix):
+            os.write(saved, pending)
+
+    thread = threading.Thread(target=forward, name="rljax-output-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        if stream is not None:
+            stream.flush()
+        os.dup2(saved, fd)  # closes the pipe's last write end: the thread reads to its end and stops
+        thread.join(timeout=5.0)
+        os.close(saved)
 
 
 def launched_as_leader(env: Mapping[str, str] | None = None) -> bool:

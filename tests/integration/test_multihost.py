@@ -68,7 +68,7 @@ def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
 
 def _rows(run_dir: pathlib.Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k not in MEASURED and not k.startswith(("time/", "memory/"))}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            for line in (run_dir / "chunks.jsonl").read_text().splitlines() if line.strip()]
 
 
 def _final_checkpoint(run_dir: pathlib.Path) -> list[np.ndarray]:
@@ -81,7 +81,7 @@ def _final_checkpoint(run_dir: pathlib.Path) -> list[np.ndarray]:
 
 def _wait_for_rows(run_dir: pathlib.Path, n: int, procs: list[subprocess.Popen]) -> None:
     deadline = time.monotonic() + TIMEOUT_S
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / "chunks.jsonl"
     while time.monotonic() < deadline:
         if path.exists() and len(path.read_text().splitlines()) >= n:
             return
@@ -100,6 +100,8 @@ def two_by_two(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     without = PPO[:at] + PPO[at + 2:]
     done = _launch([*without, "--run-dir", str(run_dir)])
     assert done.returncode == 0, done.stderr[-3000:]
+    # Regression: every rank printed gloo's "[Gloo] Rank N is connected to M peer ranks" lines.
+    assert "[Gloo]" not in done.stdout and "[ 50.0%] steps" in done.stdout, done.stdout[-2000:]
     assert json.loads((run_dir / "config.json").read_text())["num_devices"] == 4
     return run_dir
 

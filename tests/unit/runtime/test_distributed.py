@@ -4,6 +4,7 @@ identity on one process. Two real processes: tests/integration/test_multihost.py
 
 from __future__ import annotations
 
+import pathlib
 import signal
 
 import jax
@@ -81,3 +82,27 @@ def test_on_one_process_no_error_is_a_lost_peer():
 def test_signal_names():
     assert distributed.signal_name(signal.SIGTERM) == "SIGTERM"
     assert distributed.signal_name(0) == "signal 0"
+
+
+def test_without_lines_drops_only_the_prefixed_lines_even_from_native_writes(tmp_path):
+    """What gloo's C++ writes to fd 1 is filtered (regression: every rank printed
+    "[Gloo] Rank N is connected ..." lines); os.write stands in for a native write."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os, sys
+        from rljax.runtime.distributed import without_lines
+        print("before", flush=True)
+        with without_lines(1, b"[Gloo] "):
+            os.write(1, b"[Gloo] Rank 0 is connected to 1 peer ranks. ")
+            os.write(1, b"Expected number of connected peer ranks is : 1\\nkept 1\\n[Gloo] Rank 1 ...\\n")
+            print("kept 2", flush=True)
+            os.write(1, b"kept 3 without a newline")
+        print("\\nafter", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=pathlib.Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "before\nkept 1\nkept 2\nkept 3 without a newline\nafter\n"
