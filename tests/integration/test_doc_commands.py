@@ -23,6 +23,7 @@ import io
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -323,3 +324,117 @@ def test_every_source_has_commands_and_groups_keep_dependencies():
     assert all(i == trains_cp3 for i, g in enumerate(readme) for c in g if c.startswith(("rljax eval", "rljax export")))
     writes_toml = next(i for i, g in enumerate(readme) if any("> run.toml" in c for c in g))
     assert all(i == writes_toml for i, g in enumerate(readme) for c in g if "--config run.toml" in c or "cfg3" in c)
+
+
+# Every command of every doc parses as written, in every suite run (cheap: nothing trains). Running
+# them all takes several CPU-minutes (RLJAX_ALL_DOC_COMMANDS=1, above); parsing catches what rots
+# most: a renamed flag or subcommand, a value out of range, a flag of one command given to another.
+ALL_DOCS = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+
+
+def _parse_error(tokens: list[str]) -> str | None:
+    """Why ``tokens`` (one simple command, as a shell passes it) does not parse, or None; commands
+    that are not rljax's (pip, tensorboard, test runners, benchmarks, shell built-ins) are not checked."""
+    import importlib
+
+    from rljax.core.config import RunConfig
+
+    while tokens and re.fullmatch(r"\w+=.*", tokens[0]):  # VAR=value before the command
+        tokens = tokens[1:]
+    if not tokens:
+        return None
+    if tokens[0] in ("python", "python3", ".venv/bin/python") and tokens[1:2] == ["-m"] and len(tokens) > 2:
+        module, argv = tokens[2], tokens[3:]
+        if module in ("rljax", "rljax.cli.main"):
+            return _rljax_parse_error(argv)
+        if not module.startswith("experiments."):
+            return None
+        experiment = importlib.import_module(module)
+        config_cls = next(v for v in vars(experiment).values() if isinstance(v, type) and issubclass(v, RunConfig)
+                          and v is not RunConfig and getattr(v, "__module__", "").startswith("rljax.agents"))
+        return _config_parse_error(config_cls, dict(getattr(experiment, "DEFAULTS", {})), argv)
+    if tokens[0] == "rljax":
+        return _rljax_parse_error(tokens[1:])
+    return None
+
+
+def _exits(parse) -> str | None:
+    """Runs ``parse()``; the error it prints (and exits with), or None."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parse()
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            return err.getvalue().strip() or f"exit {exit_.code}"
+    except (ValueError, TypeError) as error:
+        return str(error)
+    return None
+
+
+def _config_parse_error(config_cls, defaults: dict, argv: list[str]) -> str | None:
+    from rljax.cli.configfile import parse_with_config
+    from rljax.cli.flags import build_parser, config_from_args
+    from rljax.cli.sweep import sweep_parser
+
+    sweep = argv[:1] == ["sweep"]
+    parser = sweep_parser(config_cls, defaults, "sweep") if sweep else build_parser(config_cls, defaults)
+    argv = argv[1:] if sweep else argv
+    if "--config" in argv:  # the file is an earlier command's output: check the other flags
+        i = argv.index("--config")
+        argv = argv[:i] + argv[i + 2:]
+    return _exits(lambda: config_from_args(config_cls, parse_with_config(parser, argv, config_cls)[0]))
+
+
+def _rljax_parse_error(argv: list[str]) -> str | None:
+    from rljax.cli.flags import algorithm_classes
+    from rljax.cli.main import command_parser
+
+    if argv[:1] in (["--version"], ["--help"]) or not argv:
+        return None
+    parser, _ = command_parser()
+    args = None
+
+    def parse():
+        nonlocal args
+        args = parser.parse_args(argv)
+
+    error = _exits(parse)
+    if error or args is None:
+        return error
+    if args.subcommand in ("train", "sweep"):
+        algos = algorithm_classes()
+        if args.algorithm not in algos:
+            return f"unknown algorithm {args.algorithm!r}"
+        flags = (["sweep"] if args.subcommand == "sweep" else []) + list(args.flags)
+        return _config_parse_error(algos[args.algorithm], {}, flags)
+    if args.subcommand == "resume" and args.flags:  # the flags of the run's algorithm: one of them
+        errors = [_config_parse_error(cls, {}, list(args.flags)) for cls in algorithm_classes().values()]
+        return None if None in errors else errors[0]
+    if args.subcommand in ("launch", "supervise"):
+        inner = list(args.command)
+        return _parse_error(inner[1:] if inner[:1] == ["--"] else inner)
+    return None
+
+
+def test_every_documented_command_parses_as_written():
+    checked, failures = 0, []
+    sources = {doc: fenced_commands(ROOT / doc) for doc in ALL_DOCS}
+    sources["--help"] = help_commands()
+    for source, commands in sources.items():
+        for command in commands:
+            text = SETUP.match(command).group("then") if SETUP.match(command) else command
+            for name, value in PLACEHOLDERS.items():
+                text = re.sub(rf"\b{name}\b", value, text)
+            for segment in re.split(r"\s*(?:&&|\|\||;|\|)\s*", text):
+                segment = re.sub(r"\s*(>\s*\S+|&)$", "", segment)  # an output redirection, a background job
+                try:
+                    tokens = shlex.split(segment.replace('"$D"', "runs/d"))
+                except ValueError:
+                    continue
+                error = _parse_error(tokens)
+                checked += tokens[:1] in (["rljax"], ["python"], ["python3"], [".venv/bin/python"])
+                if error:
+                    failures.append(f"{source}: {segment}\n  {error}")
+    assert checked >= 60, checked  # the commands were found
+    assert not failures, "\n".join(failures)
