@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rljax.cli.rundata import planned_total, read_json, run_kind, wall_times
+from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
 __all__ = ["Curve", "curves", "comparison_text", "compare_plot", "differing_fields"]
 
@@ -104,7 +105,7 @@ def _summary(curve: Curve) -> dict[str, Any]:
     finals, bests, evals, walls, sps, done = [], [], [], [], [], []
     for rows, chunks in zip(curve.member_rows, curve.member_chunks):
         train = _finite(chunks, TRAIN)
-        finals.append(float(np.mean(train[-2:])) if train else None)
+        finals.append(float(np.mean(train[-FINAL_RETURN_CHUNKS:])) if train else None)
         bests.append(max(_finite(rows, TRAIN), default=None))
         ev = _finite(chunks, EVAL)
         evals.append(ev[-1] if ev else None)
@@ -142,8 +143,8 @@ def comparison_text(items: Sequence[Curve]) -> str:
                       "n/a" if s["wall"] is None else f"{s['wall']:.1f} s", _fmt(s["sps"], 0)]
                      + [json.dumps(c.config.get(k)) for k in differ])
     widths = [max(len(str(row[i])) for row in [head, *table]) for i in range(len(head))]
-    lines = [f"{len(items)} runs compared (final return: mean of the last 2 chunks' training episodes; a sweep's "
-             f"config: the mean over its seeds)"]
+    lines = [f"{len(items)} runs compared (final return: mean of the last {FINAL_RETURN_CHUNKS} chunks' training "
+             f"episodes; a sweep's config: the mean over its seeds)"]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [head, *table]]
     same = sorted(set(items[0].config) - set(differ)) if items else []
     if same:

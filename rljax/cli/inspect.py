@@ -32,6 +32,7 @@ import numpy as np
 
 from rljax.cli.process import EXIT_USAGE
 from rljax.cli.rundata import NotARunError, planned_total, read_json, run_kind, wall_times
+from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
 __all__ = ["add_parser", "run", "summary_text", "write_plots"]
 
@@ -68,10 +69,10 @@ def _score_lines(rows: list[dict[str, Any]], indent: str = "") -> list[str]:
     train = _values(rows, TRAIN)
     if train:
         best = max(train, key=lambda rv: rv[1])
-        recent = [v for _, v in train[-2:]]
+        recent = [v for _, v in train[-FINAL_RETURN_CHUNKS:]]
         lines.append(f"{indent}training return ({TRAIN}, stochastic policy, episodes that ended in the chunk): "
                      f"latest {_fmt(train[-1][1])} at {train[-1][0]['env_steps']:,}, best {_fmt(best[1])} at "
-                     f"{best[0]['env_steps']:,}, final (mean of the last 2 chunks) {_fmt(float(np.mean(recent)))}")
+                     f"{best[0]['env_steps']:,}, final (mean of the last {FINAL_RETURN_CHUNKS} chunks) {_fmt(float(np.mean(recent)))}")
     else:
         lines.append(f"{indent}training return: no episode has finished yet")
     evals = _values(rows, EVAL)

@@ -153,7 +153,7 @@ def done_line(result: Any) -> str:
     t = result.timings
     ran = len(result.rows) * t["updates_per_chunk"] * (t["total_env_steps"] // t["num_updates"])
     evaluated = result.final_eval
-    from rljax.training.loop import FINAL_RETURN_CHUNKS
+    from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
     # final_return averages the last chunks that ended episodes; the last progress line shows one.
     chunks = min(FINAL_RETURN_CHUNKS, sum(r.get("episode_return_mean") is not None for r in result.rows))

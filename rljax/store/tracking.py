@@ -36,9 +36,13 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
+__all__ = ["FINAL_RETURN_CHUNKS", "Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
            "read_metrics", "read_chunks", "boundary_line", "format_progress", "format_population_progress", "population_legend", "command_line",
            "package_version"]
+
+FINAL_RETURN_CHUNKS = 2
+"""How many of the last chunks that ended episodes a run's final training return averages
+(:attr:`rljax.training.loop.TrainResult.final_return`, the ``done:`` line, ``rljax inspect``)."""
 
 REQUIRED_KEYS = ("env_steps", "updates", "wall_time_s", "sps", "episode_return_mean",
                  "episode_length_mean", "episodes")

@@ -42,14 +42,12 @@ import numpy as np
 
 from rljax.agents.base import Agent
 from rljax.training.hooks.base import Hook, Row, Run
+from rljax.store.tracking import FINAL_RETURN_CHUNKS
 from rljax.training.options import RunOptions
 from rljax.training.program import (ChunkOutput, Plan, Program, UpdateRows, auto_log_every, check_not_shrunk,
                                     plan_updates, resume_plan)
 
-__all__ = ["TrainResult", "FINAL_RETURN_CHUNKS", "chunk_row", "cpu_devices_note", "train", "update_rows"]
-
-FINAL_RETURN_CHUNKS = 2
-"""How many of the last chunks that ended episodes :attr:`TrainResult.final_return` averages."""
+__all__ = ["TrainResult", "chunk_row", "cpu_devices_note", "train", "update_rows"]
 
 
 def _episode_columns(count: Any, return_sum: Any, length_sum: Any, components: dict[str, Any],
