@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import rljax
-from rljax.cli import (configfile, envs, eval as eval_command, export, inspect, launch, resume, supervise, sweep,
-                       train)
+from rljax.cli import (configfile, envs, eval as eval_command, export, inspect, launch, resume, status, stop,
+                       supervise, sweep, train)
 from rljax.cli.experiment import run_experiment
 from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_parser, config_from_args
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
@@ -27,7 +27,7 @@ __all__ = ["main", "command_parser", "usage", "COMMANDS", "run_experiment", "bui
            "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED",
            "EXIT_SOFTWARE", "EXIT_IO"]
 
-COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, configfile)
+COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, status, stop, configfile)
 """The command modules, in the order ``rljax --help`` lists them."""
 
 

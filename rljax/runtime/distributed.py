@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PeerLostError", "GLOO_NOISE", "without_lines", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
+__all__ = ["PeerLostError", "STOP_REQUEST", "GLOO_NOISE", "without_lines", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
            "is_leader", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
            "process_record", "is_peer_failure", "DEFAULT_HEARTBEAT_TIMEOUT_S"]
 
@@ -374,8 +374,15 @@ def raise_if_peer_failure(err: BaseException) -> None:
             f"committed checkpoint is intact; restart the whole job (rljax supervise restarts it) to resume") from err
 
 
+STOP_REQUEST = 1000
+"""The stop code :func:`agree` carries for a stop asked through the run directory (``rljax stop``);
+not a signal number."""
+
+
 def signal_name(signum: int) -> str:
-    """``SIGTERM`` for 15, etc."""
+    """``SIGTERM`` for 15, etc.; ``rljax stop`` for :data:`STOP_REQUEST`."""
+    if signum == STOP_REQUEST:
+        return "rljax stop"
     try:
         return signal.Signals(signum).name
     except ValueError:

@@ -351,15 +351,24 @@ def _hooks(run: Run) -> list[Hook]:
         hooks.append(TrackersHook(Trackers(backends(options.wandb, options.mlflow, options.run_dir),
                                            options.run_dir, program, {})))
     # Every process watches for its own stalls; only the leader writes reports to the run directory.
-    hooks.append(StallWatchdog(options.run_dir if run.leader else None, options.stall_factor,
-                               options.stall_first_chunk_s, options.stall_min_s))
+    watchdog = StallWatchdog(options.run_dir if run.leader else None, options.stall_factor,
+                             options.stall_first_chunk_s, options.stall_min_s)
+    hooks.append(watchdog)
     if options.on_chunk is not None:
         hooks.append(OnChunk(options.on_chunk))
     if program.pbt is not None:
         hooks.append(PBT(program.pbt, program, options.run_dir, options.resume, run.start_chunk, leader=run.leader))
+    checkpointing = None
     if run.checkpointer is not None:
-        hooks.append(Checkpointing(run.checkpointer, options.checkpoint_every, options.checkpoint_interval_s,
-                                   nonfinite_ok=program.isolated, start=run.clock()))
+        checkpointing = Checkpointing(run.checkpointer, options.checkpoint_every, options.checkpoint_interval_s,
+                                      nonfinite_ok=program.isolated, start=run.clock())
+        if run.start_chunk:  # resumed: the restored checkpoint is the newest
+            checkpointing.last_saved = run.start_chunk * run.plan.updates_per_chunk * run.plan.env_steps_per_update
+        hooks.append(checkpointing)
+    if run.leader and options.run_dir is not None:  # last: it sees the chunk's checkpoint
+        from rljax.training.hooks.status import RunStatus
+
+        hooks.append(RunStatus(options.run_dir, watchdog, checkpointing))
     return hooks
 
 

@@ -76,6 +76,16 @@ class PreemptionGuard:
     def request(self, reason: str = "request") -> None:
         self.signal_name = reason
 
+    def ask(self, reason: str) -> None:
+        """A stop asked from outside the process (``rljax stop``), taken like a signal: with several
+        processes it waits for the boundary's agreement, so all of them stop after the same chunk."""
+        if self.deferred:
+            from rljax.runtime.distributed import STOP_REQUEST
+
+            self.pending = self.pending or STOP_REQUEST
+        elif self.signal_name is None:
+            self.signal_name = reason
+
     def agree(self) -> None:
         """The boundary's agreement between the processes of a multi-process run (a no-op for one).
 

@@ -37,6 +37,7 @@ class Checkpointing(Hook):
         self.interval_s = interval_s
         self.nonfinite_ok = nonfinite_ok
         self.last_save = start  # on the run's clock (Run.clock)
+        self.last_saved: int | None = None  # the env steps of the newest checkpoint this run saved or restored
 
     def due(self, run: Run, chunk_index: int, last: bool) -> bool:
         """Whether the cadence asks for a checkpoint after this chunk (the last chunk and a stop
@@ -71,6 +72,7 @@ class Checkpointing(Hook):
         finally:
             run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
         self.last_save = run.clock()
+        self.last_saved = int(row["env_steps"])
         return None
 
     def close(self, run: Run) -> None:

@@ -1,0 +1,67 @@
+"""``rljax status RUN_DIR [--json]``: whether a run (or sweep) is running, stalled, preempted,
+finished or failed, how far it got, its rate and ETA, its newest checkpoint and who holds it; read
+from the ``status.json`` the run keeps current (:mod:`rljax.store.status`), so it works from any host
+that sees the directory and never disturbs the run. ``--json`` prints the record for tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any
+
+from rljax.cli.process import EXIT_USAGE
+
+__all__ = ["add_parser", "run", "status_line"]
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    m, s = divmod(int(seconds + 0.5), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def status_line(record: dict[str, Any]) -> str:
+    """One line a person reads: the state, progress, rate and ETA, checkpoint, holder and age."""
+    run_dir, state = record.get("run_dir", "?"), record["state"]
+    if state == "not started":
+        return f"{run_dir}: not started (no status.json: no run has started in it)"
+    done, total = int(record.get("env_steps") or 0), int(record.get("total_env_steps") or 0)
+    parts = [f"{done:,} / {total:,} env steps ({100 * done / total:.0f} %)" if total else f"{done:,} env steps"]
+    if state in ("running", "stalled") and record.get("sps"):
+        parts.append(f"{record['sps']:,.0f} steps/s, ETA {_duration(record.get('eta_s'))}")
+    ckpt = record.get("last_checkpoint_env_steps")
+    parts.append(f"last checkpoint at {ckpt:,} env steps" if ckpt is not None else "no checkpoint yet")
+    parts.append(f"{record.get('host', '?')}:{record.get('pid', '?')}, written {_duration(record.get('age_s'))} ago")
+    why = {"stalled": f" (no chunk for longer than {record.get('stall_after_s', 0):.0f} s)",
+           "preempted": f" by {record.get('stopped_by', '?')}: resume with `rljax resume {run_dir}`",
+           "failed": f" ({record.get('reason', 'an error ended it: see its output')})"}.get(state, "")
+    return f"{run_dir}: {state}{why}; " + "; ".join(parts)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``status`` to the ``rljax`` subcommands."""
+    parser = subparsers.add_parser("status", help="is a run running, stalled, preempted, finished or failed",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run or sweep directory")
+    parser.add_argument("--json", action="store_true", help="print the status record as JSON")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the status; returns 0, or 2 when RUN_DIR is not a directory or its status is damaged."""
+    from rljax.store.status import read_status
+
+    if not pathlib.Path(args.run_dir).is_dir():
+        print(f"rljax status: error: {args.run_dir} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        record = read_status(args.run_dir)
+    except ValueError as err:
+        print(f"rljax status: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(record, sort_keys=True) if args.json else status_line(record), flush=True)
+    return 0

@@ -1,0 +1,78 @@
+"""``rljax stop`` (:mod:`rljax.cli.stop`): a run driven from start to stop and resume with the
+commands alone (``rljax status --json``, ``rljax stop --wait``, ``rljax resume``), exit status 75 and a
+bit-exact continuation; and what it refuses (a run that is not running)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rljax.cli.main import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+# 24 chunks of one small PPO update each, paced by a checkpoint after every chunk.
+TRAIN = ["-m", "experiments.ppo_cartpole", "--num-envs", "8", "--num-steps", "16", "--hidden-sizes", "16",
+         "--num-epochs", "1", "--updates-per-chunk", "1", "--total-timesteps", str(24 * 128),
+         "--checkpoint-every", "1", "--no-tensorboard", "--quiet"]
+
+
+def _rljax(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rljax.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _final(run: pathlib.Path) -> list[np.ndarray]:
+    from rljax.store.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(run, read_only=True)
+    try:
+        return ckpt.read(max(ckpt.steps()))[0]
+    finally:
+        ckpt.close()
+
+
+@pytest.mark.timeout(600)
+def test_status_and_stop_drive_a_run_to_exit_75_and_resume_continues_bit_exactly(tmp_path):
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, *TRAIN, "--run-dir", str(run)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while True:  # until the run has finished a chunk
+            status = json.loads(_rljax("status", str(run), "--json").stdout or '{"state": "?"}')
+            if status.get("state") == "running" and status.get("chunks_done", 0) >= 1:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, (status, proc.poll())
+            time.sleep(0.2)
+        stop = _rljax("stop", str(run), "--wait", "120")
+        assert stop.returncode == 0, stop.stderr
+        assert "asked" in stop.stdout and ": preempted by rljax stop" in stop.stdout
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, err[-2000:]
+    status = json.loads(_rljax("status", str(run), "--json").stdout)
+    assert status["state"] == "preempted" and status["env_steps"] < status["total_env_steps"]
+    assert status["last_checkpoint_env_steps"] == status["env_steps"]  # the stop saved its chunk
+    assert _rljax("stop", str(run)).returncode == 2  # nothing to stop now
+    resumed = _rljax("resume", str(run), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(_rljax("status", str(run), "--json").stdout)["state"] == "finished"
+    done = subprocess.run([sys.executable, *TRAIN, "--run-dir", str(ref)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(_final(run), _final(ref)))
+
+
+def test_stop_refuses_a_run_that_is_not_running(tmp_path, capsys):
+    assert main(["stop", str(tmp_path)]) == 2
+    assert "nothing to stop: " in capsys.readouterr().err and not (tmp_path / "stop.request").exists()
