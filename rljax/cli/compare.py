@@ -106,7 +106,7 @@ def _summary(curve: Curve) -> dict[str, Any]:
     for rows, chunks in zip(curve.member_rows, curve.member_chunks):
         train = _finite(chunks, TRAIN)
         finals.append(float(np.mean(train[-FINAL_RETURN_CHUNKS:])) if train else None)
-        bests.append(max(_finite(rows, TRAIN), default=None))
+        bests.append(max(train, default=None))  # per chunk, as rljax inspect RUN_DIR says it
         ev = _finite(chunks, EVAL)
         evals.append(ev[-1] if ev else None)
         walls.append(float(chunks[-1].get("wall_time_s") or 0.0) if chunks else None)

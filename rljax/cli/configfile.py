@@ -46,10 +46,13 @@ def _config_dests(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def _read(path: pathlib.Path) -> dict[str, Any]:
+    if path.is_dir():
+        hint = f"; did you mean {path / 'config.json'}?" if (path / "config.json").is_file() else ""
+        raise ValueError(f"--config {path} is a directory, not a file{hint}")
     if not path.is_file():
         raise ValueError(f"--config {path}: no such file")
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as err:
         kind = "JSON" if path.suffix == ".json" else "TOML"
@@ -68,12 +71,13 @@ def _tokens(action: argparse.Action, value: Any, where: str) -> list[str]:
         if isinstance(action, argparse.BooleanOptionalAction):
             return [flag if value else "--no-" + flag[2:]]
         return [flag] if value else []
+    # FLAG=VALUE: a value that starts with '-' stays a value.
     if isinstance(action, argparse._AppendAction):
         values = value if isinstance(value, list) else [value]
-        return [t for v in values for t in (flag, _scalar(v, where))]
+        return [f"{flag}={_scalar(v, where)}" for v in values]
     if isinstance(value, list):
-        return [flag, ",".join(_scalar(v, where) for v in value)]
-    return [flag, _scalar(value, where)]
+        return [f"{flag}=" + ",".join(_scalar(v, where) for v in value)]
+    return [f"{flag}={_scalar(value, where)}"]
 
 
 def _scalar(value: Any, where: str) -> str:

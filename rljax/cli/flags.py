@@ -185,9 +185,9 @@ def _add_run_flags(run: Any) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument("--no-tensorboard", action="store_true", help="do not write tensorboard events")
     run.add_argument("--log-every", type=_parse_int, default=0, metavar="UPDATES",
-                     help="one row of metrics.jsonl and tensorboard per this many updates (their means); 0: every "
-                          "update while a chunk's rows over all members stay within 200, else fewer (chunks.jsonl "
-                          "and the progress lines stay per chunk)")
+                     help="one row of metrics.jsonl and tensorboard per this many updates (their means; at most a "
+                          "chunk's, recorded in manifest.json's plan); 0: every update while a chunk's rows over all "
+                          "members stay within 200, else fewer (chunks.jsonl and the progress lines stay per chunk)")
     run.add_argument("--wandb", default=None, metavar="PROJECT",
                      help="also log to this W&B project (pip install -e '.[wandb]'; offline into RUN_DIR/wandb "
                           "without W&B credentials); a resume continues the same W&B run")

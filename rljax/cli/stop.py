@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if record["state"] not in ("running", "stalled"):
         print(f"rljax stop: error: nothing to stop: {status_line(record)}", file=sys.stderr)
         return EXIT_USAGE
-    request_stop(args.run_dir, requester="rljax stop")
+    request_stop(args.run_dir)
     print(f"asked {args.run_dir} to stop at its next chunk boundary (it saves a checkpoint and exits with status "
           f"75); rljax status {args.run_dir} shows when it has", flush=True)
     deadline = time.monotonic() + args.wait

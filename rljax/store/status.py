@@ -69,7 +69,13 @@ def read_status(run_dir: str | os.PathLike, now: float | None = None) -> dict[st
     except ValueError as err:
         raise ValueError(f"{path} is not valid JSON ({err})") from None
     now = time.time() if now is None else now
-    record["age_s"] = max(0.0, now - float(record.get("updated_unix", now)))
+    try:
+        if not isinstance(record, dict):
+            raise TypeError(f"expected a JSON object, got {type(record).__name__}")
+        record["age_s"] = max(0.0, now - float(record.get("updated_unix", now)))
+        float(record.get("stall_after_s", 0.0))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path} is damaged ({err}); the run rewrites it at its next chunk") from None
     if record.get("state") == "running":
         if _alive_here(record) is False:
             record["state"], record["reason"] = "failed", "its process is gone (killed without stopping)"

@@ -247,7 +247,8 @@ def _train(config: Any, env: Any, env_params: Any, options: RunOptions, guard: A
     run = Run(config, program, plan, state, guard, options, checkpointer=checkpointer,
               health=Health(config, program.isolated), start_chunk=start_chunk, rollbacks=rollbacks,
               member_rows=[[] for _ in range(program.size)], leader=leader,
-              log_every=options.log_every or auto_log_every(plan.updates_per_chunk, program.size))
+              log_every=min(options.log_every or auto_log_every(plan.updates_per_chunk, program.size),
+                            plan.updates_per_chunk))  # a row never spans two chunks
     guard.local_clock = lambda: time.perf_counter() - t_start
     run.clock = (lambda: guard.agreed_clock) if distributed.process_count() > 1 else guard.local_clock
     quiet = options.quiet or not run.leader
@@ -368,7 +369,9 @@ def _hooks(run: Run) -> list[Hook]:
     if run.leader and options.run_dir is not None:  # last: it sees the chunk's checkpoint
         from rljax.training.hooks.status import RunStatus
 
-        hooks.append(RunStatus(options.run_dir, watchdog, checkpointing))
+        status = RunStatus(options.run_dir, watchdog, checkpointing)
+        status.begin(run)
+        hooks.append(status)
     return hooks
 
 

@@ -55,7 +55,9 @@ class RunOptions:
         checkpoints: False disables checkpointing entirely (the run cannot be resumed).
         tensorboard: write tensorboard events.
         log_every: one row of ``metrics.jsonl`` (and tensorboard) per this many updates, each
-            the mean of their metrics and the episodes that ended in them; 0 (automatic): every
+            the mean of their metrics and the episodes that ended in them (at most a chunk's
+            updates: a row never spans two chunks; the value used is in ``manifest.json``'s
+            ``plan``); 0 (automatic): every
             update while a chunk's rows over all members stay within
             :data:`rljax.training.program.ROW_BUDGET`, else fewer
             (:func:`~rljax.training.program.auto_log_every`). Rows per chunk (progress lines,

@@ -1,8 +1,8 @@
 """``RUN_DIR/status.json`` kept current, and ``rljax stop``'s request taken at a chunk boundary.
 
 :class:`RunStatus` is the leader's last boundary hook (:mod:`rljax.store.status` says what the file
-holds and how a reader turns it into a state): it writes the file when the loop starts, after each
-chunk's rows and after each checkpoint, and when the loop ends (``finished``, ``preempted`` or,
+holds and how a reader turns it into a state): it writes the file before compiling
+(:meth:`RunStatus.begin`), after each chunk's rows and after each checkpoint, and when the loop ends (``finished``, ``preempted`` or,
 when an error ended it, ``failed``). At every chunk it also takes a pending ``stop.request``: the run
 stops after that chunk as after SIGTERM (or, over several processes, after the next one, when all
 of them have agreed), saving a checkpoint. A request left from before the run started is dropped
@@ -48,7 +48,9 @@ class RunStatus(Hook):
             self.record_["last_checkpoint_env_steps"] = saved
         write_status(self.run_dir, self.record_)
 
-    def start(self, run: Run) -> None:
+    def begin(self, run: Run) -> None:
+        """Before compiling: the run is ``running`` (phase ``compiling``) from here on, so a stop can
+        be asked while it compiles; a request left from before this run is dropped."""
         from rljax.store.status import take_stop_request
 
         stale = take_stop_request(self.run_dir)
@@ -57,10 +59,14 @@ class RunStatus(Hook):
                           f"({time.ctime(stale.get('requested_unix', 0))}); `rljax stop` asks a running run", stacklevel=2)
         plan = run.plan
         done = run.start_chunk * plan.updates_per_chunk * plan.env_steps_per_update
-        self._write(run, state="running", run_dir=str(self.run_dir), algorithm=type(run.config).__name__,
-                    env=str(getattr(run.config, "env", "")), env_steps=done, total_env_steps=plan.total_env_steps,
-                    chunks_done=run.start_chunk, num_chunks=plan.num_chunks, started_unix=time.time(),
-                    sps=None, eta_s=None)
+        self._write(run, state="running", phase="compiling", run_dir=str(self.run_dir),
+                    algorithm=type(run.config).__name__, env=str(getattr(run.config, "env", "")), env_steps=done,
+                    total_env_steps=plan.total_env_steps, chunks_done=run.start_chunk, num_chunks=plan.num_chunks,
+                    started_unix=time.time(), sps=None, eta_s=None)
+
+    def start(self, run: Run) -> None:
+        """Compiled: the first chunk runs."""
+        self._write(run, phase="training")
 
     def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """The chunk's progress; a pending stop request becomes a stop."""

@@ -59,6 +59,12 @@ def test_file_values_apply_and_typed_flags_override_them(tmp_path):
     assert config.env_params == ("gravity=3",)
 
 
+def test_a_value_starting_with_a_dash_stays_a_value(tmp_path):
+    """Regression: ``env = "-x"`` gave "argument --env: expected one argument"."""
+    config, _, _ = _parse(tmp_path, 'env = "-x"\nhidden_sizes = [8]')
+    assert config.env == "-x" and config.hidden_sizes == (8,)
+
+
 def test_a_runs_config_json_reproduces_its_config(tmp_path):
     saved = PPOConfig(seed=3, hidden_sizes=(32,), env_params=("length=0.7",), env_kwargs=("max_steps=50",),
                       total_timesteps=4096, normalize_reward=False)
@@ -97,6 +103,15 @@ def test_a_missing_file_and_an_unknown_algorithm(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_with_config(parser, ["--config", str(tmp_path / "nope.toml")], DQNConfig)
     assert f"--config {tmp_path / 'nope.toml'}: no such file" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        parse_with_config(parser, ["--config", str(tmp_path / "run")], DQNConfig)
+    assert f"is a directory, not a file; did you mean {tmp_path / 'run' / 'config.json'}?" in capsys.readouterr().err
+    (tmp_path / "latin.toml").write_bytes(b"env = '\xff'")
+    with pytest.raises(SystemExit):
+        parse_with_config(parser, ["--config", str(tmp_path / "latin.toml")], DQNConfig)
+    assert f"--config {tmp_path / 'latin.toml'} is not valid TOML" in capsys.readouterr().err
     assert main(["config", "nope"]) == 2
     assert "config needs an algorithm, one of" in capsys.readouterr().err
 

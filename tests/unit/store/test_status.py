@@ -34,9 +34,14 @@ def test_states_as_a_reader_sees_them(tmp_path):
     assert read_status(tmp_path, now=10 ** 12)["state"] == "finished"  # only a running run goes stale
 
 
-def test_a_damaged_status_names_the_file(tmp_path):
-    (tmp_path / STATUS_FILE).write_text("{not json")
-    with pytest.raises(ValueError, match="status.json is not valid JSON"):
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "status.json is not valid JSON"),
+    ("[1]", r"status.json is damaged \(expected a JSON object, got list\)"),  # regression: an AttributeError
+    ('{"state": "running", "updated_unix": "x"}', "status.json is damaged .*could not convert string"),
+])
+def test_a_damaged_status_names_the_file(tmp_path, text, message):
+    (tmp_path / STATUS_FILE).write_text(text)
+    with pytest.raises(ValueError, match=message):
         read_status(tmp_path)
 
 

@@ -100,6 +100,11 @@ def test_a_run_writes_a_row_per_update_and_one_per_chunk(tmp_path):
         assert pair[1]["sps"] == chunk["sps"] and "sps" not in pair[0]  # the chunk's columns on its last row
     manifest = __import__("json").loads((tmp_path / "manifest.json").read_text())
     assert manifest["plan"]["log_every"] == 1
+    # A row never spans two chunks: a log_every above the chunk's 2 updates is used, and recorded, as 2.
+    rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=str(tmp_path / "b"), quiet=True, checkpoints=False,
+                                                    log_every=7))
+    assert __import__("json").loads((tmp_path / "b" / "manifest.json").read_text())["plan"]["log_every"] == 2
+    assert [r["updates"] for r in read_metrics(tmp_path / "b")] == list(range(2, 13, 2))
 
 
 def _program(num_devices: int, platform: str = "cpu", isolated: bool = False):

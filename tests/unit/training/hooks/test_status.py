@@ -56,3 +56,22 @@ def test_a_request_from_before_the_run_is_dropped(tmp_path):
     with pytest.warns(UserWarning, match="dropped a stop request written before this run started"):
         result = rljax.train(small, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False))
     assert result.preempted is None and read_status(run)["state"] == "finished"
+
+
+def test_a_stop_asked_while_the_run_compiles_stops_it_after_its_first_chunk(tmp_path, monkeypatch):
+    """Regression: status.json appeared only once the first chunk ran, so `rljax stop` during set-up
+    and compiling answered "not started" and refused."""
+    from rljax.training.program import Program
+
+    run = tmp_path / "run"
+    real = Program.compile
+
+    def compile_then_stop(self, *args, **kwargs):
+        assert read_status(run)["state"] == "running" and read_status(run)["phase"] == "compiling"
+        request_stop(run, requester="during compile")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Program, "compile", compile_then_stop)
+    result = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False))
+    # Taken at the first chunk's boundary; the chunk launched ahead of it finishes too.
+    assert result.preempted == "rljax stop (during compile)" and len(result.rows) in (1, 2)
