@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rljax.cli.rundata import planned_total, read_json, run_kind, wall_times
+from rljax.cli.rundata import EVAL, TRAIN, finite_values, fmt_number, planned_total, read_json, run_kind, wall_times
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
 __all__ = ["Curve", "curves", "comparison_text", "compare_plot", "differing_fields"]
-
-TRAIN = "episode_return_mean"
-EVAL = "eval/return_mean"
 
 
 @dataclasses.dataclass
@@ -91,8 +87,7 @@ def curves(run_dirs: Sequence[str | pathlib.Path]) -> list[Curve]:
 
 
 def _finite(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
-            and math.isfinite(r[key])]
+    return [v for _, v in finite_values(rows, key)]
 
 
 def _mean_over_seeds(values: list[float | None]) -> float | None:
@@ -123,12 +118,6 @@ def differing_fields(configs: Sequence[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
 
 
-def _fmt(x: Any, digits: int = 2) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:,.{digits}f}"
-
-
 def comparison_text(items: Sequence[Curve]) -> str:
     """The comparison table: one row per curve, then the config they share."""
     differ = differing_fields([c.config for c in items])
@@ -139,8 +128,8 @@ def comparison_text(items: Sequence[Curve]) -> str:
         s = _summary(c)
         steps = f"{s['done']:,}" + (f" / {c.total:,}" if c.total else "")
         seeds = f" ({len(c.member_rows)} seeds)" if len(c.member_rows) > 1 else ""
-        table.append([c.label + seeds, c.algorithm, steps, _fmt(s["final"]), _fmt(s["best"]), _fmt(s["eval"]),
-                      "n/a" if s["wall"] is None else f"{s['wall']:.1f} s", _fmt(s["sps"], 0)]
+        table.append([c.label + seeds, c.algorithm, steps, fmt_number(s["final"]), fmt_number(s["best"]), fmt_number(s["eval"]),
+                      "n/a" if s["wall"] is None else f"{s['wall']:.1f} s", fmt_number(s["sps"], 0)]
                      + [json.dumps(c.config.get(k)) for k in differ])
     widths = [max(len(str(row[i])) for row in [head, *table]) for i in range(len(head))]
     lines = [f"{len(items)} runs compared (final return: mean of the last {FINAL_RETURN_CHUNKS} chunks' training "

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import math
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -31,19 +29,11 @@ from typing import Any
 import numpy as np
 
 from rljax.cli.process import EXIT_USAGE
-from rljax.cli.rundata import NotARunError, planned_total, read_json, run_kind, wall_times
+from rljax.cli.rundata import (EVAL, TRAIN, NotARunError, finite_values, fmt_number, planned_total, read_json, run_kind,
+                               wall_times)
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
 __all__ = ["add_parser", "run", "summary_text", "write_plots"]
-
-TRAIN = "episode_return_mean"
-EVAL = "eval/return_mean"
-
-
-def _fmt(x: Any, digits: int = 2) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:,.{digits}f}"
 
 
 def _fmt_s(seconds: float) -> str:
@@ -54,60 +44,50 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _values(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], float]]:
-    """``(row, value)`` for the rows with a finite ``key``."""
-    out = []
-    for r in rows:
-        v = r.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append((r, float(v)))
-    return out
-
-
 def _score_lines(rows: list[dict[str, Any]], indent: str = "") -> list[str]:
     lines = []
-    train = _values(rows, TRAIN)
+    train = finite_values(rows, TRAIN)
     if train:
         best = max(train, key=lambda rv: rv[1])
         recent = [v for _, v in train[-FINAL_RETURN_CHUNKS:]]
         lines.append(f"{indent}training return ({TRAIN}, stochastic policy, episodes that ended in the chunk): "
-                     f"latest {_fmt(train[-1][1])} at {train[-1][0]['env_steps']:,}, best {_fmt(best[1])} at "
-                     f"{best[0]['env_steps']:,}, final (mean of the last {FINAL_RETURN_CHUNKS} chunks) {_fmt(float(np.mean(recent)))}")
+                     f"latest {fmt_number(train[-1][1])} at {train[-1][0]['env_steps']:,}, best {fmt_number(best[1])} at "
+                     f"{best[0]['env_steps']:,}, final (mean of the last {FINAL_RETURN_CHUNKS} chunks) {fmt_number(float(np.mean(recent)))}")
     else:
         lines.append(f"{indent}training return: no episode has finished yet")
-    evals = _values(rows, EVAL)
+    evals = finite_values(rows, EVAL)
     if evals:
         best = max(evals, key=lambda rv: rv[1])
         last = evals[-1][0]
-        lines.append(f"{indent}greedy evaluation ({EVAL}, {len(evals)} evaluations): latest {_fmt(evals[-1][1])} "
-                     f"± {_fmt(last.get('eval/return_std'))} over {last.get('eval/episodes')} episodes at "
-                     f"{last['env_steps']:,}, best {_fmt(best[1])} at {best[0]['env_steps']:,}")
+        lines.append(f"{indent}greedy evaluation ({EVAL}, {len(evals)} evaluations): latest {fmt_number(evals[-1][1])} "
+                     f"± {fmt_number(last.get('eval/return_std'))} over {last.get('eval/episodes')} episodes at "
+                     f"{last['env_steps']:,}, best {fmt_number(best[1])} at {best[0]['env_steps']:,}")
     return lines
 
 
 def _throughput_lines(rows: list[dict[str, Any]], members: int = 1) -> list[str]:
-    sps = [v * members for _, v in _values(rows, "sps")]
+    sps = [v * members for _, v in finite_values(rows, "sps")]
     if not sps:
         return []
     third = max(1, len(sps) // 3)
     first, last = float(np.median(sps[:third])), float(np.median(sps[-third:]))
     change = (last / first - 1) * 100 if first > 0 else float("nan")
-    lines = [f"steps/s{' (population)' if members > 1 else ''}: median {_fmt(float(np.median(sps)), 0)}; "
-             f"first third of the chunks {_fmt(first, 0)}, last third {_fmt(last, 0)} ({change:+.0f} %); "
-             f"min {_fmt(min(sps), 0)}, max {_fmt(max(sps), 0)}"]
+    lines = [f"steps/s{' (population)' if members > 1 else ''}: median {fmt_number(float(np.median(sps)), 0)}; "
+             f"first third of the chunks {fmt_number(first, 0)}, last third {fmt_number(last, 0)} ({change:+.0f} %); "
+             f"min {fmt_number(min(sps), 0)}, max {fmt_number(max(sps), 0)}"]
     timed = [r for r in rows if "time/interval_s" in r]
     if timed:
         parts = []
         for key, name in (("time/compute_s", "compute"), ("time/host_wait_s", "host wait"),
                           ("time/logging_s", "logging"), ("time/checkpoint_s", "checkpoints"),
                           ("time/eval_s", "evaluation"), ("time/interval_s", "interval")):
-            vals = [v for _, v in _values(timed, key)]
+            vals = [v for _, v in finite_values(timed, key)]
             if vals:
                 parts.append(f"{name} {np.median(vals):.3g} s (max {max(vals):.3g})")
         lines.append("host time per chunk, median: " + ", ".join(parts))
-        peak = [v for _, v in _values(timed, "memory/peak_bytes_in_use")]
-        used = [v for _, v in _values(timed, "memory/bytes_in_use")]
-        limit = [v for _, v in _values(timed, "memory/bytes_limit")]
+        peak = [v for _, v in finite_values(timed, "memory/peak_bytes_in_use")]
+        used = [v for _, v in finite_values(timed, "memory/bytes_in_use")]
+        limit = [v for _, v in finite_values(timed, "memory/bytes_limit")]
         if used or peak:
             gib = 2.0 ** 30
             parts = ([f"in use {used[-1] / gib:.2f} GiB at the last chunk"] if used else []) + (
@@ -252,7 +232,7 @@ def _returns_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Pat
     wall = dict(zip((r["env_steps"] for r in rows), wall_times(rows)))
     for ax, x_of, x_label in ((axes[0], lambda r: r["env_steps"], "env steps"),
                               (axes[1], lambda r: wall.get(r["env_steps"], np.nan), "wall time (s)")):
-        train, evals = _values(rows, TRAIN), _values(rows, EVAL)
+        train, evals = finite_values(rows, TRAIN), finite_values(rows, EVAL)
         ax.plot([x_of(r) for r, _ in train], [v for _, v in train], label=f"training ({TRAIN})", linewidth=1)
         if evals:
             ax.plot([x_of(r) for r, _ in evals], [v for _, v in evals], "o--", markersize=3,
@@ -267,14 +247,14 @@ def _returns_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Pat
 def _throughput_plot(rows: list[dict[str, Any]], path: pathlib.Path, members: int = 1) -> pathlib.Path:
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    sps = _values(rows, "sps")
+    sps = finite_values(rows, "sps")
     ax1.plot([r["wall_time_s"] for r, _ in sps], [v * members for _, v in sps], ".-", linewidth=1)
     ax1.set_xlabel("wall time (s)")
     ax1.set_ylabel("env steps/s" + (" (population)" if members > 1 else ""))
     ax1.grid(alpha=0.3)
     for key in ("time/compute_s", "time/host_wait_s", "time/logging_s", "time/checkpoint_s", "time/eval_s",
                 "time/interval_s"):
-        vals = _values(rows, key)
+        vals = finite_values(rows, key)
         if vals:
             ax2.plot([r["wall_time_s"] for r, _ in vals], [v for _, v in vals], ".-", linewidth=1,
                      label=key.removeprefix("time/"))
@@ -296,7 +276,7 @@ def _losses_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Path
     plt = _plt()
     fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys) + 0.5, 3.4), squeeze=False)
     for ax, key in zip(axes[0], keys):
-        vals = _values(rows, key)
+        vals = finite_values(rows, key)
         ax.plot([r["env_steps"] for r, _ in vals], [v for _, v in vals], linewidth=1)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("env steps")

@@ -1,16 +1,24 @@
 """Reading a run or sweep directory as the inspecting commands need it (``rljax inspect``, one
-directory or several): what kind it is, the env steps it is planned to reach, its JSON files, and
-wall times for every metrics row. Reads files only; compiles nothing."""
+directory or several): what kind it is, the env steps it is planned to reach, its JSON files, the
+finite values of a column, wall times for every metrics row, and how a figure is printed. Reads
+files only; compiles nothing."""
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NotARunError", "read_json", "run_kind", "planned_total", "wall_times"]
+__all__ = ["NotARunError", "TRAIN", "EVAL", "read_json", "run_kind", "planned_total", "finite_values", "wall_times",
+           "fmt_number"]
+
+TRAIN = "episode_return_mean"
+"""The training-return column (the exploring policy's episodes)."""
+EVAL = "eval/return_mean"
+"""The greedy evaluation's column."""
 
 
 class NotARunError(ValueError):
@@ -49,6 +57,23 @@ def planned_total(manifest: dict[str, Any], config: dict[str, Any]) -> int | Non
                             int(plan["updates_per_chunk"])).total_env_steps
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def finite_values(rows: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], float]]:
+    """``(row, value)`` for the rows whose ``key`` is a finite number (not a bool)."""
+    out = []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append((r, float(v)))
+    return out
+
+
+def fmt_number(x: Any, digits: int = 2) -> str:
+    """``x`` with thousands separators and ``digits`` decimals; ``n/a`` for None or a non-finite float."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:,.{digits}f}"
 
 
 def wall_times(rows: list[dict[str, Any]]) -> np.ndarray:
