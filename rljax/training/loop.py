@@ -44,8 +44,8 @@ from rljax.agents.base import Agent
 from rljax.training.hooks.base import Hook, Row, Run
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 from rljax.training.options import RunOptions
-from rljax.training.program import (ChunkOutput, Plan, Program, UpdateRows, auto_log_every, check_not_shrunk,
-                                    plan_updates, resume_plan)
+from rljax.training.program import (ChunkOutput, Plan, Program, UpdateRows, check_not_shrunk, plan_updates,
+                                    resume_plan)
 
 __all__ = ["TrainResult", "chunk_row", "cpu_devices_note", "train", "update_rows"]
 
@@ -247,8 +247,7 @@ def _train(config: Any, env: Any, env_params: Any, options: RunOptions, guard: A
     run = Run(config, program, plan, state, guard, options, checkpointer=checkpointer,
               health=Health(config, program.isolated), start_chunk=start_chunk, rollbacks=rollbacks,
               member_rows=[[] for _ in range(program.size)], leader=leader,
-              log_every=min(options.log_every or auto_log_every(plan.updates_per_chunk, program.size),
-                            plan.updates_per_chunk))  # a row never spans two chunks
+              log_every=program.resolve_log_every(options.log_every, plan))
     guard.local_clock = lambda: time.perf_counter() - t_start
     run.clock = (lambda: guard.agreed_clock) if distributed.process_count() > 1 else guard.local_clock
     quiet = options.quiet or not run.leader

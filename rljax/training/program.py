@@ -341,15 +341,20 @@ class Program:
             return self.parallel.map(packed_chunk, donate=True)
         return self.parallel.map_population(jax.vmap(packed_chunk), donate=True)
 
+    def resolve_log_every(self, log_every: int, plan: Plan) -> int:
+        """The updates per row actually used for ``log_every`` (0: :func:`auto_log_every` for these
+        members): at most the chunk's, since a row never spans two chunks."""
+        return min(log_every or auto_log_every(plan.updates_per_chunk, self.size), plan.updates_per_chunk)
+
     def compile(self, state: Any, plan: Plan, log_every: int = 0) -> tuple[Any, Callable[[Any], ChunkOutput]]:
         """The chunk of ``plan.updates_per_chunk`` updates, compiled for ``state``, with one row of
-        outputs per ``log_every`` updates (0: :func:`auto_log_every`).
+        outputs per ``log_every`` updates (:meth:`resolve_log_every`).
 
         Returns ``(executable, unpack)``: ``executable(state) -> (state, vector)`` runs one chunk
         of every member (the state donated), ``unpack`` turns the fetched vector into a
         :class:`ChunkOutput` (leading ``[P]`` axis for a sweep).
         """
-        log_every = log_every or auto_log_every(plan.updates_per_chunk, self.size)
+        log_every = self.resolve_log_every(log_every, plan)
         packed_chunk, unpack = pack_output(make_chunk(self.agent.update, plan.updates_per_chunk, self.axis_name,
                                                       log_every))
         return self.map_chunk(packed_chunk).lower(state).compile(), unpack
