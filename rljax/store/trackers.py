@@ -199,16 +199,14 @@ class Trackers:
     Args:
         backends: the trackers (:class:`WandbBackend`, :class:`MlflowBackend`).
         run_dir: the run (or sweep) directory: ``trackers.json`` and the artifacts.
-        program: the run's program (members' names, configs, seeds).
-        manifest: what every tracker run is tagged with (config hash, algorithm).
+        program: the run's program (members' names, configs, seeds; each tracker run is tagged
+            with its member's config hash, algorithm and seed when it starts).
     """
 
-    def __init__(self, backends: list[Backend], run_dir: str | os.PathLike, program: Any,
-                 manifest: Mapping[str, Any]):
+    def __init__(self, backends: list[Backend], run_dir: str | os.PathLike, program: Any):
         self.backends = list(backends)
         self.run_dir = pathlib.Path(run_dir)
         self.program = program
-        self.manifest = dict(manifest)
         self.ids: dict[str, dict[str, str]] = {}
         self.finished = False
 

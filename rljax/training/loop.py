@@ -349,7 +349,7 @@ def _hooks(run: Run) -> list[Hook]:
         from rljax.training.hooks.adapters import TrackersHook
 
         hooks.append(TrackersHook(Trackers(backends(options.wandb, options.mlflow, options.run_dir),
-                                           options.run_dir, program, {})))
+                                           options.run_dir, program)))
     # Every process watches for its own stalls; only the leader writes reports to the run directory.
     watchdog = StallWatchdog(options.run_dir if run.leader else None, options.stall_factor,
                              options.stall_first_chunk_s, options.stall_min_s)
