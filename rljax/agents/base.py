@@ -26,6 +26,7 @@ import optax
 
 from rljax.core import wrappers
 from rljax.core.config import RunConfig, check_choice, check_sizes, field
+from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
 from rljax.env import describe_space, is_discrete, observation_spec
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
@@ -371,16 +372,17 @@ def epochs_of_minibatches(step: Callable[[Any, Any], tuple[Any, Any]], carry: An
     return carry, jax.tree.map(jnp.mean, metrics)
 
 
-def schedule_fraction(done: jax.typing.ArrayLike, total: jax.typing.ArrayLike, span: Any) -> jax.Array:
+def schedule_fraction(done: Any, total: Any, span: Any) -> jax.Array:
     """How far a schedule that runs over the first ``span`` of a run has got, float32 in [0, 1].
 
     ``clip(done / max(span * total, 1), 0, 1)``, and 1 from the start when the span is empty
-    (``span * total == 0``). ``done`` and ``total`` count whole units (updates, or env steps) so
+    (``span * total == 0``). ``done`` and ``total`` count whole units (updates, or env steps; ints or
+    :class:`~rljax.core.counters.Count`, converted to float32) so
     a span shorter than one unit is over after the first. E.g. a linear epsilon schedule is
     ``start + schedule_fraction(...) * (end - start)``.
     """
-    length = span * jnp.asarray(total).astype(jnp.float32)
-    fraction = jnp.clip(jnp.asarray(done).astype(jnp.float32) / jnp.maximum(length, 1.0), 0.0, 1.0)
+    length = span * as_float(total)
+    fraction = jnp.clip(as_float(done) / jnp.maximum(length, 1.0), 0.0, 1.0)
     return jnp.where(length > 0, fraction, 1.0)
 
 

@@ -26,7 +26,7 @@ from rljax.agents.base import (Agent, discrete_actions, gradient_step, greedy_or
                                observation_layout, pmean)
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicyState, ReplayItem, UpdateContext,
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
-from rljax.core.config import MAX_ENV_STEPS, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
+from rljax.core.config import MAX_STEPS_PER_UPDATE, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS, QNetwork
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNLearner", "DQNState", "dqn_loss", "make_dqn"]
@@ -63,8 +63,8 @@ class DQNConfig(OffPolicyConfig):
     def validate(self) -> None:
         """The off-policy checks (:meth:`OffPolicyConfig.validate`, types first), then DQN's ranges."""
         super().validate()
-        check_ints(self, ("target_update_interval",), 1, MAX_ENV_STEPS,
-                   why="(2**30: the replay buffer's and the env steps' int32 counters)")
+        check_ints(self, ("target_update_interval",), 1, MAX_STEPS_PER_UPDATE,
+                   why="(2**30: the modulus of the exact remainder that times the target copies)")
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_choice(self, "loss", ("mse", "huber"))

@@ -44,8 +44,9 @@ from rljax.core import buffers
 from rljax.core import wrappers
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
                                first_obs, make_env_stack, observation_normalizer, schedule_fraction)
-from rljax.core.config import (MAX_ENV_STEPS, require, check_env_steps_per_update, check_floats, check_ints,
-                          field)
+from rljax.core.config import (MAX_ENV_STEPS, MAX_STEPS_PER_UPDATE, check_env_steps_per_update, check_floats,
+                               check_ints, field, require)
+from rljax.core.counters import Count, as_count
 from rljax.core.returns import n_step_transitions
 from rljax.core.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
@@ -88,16 +89,18 @@ class OffPolicyConfig(EncoderConfig):
     def validate(self) -> None:
         """Raises ``ValueError`` naming any inconsistent value and what would be valid.
 
-        Every field's type first (:func:`~rljax.core.config.check_types`), then the shared ranges: replay
-        sizes and step thresholds are compared with int32 env-step counters, so they share
-        :data:`~rljax.core.config.MAX_ENV_STEPS`; the batch and the buffer are split over the devices.
+        Every field's type first (:func:`~rljax.core.config.check_types`), then the shared ranges: a
+        replay capacity is an array size with int32 slot indices
+        (:data:`~rljax.core.config.MAX_STEPS_PER_UPDATE`), ``learning_starts`` is compared with the
+        exact env-step count (:data:`~rljax.core.config.MAX_ENV_STEPS`); the batch and the buffer are
+        split over the devices.
         """
         self.validate_run()
         self.validate_encoder()
         check_ints(self, ("num_steps", "gradient_steps", "batch_size", "n_step"))
-        why = "(2**30: the replay buffer's and the env steps' int32 counters)"
-        check_ints(self, ("buffer_size",), 1, MAX_ENV_STEPS, why=why)
-        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why=why)
+        check_ints(self, ("buffer_size",), 1, MAX_STEPS_PER_UPDATE,
+                   why="(2**30: the replay buffer's int32 slot indices)")
+        check_ints(self, ("learning_starts",), 0, MAX_ENV_STEPS, why="(2**53: the most env steps a run may take)")
         check_env_steps_per_update(self.env_steps_per_update, "num_envs * num_steps")
         for name in ("batch_size", "buffer_size"):
             v = getattr(self, name)
@@ -357,9 +360,17 @@ def polyak(online: Any, target: Any, tau: jax.Array) -> Any:
     return jax.tree.map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
 
 
-def periodic(count_before: jax.Array, count_after: jax.Array, interval: int) -> jax.Array:
-    """True when a multiple of ``interval`` lies in ``(count_before, count_after]``."""
-    return (count_after // interval) > (count_before // interval)
+def periodic(count_before: Count | jax.Array, count_after: Count | jax.Array, interval: int) -> jax.Array:
+    """True when a multiple of ``interval`` lies in ``(count_before, count_after]``.
+
+    Exact for counts up to 2**64 (:class:`~rljax.core.counters.Count`, or non-negative int arrays)
+    and ``interval <= 2**30``: with ``d = count_after - count_before``, a multiple lies in the
+    interval iff ``count_before % interval + min(d, interval) >= interval``.
+    """
+    before, after = as_count(count_before), as_count(count_after)
+    d = after.sub(before)
+    step = jnp.where(d.hi > 0, jnp.uint32(interval), jnp.minimum(d.lo, jnp.uint32(interval)))
+    return before.mod(interval) + step >= interval
 
 
 # ----------------------------------------------------------------------------------------------
@@ -381,8 +392,8 @@ class OffPolicyState(struct.PyTreeNode):
         hyperparams: the algorithm's traced hyperparameters (``config.hyperparams()`` or a sweep
             member's).
         env_params: the env params (traced; a sweep may vary them per member).
-        updates: int32 updates done.
-        num_updates: int32 updates in the whole run (schedules).
+        updates: :class:`~rljax.core.counters.Count`, updates done (exact past 2**31).
+        num_updates: :class:`~rljax.core.counters.Count`, updates in the whole run (schedules).
     """
 
     learner: Any
@@ -391,8 +402,8 @@ class OffPolicyState(struct.PyTreeNode):
     key: jax.Array
     hyperparams: Any
     env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+    updates: Count
+    num_updates: Count
 
 
 class UpdateContext(NamedTuple):
@@ -400,9 +411,11 @@ class UpdateContext(NamedTuple):
 
     Attributes:
         hyperparams: the state's traced hyperparameters.
-        steps_before: int32 env steps over all devices before this update's collection.
-        steps_after: int32, ``steps_before + env_steps_per_update``.
-        total_steps: int32 env steps of the whole run, ``num_updates * env_steps_per_update``.
+        steps_before: :class:`~rljax.core.counters.Count` of the env steps over all devices before
+            this update's collection (exact past 2**31).
+        steps_after: :class:`~rljax.core.counters.Count`, ``steps_before + env_steps_per_update``.
+        total_steps: :class:`~rljax.core.counters.Count` of the env steps of the whole run,
+            ``num_updates * env_steps_per_update``.
         progress: float32 ``fraction(1)``, the fraction of the run done before this update (it
             anneals the importance-sampling exponent ``beta`` to 1, and e.g. a learning rate to 0).
         warmup: bool, ``steps_before < learning_starts`` (e.g. act uniformly at random).
@@ -411,9 +424,9 @@ class UpdateContext(NamedTuple):
     """
 
     hyperparams: Any
-    steps_before: jax.Array
-    steps_after: jax.Array
-    total_steps: jax.Array
+    steps_before: Count
+    steps_after: Count
+    total_steps: Count
     progress: jax.Array
     warmup: jax.Array
     active: jax.Array
@@ -584,18 +597,19 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
                           buffer=program.replay.init(example, hyperparams.priority_alpha), key=k_state,
                           hyperparams=hyperparams,
                           # As arrays: Python-scalar params leaves cannot leave a shard_map'd init.
-                          env_params=jax.tree.map(jnp.asarray, env_params), updates=jnp.int32(0),
-                          num_updates=jnp.int32(num_updates))
+                          env_params=jax.tree.map(jnp.asarray, env_params), updates=Count.of(0),
+                          num_updates=Count.of(num_updates))
 
 
 def _context(program: _Program, state: OffPolicyState) -> UpdateContext:
     """The :class:`UpdateContext` of the update that starts from ``state``."""
     steps_per_update, learning_starts = program.config.env_steps_per_update, program.config.learning_starts
-    steps_before = state.updates * steps_per_update
-    steps_after = steps_before + steps_per_update
+    steps_before = state.updates.mul(steps_per_update)
+    steps_after = steps_before.add(steps_per_update)
     ctx = UpdateContext(hyperparams=state.hyperparams, steps_before=steps_before, steps_after=steps_after,
-                        total_steps=state.num_updates * steps_per_update, progress=jnp.float32(0),
-                        warmup=steps_before < learning_starts, active=steps_after >= learning_starts, values={})
+                        total_steps=state.num_updates.mul(steps_per_update), progress=jnp.float32(0),
+                        warmup=steps_before.less(learning_starts), active=~steps_after.less(learning_starts),
+                        values={})
     ctx = ctx._replace(progress=ctx.fraction(1.0))
     return ctx._replace(values=program.hooks.schedule(ctx) if program.hooks.schedule is not None else {})
 
@@ -624,5 +638,5 @@ def _update(program: _Program, state: OffPolicyState) -> tuple[OffPolicyState, U
     metrics = {**metrics, **ctx.values, **after_metrics,
                "buffer_size": replay.size(buffer).astype(jnp.float32) * config.num_devices,
                "param_desync": desync(hooks.params_of(learner), program.axis_name)}
-    new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key, updates=state.updates + 1)
+    new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key, updates=state.updates.add(1))
     return new_state, UpdateOutput(metrics, episodes)

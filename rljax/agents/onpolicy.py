@@ -39,6 +39,7 @@ from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput,
                                first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
                                observation_normalizer, pmean, schedule_fraction, space_dims)
 from rljax.core.config import check_env_steps_per_update, check_ints, field, require
+from rljax.core.counters import Count, as_float
 from rljax.core.networks import ActorCritic
 from rljax.core.returns import gae
 from rljax.core.rollout import RolloutCarry, Transition, rollout
@@ -119,8 +120,9 @@ class OnPolicyState(struct.PyTreeNode):
         key: this device's PRNG key.
         hyperparams: traced hyperparameters.
         env_params: the env params (traced, so a sweep can vary them per population member).
-        updates: int32, updates done so far.
-        num_updates: int32, updates in the whole run (learning-rate and exploration schedules).
+        updates: :class:`~rljax.core.counters.Count`, updates done so far (exact past 2**31).
+        num_updates: :class:`~rljax.core.counters.Count`, updates in the whole run (learning-rate and
+            exploration schedules).
     """
 
     params: Any
@@ -130,8 +132,8 @@ class OnPolicyState(struct.PyTreeNode):
     key: jax.Array
     hyperparams: Any
     env_params: Any
-    updates: jax.Array
-    num_updates: jax.Array
+    updates: Count
+    num_updates: Count
 
 
 class OnPolicyContext(NamedTuple):
@@ -139,16 +141,16 @@ class OnPolicyContext(NamedTuple):
 
     Attributes:
         hyperparams: the state's traced hyperparameters.
-        updates: int32 updates done before this one.
-        num_updates: int32 updates in the whole run.
+        updates: :class:`~rljax.core.counters.Count` of the updates done before this one.
+        num_updates: :class:`~rljax.core.counters.Count` of the updates in the whole run.
         learning_rate: float32, this update's step size (:func:`annealed_learning_rate`).
         optimizer: the algorithm's optimiser at that step size.
         values: the algorithm's per-update scalars from its ``schedule`` hook (``{}`` without one).
     """
 
     hyperparams: Any
-    updates: jax.Array
-    num_updates: jax.Array
+    updates: Count
+    num_updates: Count
     learning_rate: jax.Array
     optimizer: optax.GradientTransformation
     values: dict[str, jax.Array]
@@ -203,12 +205,13 @@ class _Program(NamedTuple):
     axis_name: str | None
 
 
-def annealed_learning_rate(hyperparams: Any, updates: jax.Array, num_updates: jax.Array, anneal: bool) -> jax.Array:
+def annealed_learning_rate(hyperparams: Any, updates: Count | jax.Array, num_updates: Count | jax.Array,
+                           anneal: bool) -> jax.Array:
     """``learning_rate * (1 - updates / num_updates)`` when ``anneal`` (linear decay to 0 over the
-    run, evaluated before this update), else ``learning_rate``."""
+    run, evaluated before this update), else ``learning_rate``; the counts in float32."""
     if not anneal:
         return hyperparams.learning_rate
-    return hyperparams.learning_rate * (1.0 - updates.astype(jnp.float32) / num_updates.astype(jnp.float32))
+    return hyperparams.learning_rate * (1.0 - as_float(updates) / as_float(num_updates))
 
 
 def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_name: str | None,
@@ -270,8 +273,8 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     params = program.hooks.init_params(k_params, first_obs(obs))
     opt_state = program.hooks.optimizer(hyperparams, hyperparams.learning_rate).init(params)
     return OnPolicyState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
-                         hyperparams=hyperparams, env_params=env_params, updates=jnp.int32(0),
-                         num_updates=jnp.int32(num_updates))
+                         hyperparams=hyperparams, env_params=env_params, updates=Count.of(0),
+                         num_updates=Count.of(num_updates))
 
 
 def _context(program: _Program, state: OnPolicyState) -> OnPolicyContext:
@@ -295,7 +298,7 @@ def _update(program: _Program, state: OnPolicyState) -> tuple[OnPolicyState, Upd
     metrics = {**metrics, **ctx.values, "learning_rate": ctx.learning_rate,
                "param_desync": desync(params, program.axis_name)}
     new_state = state.replace(params=params, opt_state=opt_state, env_state=carry.env_state, obs=carry.obs, key=key,
-                              updates=state.updates + 1)
+                              updates=state.updates.add(1))
     return new_state, UpdateOutput(metrics, episodes)
 
 

@@ -241,7 +241,8 @@ class TD3Learner(NamedTuple):
         target_critic_params: the critics' Polyak average.
         actor_opt: the actor's optimiser state.
         critic_opt: the critics' optimiser state.
-        critic_steps: int32, critic steps taken (the delayed updates follow every ``policy_delay``-th).
+        critic_steps: int32, critic steps taken modulo ``policy_delay`` (the delayed updates follow
+            every ``policy_delay``-th; kept as a remainder so it never overflows).
     """
 
     actor_params: Any
@@ -306,8 +307,8 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
     actor_params, actor_opt, a_metrics, a_norm = gradient_step(
         td3_actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
         (weights > 0).astype(jnp.float32), axis_name=axis_name)
-    critic_steps = learner.critic_steps + 1
-    delayed = critic_steps % policy_delay == 0
+    critic_steps = (learner.critic_steps + 1) % policy_delay
+    delayed = critic_steps == 0
 
     def keep(new, old):
         return jax.tree.map(lambda n, o: jnp.where(delayed, n, o), new, old)

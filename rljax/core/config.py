@@ -22,8 +22,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 __all__ = ["field", "hyperparams_class", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED",
-           "MAX_ENV_STEPS", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints", "check_floats",
-           "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict",
+           "MAX_ENV_STEPS", "MAX_STEPS_PER_UPDATE", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints",
+           "check_floats", "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict",
            "TOTAL_TIMESTEPS_HELP"]
 
 BACKENDS = ("shard_map", "pmap")
@@ -34,24 +34,29 @@ MAX_SEED = 2**32 - 1
 ``key(0)``) and a sweep stacks its members' seeds as uint32, so 0 .. 2**32 - 1 are the seeds that
 give distinct keys, the same in a single run and in a sweep."""
 
-MAX_ENV_STEPS = 2**30
-"""The most env steps a run (``total_timesteps``) or one update may take. The train state counts
-updates in int32 and the off-policy agents compute env steps as ``updates * env_steps_per_update``
-in int32; the loop's plan rounds a run up to whole chunks, which less than doubles it, so runs of
-at most 2**30 env steps keep every counter below 2**31. Replay capacities and the step thresholds
-compared with those counters (``learning_starts``, ``target_update_interval``) share the bound."""
+MAX_ENV_STEPS = 2**53
+"""The most env steps a run (``total_timesteps``) may take. The train state counts updates and env
+steps exactly in :class:`~rljax.core.counters.Count` words (to 2**64), and the loop's plan rounds a
+run up to whole chunks, which less than doubles it; 2**53 keeps every env-step count exact as a
+float64 too, as JSON readers, tensorboard and trackers hold it. ``learning_starts`` shares the bound."""
+
+MAX_STEPS_PER_UPDATE = 2**30
+"""The most env steps one update may collect (``num_envs * num_steps``), and the bound of a replay
+capacity and of ``target_update_interval``: these are array sizes, int32 slot indices and the
+modulus of an exact int32 remainder inside the compiled update."""
 
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest float32: hyperparameters become float32 scalars, so larger values would be inf."""
 
 TOTAL_TIMESTEPS_HELP = (
-    "environment steps to train for, at most 2**30. The run does total_timesteps // (env steps per update) "
+    "environment steps to train for, at most 2**53. The run does total_timesteps // (env steps per update) "
     "updates (at least 1), rounded up to a whole number of equal chunks (rljax.training.program.plan_updates), so it may run "
     "up to one update per chunk more")
 """The help line of ``total_timesteps``, shared by every config that redeclares the field: it says what
 :func:`rljax.training.program.plan_updates` does with the number."""
 
-_WHY_STEPS = "(2**30: larger runs would overflow the train state's int32 step counters)"
+_WHY_STEPS = "(2**53: env-step counts stay exact as float64 in the rows and trackers)"
+_WHY_PER_UPDATE = "(2**30: array sizes and int32 indices inside the compiled update)"
 _WHY_SEED = "(jax.random.key keeps a seed's low 32 bits and sweep seeds are uint32)"
 
 
@@ -221,10 +226,10 @@ def check_sizes(config: Any, name: str, *, allow_empty: bool = True) -> None:
 
 def check_env_steps_per_update(env_steps_per_update: int, expression: str) -> None:
     """Checks that one update's env steps (``expression``, e.g. ``"num_envs * num_steps"``) fit
-    :data:`MAX_ENV_STEPS`, so that even a one-update run keeps the int32 counters from overflowing."""
-    require(env_steps_per_update <= MAX_ENV_STEPS,
-             f"{expression} = {env_steps_per_update} env steps per update is more than {MAX_ENV_STEPS} "
-             f"{_WHY_STEPS}")
+    :data:`MAX_STEPS_PER_UPDATE` (one update's batch is an array of that many transitions)."""
+    require(env_steps_per_update <= MAX_STEPS_PER_UPDATE,
+             f"{expression} = {env_steps_per_update} env steps per update is more than {MAX_STEPS_PER_UPDATE} "
+             f"{_WHY_PER_UPDATE}")
 
 
 @dataclasses.dataclass(frozen=True)

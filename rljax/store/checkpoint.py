@@ -37,6 +37,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from rljax.core.counters import Count
+
 __all__ = ["Checkpointer", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError",
            "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
 
@@ -116,6 +118,29 @@ LAYOUT_KEY = "_array_layout"
 
 PACK_MAX_BYTES = 1 << 20
 """Leaves up to this size are packed into one flat array per dtype; larger ones are stored alone."""
+
+
+def upgrade_counts(host_leaves: list[np.ndarray], template: Any) -> list[np.ndarray]:
+    """Host leaves saved when the train state counted in int32 scalars, fitted to ``template``'s
+    :class:`~rljax.core.counters.Count` counters (high word 0, low word the saved value).
+
+    A checkpoint with exactly one leaf per Count fewer than the template is of that kind; any other
+    leaf list is returned as it is (:func:`from_host` then names a mismatch).
+    """
+    nodes = jax.tree.leaves(template, is_leaf=lambda x: isinstance(x, Count))
+    counts = sum(isinstance(n, Count) for n in nodes)
+    if not counts or len(host_leaves) != len(nodes):  # one saved leaf per node: a Count's one int32 scalar
+        return host_leaves
+    out, saved = [], iter(host_leaves)
+    for node in nodes:
+        if not isinstance(node, Count):
+            out.append(next(saved))
+            continue
+        old = np.asarray(next(saved))
+        if old.dtype.kind not in "iu" or (old < 0).any():
+            return host_leaves
+        out += [np.zeros(old.shape, np.uint32), old.astype(np.uint32)]
+    return out
 
 
 def pack(host_leaves: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
@@ -569,6 +594,7 @@ class Checkpointer:
                         raise ValueError(f"checkpoint has {len(arrays)} arrays, the state {n}")
                     leaves = [np.asarray(arrays[f"{i:06d}"]) if math.prod(shape) else np.zeros(shape, dtype)
                               for i, (shape, dtype) in enumerate(template_shapes)]
+                leaves = upgrade_counts(leaves, template)
                 if len(leaves) == len(paths):  # else from_host names the mismatch
                     _check_recorded_nonfinite(step, paths, leaves, meta.get(NONFINITE_KEY) or [])
                 # Several processes: the leader only checks here; all of them place the state together.

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.agents.base import Agent
+from rljax.core.counters import Count
 from rljax.training.hooks.base import Hook, Row, Run
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 from rljax.training.options import RunOptions
@@ -302,8 +303,9 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
     plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))
     check_not_shrunk(plan, int(meta["chunk_index"]) + 1, int(meta["env_steps"]), str(checkpointer.directory.parent))
     if plan.num_updates != int(meta["plan"]["num_updates"]):
-        state = state.replace(num_updates=jax.device_put(
-            jnp.full_like(state.num_updates, plan.num_updates), state.num_updates.sharding))
+        total = Count.of(plan.num_updates)
+        state = state.replace(num_updates=jax.tree.map(
+            lambda old, word: jax.device_put(jnp.full_like(old, word), old.sharding), state.num_updates, total))
     return plan, state, int(meta["chunk_index"]) + 1, int(meta.get("rollbacks", 0)), meta
 
 

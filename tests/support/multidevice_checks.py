@@ -141,7 +141,7 @@ def make_desync_ppo(config: DesyncPPOConfig, env, env_params, axis_name):
     agent = make_ppo(config, env, env_params, axis_name)
 
     def update(state):
-        index = state.updates  # the update's index, before it counts itself
+        index = state.updates.lo  # the update's index (below 2**32), before it counts itself
         state, out = agent.update(state)
         # The update has already measured its desync; the perturbation shows from the next update on.
         # One weight moves by 1e-3: a small desync, far below any loose tolerance.

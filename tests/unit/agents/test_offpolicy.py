@@ -141,7 +141,7 @@ def _skeleton_hooks():
         return learner + 1, jnp.ones_like(weights), {"loss": jnp.float32(1.0)}
 
     def schedule(ctx):
-        return {"steps_before": ctx.steps_before.astype(jnp.float32), "progress": ctx.progress,
+        return {"steps_before": ctx.steps_before.to_float(), "progress": ctx.progress,
                 "warmup": ctx.warmup.astype(jnp.float32), "active": ctx.active.astype(jnp.float32)}
 
     return OffPolicyHooks(example_action=jnp.zeros((), jnp.int32), init_learner=lambda key, obs, hp: jnp.int32(0),

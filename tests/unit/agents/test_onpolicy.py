@@ -17,6 +17,7 @@ import envs
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, annealed_learning_rate,
                                    explained_variance, make_onpolicy_agent, minibatch_epochs)
 from rljax.core.config import field
+from rljax.core.counters import Count
 
 
 def test_annealed_learning_rate_decays_linearly_to_zero_over_the_run():
@@ -140,5 +141,5 @@ def test_state_and_update_on_cartpole_by_hand():
     # No annealing: the configured step size at every update.
     flat = make_onpolicy_agent(TINY, env, params, None, _hooks(), anneal_lr=False)
     s = flat.init(jax.random.key(0), 0, 4, TINY.hyperparams(), params)
-    _, out = jax.jit(flat.update)(s.replace(updates=jnp.int32(3)))
+    _, out = jax.jit(flat.update)(s.replace(updates=Count.of(3)))
     np.testing.assert_allclose(out.metrics["learning_rate"], 0.4)

@@ -25,9 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 # jax.random.key keeps the low 32 bits of a seed (and a sweep stacks its seeds as uint32), so
 # seeds 0 .. 2**32 - 1 are the ones that give distinct keys.
 MAX_SEED = 2**32 - 1
-# A run's updates and env steps live in int32 counters; rounding a run up to whole chunks at most
-# doubles it, so 2**30 env steps keep every counter below 2**31.
-MAX_ENV_STEPS = 2**30
+# A run's updates and env steps are exact 64-bit counts (rljax.core.counters.Count); 2**53 env
+# steps keep every env-step count exact as a float64 too (JSON rows, tensorboard, trackers). One
+# update's batch, a replay capacity and the target-copy interval are int32 sizes and indices.
+MAX_ENV_STEPS = 2**53
+MAX_STEPS_PER_UPDATE = 2**30
 CONFIG_CLASSES = [entry.config_cls for entry in algorithms().values()]
 
 
@@ -93,12 +95,12 @@ RANGE_CASES = [
     ("DQNConfig", dict(learning_rate="1e-3"), "learning_rate must be a finite"),
     ("DQNConfig", dict(gamma=None), "gamma must be a finite"),
     ("PPOConfig", dict(seed=99999999999999999999), f"seed must be an integer in [0, {MAX_SEED}]"),
-    ("PPOConfig", dict(total_timesteps=10**13), f"total_timesteps must be an integer in [1, {MAX_ENV_STEPS}]"),
+    ("PPOConfig", dict(total_timesteps=10**16), f"total_timesteps must be an integer in [1, {MAX_ENV_STEPS}]"),
     # The shared run fields.
     ("PPOConfig", dict(seed=-1), "seed must be an integer >= 0, got -1"),
     ("SACConfig", dict(seed=2**32), "got 4294967296"),
     ("DQNConfig", dict(total_timesteps=0), "total_timesteps must be a positive integer, got 0"),
-    ("DQNConfig", dict(total_timesteps=2**30 + 1), "got 1073741825"),
+    ("DQNConfig", dict(total_timesteps=2**53 + 1), "got 9007199254740993 (2**53"),
     ("PPOConfig", dict(num_envs=0), "num_envs must be a positive integer, got 0"),
     ("PPOConfig", dict(num_devices=-2), "num_devices must be a positive integer, got -2"),
     ("PPOConfig", dict(updates_per_chunk=-1), "updates_per_chunk must be an integer >= 0"),
@@ -121,10 +123,10 @@ RANGE_CASES = [
     ("PPOConfig", dict(activation="nope"), "activation='nope' is not one of"),
     # DQN.
     ("DQNConfig", dict(learning_starts=-1), "learning_starts must be an integer >= 0, got -1"),
-    ("DQNConfig", dict(learning_starts=2**31), "learning_starts must be an integer in [0, 1073741824]"),
+    ("DQNConfig", dict(learning_starts=2**53 + 1), f"learning_starts must be an integer in [0, {MAX_ENV_STEPS}]"),
     ("DQNConfig", dict(target_update_interval=0), "target_update_interval must be a positive integer, got 0"),
     ("DQNConfig", dict(target_update_interval=2**31), "target_update_interval must be an integer in [1, "),
-    ("DQNConfig", dict(buffer_size=2**31), "buffer_size must be an integer in [1, 1073741824]"),
+    ("DQNConfig", dict(buffer_size=2**31), f"buffer_size must be an integer in [1, {MAX_STEPS_PER_UPDATE}]"),
     ("DQNConfig", dict(num_envs=2**16, num_steps=2**15, buffer_size=2**30),
      "num_envs * num_steps = 2147483648 env steps per update is more than 1073741824"),
     ("DQNConfig", dict(learning_rate=-1e-3), "learning_rate must be > 0, got -0.001"),
@@ -142,7 +144,7 @@ RANGE_CASES = [
     ("SACConfig", dict(alpha_learning_rate=0.0), "alpha_learning_rate must be > 0, got 0.0"),
     ("SACConfig", dict(actor_learning_rate=math.inf), "actor_learning_rate must be a finite"),
     ("SACConfig", dict(tau=1.5), "tau must be in (0, 1], got 1.5"),
-    ("SACConfig", dict(learning_starts=2**31), "learning_starts must be an integer in [0, 1073741824]"),
+    ("SACConfig", dict(learning_starts=2**53 + 1), f"learning_starts must be an integer in [0, {MAX_ENV_STEPS}]"),
     ("SACConfig", dict(log_std_min=-math.inf), "log_std_min must be a finite"),
     ("SACConfig", dict(activation="nope"), "activation='nope' is not one of"),
 ]
@@ -159,7 +161,8 @@ def test_out_of_range_values_are_refused(cls_name, kw, text):
 
 @pytest.mark.parametrize("cls_name, kw", [
     ("PPOConfig", dict(seed=0)), ("PPOConfig", dict(seed=2**32 - 1)),
-    ("PPOConfig", dict(total_timesteps=2**30)), ("DQNConfig", dict(total_timesteps=1)),
+    ("PPOConfig", dict(total_timesteps=2**53)), ("DQNConfig", dict(total_timesteps=1)),
+    ("SACConfig", dict(total_timesteps=5 * 10**9, learning_starts=3 * 10**9)),
     ("DQNConfig", dict(priority_alpha=0.0)), ("DQNConfig", dict(max_grad_norm=1e-8)),
     ("DQNConfig", dict(learning_starts=0, exploration_fraction=0.0, epsilon_end=1.0, tau=1)),
     ("DQNConfig", dict(learning_starts=2**30, target_update_interval=2**30, buffer_size=2**30)),
@@ -188,12 +191,11 @@ def test_seed_bound_is_what_the_keys_tell_apart():
 
 @pytest.mark.parametrize("env_steps_per_update", [1, 3, 10, 512, 1000, 2**30])
 @pytest.mark.parametrize("updates_per_chunk", [0, 1, 2, 3, 7, 200, 4097])
-def test_step_counters_fit_int32_at_the_bound(env_steps_per_update, updates_per_chunk):
+def test_step_counters_fit_a_count_at_the_bound(env_steps_per_update, updates_per_chunk):
     # The largest run a config allows: its updates and env steps (updates * env_steps_per_update,
-    # computed on the device in int32 by the off-policy agents) stay below 2**31 after the plan
-    # rounds the run up to whole chunks.
+    # computed on the device as a Count) stay below 2**64 after the plan rounds the run up to whole chunks.
     plan = plan_updates(MAX_ENV_STEPS, env_steps_per_update, updates_per_chunk)
-    assert plan.num_updates * plan.env_steps_per_update <= 2**31 - 1
+    assert plan.num_updates * plan.env_steps_per_update < 2**64
 
 
 def test_sweep_members_are_validated():
@@ -242,7 +244,7 @@ SMALL = ["--total-timesteps", "2000", "--learning-starts", "0", "--run-dir", "no
     (["--max-grad-norm", "-1"], "max_grad_norm"),
     (["--max-grad-norm", "nan"], "max_grad_norm"),
     (["--seed", "99999999999999999999"], "seed"),
-    (["--total-timesteps", "1e13"], "total_timesteps"),
+    (["--total-timesteps", "1e16"], "total_timesteps"),
 ])
 def test_cli_refuses_bad_values(flags, field, capsys):
     status, err = _run_in_process([*SMALL, *flags], capsys)

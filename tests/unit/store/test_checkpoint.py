@@ -237,3 +237,31 @@ def test_pack_round_trip_keeps_every_leaf_exact():
     damaged = {**arrays, "packed_float32": arrays["packed_float32"][:-1]}
     with pytest.raises(ValueError, match="packed float32 array holds"):
         unpack(damaged, layout)
+
+
+def test_a_checkpoint_with_int32_counters_resumes_bit_exactly(tmp_path):
+    """Checkpoints written while the train state counted updates in int32 scalars (one leaf each where
+    a Count has two words) restore into today's state and continue the same training."""
+    import jax
+    import jax.numpy as jnp
+
+    from rljax.core.counters import Count, host_value
+
+    options = dict(quiet=True, tensorboard=False, checkpoint_every=1)
+    full = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "full", **options))
+    part = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "cut", on_chunk=lambda c, s, r: c == 2,
+                                                           **options))
+    ckpt = Checkpointer(tmp_path / "cut")
+    step = max(ckpt.steps())
+    _, meta = ckpt.read(step)
+    legacy = jax.tree.map(lambda x: jnp.asarray(host_value(x), jnp.int32) if isinstance(x, Count) else x, part.state,
+                          is_leaf=lambda x: isinstance(x, Count))
+    assert len(jax.tree.leaves(legacy)) == len(jax.tree.leaves(part.state)) - 2
+    ckpt.close()
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / str(step))
+    ckpt = Checkpointer(tmp_path / "cut")
+    ckpt.save(step, legacy, meta)
+    ckpt.close()
+    rest = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "cut", resume=True, **options))
+    assert rest.timings["start_chunk"] == 3
+    assert_same_bits(full.state, rest.state)
