@@ -96,7 +96,28 @@ def _throughput_lines(rows: list[dict[str, Any]], members: int = 1) -> list[str]
                          + (f", of {limit[-1] / gib:.2f} GiB" if limit else ""))
         else:
             lines.append("device memory: not reported by this backend (CPU reports none)")
+        lines += _cost_lines(timed)
     return lines
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _cost_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``cost/*`` columns summed over the chunks (one member's rows: a sweep's members share them)."""
+    device_s = [v for _, v in finite_values(rows, "cost/device_s")]
+    if not device_s:
+        return []
+    rate = [v for _, v in finite_values(rows, "cost/env_steps_per_device_s")]
+    written = sum(v for _, v in finite_values(rows, "cost/checkpoint_bytes"))
+    collective = [v for _, v in finite_values(rows, "cost/collective_bytes_per_update")]
+    return [f"cost: {fmt_number(sum(device_s))} device-s over the logged chunks, median "
+            f"{fmt_number(float(np.median(rate)), 0)} env steps per device-s; checkpoints wrote {_fmt_bytes(written)}; "
+            f"collectives {_fmt_bytes(collective[-1] if collective else 0)} per device per update"]
 
 
 def _history_lines(run_dir: pathlib.Path, manifest: dict[str, Any]) -> list[str]:

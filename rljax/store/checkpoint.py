@@ -392,6 +392,7 @@ class Checkpointer:
         self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
         self._warned_unverified = False
         self.follower = follower
+        self.bytes_written = 0  # the state bytes this process has handed to Orbax (its saves' arrays)
         self.manager = None
         if follower:
             return
@@ -496,6 +497,7 @@ class Checkpointer:
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
                                                         meta=ocp.args.JsonSave(full)),
                           force=True)
+        self.bytes_written += sum(int(np.asarray(x).nbytes) for x in arrays.values())
 
     def wait(self) -> None:
         """Blocks until every pending save is committed."""

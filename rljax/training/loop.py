@@ -344,7 +344,7 @@ def _hooks(run: Run) -> list[Hook]:
         hooks.append(EvaluationHook(Evaluation(program, run.config.eval_interval, run.config.eval_episodes)))
     # Device memory of this process's devices (several processes: the leader's stand for the run's).
     local = [d for d in program.parallel.devices if d.process_index == jax.process_index()]
-    hooks.append(ChunkTiming(local))  # adds its columns before they are logged
+    hooks.append(ChunkTiming(local, num_devices=len(program.parallel.devices)))  # adds its columns before logging
     hooks.append(TrackingHook(run.tracking))
     if run.leader and options.run_dir is not None and (options.wandb or options.mlflow):
         from rljax.store.trackers import Trackers, backends
@@ -389,7 +389,8 @@ def _compile(run: Run, resuming: bool, quiet: bool) -> tuple[Any, Callable[[Any]
     compiled, unpack = program.compile(run.state, plan, run.log_every)
     run.timings.update({
         "compile_s": time.perf_counter() - t0, "compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0,
-        "checkpoint_s": 0.0, "eval_s": 0.0, "agree_s": 0.0,
+        "checkpoint_s": 0.0, "eval_s": 0.0, "agree_s": 0.0, "checkpoint_bytes": 0,
+        "collective_bytes_per_update": program.collective_bytes_per_update(run.state),
         "num_chunks": plan.num_chunks, "updates_per_chunk": plan.updates_per_chunk, "num_updates": plan.num_updates,
         "total_env_steps": plan.total_env_steps, "start_chunk": run.start_chunk, "launched_ahead": 0, "rollbacks": 0})
     return compiled, unpack

@@ -37,7 +37,7 @@ from rljax.core.rollout import EpisodeSummary
 from rljax.runtime.devices import DataParallel, first_device, run_once, serial_map
 from rljax.training.population import Population
 
-__all__ = ["AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ROW_BUDGET", "ChunkOutput", "Plan", "Program", "UpdateRows",
+__all__ = ["COLLECTIVES", "collective_bytes", "AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ROW_BUDGET", "ChunkOutput", "Plan", "Program", "UpdateRows",
            "auto_log_every", "make_chunk", "nonfinite_count", "pack_output", "plan_updates", "population_init",
            "resume_plan", "row_groups", "check_not_shrunk", "strong_types"]
 
@@ -253,6 +253,32 @@ def make_chunk(update: Callable[[Any], Any], num_updates: int, axis_name: str | 
     return chunk
 
 
+COLLECTIVES = frozenset({"psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "reduce_scatter",
+                         "psum_scatter"})
+"""The primitives that move data between devices (what :func:`collective_bytes` counts)."""
+
+
+def collective_bytes(jaxpr: Any) -> int:
+    """The bytes one device hands to collectives when ``jaxpr`` runs once: the operand bytes of every
+    :data:`COLLECTIVES` equation, a ``scan`` body's counted ``length`` times, a ``cond`` by its
+    largest branch, a ``while`` body once (its trip count is not in the program). E.g. a ``psum``
+    of a float32 ``[3, 4]`` inside a scan of length 5 counts ``5 * 48`` bytes."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in COLLECTIVES:
+            total += sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in eqn.invars
+                         if hasattr(v.aval, "shape"))
+        inner = [collective_bytes(sub) for value in eqn.params.values()
+                 for sub in (value if isinstance(value, (tuple, list)) else (value,))
+                 if isinstance(sub, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr))]
+        if inner:
+            total += max(inner) * int(eqn.params.get("length", 1)) if name == "cond" else \
+                sum(inner) * int(eqn.params.get("length", 1))
+    return total
+
+
 def strong_types(tree: Any) -> Any:
     """``tree`` with every weakly typed leaf made strongly typed (same dtype and values).
 
@@ -358,6 +384,16 @@ class Program:
         packed_chunk, unpack = pack_output(make_chunk(self.agent.update, plan.updates_per_chunk, self.axis_name,
                                                       log_every))
         return self.map_chunk(packed_chunk).lower(state).compile(), unpack
+
+    def collective_bytes_per_update(self, state: Any) -> int:
+        """The bytes each device hands to collectives in one update (:func:`collective_bytes` of the
+        agent's update traced for one device of ``state``); 0 for a single device or a sweep, whose
+        programs hold no collectives."""
+        axis = self.axis_name
+        if axis is None or self.parallel.num_devices == 1:
+            return 0
+        one = jax.eval_shape(lambda s: jax.tree.map(lambda x: x[0], s), state)
+        return collective_bytes(jax.make_jaxpr(self.agent.update, axis_env=[(axis, self.parallel.num_devices)])(one))
 
     @property
     def axis_name(self) -> str | None:

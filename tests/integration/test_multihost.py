@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from rljax.cli.launch import job_status, process_env
+from rljax.training.hooks.observe import is_measured
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
 # A tiny PPO CartPole run: 4 envs over 4 devices, 128 steps, 8 updates in 4 chunks.
 PPO = ["-m", "experiments.ppo_cartpole", "--num-devices", "4", "--total-timesteps", "4096",
        "--updates-per-chunk", "2", "--checkpoint-every", "1", "--no-tensorboard"]
-MEASURED = {"wall_time_s", "sps"}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -67,7 +67,7 @@ def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
 
 
 def _rows(run_dir: pathlib.Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in MEASURED and not k.startswith(("time/", "memory/"))}
+    return [{k: v for k, v in json.loads(line).items() if not is_measured(k)}
             for line in (run_dir / "chunks.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -126,6 +126,11 @@ def test_two_processes_equal_one_process_with_the_same_devices(two_by_two, tmp_p
         for k, v in s.items():
             if isinstance(v, float):
                 assert m[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    # The same program: the same bytes handed to collectives per update, counted from it (PPO: one
+    # all-reduce of the gradients per minibatch step, and a few metric scalars).
+    raw = [[json.loads(line) for line in (d / "chunks.jsonl").read_text().splitlines()] for d in (two_by_two, single)]
+    sent = {r["cost/collective_bytes_per_update"] for rows in raw for r in rows}
+    assert len(sent) == 1 and sent.pop() > 0, sent
     multi, one = _final_checkpoint(two_by_two), _final_checkpoint(single)
     assert len(multi) == len(one)
     for a, b in zip(multi, one):

@@ -71,6 +71,7 @@ class Checkpointing(Hook):
             return run.health.roll_back(run, chunk_index, row, str(err))
         finally:
             run.timings["checkpoint_s"] += time.perf_counter() - t_ckpt
+            run.timings["checkpoint_bytes"] = self.checkpointer.bytes_written
         self.last_save = run.clock()
         self.last_saved = int(row["env_steps"])
         return None

@@ -1,4 +1,4 @@
-"""Per-chunk host timings and device memory in every metrics row (the ``time/*`` and ``memory/*`` columns).
+"""Per-chunk host timings, cost and device memory in every metrics row (``time/*``, ``cost/*``, ``memory/*``).
 
 The host loop (:mod:`rljax.training.loop`) accumulates, per run, the seconds spent computing, waiting for the
 device, logging, evaluating and checkpointing (``TrainResult.timings``). :class:`ChunkTiming` is the
@@ -19,6 +19,15 @@ column; in short, for the row of chunk ``c``:
 * ``time/interval_s``: host time since the previous row was recorded (the first row of a process:
   since the loop started, after compiling).
 
+``cost/*`` is what the chunk cost, for sizing a run (``docs/metrics.md``):
+
+* ``cost/device_s``: device-seconds, ``time/interval_s`` times the devices the run holds (every process's);
+* ``cost/env_steps_per_device_s``: the chunk's env steps (all members of a sweep) per device-second;
+* ``cost/checkpoint_bytes``: the state bytes the checkpoint at the *previous* boundary wrote (0 when none);
+* ``cost/collective_bytes_per_update``: the bytes each device hands to collectives in one update, read
+  from the traced program (:meth:`rljax.training.program.Program.collective_bytes_per_update`; 0 on
+  one device).
+
 ``memory/*`` is the device memory the backend reports (``jax.Device.memory_stats()``), the largest
 value over the run's devices; on a backend that reports nothing (CPU) the columns are present and
 null. These columns vary from run to run like ``wall_time_s`` and ``sps``: :func:`is_measured` names
@@ -36,22 +45,24 @@ from typing import Any
 
 from rljax.training.hooks.base import Hook, Row, Run
 
-__all__ = ["ChunkTiming", "TIME_COLUMNS", "MEMORY_COLUMNS", "MEASURED_FIELDS", "is_measured", "device_memory"]
+__all__ = ["ChunkTiming", "TIME_COLUMNS", "COST_COLUMNS", "MEMORY_COLUMNS", "MEASURED_FIELDS", "is_measured", "device_memory"]
 
 # Row column -> the running total in ``Run.timings`` it is the per-row difference of.
 TIME_COLUMNS = {"time/compute_s": "compute_s", "time/host_wait_s": "host_wait_s", "time/eval_s": "eval_s",
                 "time/logging_s": "logging_s", "time/checkpoint_s": "checkpoint_s", "time/agree_s": "agree_s"}
 MEMORY_COLUMNS = {"memory/bytes_in_use": "bytes_in_use", "memory/peak_bytes_in_use": "peak_bytes_in_use",
                   "memory/bytes_limit": "bytes_limit"}
+COST_COLUMNS = ("cost/device_s", "cost/env_steps_per_device_s", "cost/checkpoint_bytes",
+                "cost/collective_bytes_per_update")
 MEASURED_FIELDS = ("wall_time_s", "sps")
-"""Row columns measured by the clock rather than computed from the run's data (with every ``time/*``
-and ``memory/*`` column): they differ between two runs that are otherwise bit-identical."""
-_MEASURED_PREFIXES = ("time/", "memory/")
+"""Row columns measured by the clock rather than computed from the run's data (with every ``time/*``,
+``cost/*`` and ``memory/*`` column): they differ between two runs that are otherwise bit-identical."""
+_MEASURED_PREFIXES = ("time/", "cost/", "memory/")
 
 
 def is_measured(key: str) -> bool:
     """Whether the row column ``key`` is measured by the clock or the allocator (``wall_time_s``,
-    ``sps``, ``time/*``, ``memory/*``), so it differs between otherwise identical runs."""
+    ``sps``, ``time/*``, ``cost/*``, ``memory/*``), so it differs between otherwise identical runs."""
     return key in MEASURED_FIELDS or key.startswith(_MEASURED_PREFIXES)
 
 
@@ -75,20 +86,24 @@ def device_memory(devices: Sequence[Any]) -> dict[str, int | None]:
 
 
 class ChunkTiming(Hook):
-    """The boundary hook that adds the ``time/*`` and ``memory/*`` columns to every chunk's rows.
+    """The boundary hook that adds the ``time/*``, ``cost/*`` and ``memory/*`` columns to every chunk's rows.
 
     Placed just before :class:`rljax.store.tracking.Tracking`, so the columns are in the rows it logs
     (and in ``TrainResult.rows`` and the rows saved with checkpoints); a sweep's members get the
     same values (they share one program).
 
     Args:
-        devices: the run's devices (``program.parallel.devices``).
+        devices: this process's devices of the run (their memory is reported).
         clock: the clock for ``time/interval_s`` (tests pass a fake one).
+        num_devices: the devices the run holds over all processes (device-seconds); by default
+            ``len(devices)``.
     """
 
-    def __init__(self, devices: Sequence[Any], clock: Any = time.perf_counter):
+    def __init__(self, devices: Sequence[Any], clock: Any = time.perf_counter, num_devices: int | None = None):
         self.devices = list(devices)
         self.clock = clock
+        self.num_devices = num_devices or len(self.devices)
+        self._bytes = 0
         self._totals: dict[str, float] = {}
         self._t_last = clock()
 
@@ -98,6 +113,7 @@ class ChunkTiming(Hook):
     def start(self, run: Run) -> None:
         """Before the first chunk (after compiling): the totals start from here."""
         self._totals = self._snapshot(run.timings)
+        self._bytes = int(run.timings.get("checkpoint_bytes", 0))
         self._t_last = self.clock()
 
     def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
@@ -106,7 +122,14 @@ class ChunkTiming(Hook):
         columns: dict[str, Any] = {column: totals[name] - self._totals.get(name, 0.0)
                                    for column, name in TIME_COLUMNS.items()}
         columns["time/interval_s"] = now - self._t_last
+        device_s = columns["time/interval_s"] * self.num_devices
+        plan, written = run.plan, int(run.timings.get("checkpoint_bytes", 0))
+        columns["cost/device_s"] = device_s
+        columns["cost/env_steps_per_device_s"] = (plan.updates_per_chunk * plan.env_steps_per_update
+                                                  * run.program.size / max(device_s, 1e-9))
+        columns["cost/checkpoint_bytes"] = written - self._bytes
+        columns["cost/collective_bytes_per_update"] = int(run.timings.get("collective_bytes_per_update", 0))
         columns.update(device_memory(self.devices))
-        self._totals, self._t_last = totals, now
+        self._totals, self._t_last, self._bytes = totals, now, written
         for row in rows:
             row.update(columns)

@@ -17,7 +17,7 @@ from rljax.agents.ppo import PPOConfig
 from rljax.runtime.distributed import fetch
 from rljax.agents.base import UpdateOutput
 from rljax.core.rollout import EpisodeSummary
-from rljax.training.program import (ROW_BUDGET, ChunkOutput, Plan, Program, UpdateRows, auto_log_every, make_chunk,
+from rljax.training.program import (ROW_BUDGET, collective_bytes, ChunkOutput, Plan, Program, UpdateRows, auto_log_every, make_chunk,
                                     nonfinite_count, pack_output, plan_updates, resume_plan, row_groups, strong_types)
 from rljax.training.sweep import SweepSpec, build_members, make_population
 
@@ -147,3 +147,28 @@ def test_a_sweep_member_must_be_a_single_device_run():
     config = PPOConfig(**{**TINY.__dict__, "num_devices": 2})
     with pytest.raises(ValueError, match="sweep members are single-device runs: num_devices=2"):
         Program(config, env, params, make_population(TINY, params, members, 1))
+
+
+def test_collective_bytes_counts_every_collective_by_hand():
+    def f(x):
+        def body(c, _):
+            return c + jax.lax.psum(x, "i"), None
+
+        y, _ = jax.lax.scan(body, x, None, length=5)                                  # 5 x 48 bytes
+        z = jax.lax.cond(x[0, 0] > 0, lambda: jax.lax.psum(x, "i"), lambda: x)      # the larger branch: 48
+        return jax.lax.pmean(y, "i"), jax.lax.all_gather(x, "i"), jax.lax.pmax(x, "i"), z  # 3 x 48
+
+    assert collective_bytes(jax.make_jaxpr(f, axis_env=[("i", 4)])(jnp.ones((3, 4)))) == 5 * 48 + 48 + 3 * 48
+
+
+def test_a_data_parallel_ppo_update_all_reduces_its_gradients_once_per_minibatch_step():
+    from rljax.agents.ppo import make_ppo
+    from rljax.core.registry import make
+
+    cfg = PPOConfig(num_envs=4, num_steps=8, num_epochs=3, num_minibatches=2, hidden_sizes=(16,))
+    env, params = make(cfg.env)
+    agent = make_ppo(cfg, env, params, axis_name="i")
+    state = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 10, cfg.hyperparams(), params))
+    got = collective_bytes(jax.make_jaxpr(agent.update, axis_env=[("i", 2)])(state))
+    grads = 3 * 2 * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.params))
+    assert grads < got < grads + 1024  # the gradient all-reduces, and a few scalar metrics

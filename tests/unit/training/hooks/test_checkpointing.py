@@ -17,11 +17,13 @@ PLAN = Plan(num_updates=8, updates_per_chunk=2, num_chunks=4, env_steps_per_upda
 class FakeCheckpointer:
     def __init__(self, refuse: bool = False):
         self.saves, self.closed, self.refuse = [], False, refuse
+        self.bytes_written = 0
 
     def save(self, step, state, meta, nonfinite_ok):
         if self.refuse:
             raise NonFiniteStateError("leaf params: 1 NaN", {"params": 1})
         self.saves.append((step, state, meta, nonfinite_ok))
+        self.bytes_written += 1000
 
     def close(self):
         self.closed = True
@@ -52,6 +54,7 @@ def test_every_n_chunks_and_always_after_the_last():
     for c in range(4):
         assert hook.boundary(run, c, _rows(c), last=c == 3) is None
     assert [s[0] for s in ckpt.saves] == [64, 128]  # after chunks 1 and 3 (3 is also the last)
+    assert run.timings["checkpoint_bytes"] == 2000  # the run's total, for the rows' cost/checkpoint_bytes
     assert [hook.due(run, c, False) for c in range(4)] == [False, True, False, True]
     hook.close(run)
     assert ckpt.closed

@@ -24,7 +24,9 @@ from rljax.agents.ppo import PPOConfig
 from rljax.cli.main import main as cli_main, run_experiment
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 from rljax.cli.inspect import summary_text
-from rljax.training.hooks.observe import MEMORY_COLUMNS, TIME_COLUMNS, ChunkTiming, device_memory, is_measured
+from rljax.training.hooks.observe import (COST_COLUMNS, MEMORY_COLUMNS, TIME_COLUMNS, ChunkTiming, device_memory,
+                                          is_measured)
+from rljax.training.program import Plan
 from rljax.store.tracking import read_metrics
 
 TINY = dict(num_envs=4, num_steps=16, num_epochs=1, num_minibatches=2, hidden_sizes=(16,))
@@ -60,6 +62,11 @@ def test_every_row_has_time_and_memory_columns(cli_run):
     assert [row["time/eval_s"] > 0 for row in rows] == [False, True, False, True]
     # A checkpoint after every chunk: each row but the first reports the previous boundary's save.
     assert rows[0]["time/checkpoint_s"] == 0.0 and all(row["time/checkpoint_s"] > 0 for row in rows[1:])
+    # ...and the bytes it wrote: the same state each time, one device, no collectives.
+    written = [row["cost/checkpoint_bytes"] for row in rows]
+    assert written[0] == 0 and written[1] > 0 and len(set(written[1:])) == 1, written
+    assert all(row["cost/collective_bytes_per_update"] == 0 for row in rows)
+    assert all(row["cost/device_s"] == pytest.approx(row["time/interval_s"]) for row in rows)
     assert rows[0]["time/logging_s"] == 0.0 and all(row["time/logging_s"] > 0 for row in rows[1:])
     # Memory: exactly what the backend reports (CPU: null in every row, never missing).
     reports = jax.devices()[0].memory_stats() is not None
@@ -127,20 +134,30 @@ def test_device_memory_is_the_fullest_device_or_null():
 def test_chunk_timing_reports_growth_since_the_previous_row():
     clock = iter([0.0, 10.0, 12.5, 13.0]).__next__
     run = type("R", (), {})()
-    run.timings = {"compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0, "eval_s": 0.0}
-    hook = ChunkTiming([_FakeDevice(None)], clock=clock)
+    run.timings = {"compute_s": 0.0, "host_wait_s": 0.0, "logging_s": 0.0, "checkpoint_s": 0.0, "eval_s": 0.0,
+                   "checkpoint_bytes": 100, "collective_bytes_per_update": 4096}
+    # A population of 2 members over 4 devices, 3 updates of 8 env steps per chunk.
+    run.plan = Plan(num_updates=30, updates_per_chunk=3, num_chunks=10, env_steps_per_update=8)
+    run.program = type("P", (), {"size": 2})()
+    hook = ChunkTiming([_FakeDevice(None)], clock=clock, num_devices=4)
     hook.start(run)  # t = 10
     run.timings.update(compute_s=2.0, host_wait_s=1.5)
     rows = [{}, {}]
     hook.record(run, 0, rows)  # t = 12.5
     assert rows[0] == rows[1] and rows[0]["time/compute_s"] == 2.0 and rows[0]["time/interval_s"] == 2.5
-    run.timings.update(compute_s=2.25, logging_s=0.125, checkpoint_s=0.25)
+    # 2.5 s on 4 devices; 2 members x 3 updates x 8 steps = 48 env steps in 10 device-seconds.
+    assert {k: rows[0][k] for k in COST_COLUMNS} == {
+        "cost/device_s": 10.0, "cost/env_steps_per_device_s": 4.8, "cost/checkpoint_bytes": 0,
+        "cost/collective_bytes_per_update": 4096}
+    run.timings.update(compute_s=2.25, logging_s=0.125, checkpoint_s=0.25, checkpoint_bytes=1124)
     rows = [{}]
     hook.record(run, 1, rows)  # t = 13
     assert {k: rows[0][k] for k in ("time/compute_s", "time/logging_s", "time/checkpoint_s", "time/host_wait_s",
                                     "time/interval_s")} == {"time/compute_s": 0.25, "time/logging_s": 0.125,
                                                             "time/checkpoint_s": 0.25, "time/host_wait_s": 0.0,
                                                             "time/interval_s": 0.5}
+    assert rows[0]["cost/device_s"] == 2.0 and rows[0]["cost/checkpoint_bytes"] == 1024  # the save since the last row
+    assert all(is_measured(k) for k in COST_COLUMNS)
 
 
 @struct.dataclass
