@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from rljax.agents import build_agent
 from rljax.agents.base import psum
@@ -272,10 +273,9 @@ def collective_bytes(jaxpr: Any) -> int:
                          if hasattr(v.aval, "shape"))
         inner = [collective_bytes(sub) for value in eqn.params.values()
                  for sub in (value if isinstance(value, (tuple, list)) else (value,))
-                 if isinstance(sub, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr))]
-        if inner:
-            total += max(inner) * int(eqn.params.get("length", 1)) if name == "cond" else \
-                sum(inner) * int(eqn.params.get("length", 1))
+                 if isinstance(sub, (Jaxpr, ClosedJaxpr))]
+        if inner:  # a cond runs one branch; a scan runs its body `length` times
+            total += (max(inner) if name == "cond" else sum(inner)) * int(eqn.params.get("length", 1))
     return total
 
 
