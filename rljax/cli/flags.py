@@ -201,6 +201,9 @@ def _add_run_flags(run: Any) -> None:
                      help="the stall threshold until the first chunk finishes (compiling does not count)")
     run.add_argument("--stall-min", type=_parse_float, default=60.0, metavar="SECONDS",
                      help="the stall threshold's floor after the first chunk")
+    run.add_argument("--straggler-margin", type=_parse_float, default=0.2, metavar="FRACTION",
+                     help="multi-process runs: warn when one process keeps the others waiting for more than this "
+                          "fraction of a chunk's interval in 2 chunks in a row; 0: no warning")
     run.add_argument("--deterministic", choices=("auto", "on", "off"), default="auto",
                      help="bit-identical reruns and resumes in another process: auto = on the CPU (free there), "
                           "not on a GPU (it costs throughput there); on = also on a GPU (sets XLA's deterministic "
@@ -247,8 +250,8 @@ RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval
                      "keep_checkpoints": "keep_checkpoints", "no_checkpoints": "checkpoints",
                      "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
                      "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
-                     "deterministic": "deterministic", "log_every": "log_every", "wandb": "wandb",
-                     "mlflow": "mlflow"}
+                     "straggler_margin": "straggler_margin", "deterministic": "deterministic",
+                     "log_every": "log_every", "wandb": "wandb", "mlflow": "mlflow"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -262,7 +265,8 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
                checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
                stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
-               deterministic=args.deterministic, log_every=args.log_every, wandb=args.wandb, mlflow=args.mlflow)
+               straggler_margin=args.straggler_margin, deterministic=args.deterministic, log_every=args.log_every,
+               wandb=args.wandb, mlflow=args.mlflow)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

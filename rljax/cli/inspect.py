@@ -97,6 +97,11 @@ def _throughput_lines(rows: list[dict[str, Any]], members: int = 1) -> list[str]
         else:
             lines.append("device memory: not reported by this backend (CPU reports none)")
         lines += _cost_lines(timed)
+        from rljax.training.hooks.stragglers import straggler_summary
+
+        stragglers = straggler_summary(timed)
+        if stragglers:
+            lines.append(stragglers)
     return lines
 
 

@@ -46,12 +46,12 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = ["PeerLostError", "STOP_REQUEST", "GLOO_NOISE", "without_lines", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
-           "is_leader", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
+           "is_leader", "Agreement", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
            "process_record", "is_peer_failure", "DEFAULT_HEARTBEAT_TIMEOUT_S"]
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30
@@ -243,26 +243,45 @@ def _allgather(x: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
 
 
-def agree(signum: int, leader_clock: float) -> tuple[int, int, float]:
-    """The processes' common view at a chunk boundary.
+class Agreement(NamedTuple):
+    """What :func:`agree` returns: identical on every process.
+
+    Attributes:
+        signum: the first stop signal received over all processes since the last agreement (0: none).
+        process: the index of the process that received it (0 when none did).
+        clock: the leader's run clock.
+        times: ``[P, K]`` float64, row ``p`` the ``times`` process ``p`` passed (``[1, K]`` with
+            one process; ``[P, 0]`` when none were passed).
+    """
+
+    signum: int
+    process: int
+    clock: float
+    times: np.ndarray
+
+
+def agree(signum: int, leader_clock: float, times: Sequence[float] = ()) -> Agreement:
+    """The processes' common view at a chunk boundary (one small all-gather; a collective: every
+    process calls it at the same points, with ``times`` of the same length).
 
     Args:
         signum: the stop signal this process received since the last agreement (0: none).
         leader_clock: this process's run clock (only the leader's is used).
+        times: a few seconds this process measured (the loop's per-process chunk timings, from
+            which :mod:`rljax.training.hooks.stragglers` names a slow process).
 
     Returns:
-        ``(signum, process, clock)``: the first received stop signal over all processes (0 if none)
-        and the index of the process that received it; the leader's clock. Identical on every
-        process. With one process: the inputs.
+        The :class:`Agreement`. With one process: the inputs.
     """
+    mine = np.asarray(times, np.float64).reshape(1, -1)
     if process_count() == 1:
-        return signum, 0, leader_clock
+        return Agreement(signum, 0, leader_clock, mine)
     # float32: collectives without jax_enable_x64 move 32-bit values (the clock counts from the
     # run's start: its resolution is still about 5 ms after a day, enough for a save cadence).
-    rows = _allgather(np.asarray([float(signum), float(leader_clock)], np.float32))
+    rows = _allgather(np.asarray([float(signum), float(leader_clock), *mine[0]], np.float32))
     stopped = [i for i in range(rows.shape[0]) if rows[i, 0] != 0]
     first = stopped[0] if stopped else 0
-    return int(rows[first, 0]), first, float(rows[0, 1])
+    return Agreement(int(rows[first, 0]), first, float(rows[0, 1]), rows[:, 2:].astype(np.float64))
 
 
 def fetch(tree: Any) -> Any:

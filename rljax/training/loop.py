@@ -43,6 +43,7 @@ import numpy as np
 from rljax.agents.base import Agent
 from rljax.core.counters import Count
 from rljax.training.hooks.base import Hook, Row, Run
+from rljax.training.hooks.stragglers import PROCESS_TIMES
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 from rljax.training.options import RunOptions
 from rljax.training.program import (ChunkOutput, Plan, Program, UpdateRows, check_not_shrunk, plan_updates,
@@ -336,6 +337,7 @@ def _hooks(run: Run) -> list[Hook]:
     from rljax.training.hooks.checkpointing import Checkpointing
     from rljax.training.hooks.observe import ChunkTiming
     from rljax.training.hooks.pbt import PBT
+    from rljax.training.hooks.stragglers import Stragglers
     from rljax.training.hooks.watchdog import StallWatchdog
 
     options, program = run.options, run.program
@@ -345,6 +347,7 @@ def _hooks(run: Run) -> list[Hook]:
     # Device memory of this process's devices (several processes: the leader's stand for the run's).
     local = [d for d in program.parallel.devices if d.process_index == jax.process_index()]
     hooks.append(ChunkTiming(local, num_devices=len(program.parallel.devices)))  # adds its columns before logging
+    hooks.append(Stragglers(options.straggler_margin, leader=run.leader))  # reads ChunkTiming's interval
     hooks.append(TrackingHook(run.tracking))
     if run.leader and options.run_dir is not None and (options.wandb or options.mlflow):
         from rljax.store.trackers import Trackers, backends
@@ -459,8 +462,9 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
 
     guard, plan, timings = run.guard, run.plan, run.timings
     launch_ahead = run.program.parallel.can_launch_ahead and not any(h.needs_every_state for h in hooks)
-    t_done, c = -math.inf, run.start_chunk
-    guard.agree()  # several processes: a signal during set-up or compilation stops all of them
+    t_done, c, agree_s = -math.inf, run.start_chunk, 0.0
+    guard.agree((0.0,) * len(PROCESS_TIMES))  # several processes: a signal during set-up or compilation stops all
+    t_agreed = time.perf_counter()
     guard.raise_if_interrupted()  # Ctrl-C twice during set-up or compilation
     preempted = guard.signal_name if guard.requested else None
     for hook in hooks:
@@ -481,14 +485,18 @@ def _host_loop(run: Run, compiled: Any, unpack: Callable[[Any], ChunkOutput], ho
         out = unpack(distributed.fetch(run.program.first_device(out)))  # waits for chunk c
         if run.ahead is None:
             jax.block_until_ready(run.state)
-        t_agree = time.perf_counter()
-        guard.agree()
-        timings["agree_s"] += time.perf_counter() - t_agree
         # Device time of chunk c: from its launch, or from the previous chunk's end when it was queued behind it.
         now = time.perf_counter()
         chunk_s, t_done = now - max(t_launch, t_done), now
         timings["compute_s"] += chunk_s
         timings["host_wait_s"] += now - t_wait
+        # Every process's times ride on the agreement (PROCESS_TIMES; the agreement's own wait is the
+        # previous one's): the host work before chunk c's launch names a process the others waited for.
+        guard.agree((max(0.0, t_launch - t_agreed), chunk_s, now - t_wait, agree_s))
+        t_agreed = time.perf_counter()
+        agree_s = t_agreed - now
+        timings["agree_s"] += agree_s
+        run.process_times = guard.process_times if distributed.process_count() > 1 else None
         run.phase = f"boundary of chunk {c}: hooks (logging, evaluation, checkpoint, ...)"
         t_log, eval_before = time.perf_counter(), timings["eval_s"]
         wall_s = wall()

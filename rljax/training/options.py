@@ -28,7 +28,8 @@ OnChunkCallback = Callable[[int, Any, dict[str, Any]], Any]
 member 0's metrics row; a true result stops the run there as a preemption would."""
 
 SAVED_FIELDS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard",
-                "stall_factor", "stall_first_chunk_s", "stall_min_s", "deterministic", "log_every", "wandb", "mlflow")
+                "stall_factor", "stall_first_chunk_s", "stall_min_s", "straggler_margin", "deterministic", "log_every",
+                "wandb", "mlflow")
 """The options recorded with a run (``run_options`` in ``manifest.json`` and checkpoint metas) and kept
 by ``rljax resume`` (:meth:`RunOptions.saved`)."""
 
@@ -84,6 +85,10 @@ class RunOptions:
         stall_first_chunk_s: the stall threshold until the first chunk finishes (compiling does
             not count).
         stall_min_s: the threshold's floor after the first chunk.
+        straggler_margin: in a multi-process run, warn (once per straggler) when the same process
+            kept the others waiting for more than this fraction of the chunk's interval (and at
+            least 50 ms) in 2 chunks in a row; 0: no warning (the rows still carry the
+            per-process times: :mod:`rljax.training.hooks.stragglers`).
         deterministic: ``"auto"``, ``"on"`` or ``"off"``: whether the run must be bit-identical
             when rerun or resumed in another process (:func:`rljax.runtime.determinism.request_deterministic`;
             what each backend guarantees: docs/runbook.md). ``"on"`` sets XLA's deterministic
@@ -114,6 +119,7 @@ class RunOptions:
     stall_factor: float = 10.0
     stall_first_chunk_s: float = 600.0
     stall_min_s: float = 60.0
+    straggler_margin: float = 0.2
     deterministic: str = "auto"
 
     def __post_init__(self) -> None:
@@ -164,6 +170,12 @@ class RunOptions:
                 allowed = ">= 0 (0: no stall watchdog)" if name == "stall_factor" else "> 0"
                 raise ValueError(f"{name} must be a finite number {allowed}, got {value!r}")
             object.__setattr__(self, name, float(value))
+        margin = self.straggler_margin
+        if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and math.isfinite(margin)
+                and margin >= 0):
+            raise ValueError(f"straggler_margin must be a finite number >= 0 (a fraction of the chunk's interval; "
+                             f"0: no straggler warning), got {margin!r}")
+        object.__setattr__(self, "straggler_margin", float(margin))
 
     def _check_trackers(self) -> None:
         if self.wandb is not None and (not isinstance(self.wandb, str) or not self.wandb.strip()):

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["PreemptionGuard", "FORCED_EXIT_GRACE_S", "DUPLICATE_SIGTERM_S"]
@@ -65,6 +66,7 @@ class PreemptionGuard:
         self.finishing = False
         self.pending = 0  # deferred: the signal received since the last agreement
         self.agreed_clock = 0.0
+        self.process_times: Any = None
         self.local_clock: Any = time.perf_counter
         self._previous: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None
@@ -86,19 +88,20 @@ class PreemptionGuard:
         elif self.signal_name is None:
             self.signal_name = reason
 
-    def agree(self) -> None:
+    def agree(self, times: Sequence[float] = ()) -> None:
         """The boundary's agreement between the processes of a multi-process run (a no-op for one).
 
         A ``deferred`` guard holds a signal as :attr:`pending` until here; then all processes
         learn of any process's signal at once, so all of them stop after the same chunk, and take
         the leader's clock as :attr:`agreed_clock` (:func:`rljax.runtime.distributed.agree`; a collective:
-        every process calls it at the same points).
+        every process calls it at the same points). ``times`` rides along: every process's are
+        :attr:`process_times` afterwards (``[P, len(times)]``; None for a guard that is not deferred).
         """
         if not self.deferred:
             return
         from rljax.runtime.distributed import agree, signal_name
 
-        signum, who, self.agreed_clock = agree(self.pending, self.local_clock())
+        signum, who, self.agreed_clock, self.process_times = agree(self.pending, self.local_clock(), times)
         if signum and self.signal_name is None:
             self.signal_name = f"{signal_name(signum)} (process {who})"
 

@@ -207,6 +207,27 @@ def test_a_killed_process_makes_the_other_fail_fast(tmp_path):
     assert (run_dir / "checkpoints").is_dir()  # the committed checkpoints stay for the restart
 
 
+@pytest.mark.timeout(300)
+def test_a_process_that_sleeps_in_every_chunk_is_named_the_straggler(tmp_path):
+    """Process 1 sleeps 0.5 s in every chunk's callback: from chunk 1 on it launches every chunk late,
+    and process 0 waits for it inside the chunk's gradient all-reduce."""
+    from rljax.cli.inspect import summary_text
+
+    run_dir = tmp_path / "run"
+    results = _finish(_start_processes(["tests/support/straggler_run.py", str(run_dir), "0.5"]))
+    assert [code for code, _ in results] == [0, 0], [err[-2000:] for _, err in results]
+    rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    for row in rows[1:]:
+        assert row["time/straggler"] == 1 and row["time/straggler_lag_s"] > 0.4, row
+        assert row["time/boundary_s_max_process"] == 1 and row["time/boundary_s_max"] > 0.4, row
+        assert row["time/compute_s_max_process"] == 0, row  # the one that waited inside the chunk
+    warnings = [line for line in results[0][1].splitlines() if "is a straggler" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: process 1 is a straggler"), results[0][1][-2000:]
+    assert "is a straggler" not in results[1][1], "only the leader warns"
+    assert "processes: process 1 kept the others waiting in 5 of 6 chunks" in summary_text(run_dir)
+
+
 def test_launch_forwards_statuses_and_refuses_bad_arguments():
     assert job_status([0, 0], None) == 0
     assert job_status([75, 75], None) == 75

@@ -116,6 +116,8 @@ class Run:
         update_rows: the current chunk's rows per ``log_every`` updates, one list per member
             (:func:`rljax.training.loop.update_rows`).
         phase: what the host loop is doing, in words (read by the stall watchdog's report).
+        process_times: a multi-process run's ``[P, 4]`` seconds per process for the current chunk
+            (:data:`rljax.training.hooks.stragglers.PROCESS_TIMES`); None with one process.
     """
 
     config: RunConfig
@@ -138,6 +140,7 @@ class Run:
     log_every: int = 1
     update_rows: list[list[Row]] = dataclasses.field(default_factory=list)
     phase: str = "setting up"
+    process_times: Any = None
 
     def discard_ahead(self) -> None:
         """Drops the chunk launched ahead (it ran on a state being replaced); its output state is

@@ -42,7 +42,8 @@ def test_run_options_are_frozen_keyword_only_and_save_only_what_a_resume_keeps()
         RunOptions("runs/a")  # type: ignore[misc]
     assert options.saved() == {"checkpoint_every": 0, "checkpoint_interval_s": 5.0, "keep_checkpoints": 3,
                                "checkpoints": True, "tensorboard": True, "stall_factor": 0.0,
-                               "stall_first_chunk_s": 600.0, "stall_min_s": 60.0, "deterministic": "auto", "log_every": 0,
+                               "stall_first_chunk_s": 600.0, "stall_min_s": 60.0, "straggler_margin": 0.2, "deterministic": "auto",
+                               "log_every": 0,
                                "wandb": None, "mlflow": None}
     assert tuple(options.saved()) == SAVED_FIELDS
     assert options.replace(quiet=False).quiet is False
