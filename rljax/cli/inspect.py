@@ -125,6 +125,22 @@ def _cost_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"collectives {_fmt_bytes(collective[-1] if collective else 0)} per device per update"]
 
 
+def _run_cost_lines(manifest: dict[str, Any]) -> list[str]:
+    """The whole run's cost, as its manifest records it when a session ends (every session, the
+    chunks later taken back and the final saves included), or nothing for a run without it."""
+    cost = manifest.get("cost")
+    if not isinstance(cost, dict) or not cost.get("device_s"):
+        return []
+    rate = cost.get("env_steps_per_device_s")
+    peak = cost.get("peak_memory_bytes")
+    taken_back = cost.get("superseded_chunks") or 0
+    return [f"cost of the run (manifest.json): {fmt_number(cost['device_s'])} device-s"
+            + (f" (with {taken_back} chunks taken back)" if taken_back else "")
+            + (f", {fmt_number(rate, 0)} env steps per device-s" if rate else "")
+            + f"; checkpoints wrote {_fmt_bytes(cost.get('checkpoint_bytes') or 0)}"
+            + f"; peak device memory {_fmt_bytes(peak) if peak is not None else 'not reported by this backend'}"]
+
+
 def _history_lines(run_dir: pathlib.Path, manifest: dict[str, Any]) -> list[str]:
     from rljax.store.rundir import checkpoint_steps
 
@@ -185,7 +201,8 @@ def _run_summary(run_dir: pathlib.Path) -> tuple[str, list[dict[str, Any]]]:
     config = read_json(run_dir / "config.json") or {}
     rows = read_chunks(run_dir)
     lines = [_header(run_dir, manifest, config, "run"), _progress_line(rows, planned_total(manifest, config))]
-    lines += _score_lines(rows) + _throughput_lines(rows) + _history_lines(run_dir, manifest)
+    lines += _score_lines(rows) + _throughput_lines(rows) + _run_cost_lines(manifest)
+    lines += _history_lines(run_dir, manifest)
     return "\n".join(lines), rows
 
 
@@ -220,6 +237,7 @@ def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dic
     if len(table) > 16:
         lines.append(f"  ... {len(table) - 16} more configs (summary.md)")
     lines += _throughput_lines(read_chunks(run_dir / "members" / members[0].name), members=len(members))
+    lines += _run_cost_lines(manifest)
     lines += _history_lines(run_dir, first_manifest)
     return "\n".join(lines), members, member_rows
 

@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["FINAL_RETURN_CHUNKS", "Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance",
+__all__ = ["FINAL_RETURN_CHUNKS", "Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance", "cost_totals",
            "read_metrics", "read_chunks", "boundary_line", "format_progress", "format_population_progress", "population_legend", "command_line",
            "package_version"]
 
@@ -176,6 +176,43 @@ def read_chunks(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     that file existed, ``metrics.jsonl``'s (whose rows were per chunk then)."""
     path = pathlib.Path(run_dir) / "chunks.jsonl"
     return _read_rows(path if path.exists() else pathlib.Path(run_dir) / "metrics.jsonl")
+
+
+def cost_totals(rows: list[Mapping[str, Any]], superseded: list[Mapping[str, Any]] = (),
+                unlogged_checkpoint_bytes: int = 0) -> dict[str, Any]:
+    """What a run cost so far (``manifest.json``'s ``cost``), from its chunk rows' ``cost/*`` and
+    ``memory/*`` columns (``docs/metrics.md``).
+
+    Args:
+        rows: the run's chunk rows (``chunks.jsonl``; a sweep's member 0: the members share every chunk).
+        superseded: the rows of chunks computed and then taken back (``chunks.superseded.jsonl``: a
+            resume from an earlier checkpoint, a rollback): their device time was spent too.
+        unlogged_checkpoint_bytes: bytes of the saves that are in no row (each session's last one).
+
+    Returns:
+        ``device_s`` (kept and superseded chunks), ``env_steps`` (the run's progress),
+        ``env_steps_computed`` (kept and superseded), ``env_steps_per_device_s``
+        (computed / device_s), ``checkpoint_bytes`` (rows + unlogged), ``unlogged_checkpoint_bytes``,
+        ``collective_bytes_per_update`` (the last row's), ``peak_memory_bytes`` (the largest
+        ``memory/peak_bytes_in_use``; None where the backend reports none), ``chunks`` and
+        ``superseded_chunks``.
+    """
+    def total(column: str, of: Any) -> float:
+        return float(sum(float(r.get(column) or 0.0) for r in of))
+
+    every = [*rows, *superseded]
+    device_s = total("cost/device_s", every)
+    computed = float(sum(float(r.get("cost/env_steps_per_device_s") or 0.0) * float(r.get("cost/device_s") or 0.0)
+                         for r in every))
+    peaks = [int(r["memory/peak_bytes_in_use"]) for r in every if r.get("memory/peak_bytes_in_use") is not None]
+    collective = [r["cost/collective_bytes_per_update"] for r in every if "cost/collective_bytes_per_update" in r]
+    return {"device_s": device_s, "env_steps": int(rows[-1]["env_steps"]) if rows else 0,
+            "env_steps_computed": round(computed), "env_steps_per_device_s": computed / device_s if device_s else None,
+            "checkpoint_bytes": int(total("cost/checkpoint_bytes", every)) + int(unlogged_checkpoint_bytes),
+            "unlogged_checkpoint_bytes": int(unlogged_checkpoint_bytes),
+            "collective_bytes_per_update": int(collective[-1]) if collective else None,
+            "peak_memory_bytes": max(peaks) if peaks else None, "chunks": len(rows),
+            "superseded_chunks": len(superseded)}
 
 
 def boundary_line(row: Mapping[str, Any], lines: list[Mapping[str, Any]] | None) -> dict[str, Any]:
@@ -522,6 +559,23 @@ class Tracking:
     def close(self, run: Any = None) -> None:
         for tracker in self.trackers:
             tracker.close()
+
+    def record_cost(self, unlogged_checkpoint_bytes: int) -> None:
+        """Writes the run's :func:`cost_totals` into its ``manifest.json`` (a sweep's: the sweep
+        directory's, from member 0's rows), adding ``unlogged_checkpoint_bytes`` (this session's saves
+        that are in no row) to the earlier sessions'. Nothing without a run directory."""
+        if not self.trackers:
+            return
+        rows_dir = pathlib.Path(self.trackers[0].run_dir)
+        path = (rows_dir.parent.parent if self.program.isolated else rows_dir) / "manifest.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return  # a missing or damaged manifest is the resume's to report (Tracker), not overwritten here
+        before = int((record.get("cost") or {}).get("unlogged_checkpoint_bytes") or 0)
+        record["cost"] = cost_totals(read_chunks(rows_dir), _read_rows(rows_dir / "chunks.superseded.jsonl"),
+                                     before + int(unlogged_checkpoint_bytes))
+        _atomic_write_json(path, record)
 
 
 class EventFile:

@@ -133,3 +133,10 @@ class ChunkTiming(Hook):
         self._totals, self._t_last, self._bytes = totals, now, written
         for row in rows:
             row.update(columns)
+
+    def close(self, run: Run) -> None:
+        """Writes the run's cost totals into ``manifest.json`` (:meth:`rljax.store.tracking.Tracking.record_cost`;
+        the hooks close last first, so the final checkpoint and the rows are written by now)."""
+        tracking = getattr(run, "tracking", None)
+        if tracking is not None and getattr(run, "leader", True):
+            tracking.record_cost(int(run.timings.get("checkpoint_bytes", 0)) - self._bytes)

@@ -58,6 +58,12 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
     assert strip(rows_full) == strip(rows_cut)
     steps = [r["env_steps"] for r in rows_cut]
     assert steps == sorted(set(steps))  # monotonic, no duplicates
+    # The manifest's cost adds up both sessions, with the saves that are in no row (each session's last).
+    for run, sessions, rows in (("full", [full], rows_full), ("cut", [part, rest], rows_cut)):
+        cost = json.loads((tmp_path / run / "manifest.json").read_text())["cost"]
+        assert cost["checkpoint_bytes"] == sum(r.timings["checkpoint_bytes"] for r in sessions) > 0, run
+        assert cost["device_s"] == pytest.approx(sum(r["cost/device_s"] for r in rows)), run
+        assert (cost["chunks"], cost["superseded_chunks"], cost["env_steps"]) == (len(rows), 0, rows[-1]["env_steps"])
 
 
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path):

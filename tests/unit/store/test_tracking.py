@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from rljax.agents.ppo import PPOConfig
-from rljax.store.tracking import (REQUIRED_KEYS, Tracker, Tracking, config_hash, config_to_dict,
+from rljax.store.tracking import (REQUIRED_KEYS, Tracker, Tracking, config_hash, config_to_dict, cost_totals,
                                   format_population_progress, format_progress, json_scalar, manifest,
                                   population_legend, read_chunks, read_metrics)
 
@@ -244,3 +244,19 @@ def test_progress_is_printed_unless_quiet(tmp_path):
     with Tracker(tmp_path, PPOConfig(), tensorboard=False, process=PROCESS, stream=stream, total_env_steps=20) as t:
         t.log(_row(10))
     assert stream.getvalue().startswith("[ 50.0%] steps         10/20")
+
+
+def test_cost_totals_by_hand():
+    rows = [{"env_steps": 100, "cost/device_s": 2.0, "cost/env_steps_per_device_s": 50.0, "cost/checkpoint_bytes": 0,
+             "cost/collective_bytes_per_update": 8, "memory/peak_bytes_in_use": None},
+            {"env_steps": 200, "cost/device_s": 4.0, "cost/env_steps_per_device_s": 25.0, "cost/checkpoint_bytes": 300,
+             "cost/collective_bytes_per_update": 8, "memory/peak_bytes_in_use": 1000}]
+    taken_back = [{"env_steps": 300, "cost/device_s": 1.0, "cost/env_steps_per_device_s": 100.0,
+                   "cost/checkpoint_bytes": 300, "cost/collective_bytes_per_update": 8, "memory/peak_bytes_in_use": 4000}]
+    cost = cost_totals(rows, taken_back, unlogged_checkpoint_bytes=50)
+    assert cost == {"device_s": 7.0, "env_steps": 200, "env_steps_computed": 300, "env_steps_per_device_s": 300 / 7,
+                    "checkpoint_bytes": 650, "unlogged_checkpoint_bytes": 50, "collective_bytes_per_update": 8,
+                    "peak_memory_bytes": 4000, "chunks": 2, "superseded_chunks": 1}
+    # Rows from before the cost columns, or none: zeros and nulls, never an error.
+    assert cost_totals([{"env_steps": 5}])["device_s"] == 0.0
+    assert cost_totals([])["env_steps_per_device_s"] is None

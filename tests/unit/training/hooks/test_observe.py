@@ -271,6 +271,13 @@ def test_inspect_run(cli_run, capsys):
     assert f"steps/s: median {np.median([r['sps'] for r in rows]):,.0f}" in out
     assert "checkpoints: 3 kept, newest at 256 env steps" in out and "resumes: none" in out
     assert "host time per chunk, median: compute" in out
+    # The run's cost: four saves of the same state (one per chunk; the last is in no row), the rows' device time.
+    cost = json.loads((cli_run / "manifest.json").read_text())["cost"]
+    saved = rows[1]["cost/checkpoint_bytes"]
+    assert cost["checkpoint_bytes"] == 4 * saved and cost["unlogged_checkpoint_bytes"] == saved
+    assert cost["device_s"] == pytest.approx(sum(r["cost/device_s"] for r in rows))
+    assert cost["env_steps_computed"] == 256 and cost["env_steps_per_device_s"] == pytest.approx(256 / cost["device_s"])
+    assert "cost of the run (manifest.json):" in out and "peak device memory" in out
     assert len(out.splitlines()) <= 25  # one screen
     for name in ("returns.png", "throughput.png", "losses.png"):
         _assert_png(cli_run / "inspect" / name)
@@ -316,6 +323,10 @@ def test_inspect_sweep(tmp_path, capsys):
     assert f"steps/s (population): median {population_sps:,.0f}" in out
     _assert_png(tmp_path / "sw" / "inspect" / "configs.png")
     _assert_png(tmp_path / "sw" / "inspect" / "throughput.png")
+    # The population's cost goes to the sweep's manifest (its members share every chunk).
+    cost = json.loads((tmp_path / "sw" / "manifest.json").read_text())["cost"]
+    assert cost["chunks"] == 3 and cost["env_steps"] == 192 and cost["checkpoint_bytes"] > 0
+    assert "cost of the run (manifest.json): " in out
 
 
 # ----------------------------------------------------------------------------------------------
