@@ -114,7 +114,7 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
-    config = _all_devices_of_a_job(config, parser, explicit, resuming=bool(args.resume))
+    config = _all_devices_of_a_job(config, parser, explicit)
 
     from rljax.training.loop import train
     from rljax.training.options import RunOptions
@@ -130,16 +130,17 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     return 0
 
 
-def _all_devices_of_a_job(config: Any, parser: Any, explicit: set[str], resuming: bool) -> Any:
+def _all_devices_of_a_job(config: Any, parser: Any, explicit: set[str]) -> Any:
     """``config`` with ``num_devices`` = every device of a multi-process job when the command line did
-    not give it (a multi-process run uses all of them); unchanged in a single process or a resume
-    (which keeps its saved layout)."""
+    not give it (a multi-process run uses all of them); unchanged in a single process. A resume in a
+    job of another size than the saved run's so continues on the job's devices (an elastic resume,
+    :mod:`rljax.training.elastic`): a job requeued on the hosts left carries on."""
     import jax
 
     from rljax.runtime.distributed import is_initialized
 
     # is_initialized first: asking JAX for its process count would start its backend in a single process.
-    if not is_initialized() or resuming or "num_devices" in explicit or config.num_devices == jax.device_count():
+    if not is_initialized() or "num_devices" in explicit or config.num_devices == jax.device_count():
         return config
     try:
         return dataclasses.replace(config, num_devices=jax.device_count())

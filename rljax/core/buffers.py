@@ -98,6 +98,7 @@ __all__ = [
     "prioritized_sample",
     "update_priorities",
     "set_alpha",
+    "relayout",
     "linear_schedule",
 ]
 
@@ -658,3 +659,68 @@ def linear_schedule(start: float, end: float, steps: int) -> Callable[[jax.typin
         return jnp.asarray(start, jnp.float32) + frac * (end - start)
 
     return schedule
+
+
+# --------------------------------------------------------------------------------------------------
+# Re-dealing buffers (elastic resume)
+# --------------------------------------------------------------------------------------------------
+
+
+def relayout(states: list[Any], count: int, capacity: int) -> list[Any]:
+    """The transitions of ``states`` dealt into ``count`` buffers of ``capacity`` slots (host side).
+
+    For a data-parallel run resumed on another number of devices: ``states`` are the per-device
+    buffers (host values, :class:`ReplayState` or :class:`PrioritizedReplayState`), which filled in
+    lockstep. Each buffer is read oldest first (from slot ``(cursor - size) % capacity``); the
+    ``i``-th oldest transitions of all of them are put side by side (buffer order), and result ``j``
+    gets every ``count``-th transition of that sequence starting at the ``j``-th, so each result is
+    in time order. Every transition is kept, but the oldest ``total % count`` (each result holds as
+    many); results fill from slot 0 (``cursor = size % capacity``). Prioritised buffers keep each
+    transition's raw priority, the largest ``max_priority`` and the first buffer's ``alpha``, and
+    their trees are rebuilt (:func:`set_alpha`).
+
+    Raises:
+        ValueError: the buffers differ in cursor or size (they did not fill in lockstep), or the
+            transitions do not fit ``count`` buffers of ``capacity``.
+    """
+    prioritized = isinstance(states[0], PrioritizedReplayState)
+    replays = [s.replay if prioritized else s for s in states]
+    sizes = {int(np.asarray(r.size)) for r in replays}
+    cursors = {int(np.asarray(r.cursor)) for r in replays}
+    if len(sizes) > 1 or len(cursors) > 1:
+        raise ValueError(f"cannot re-deal replay buffers that did not fill in lockstep: sizes {sorted(sizes)}, "
+                         f"cursors {sorted(cursors)}")
+    size, cursor, old_capacity = sizes.pop(), cursors.pop(), replays[0].capacity
+    total = size * len(replays)
+    per = total // count
+    if per > capacity:
+        raise ValueError(f"{total} transitions do not fit {count} buffers of {capacity} slots")
+    oldest_first = (cursor - size + np.arange(size)) % old_capacity
+    drop = total - per * count  # the oldest few, so every result holds as many
+    source = np.tile(np.arange(len(replays)), size)[drop:]
+    slot = np.repeat(oldest_first, len(replays))[drop:]
+
+    def dealt(j: int, *leaves: Any) -> np.ndarray:
+        stacked = np.stack([np.asarray(x) for x in leaves])  # [buffers, old_capacity, ...]
+        out = np.zeros((capacity, *stacked.shape[2:]), stacked.dtype)
+        out[:per] = stacked[source[j::count], slot[j::count]]
+        return out
+
+    index_dtype = np.asarray(replays[0].cursor).dtype
+    results = []
+    for j in range(count):
+        replay = ReplayState(data=jax.tree.map(lambda *xs: dealt(j, *xs), *[r.data for r in replays]),
+                             cursor=np.asarray(per % capacity, index_dtype), size=np.asarray(per, index_dtype),
+                             capacity=capacity)
+        if not prioritized:
+            results.append(replay)
+            continue
+        num_leaves = 1 << (capacity - 1).bit_length()
+        alpha = np.asarray(states[0].alpha, np.float32)
+        state = PrioritizedReplayState(
+            replay=replay, sum_tree=np.zeros((2 * num_leaves,), np.float32),
+            min_tree=np.full((2 * num_leaves,), np.inf, np.float32),
+            max_priority=np.max([np.asarray(s.max_priority) for s in states]).astype(np.float32), alpha=alpha,
+            priorities=dealt(j, *[s.priorities for s in states]))
+        results.append(jax.device_get(set_alpha(state, alpha)))
+    return results

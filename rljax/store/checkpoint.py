@@ -237,6 +237,11 @@ class NonFiniteStateError(FloatingPointError):
         self.counts = counts
 
 
+class LayoutError(ValueError):
+    """A checkpoint that reads fine does not fit the run's device layout and cannot be made to
+    (raised by a restore's ``adapt``); unlike a damaged step, it is not skipped for an older one."""
+
+
 class CheckpointIntegrityError(ValueError):
     """A checkpoint's data is not what was saved: a checksum, shape or dtype differs, or it holds
     non-finite values that its meta does not record."""
@@ -539,8 +544,12 @@ class Checkpointer:
             warnings.warn(f"checkpoint step {step} in {self.directory} has no checksums (written by an "
                           f"earlier rljax): its data cannot be verified", stacklevel=3)
 
-    def restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int]]:
+    def restore(self, template: Any, adapt: Any = None) -> tuple[Any, dict[str, Any], list[int]]:
         """Restores the newest checkpoint that loads into ``template``'s structure.
+
+        ``adapt(host_leaves, meta) -> host_leaves``, when given, fits a step's leaves to the template
+        first (an elastic resume re-deals them over another device count,
+        :mod:`rljax.training.elastic`); a :class:`LayoutError` it raises ends the restore.
 
         A step is skipped (with a warning naming it and why) when Orbax cannot read it, its
         checksums do not match, it holds NaN/inf its meta does not record, or it does not fit the
@@ -556,14 +565,14 @@ class Checkpointer:
         from rljax.runtime.distributed import broadcast_arrays, broadcast_json, process_count
 
         if process_count() == 1:
-            return self._restore(template)[:3]
+            return self._restore(template, adapt)[:3]
         # The leader reads, checks and sets aside as one process would; the others get its result.
         shapes = _host_shapes(template)
         like = [np.zeros(shape, dtype) for shape, dtype in shapes]
         result, error = None, None
         if not self.follower:
             try:
-                result = self._restore(template)
+                result = self._restore(template, adapt)
             except NoCheckpointError as err:
                 error = str(err)
         verdict = broadcast_json(None if self.follower else {"error": error} if error is not None else
@@ -573,7 +582,7 @@ class Checkpointer:
         leaves = broadcast_arrays(None if self.follower else result[3], like)
         return from_host(leaves, template), verdict["meta"], verdict["skipped"]
 
-    def _restore(self, template: Any) -> tuple[Any, dict[str, Any], list[int], list[np.ndarray]]:
+    def _restore(self, template: Any, adapt: Any = None) -> tuple[Any, dict[str, Any], list[int], list[np.ndarray]]:
         """:meth:`restore` in this process alone; also returns the restored host leaves."""
         skipped: list[int] = []
         flat = jax.tree_util.tree_flatten_with_path(template)[0]
@@ -597,10 +606,14 @@ class Checkpointer:
                     leaves = [np.asarray(arrays[f"{i:06d}"]) if math.prod(shape) else np.zeros(shape, dtype)
                               for i, (shape, dtype) in enumerate(template_shapes)]
                 leaves = upgrade_counts(leaves, template)
+                if adapt is not None:
+                    leaves = adapt(leaves, meta)
                 if len(leaves) == len(paths):  # else from_host names the mismatch
                     _check_recorded_nonfinite(step, paths, leaves, meta.get(NONFINITE_KEY) or [])
                 # Several processes: the leader only checks here; all of them place the state together.
                 state = from_host(leaves, template, place=jax.process_count() == 1)
+            except LayoutError:
+                raise
             except Exception as err:  # noqa: BLE001 - any unreadable step is skipped, never fatal
                 warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
                               f"({type(err).__name__}: {str(err)[:300]})", stacklevel=3)

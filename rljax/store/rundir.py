@@ -145,9 +145,9 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
 
 
 RESUMABLE_FIELDS = ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor", "eval_interval",
-                    "eval_episodes")
-"""Config fields that may differ when resuming (extending a run, changing how divergence is met);
-every other difference is an error."""
+                    "eval_episodes", "num_devices")
+"""Config fields that may differ when resuming (extending a run, changing how divergence is met, another
+device count: :mod:`rljax.training.elastic`); every other difference is an error."""
 
 
 class ConfigMismatchError(ValueError):

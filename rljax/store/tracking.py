@@ -336,8 +336,7 @@ class Tracker:
             record.setdefault("resumes", []).append({
                 "from_env_steps": resume_env_steps, "argv": command_line(), "unix_time": time.time(),
                 "config_hash": config_hash(config), **git,
-                **({"determinism": manifest_extra["determinism"]} if manifest_extra and "determinism" in manifest_extra
-                   else {})})
+                **{k: manifest_extra[k] for k in ("determinism", "layout") if manifest_extra and k in manifest_extra}})
             _atomic_write_json(self.run_dir / "manifest.json", record)
         else:
             _atomic_write_json(self.run_dir / "config.json", config_to_dict(config))

@@ -298,7 +298,18 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
     # The chunk size is part of the compiled program: keep the saved one so the continuation runs
     # the same program (bit-exact), even when total_timesteps was extended.
     probe = plan_updates(config.total_timesteps, steps_per_update, config.updates_per_chunk)
-    state, meta, _ = checkpointer.restore(program.init_state(probe.num_updates))
+    template = program.init_state(probe.num_updates)
+
+    def adapt(leaves: list[Any], meta: dict[str, Any]) -> list[Any]:
+        """A data-parallel checkpoint saved on another device count, re-dealt (rljax.training.elastic)."""
+        from rljax.training.elastic import resplit
+
+        saved = saved_num_devices(meta, config)
+        if program.population is not None or saved == config.num_devices:
+            return leaves  # a sweep's state is [P, ...] on any device count
+        return resplit(leaves, template, saved, config.num_devices, config.seed, int(meta["chunk_index"]) + 1)
+
+    state, meta, _ = checkpointer.restore(template, adapt=adapt)
     if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
         check_resume_config(meta["config"], config)
     plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))
@@ -308,6 +319,12 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
         state = state.replace(num_updates=jax.tree.map(
             lambda old, word: jax.device_put(jnp.full_like(old, word), old.sharding), state.num_updates, total))
     return plan, state, int(meta["chunk_index"]) + 1, int(meta.get("rollbacks", 0)), meta
+
+
+def saved_num_devices(meta: dict[str, Any] | None, config: Any) -> int:
+    """The device count a checkpoint's run used (its meta's config; ``config``'s when not recorded)."""
+    saved = (meta or {}).get("config")
+    return int(saved.get("num_devices", config.num_devices)) if isinstance(saved, dict) else config.num_devices
 
 
 def _tracking(run: Run, quiet: bool, restart: bool, saved_meta: dict[str, Any] | None) -> Any:
@@ -323,6 +340,14 @@ def _tracking(run: Run, quiet: bool, restart: bool, saved_meta: dict[str, Any] |
                       "run_options": options.saved(), "determinism": determinism_record(options.deterministic)}
     if distributed.process_count() > 1:  # every host and device of the job
         manifest_extra["processes"] = distributed.process_record()
+    saved = saved_num_devices(saved_meta, run.config)
+    if saved_meta is not None and saved != run.config.num_devices:
+        manifest_extra["layout"] = {"from_num_devices": saved, "num_devices": run.config.num_devices,
+                                    "processes": distributed.process_count()}
+        if not quiet and run.program.population is None:
+            print(f"note: the run was saved on {saved} devices and continues on {run.config.num_devices}: its envs, "
+                  f"replay and parameters are re-dealt and each device gets a new random stream, so it continues "
+                  f"the same training but not bit for bit (docs/scale-out.md, Elastic resume)", flush=True)
     return Tracking(
         options.run_dir if run.leader else None, run.program, run.plan.total_env_steps, options.saved(), quiet=quiet,
         resume=resume, resume_env_steps=None if not resume else (0 if restart else int(saved_meta["env_steps"])),

@@ -577,3 +577,60 @@ def test_sampling_distribution_chi_square():
     # A sampler that ignored alpha (p ∝ prio) would be rejected by the same test.
     wrong = prios / prios.sum() * counts.sum()
     assert stats.chisquare(counts, wrong).pvalue < 1e-12
+
+
+# ----- relayout: re-dealing per-device buffers over another device count (elastic resume) -----
+
+def _filled(values: list[int], capacity: int, prioritized: bool = False):
+    """A buffer whose transitions are ``values`` added one by one (oldest first)."""
+    example = {"x": jnp.zeros((), jnp.int32)}
+    state = rb.prioritized_init(example, capacity, alpha=0.5) if prioritized else rb.init(example, capacity)
+    add = rb.prioritized_add if prioritized else rb.add
+    for v in values:
+        state = add(state, {"x": jnp.asarray([v], jnp.int32)})
+    return jax.device_get(state)
+
+
+def _contents(state) -> list[int]:
+    replay = state.replay if isinstance(state, rb.PrioritizedReplayState) else state
+    return [int(v) for v in np.asarray(replay.data["x"])[:int(replay.size)]]
+
+
+def test_relayout_interleaves_devices_oldest_first_and_deals_them_out():
+    # Two devices that each added 3 transitions: device d's value at time t is 10 * d + t.
+    two = [_filled([0, 1, 2], 4), _filled([10, 11, 12], 4)]
+    (one,) = rb.relayout(two, 1, 8)
+    assert _contents(one) == [0, 10, 1, 11, 2, 12] and int(one.cursor) == 6 and one.capacity == 8
+    back = rb.relayout([one], 2, 4)
+    assert [_contents(b) for b in back] == [[0, 1, 2], [10, 11, 12]]
+    assert [int(b.cursor) for b in back] == [3, 3]
+
+
+def test_relayout_reads_a_wrapped_ring_oldest_first_and_drops_the_oldest_odd_one():
+    wrapped = _filled([1, 2, 3, 4, 5, 6], 4)  # holds 3, 4, 5, 6 with the oldest at slot 2
+    assert int(wrapped.cursor) == 2
+    (same,) = rb.relayout([wrapped], 1, 4)
+    assert _contents(same) == [3, 4, 5, 6] and int(same.cursor) == 0 and int(same.size) == 4
+    odd = _filled([1, 2, 3], 4)
+    assert [_contents(b) for b in rb.relayout([odd], 2, 2)] == [[2], [3]]  # 1, the oldest, is dropped
+
+
+def test_relayout_refuses_buffers_that_did_not_fill_in_lockstep_or_do_not_fit():
+    with pytest.raises(ValueError, match="did not fill in lockstep"):
+        rb.relayout([_filled([1, 2], 4), _filled([1], 4)], 1, 8)
+    with pytest.raises(ValueError, match="do not fit 1 buffers of 2 slots"):
+        rb.relayout([_filled([1, 2], 4), _filled([3, 4], 4)], 1, 2)
+
+
+def test_relayout_moves_priorities_with_their_transitions_and_rebuilds_the_trees():
+    devices = [_filled([0, 1, 2], 4, prioritized=True), _filled([10, 11, 12], 4, prioritized=True)]
+    devices = [jax.device_get(rb.update_priorities(jax.device_put(d), jnp.arange(3), jnp.asarray(p, jnp.float32)))
+               for d, p in zip(devices, ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))]
+    (one,) = rb.relayout(devices, 1, 8)
+    assert _contents(one) == [0, 10, 1, 11, 2, 12]
+    np.testing.assert_array_equal(one.priorities[:6], [1, 4, 2, 5, 3, 6])
+    assert float(one.max_priority) == 6.0 and float(one.alpha) == 0.5
+    rebuilt = rb.set_alpha(one, 0.5)  # the trees are exactly those of these priorities
+    np.testing.assert_array_equal(one.sum_tree, rebuilt.sum_tree)
+    np.testing.assert_array_equal(one.min_tree, rebuilt.min_tree)
+    assert float(one.sum_tree[1]) == pytest.approx(sum(p ** 0.5 for p in range(1, 7)), rel=1e-6)

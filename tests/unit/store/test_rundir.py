@@ -84,7 +84,7 @@ def test_read_json_names_the_file(tmp_path):
 
 def test_check_resume_config_allows_only_the_resumable_fields():
     assert RESUMABLE_FIELDS == ("total_timesteps", "on_nonfinite", "max_rollbacks", "rollback_lr_factor",
-                                "eval_interval", "eval_episodes")
+                                "eval_interval", "eval_episodes", "num_devices")
     check_resume_config(SAVED, Cfg(total_timesteps=999, eval_interval=3))
     # A field the saved config lacks takes its default: equal to the default, it is no difference.
     check_resume_config({k: v for k, v in SAVED.items() if k != "added_later"}, Cfg())
