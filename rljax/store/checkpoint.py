@@ -5,7 +5,8 @@ observations, typed PRNG keys, normaliser statistics, the replay buffer with its
 counters, traced hyperparameters) plus a JSON record of where the loop stood (chunk, env steps, plan)
 and the config. Restoring it and running the same compiled chunk continues the run bit for bit.
 
-Layout: ``RUN_DIR/checkpoints/<env_steps>/{state,meta}``. Saves are asynchronous (Orbax writes in a
+Layout: ``RUN_DIR/checkpoints/<env_steps>/{state,meta}`` (a multi-process run saves in shards:
+every process writes its own devices' shards into the same step, :mod:`rljax.store.shards`). Saves are asynchronous (Orbax writes in a
 background thread while the next chunk computes); the state is first copied to host memory, so the
 donated device buffers can be reused at once. Orbax deletes old steps beyond ``keep`` only after a
 newer one is committed, so the last valid checkpoint is never removed before its successor is
@@ -222,7 +223,7 @@ ORBAX_TMP_MARK = ".orbax-checkpoint-tmp"
 """In the name of a step directory Orbax has not committed: ``<step>.orbax-checkpoint-tmp`` (Orbax
 0.12), ``<step>.orbax-checkpoint-tmp-<timestamp>`` (earlier versions)."""
 
-_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY)
+_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY, "_shards")
 
 
 class NonFiniteStateError(FloatingPointError):
@@ -349,6 +350,14 @@ def verify(arrays: Mapping[str, Any], meta: Mapping[str, Any], step: int | str =
         raise CheckpointIntegrityError(f"step {step}: restored arrays {sorted(arrays)} but "
                                        f"{sorted(expected)} were saved")
     for name, want in expected.items():
+        if "shards" in want:  # saved in shards: each shard's checksum (rljax.store.shards)
+            from rljax.store.shards import verify_shards
+
+            try:
+                verify_shards(name, arrays[name], want["shards"], step)
+            except ValueError as err:
+                raise CheckpointIntegrityError(str(err)) from err
+            continue
         x = np.asarray(arrays[name])
         if list(x.shape) != want["shape"] or x.dtype.name != want["dtype"]:
             raise CheckpointIntegrityError(f"step {step}: array {name!r} restored as {x.shape} {x.dtype.name}, "
@@ -383,10 +392,15 @@ class Checkpointer:
             :meth:`restore` and :meth:`steps` return what the leader read (broadcast); ``wait``
             and ``close`` do nothing. The leader broadcasts in :meth:`restore` and :meth:`steps`
             whenever the run has several processes, so every process must call them together.
+        sharded: in a multi-process run, save the state in shards (:mod:`rljax.store.shards`): every
+            process writes only its own devices' shards, through Orbax's multi-process save, so no
+            process holds the whole state at a save; a restore on the same layout reads only this
+            process's shards. Every process must call :meth:`save`, :meth:`restore`, :meth:`wait`
+            and :meth:`close` together. Ignored with one process.
     """
 
     def __init__(self, run_dir: str | os.PathLike, keep: int = 3, async_save: bool = True,
-                 checksums: bool = True, read_only: bool = False, follower: bool = False):
+                 checksums: bool = True, read_only: bool = False, follower: bool = False, sharded: bool = False):
         import orbax.checkpoint as ocp
 
         if not isinstance(keep, int) or keep < 1:
@@ -397,23 +411,20 @@ class Checkpointer:
         self._stuck: set[int] = set()  # unreadable steps that could not be moved aside
         self._warned_unverified = False
         self.follower = follower
-        self.bytes_written = 0  # the state bytes this process has handed to Orbax (its saves' arrays)
+        self.sharded = bool(sharded) and not read_only and jax.process_count() > 1
+        self.bytes_written = 0  # the state bytes handed to Orbax (sharded: by every process together)
         self.manager = None
+        if self.sharded:  # every process takes part in every save: Orbax's own multi-process mode
+            if not follower:
+                self._remove_orphans()
+            logging.getLogger("absl").setLevel(logging.WARNING)
+            options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save)
+            self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+            return
         if follower:
             return
         if read_only:
-            absl = logging.getLogger("absl")
-            level = absl.level
-            absl.setLevel(logging.ERROR)  # Orbax warns that a read-only manager is read-only
-            try:
-                multi = {} if jax.process_count() == 1 else {
-                    "multiprocessing_options": ocp.options.MultiprocessingOptions(
-                        primary_host=jax.process_index(), active_processes={jax.process_index()})}
-                options = ocp.CheckpointManagerOptions(create=False, read_only=True, max_to_keep=None,
-                                                       enable_async_checkpointing=False, **multi)
-                self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
-            finally:
-                absl.setLevel(level)
+            self.manager = self._reader()
             return
         self._remove_orphans()
         # Orbax logs every save at INFO; the run's own progress line is enough.
@@ -427,6 +438,22 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not multi,
                                                enable_async_checkpointing=async_save, **multi)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def _reader(self) -> Any:
+        """A read-only Orbax manager of the checkpoints for this process alone (no barrier with the others)."""
+        ocp = self._ocp
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.ERROR)  # Orbax warns that a read-only manager is read-only
+        try:
+            multi = {} if jax.process_count() == 1 else {
+                "multiprocessing_options": ocp.options.MultiprocessingOptions(
+                    primary_host=jax.process_index(), active_processes={jax.process_index()})}
+            options = ocp.CheckpointManagerOptions(create=False, read_only=True, max_to_keep=None,
+                                                   enable_async_checkpointing=False, **multi)
+            return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        finally:
+            absl.setLevel(level)
 
     def _remove_orphans(self) -> None:
         """Deletes uncommitted step directories: partial writes of a save that never finished.
@@ -478,17 +505,13 @@ class Checkpointer:
         if step in self._stuck and not self._clear_stuck(step):
             return
         flat = jax.tree_util.tree_flatten_with_path(state)[0]
+        if self.sharded:
+            self._save_shards(step, flat, meta, nonfinite_ok)
+            return
         host = to_host([x for _, x in flat])
         counts = _nonfinite_by_leaf([p for p, _ in flat], host)
         if counts and not nonfinite_ok:
-            named = {jax.tree_util.keystr(flat[i][0]): n for i, n in counts.items()}
-            shown = ", ".join(f"{jax.tree_util.keystr(flat[i][0])}: {n} of {host[i].size}"
-                              for i, n in list(counts.items())[:5])
-            more = f" and {len(named) - 5} more leaves" if len(named) > 5 else ""
-            raise NonFiniteStateError(
-                f"not saving checkpoint step {step}: the state holds NaN/inf values in {len(named)} leaves "
-                f"({shown}{more}); the newest saved checkpoint is left as it was. Pass nonfinite_ok=True to "
-                f"save it anyway (a sweep with a diverged member)", named)
+            _refuse_nonfinite(step, flat, counts, [x.size for x in host])
         if self.follower:  # the leader writes what every process gathered
             return
         arrays, layout = pack(host)
@@ -503,6 +526,41 @@ class Checkpointer:
                                                         meta=ocp.args.JsonSave(full)),
                           force=True)
         self.bytes_written += sum(int(np.asarray(x).nbytes) for x in arrays.values())
+
+    def _save_shards(self, step: int, flat: list[tuple[Any, Any]], meta: Mapping[str, Any], nonfinite_ok: bool) -> None:
+        """:meth:`save` in shards: NaN/inf and checksums of this process's shards, added up over the
+        processes (small all-gathers), then Orbax's multi-process save of the global arrays."""
+        from rljax.runtime.distributed import allgather_json
+        from rljax.store.shards import SHARDS_KEY, shard_checksums
+
+        leaves = [jax.random.key_data(x) if _is_key(x) else x for _, x in flat]
+        mine = [np.concatenate([np.asarray(s.data).ravel() for s in x.addressable_shards if s.replica_id == 0]
+                               or [np.zeros(0, x.dtype)]) for x in leaves]
+        counts: dict[int, int] = {}
+        for part in allgather_json({str(i): n for i, n in _nonfinite_by_leaf([p for p, _ in flat], mine).items()}):
+            for i, n in part.items():
+                counts[int(i)] = counts.get(int(i), 0) + n
+        counts = dict(sorted(counts.items()))
+        if counts and not nonfinite_ok:
+            _refuse_nonfinite(step, flat, counts, [x.size for x in leaves])
+        arrays = {f"leaf_{i:06d}": x for i, x in enumerate(leaves) if x.size}
+        crcs: dict[str, dict[str, int]] = {}
+        for part in allgather_json(shard_checksums(arrays)):
+            for name, by_rows in part.items():
+                crcs.setdefault(name, {}).update(by_rows)
+        full = {**meta, LAYOUT_KEY: [{"shape": list(x.shape), "dtype": np.dtype(x.dtype).name, "packed": False}
+                                     for x in leaves],
+                SHARDS_KEY: {"processes": jax.process_count(), "devices": jax.device_count()}}
+        if counts:
+            full[NONFINITE_KEY] = [{"leaf": i, "path": jax.tree_util.keystr(flat[i][0]), "count": n}
+                                   for i, n in counts.items()]
+        full[CHECKSUM_KEY] = {"algorithm": "crc32", "meta": _meta_crc32(full),
+                              "arrays": {name: {"shape": list(x.shape), "dtype": np.dtype(x.dtype).name,
+                                                "shards": crcs.get(name, {})} for name, x in sorted(arrays.items())}}
+        ocp = self._ocp
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
+                                                        meta=ocp.args.JsonSave(full)), force=True)
+        self.bytes_written += sum(int(x.size) * np.dtype(x.dtype).itemsize for x in arrays.values())
 
     def wait(self) -> None:
         """Blocks until every pending save is committed."""
@@ -527,16 +585,30 @@ class Checkpointer:
         self._verify(step, arrays, meta)
         layout = meta.pop(LAYOUT_KEY, None)
         meta.pop(CHECKSUM_KEY, None)
+        meta.pop("_shards", None)
         if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
             return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
         return unpack(arrays, layout), meta
 
-    def _load(self, step: int) -> tuple[Mapping[str, Any], dict[str, Any]]:
-        """Checkpoint ``step``'s saved arrays and its whole meta (layout and checksums included)."""
+    def _load(self, step: int, template: Any = None) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """Checkpoint ``step``'s saved arrays and its whole meta (layout and checksums included).
+
+        A step saved in shards is read whole as NumPy arrays, or, with ``template`` (the state on the
+        devices it was saved from), onto them: each process then reads only its own shards."""
+        from rljax.store.shards import SHARDS_KEY, device_targets, host_targets
+
         ocp = self._ocp
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                                      meta=ocp.args.JsonRestore()))
-        return restored["state"], dict(restored["meta"])
+        meta = dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+        if SHARDS_KEY not in meta:
+            restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                          meta=ocp.args.JsonRestore()))
+            return restored["state"], dict(restored["meta"])
+        layout = meta[LAYOUT_KEY]
+        targets = host_targets(layout) if template is None else device_targets(layout, template)
+        if not targets:
+            return {}, meta
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(targets)))
+        return restored["state"], meta
 
     def _verify(self, step: int, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         if not verify(arrays, meta, step) and not self._warned_unverified:
@@ -566,21 +638,95 @@ class Checkpointer:
 
         if process_count() == 1:
             return self._restore(template, adapt)[:3]
-        # The leader reads, checks and sets aside as one process would; the others get its result.
+        if self.sharded:
+            restored = self._restore_shards(template)
+            if restored is not None:
+                return restored
+        # The leader reads, checks and sets aside as one process would (a step saved in shards whole),
+        # the others get its result.
         shapes = _host_shapes(template)
         like = [np.zeros(shape, dtype) for shape, dtype in shapes]
         result, error = None, None
-        if not self.follower:
+        leader, layout_error = jax.process_index() == 0, False
+        if leader:
+            # In shards, the shared manager reads with every process; the leader reads alone here.
+            shared = self.manager
+            if self.sharded:
+                self.manager = self._reader()
             try:
                 result = self._restore(template, adapt)
-            except NoCheckpointError as err:
-                error = str(err)
-        verdict = broadcast_json(None if self.follower else {"error": error} if error is not None else
-                                 {"meta": result[1], "skipped": result[2]})
+            except (NoCheckpointError, LayoutError) as err:  # every process raises it, not the leader alone
+                error, layout_error = str(err), isinstance(err, LayoutError)
+            finally:
+                if self.sharded:
+                    self.manager.close()
+                    self.manager = shared
+        if self.sharded:
+            self.manager.reload()  # the leader may have set steps aside
+        verdict = broadcast_json(None if not leader else {"error": error, "layout": layout_error}
+                                 if error is not None else {"meta": result[1], "skipped": result[2]})
         if verdict.get("error") is not None:
-            raise NoCheckpointError(verdict["error"])
-        leaves = broadcast_arrays(None if self.follower else result[3], like)
+            raise (LayoutError if verdict["layout"] else NoCheckpointError)(verdict["error"])
+        leaves = broadcast_arrays(None if not leader else result[3], like)
         return from_host(leaves, template), verdict["meta"], verdict["skipped"]
+
+    def _restore_shards(self, template: Any) -> tuple[Any, dict[str, Any], list[int]] | None:
+        """A restore in which every process reads only its own shards of the newest step saved in
+        shards on this very layout that every process verified; None when the newest step was saved
+        whole or on another layout (:meth:`restore` then reads it whole). A collective."""
+        from rljax.runtime.distributed import allgather_json, broadcast_json
+        from rljax.store.shards import SHARDS_KEY
+
+        shapes = [list(shape) for shape, _ in _host_shapes(template)]
+        steps = broadcast_json(sorted(self.manager.all_steps()) if jax.process_index() == 0 else None)
+        skipped: list[int] = []
+        for step in reversed(steps):
+            arrays, meta, error, same = None, None, None, False
+            try:
+                if step in self._stuck:
+                    raise ValueError("it was found unreadable before")
+                meta = dict(self.manager.restore(step, args=self._ocp.args.Composite(
+                    meta=self._ocp.args.JsonRestore()))["meta"])
+                saved = meta.get(SHARDS_KEY) or {}
+                same = (saved.get("processes") == jax.process_count() and saved.get("devices") == jax.device_count()
+                        and [e["shape"] for e in meta[LAYOUT_KEY]] == shapes)
+                if same:
+                    arrays, meta = self._load(step, template)
+                    self._verify(step, arrays, meta)
+            except Exception as err:  # noqa: BLE001 - every process reports; a bad shard skips the step
+                error = f"{type(err).__name__}: {str(err)[:300]}"
+            verdicts = allgather_json([error, same])
+            if not any(e for e, _ in verdicts) and not all(ok for _, ok in verdicts):
+                return None  # saved whole or on another layout
+            bad = [f"process {i}: {e}" for i, (e, _) in enumerate(verdicts) if e]
+            if bad:
+                if jax.process_index() == 0:
+                    warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
+                                  f"({'; '.join(bad)})", stacklevel=3)
+                skipped.append(step)
+                continue
+            if skipped:
+                if jax.process_index() == 0:
+                    self._set_aside([s for s in skipped if s not in self._stuck])
+                self.manager.reload()
+            return self._placed(arrays, meta, template), _public(meta), skipped
+        if not steps:
+            return None
+        raise NoCheckpointError(f"no restorable checkpoint in {self.directory} (skipped unreadable steps {skipped})")
+
+    @staticmethod
+    def _placed(arrays: Mapping[str, Any], meta: dict[str, Any], template: Any) -> Any:
+        """The state from a step's arrays restored onto the template's devices (zero-size leaves,
+        which are not saved, made anew; keys wrapped)."""
+        t_leaves, treedef = jax.tree.flatten(template)
+        out = []
+        for i, (entry, t) in enumerate(zip(meta[LAYOUT_KEY], t_leaves)):
+            x = arrays.get(f"leaf_{i:06d}")
+            if x is None:
+                x = jax.make_array_from_callback(tuple(entry["shape"]), t.sharding,
+                                                 lambda index, e=entry: np.zeros(e["shape"], e["dtype"])[index])
+            out.append(jax.random.wrap_key_data(x, impl=jax.random.key_impl(t)) if _is_key(t) else x)
+        return jax.tree.unflatten(treedef, out)
 
     def _restore(self, template: Any, adapt: Any = None) -> tuple[Any, dict[str, Any], list[int], list[np.ndarray]]:
         """:meth:`restore` in this process alone; also returns the restored host leaves."""
@@ -598,6 +744,7 @@ class Checkpointer:
                 self._verify(step, arrays, meta)
                 layout = meta.pop(LAYOUT_KEY, None)
                 meta.pop(CHECKSUM_KEY, None)
+                meta.pop("_shards", None)
                 if layout is not None:
                     leaves = unpack(arrays, layout)
                 else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
@@ -663,6 +810,8 @@ class Checkpointer:
             warnings.warn(f"could not move unreadable checkpoint step {step} out of {self.directory} "
                           f"({'; '.join(reasons)}); it is left in place and skipped, and a later save of "
                           f"step {step} in this run is skipped unless it can be moved by then", stacklevel=4)
+        if self.sharded:  # every process refreshes its shared manager together (restore)
+            return
         try:
             self.manager.reload()
         except Exception as err:  # noqa: BLE001 - the listing is refreshed again on the next call
@@ -686,6 +835,22 @@ class Checkpointer:
         if self.manager is not None:
             self.manager.wait_until_finished()
             self.manager.close()
+
+
+def _public(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A restored meta without the checkpointer's own entries (layout, checksums, shards)."""
+    return {k: v for k, v in meta.items() if k not in (LAYOUT_KEY, CHECKSUM_KEY, "_shards")}
+
+
+def _refuse_nonfinite(step: int, flat: list[tuple[Any, Any]], counts: dict[int, int], sizes: list[int]) -> None:
+    """Raises the :class:`NonFiniteStateError` of a save whose leaves ``counts`` hold NaN/inf."""
+    named = {jax.tree_util.keystr(flat[i][0]): n for i, n in counts.items()}
+    shown = ", ".join(f"{jax.tree_util.keystr(flat[i][0])}: {n} of {sizes[i]}" for i, n in list(counts.items())[:5])
+    more = f" and {len(named) - 5} more leaves" if len(named) > 5 else ""
+    raise NonFiniteStateError(
+        f"not saving checkpoint step {step}: the state holds NaN/inf values in {len(named)} leaves "
+        f"({shown}{more}); the newest saved checkpoint is left as it was. Pass nonfinite_ok=True to "
+        f"save it anyway (a sweep with a diverged member)", named)
 
 
 def _unused(directory: pathlib.Path, name: str) -> pathlib.Path:

@@ -282,7 +282,8 @@ def _checkpointer(options: RunOptions, leader: bool, restore: bool) -> Any:
 
     if options.run_dir is None or not (options.checkpoints or restore):
         return None
-    return Checkpointer(options.run_dir, keep=options.keep_checkpoints, follower=not leader)
+    # Several processes save their own shards of the state, so none holds the whole state at a save.
+    return Checkpointer(options.run_dir, keep=options.keep_checkpoints, follower=not leader, sharded=True)
 
 
 def _start(config: Any, program: Program, checkpointer: Any, restore: bool

@@ -205,6 +205,53 @@ def test_a_preempted_two_by_two_run_resumed_as_one_by_two_still_learns_cartpole(
 
 
 @pytest.mark.timeout(600)
+def test_rljax_stop_stops_every_process_of_a_job_through_the_run_directory(tmp_path):
+    """``rljax stop`` from outside the job (any host that sees the run directory): the leader reads the
+    request, the processes agree at the boundary, all of them save once and exit 75."""
+    run_dir = tmp_path / "run"
+    procs = _start_processes([*PPO, "--total-timesteps", "40960", "--run-dir", str(run_dir)])
+    try:
+        _wait_for_rows(run_dir, 1, procs)
+        stop = _run(["-m", "rljax.cli.main", "stop", str(run_dir), "--wait", "120"])
+    finally:
+        results = _finish(procs)
+    assert stop.returncode == 0 and ": preempted by rljax stop" in stop.stdout, (stop.stdout, stop.stderr)
+    assert [code for code, _ in results] == [75, 75], [err[-2000:] for _, err in results]
+    status = json.loads(_run(["-m", "rljax.cli.main", "status", str(run_dir), "--json"]).stdout)
+    assert status["state"] == "preempted" and status["env_steps"] < status["total_env_steps"]
+    assert status["last_checkpoint_env_steps"] == status["env_steps"] == _rows(run_dir)[-1]["env_steps"]
+
+
+@pytest.mark.timeout(600)
+def test_every_process_writes_its_own_shards_and_a_damaged_shard_falls_back_to_an_older_step(two_by_two, tmp_path):
+    """Checkpoints in shards: each process writes its own devices' rows (Orbax's per-process
+    subdirectories) with a CRC-32 per shard; a flipped byte in process 1's data of the newest step
+    makes the resume skip that step and continue from the one before."""
+    import shutil
+
+    newest = max(int(p.name) for p in (two_by_two / "checkpoints").iterdir() if p.name.isdigit())
+    state = two_by_two / "checkpoints" / str(newest) / "state"
+    assert (state / "ocdbt.process_0").is_dir() and (state / "ocdbt.process_1").is_dir()
+    meta = json.loads((two_by_two / "checkpoints" / str(newest) / "meta" / "metadata").read_text())
+    assert meta["_shards"] == {"processes": 2, "devices": 4}
+    shards = meta["_checksums"]["arrays"]["leaf_000000"]["shards"]
+    assert sorted(shards) == ["0:1", "1:2", "2:3", "3:4"]  # one per device, from both processes
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_by_two, run_dir)
+    data = sorted((run_dir / "checkpoints" / str(newest) / "state" / "ocdbt.process_1" / "d").iterdir(),
+                  key=lambda f: f.stat().st_size)[-1]
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    done = _launch(["-m", "rljax.cli.main", "resume", str(run_dir), "--total-timesteps", str(newest + 1024)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"skipping checkpoint step {newest}" in done.stderr, done.stderr[-3000:]
+    # Continued from the step before (the extension changes the learning-rate annealing from there on).
+    rows = _rows(run_dir)
+    assert rows[:3] == _rows(two_by_two)[:3] and [r["env_steps"] for r in rows[3:]] == [newest, newest + 1024]
+
+
+@pytest.mark.timeout(600)
 def test_a_sweep_over_two_processes_equals_the_same_sweep_in_one(tmp_path):
     sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--num-devices", "4", "--total-timesteps",
              "2048", "--updates-per-chunk", "2", "--no-plots", "--no-tensorboard"]
