@@ -151,7 +151,9 @@ def _history_lines(run_dir: pathlib.Path, manifest: dict[str, Any]) -> list[str]
     if resumes:
         lines.append(f"resumes: {len(resumes)}: " + "; ".join(
             f"{_when(r.get('unix_time'))} from env step "
-            + ("(start)" if r.get("from_env_steps") is None else f"{r['from_env_steps']:,}") for r in resumes[-5:])
+            + ("(start)" if r.get("from_env_steps") is None else f"{r['from_env_steps']:,}")
+            + (f" ({r['layout']['from_num_devices']} -> {r['layout']['num_devices']} devices)"
+               if isinstance(r.get("layout"), dict) else "") for r in resumes[-5:])
             + (" (last 5)" if len(resumes) > 5 else ""))
     else:
         lines.append("resumes: none")

@@ -46,6 +46,9 @@ def _check_continued(run_dir: pathlib.Path, layouts: list[tuple[int, int]], tota
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(r["layout"]["from_num_devices"], r["layout"]["num_devices"]) for r in manifest["resumes"]] == layouts
     assert json.loads((run_dir / "config.json").read_text())["num_devices"] == layouts[-1][1]
+    from rljax.cli.inspect import summary_text
+
+    assert f"({layouts[-1][0]} -> {layouts[-1][1]} devices)" in summary_text(run_dir)
     return rows
 
 
