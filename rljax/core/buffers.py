@@ -700,16 +700,17 @@ def relayout(states: list[Any], count: int, capacity: int) -> list[Any]:
     source = np.tile(np.arange(len(replays)), size)[drop:]
     slot = np.repeat(oldest_first, len(replays))[drop:]
 
-    def dealt(j: int, *leaves: Any) -> np.ndarray:
-        stacked = np.stack([np.asarray(x) for x in leaves])  # [buffers, old_capacity, ...]
+    def dealt(j: int, stacked: np.ndarray) -> np.ndarray:  # stacked: [buffers, old_capacity, ...]
         out = np.zeros((capacity, *stacked.shape[2:]), stacked.dtype)
         out[:per] = stacked[source[j::count], slot[j::count]]
         return out
 
+    data = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r.data for r in replays])
+    priorities = np.stack([np.asarray(s.priorities) for s in states]) if prioritized else None
     index_dtype = np.asarray(replays[0].cursor).dtype
     results = []
     for j in range(count):
-        replay = ReplayState(data=jax.tree.map(lambda *xs: dealt(j, *xs), *[r.data for r in replays]),
+        replay = ReplayState(data=jax.tree.map(lambda x: dealt(j, x), data),
                              cursor=np.asarray(per % capacity, index_dtype), size=np.asarray(per, index_dtype),
                              capacity=capacity)
         if not prioritized:
@@ -721,6 +722,6 @@ def relayout(states: list[Any], count: int, capacity: int) -> list[Any]:
             replay=replay, sum_tree=np.zeros((2 * num_leaves,), np.float32),
             min_tree=np.full((2 * num_leaves,), np.inf, np.float32),
             max_priority=np.max([np.asarray(s.max_priority) for s in states]).astype(np.float32), alpha=alpha,
-            priorities=dealt(j, *[s.priorities for s in states]))
+            priorities=dealt(j, priorities))
         results.append(jax.device_get(set_alpha(state, alpha)))
     return results

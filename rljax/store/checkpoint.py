@@ -6,11 +6,11 @@ counters, traced hyperparameters) plus a JSON record of where the loop stood (ch
 and the config. Restoring it and running the same compiled chunk continues the run bit for bit.
 
 Layout: ``RUN_DIR/checkpoints/<env_steps>/{state,meta}`` (a multi-process run saves in shards:
-every process writes its own devices' shards into the same step, :mod:`rljax.store.shards`). Saves are asynchronous (Orbax writes in a
-background thread while the next chunk computes); the state is first copied to host memory, so the
-donated device buffers can be reused at once. Orbax deletes old steps beyond ``keep`` only after a
-newer one is committed, so the last valid checkpoint is never removed before its successor is
-complete.
+every process writes its own devices' shards into the same step, :mod:`rljax.store.shards`). Saves
+are asynchronous (Orbax writes in a background thread while the next chunk computes); the state is
+first copied to host memory, so the donated device buffers can be reused at once. Orbax deletes old
+steps beyond ``keep`` only after a newer one is committed, so the last valid checkpoint is never
+removed before its successor is complete.
 
 Integrity: every save records a CRC-32 of each array handed to Orbax and of the JSON meta, and is
 refused when a floating leaf holds NaN/inf (:class:`NonFiniteStateError`; ``nonfinite_ok=True``
@@ -413,6 +413,7 @@ class Checkpointer:
         self.follower = follower
         self.sharded = bool(sharded) and not read_only and jax.process_count() > 1
         self.bytes_written = 0  # the state bytes handed to Orbax (sharded: by every process together)
+        self.adapt: Any = None  # the restore's default ``adapt`` (an elastic run sets it: rollbacks use it too)
         self.manager = None
         if self.sharded:  # every process takes part in every save: Orbax's own multi-process mode
             if not follower:
@@ -502,7 +503,17 @@ class Checkpointer:
         clash = [k for k in _RESERVED_META_KEYS if k in meta]
         if clash:
             raise ValueError(f"meta keys {clash} are reserved for the checkpointer; rename them")
-        if step in self._stuck and not self._clear_stuck(step):
+        if self.sharded:  # every process saves, or none: the leader's unreadable steps decide
+            from rljax.runtime.distributed import broadcast_json
+
+            leader = jax.process_index() == 0
+            touched, skip = broadcast_json([step in self._stuck, step in self._stuck and not self._clear_stuck(step)]
+                                           if leader else None)
+            if touched:
+                self.manager.reload()
+            if skip:
+                return
+        elif step in self._stuck and not self._clear_stuck(step):
             return
         flat = jax.tree_util.tree_flatten_with_path(state)[0]
         if self.sharded:
@@ -590,24 +601,24 @@ class Checkpointer:
             return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
         return unpack(arrays, layout), meta
 
-    def _load(self, step: int, template: Any = None) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    def _load(self, step: int, template: Any = None, manager: Any = None) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """Checkpoint ``step``'s saved arrays and its whole meta (layout and checksums included).
 
         A step saved in shards is read whole as NumPy arrays, or, with ``template`` (the state on the
         devices it was saved from), onto them: each process then reads only its own shards."""
         from rljax.store.shards import SHARDS_KEY, device_targets, host_targets
 
-        ocp = self._ocp
-        meta = dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+        ocp, manager = self._ocp, manager or self.manager
+        meta = dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
         if SHARDS_KEY not in meta:
-            restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                                          meta=ocp.args.JsonRestore()))
+            restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                                     meta=ocp.args.JsonRestore()))
             return restored["state"], dict(restored["meta"])
         layout = meta[LAYOUT_KEY]
         targets = host_targets(layout) if template is None else device_targets(layout, template)
         if not targets:
             return {}, meta
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(targets)))
+        restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(targets)))
         return restored["state"], meta
 
     def _verify(self, step: int, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
@@ -636,6 +647,7 @@ class Checkpointer:
         """
         from rljax.runtime.distributed import broadcast_arrays, broadcast_json, process_count
 
+        adapt = adapt if adapt is not None else self.adapt
         if process_count() == 1:
             return self._restore(template, adapt)[:3]
         if self.sharded:
@@ -661,10 +673,10 @@ class Checkpointer:
                 if self.sharded:
                     self.manager.close()
                     self.manager = shared
-        if self.sharded:
-            self.manager.reload()  # the leader may have set steps aside
         verdict = broadcast_json(None if not leader else {"error": error, "layout": layout_error}
                                  if error is not None else {"meta": result[1], "skipped": result[2]})
+        if self.sharded:
+            self.manager.reload()  # after the leader's read, which may have set steps aside
         if verdict.get("error") is not None:
             raise (LayoutError if verdict["layout"] else NoCheckpointError)(verdict["error"])
         leaves = broadcast_arrays(None if not leader else result[3], like)
@@ -677,42 +689,57 @@ class Checkpointer:
         from rljax.runtime.distributed import allgather_json, broadcast_json
         from rljax.store.shards import SHARDS_KEY
 
-        shapes = [list(shape) for shape, _ in _host_shapes(template)]
-        steps = broadcast_json(sorted(self.manager.all_steps()) if jax.process_index() == 0 else None)
+        layout_now = [[list(shape), np.dtype(dtype).name] for shape, dtype in _host_shapes(template)]
+        leader = jax.process_index() == 0
+        steps = broadcast_json(sorted(self.manager.all_steps()) if leader else None)
+        stuck = set(broadcast_json(sorted(self._stuck) if leader else None))
         skipped: list[int] = []
-        for step in reversed(steps):
-            arrays, meta, error, same = None, None, None, False
-            try:
-                if step in self._stuck:
-                    raise ValueError("it was found unreadable before")
-                meta = dict(self.manager.restore(step, args=self._ocp.args.Composite(
-                    meta=self._ocp.args.JsonRestore()))["meta"])
-                saved = meta.get(SHARDS_KEY) or {}
-                same = (saved.get("processes") == jax.process_count() and saved.get("devices") == jax.device_count()
-                        and [e["shape"] for e in meta[LAYOUT_KEY]] == shapes)
-                if same:
-                    arrays, meta = self._load(step, template)
-                    self._verify(step, arrays, meta)
-            except Exception as err:  # noqa: BLE001 - every process reports; a bad shard skips the step
-                error = f"{type(err).__name__}: {str(err)[:300]}"
-            verdicts = allgather_json([error, same])
-            if not any(e for e, _ in verdicts) and not all(ok for _, ok in verdicts):
-                return None  # saved whole or on another layout
-            bad = [f"process {i}: {e}" for i, (e, _) in enumerate(verdicts) if e]
-            if bad:
-                if jax.process_index() == 0:
-                    warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
-                                  f"({'; '.join(bad)})", stacklevel=3)
-                skipped.append(step)
-                continue
-            if skipped:
-                if jax.process_index() == 0:
-                    self._set_aside([s for s in skipped if s not in self._stuck])
-                self.manager.reload()
-            return self._placed(arrays, meta, template), _public(meta), skipped
+        reader = self._reader()  # reads without Orbax's barriers: a process that fails must not strand the others
+        try:
+            for step in reversed(steps):
+                arrays, meta, error, same = None, None, None, False
+                try:
+                    if step in stuck:
+                        raise ValueError("it was found unreadable before")
+                    meta = dict(reader.restore(step, args=self._ocp.args.Composite(
+                        meta=self._ocp.args.JsonRestore()))["meta"])
+                    saved = meta.get(SHARDS_KEY) or {}
+                    same = (saved.get("processes") == jax.process_count()
+                            and saved.get("devices") == jax.device_count()
+                            and [[e["shape"], e["dtype"]] for e in meta[LAYOUT_KEY]] == layout_now)
+                    if same:
+                        arrays, meta = self._load(step, template, reader)
+                        self._verify(step, arrays, meta)
+                except Exception as err:  # noqa: BLE001 - every process reports; a bad shard skips the step
+                    error = f"{type(err).__name__}: {str(err)[:300]}"
+                verdicts = allgather_json([error, same])
+                if not any(e for e, _ in verdicts) and not all(ok for _, ok in verdicts):
+                    return None  # saved whole or on another layout
+                bad = [f"process {i}: {e}" for i, (e, _) in enumerate(verdicts) if e]
+                if bad:
+                    if leader:
+                        warnings.warn(f"skipping checkpoint step {step} in {self.directory}: it cannot be restored "
+                                      f"({'; '.join(bad)})", stacklevel=3)
+                    skipped.append(step)
+                    continue
+                self._agree_set_aside([s for s in skipped if s not in stuck])
+                return self._placed(arrays, meta, template), _public(meta), skipped
+        finally:
+            reader.close()
         if not steps:
             return None
+        self._agree_set_aside([s for s in skipped if s not in stuck])
         raise NoCheckpointError(f"no restorable checkpoint in {self.directory} (skipped unreadable steps {skipped})")
+
+    def _agree_set_aside(self, steps: list[int]) -> None:
+        """In shards: the leader sets ``steps`` aside, then every process refreshes its step list
+        (after the leader's moves: the broadcast waits for them). A collective."""
+        from rljax.runtime.distributed import broadcast_json
+
+        if jax.process_index() == 0 and steps:
+            self._set_aside(steps)
+        if broadcast_json(bool(steps) if jax.process_index() == 0 else None):
+            self.manager.reload()
 
     @staticmethod
     def _placed(arrays: Mapping[str, Any], meta: dict[str, Any], template: Any) -> Any:

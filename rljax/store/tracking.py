@@ -205,7 +205,8 @@ def cost_totals(rows: list[Mapping[str, Any]], superseded: list[Mapping[str, Any
     computed = float(sum(float(r.get("cost/env_steps_per_device_s") or 0.0) * float(r.get("cost/device_s") or 0.0)
                          for r in every))
     peaks = [int(r["memory/peak_bytes_in_use"]) for r in every if r.get("memory/peak_bytes_in_use") is not None]
-    collective = [r["cost/collective_bytes_per_update"] for r in every if "cost/collective_bytes_per_update" in r]
+    collective = [r["cost/collective_bytes_per_update"] for r in (rows or superseded)
+                  if "cost/collective_bytes_per_update" in r]  # the layout the run ends on
     return {"device_s": device_s, "env_steps": int(rows[-1]["env_steps"]) if rows else 0,
             "env_steps_computed": round(computed), "env_steps_per_device_s": computed / device_s if device_s else None,
             "checkpoint_bytes": int(total("cost/checkpoint_bytes", every)) + int(unlogged_checkpoint_bytes),

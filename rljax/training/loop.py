@@ -310,7 +310,8 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
             return leaves  # a sweep's state is [P, ...] on any device count
         return resplit(leaves, template, saved, config.num_devices, config.seed, int(meta["chunk_index"]) + 1)
 
-    state, meta, _ = checkpointer.restore(template, adapt=adapt)
+    checkpointer.adapt = adapt  # also for a rollback before the first save on the new layout
+    state, meta, _ = checkpointer.restore(template)
     if isinstance(meta.get("config"), dict):  # the checkpoint is the record of the run
         check_resume_config(meta["config"], config)
     plan = resume_plan(config.total_timesteps, steps_per_update, int(meta["plan"]["updates_per_chunk"]))

@@ -271,3 +271,22 @@ def test_a_checkpoint_with_int32_counters_resumes_bit_exactly(tmp_path):
     rest = rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=tmp_path / "cut", resume=True, **options))
     assert rest.timings["start_chunk"] == 3
     assert_same_bits(full.state, rest.state)
+
+
+def test_a_restore_without_adapt_uses_the_checkpointers_own(tmp_path):
+    """An elastic resume sets Checkpointer.adapt, so a rollback (which restores with the run's state
+    as template and no adapt) re-deals a step saved on the old layout too."""
+    import jax.numpy as jnp
+
+    from rljax.store.checkpoint import LayoutError
+
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    ckpt.save(1, {"x": jnp.arange(4.0)}, {"chunk_index": 0})
+    template = {"x": jnp.zeros(2)}
+    ckpt.adapt = lambda leaves, meta: [leaves[0][:2] + 10.0]
+    state, meta, _ = ckpt.restore(template)
+    np.testing.assert_array_equal(np.asarray(state["x"]), [10.0, 11.0])
+    ckpt.adapt = lambda leaves, meta: (_ for _ in ()).throw(LayoutError("cannot re-deal leaf x"))
+    with pytest.raises(LayoutError, match="cannot re-deal leaf x"):  # not skipped as if damaged
+        ckpt.restore(template)
+    ckpt.close()
