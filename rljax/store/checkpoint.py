@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from rljax.core.counters import Count
+from rljax.store.shards import SHARDS_KEY
 
 __all__ = ["Checkpointer", "CheckpointIntegrityError", "NoCheckpointError", "NonFiniteStateError",
            "PREEMPTED_EXIT_CODE", "checksums", "from_host", "nonfinite_summary", "to_host", "verify"]
@@ -223,7 +224,7 @@ ORBAX_TMP_MARK = ".orbax-checkpoint-tmp"
 """In the name of a step directory Orbax has not committed: ``<step>.orbax-checkpoint-tmp`` (Orbax
 0.12), ``<step>.orbax-checkpoint-tmp-<timestamp>`` (earlier versions)."""
 
-_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY, "_shards")
+_RESERVED_META_KEYS = (LAYOUT_KEY, CHECKSUM_KEY, NONFINITE_KEY, SHARDS_KEY)
 
 
 class NonFiniteStateError(FloatingPointError):
@@ -542,11 +543,13 @@ class Checkpointer:
         """:meth:`save` in shards: NaN/inf and checksums of this process's shards, added up over the
         processes (small all-gathers), then Orbax's multi-process save of the global arrays."""
         from rljax.runtime.distributed import allgather_json
-        from rljax.store.shards import SHARDS_KEY, shard_checksums
+        from rljax.store.shards import local_shards, shard_checksums
 
         leaves = [jax.random.key_data(x) if _is_key(x) else x for _, x in flat]
-        mine = [np.concatenate([np.asarray(s.data).ravel() for s in x.addressable_shards if s.replica_id == 0]
-                               or [np.zeros(0, x.dtype)]) for x in leaves]
+        arrays = {f"leaf_{i:06d}": x for i, x in enumerate(leaves) if x.size}
+        local = local_shards(arrays)  # each shard copied to the host once, for NaN/inf and checksums
+        mine = [np.concatenate([d.ravel() for d in local.get(f"leaf_{i:06d}", {}).values()] or [np.zeros(0, x.dtype)])
+                for i, x in enumerate(leaves)]
         counts: dict[int, int] = {}
         for part in allgather_json({str(i): n for i, n in _nonfinite_by_leaf([p for p, _ in flat], mine).items()}):
             for i, n in part.items():
@@ -554,9 +557,8 @@ class Checkpointer:
         counts = dict(sorted(counts.items()))
         if counts and not nonfinite_ok:
             _refuse_nonfinite(step, flat, counts, [x.size for x in leaves])
-        arrays = {f"leaf_{i:06d}": x for i, x in enumerate(leaves) if x.size}
         crcs: dict[str, dict[str, int]] = {}
-        for part in allgather_json(shard_checksums(arrays)):
+        for part in allgather_json(shard_checksums(local)):
             for name, by_rows in part.items():
                 crcs.setdefault(name, {}).update(by_rows)
         full = {**meta, LAYOUT_KEY: [{"shape": list(x.shape), "dtype": np.dtype(x.dtype).name, "packed": False}
@@ -594,9 +596,7 @@ class Checkpointer:
         """
         arrays, meta = self._load(step)
         self._verify(step, arrays, meta)
-        layout = meta.pop(LAYOUT_KEY, None)
-        meta.pop(CHECKSUM_KEY, None)
-        meta.pop("_shards", None)
+        layout, meta = meta.get(LAYOUT_KEY), _public(meta)
         if layout is None:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
             return [np.asarray(arrays[k]) for k in sorted(arrays)], meta
         return unpack(arrays, layout), meta
@@ -606,7 +606,7 @@ class Checkpointer:
 
         A step saved in shards is read whole as NumPy arrays, or, with ``template`` (the state on the
         devices it was saved from), onto them: each process then reads only its own shards."""
-        from rljax.store.shards import SHARDS_KEY, device_targets, host_targets
+        from rljax.store.shards import device_targets, host_targets
 
         ocp, manager = self._ocp, manager or self.manager
         meta = dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
@@ -687,7 +687,6 @@ class Checkpointer:
         shards on this very layout that every process verified; None when the newest step was saved
         whole or on another layout (:meth:`restore` then reads it whole). A collective."""
         from rljax.runtime.distributed import allgather_json, broadcast_json
-        from rljax.store.shards import SHARDS_KEY
 
         layout_now = [[list(shape), np.dtype(dtype).name] for shape, dtype in _host_shapes(template)]
         leader = jax.process_index() == 0
@@ -769,9 +768,7 @@ class Checkpointer:
             try:
                 arrays, meta = self._load(step)
                 self._verify(step, arrays, meta)
-                layout = meta.pop(LAYOUT_KEY, None)
-                meta.pop(CHECKSUM_KEY, None)
-                meta.pop("_shards", None)
+                layout, meta = meta.get(LAYOUT_KEY), _public(meta)
                 if layout is not None:
                     leaves = unpack(arrays, layout)
                 else:  # the per-leaf layout of earlier versions (zero-size leaves not stored)
@@ -866,7 +863,7 @@ class Checkpointer:
 
 def _public(meta: Mapping[str, Any]) -> dict[str, Any]:
     """A restored meta without the checkpointer's own entries (layout, checksums, shards)."""
-    return {k: v for k, v in meta.items() if k not in (LAYOUT_KEY, CHECKSUM_KEY, "_shards")}
+    return {k: v for k, v in meta.items() if k not in (LAYOUT_KEY, CHECKSUM_KEY, SHARDS_KEY)}
 
 
 def _refuse_nonfinite(step: int, flat: list[tuple[Any, Any]], counts: dict[int, int], sizes: list[int]) -> None:

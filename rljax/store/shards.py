@@ -8,7 +8,7 @@ themselves: every process calls the save, Orbax writes each process's shards (it
 subdirectory of the step) and commits the step once all of them have written, and no process copies
 more than its own shards to the host. rljax adds what a whole checkpoint has:
 
-* a CRC-32 of every shard (:func:`shard_checksums`, gathered from every process into the step's
+* a CRC-32 of every shard (:func:`shard_checksums` of :func:`local_shards`, gathered from every process into the step's
   meta) and of the meta, checked at restore by each process on the shards it reads
   (:func:`verify_shards`) and by a whole read on all of them;
 * NaN/inf counted on each process's shards and added up, so every process refuses (or records) the
@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["SHARDS_KEY", "shard_checksums", "verify_shards", "host_targets", "device_targets"]
+__all__ = ["SHARDS_KEY", "local_shards", "shard_checksums", "verify_shards", "host_targets", "device_targets"]
 
 SHARDS_KEY = "_shards"
 """Meta entry of a step saved in shards: ``{"processes": P, "devices": D}``, the layout it was saved on."""
@@ -46,15 +46,21 @@ def _crc32(x: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(x).view(np.uint8).ravel()) & 0xFFFFFFFF
 
 
-def shard_checksums(arrays: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """The CRC-32 of each shard this process writes (``replica_id == 0``: one copy of each), by array
-    name and :func:`_rows` name. No collective: the caller gathers every process's."""
-    out: dict[str, dict[str, int]] = {}
+def local_shards(arrays: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The shards this process writes (``replica_id == 0``: one copy of each), copied to the host
+    once, by array name and :func:`_rows` name. No collective."""
+    out: dict[str, dict[str, np.ndarray]] = {}
     for name, x in arrays.items():
         for shard in x.addressable_shards:
             if shard.replica_id == 0:
-                out.setdefault(name, {})[_rows(shard.index, x.shape)] = _crc32(np.asarray(shard.data))
+                out.setdefault(name, {})[_rows(shard.index, x.shape)] = np.asarray(shard.data)
     return out
+
+
+def shard_checksums(local: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, int]]:
+    """The CRC-32 of each of :func:`local_shards`' shards, keyed alike. No collective: the caller
+    gathers every process's."""
+    return {name: {rows: _crc32(data) for rows, data in by_rows.items()} for name, by_rows in local.items()}
 
 
 def verify_shards(name: str, x: Any, recorded: Mapping[str, int], step: Any) -> None:

@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.store.shards import _crc32, device_targets, host_targets, shard_checksums, verify_shards
+from rljax.store.shards import _crc32, device_targets, host_targets, local_shards, shard_checksums, verify_shards
 
 
 def test_one_device_holds_one_shard_of_every_row():
     arrays = {"a": jnp.arange(6.0).reshape(3, 2), "s": jnp.float32(2.0)}
-    crcs = shard_checksums(arrays)
+    crcs = shard_checksums(local_shards(arrays))
     assert crcs == {"a": {"0:3": _crc32(np.arange(6.0, dtype=np.float32).reshape(3, 2))},
                     "s": {"all": _crc32(np.float32(2.0))}}
     verify_shards("a", arrays["a"], crcs["a"], step=5)  # the placed array: this process's shards
