@@ -1,6 +1,7 @@
 """``rljax supervise``: run a training command until it is done, restarting it after preemptions and crashes.
 
-    rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- <train command ...>
+    rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] [--shrink-after K [--min-processes M]]
+                    -- <train command ...>
     rljax supervise -- python -m experiments.ppo_cartpole --total-timesteps 1e7 --run-dir runs/cp
 
 The command runs as a child in its own process group, with its output passed through unchanged.
@@ -30,6 +31,13 @@ the supervisor waits for the child and exits with its status (75 after a clean s
 restarting it: a scheduler that preempts the whole job is obeyed. Signals that were ignored when
 the supervisor started (``nohup``) stay ignored.
 
+With ``--shrink-after K`` and an ``rljax launch -n P -d D -- ...`` command, a job that fails K
+attempts in a row without committing a new checkpoint (a failure: not done, not preempted; a host
+lost for good fails every attempt at start-up) continues with one process fewer: the next attempt
+runs ``rljax launch -n P-1`` and, when the training command names ``--num-devices``, ``--num-devices
+(P-1)*D``. The run resumes elastically on the devices left (the same training, not bit-exact:
+``docs/scale-out.md``), down to ``--min-processes``; each shrink is recorded and printed.
+
 Each attempt is appended to ``D/supervisor.jsonl`` (attempt, argv, start and end times, exit status
 or signal, action, back-off) and printed as one line on stderr.
 """
@@ -53,7 +61,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["add_parser", "run", "main", "configure", "find_run_dir", "attempt_command", "backoff_delay", "newest_checkpoint",
-           "Supervisor", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS",
+           "Supervisor", "launch_layout", "shrunk_command", "LOG_FILE", "USAGE_EXIT_CODE", "PREEMPTED_EXIT_CODE", "DEFAULT_MAX_RESTARTS",
            "DEFAULT_BACKOFF_S", "DEFAULT_MAX_BACKOFF_S"]
 
 LOG_FILE = "supervisor.jsonl"
@@ -132,6 +140,85 @@ def attempt_command(command: Sequence[str], run_dir: str) -> list[str]:
     return list(command)
 
 
+_LAUNCH_OPTIONS = {"-n": "processes", "--num-processes": "processes", "-d": "devices",
+                   "--devices-per-process": "devices"}
+
+
+def _launch_start(command: Sequence[str]) -> int | None:
+    """The index of the first option after ``rljax launch`` / ``python -m rljax.cli.main launch``."""
+    for i in range(1, len(command)):
+        prev = command[i - 1]
+        if command[i] == "launch" and (os.path.basename(prev) == "rljax" or prev == "rljax.cli.main"):
+            return i + 1
+    return None
+
+
+def _launch_options(command: Sequence[str]) -> tuple[dict[str, tuple[int, str, str]], int] | None:
+    """``({"processes"|"devices": (index, flag form, value)}, index of the training command)`` of an
+    ``rljax launch`` command, or None when ``command`` is not one. A form is ``"split"`` (``-n P``),
+    ``"="`` (``--num-processes=P``) or ``"joined"`` (``-nP``)."""
+    start = _launch_start(command)
+    if start is None:
+        return None
+    found: dict[str, tuple[int, str, str]] = {}
+    i = start
+    while i < len(command) and command[i] != "--":
+        token = command[i]
+        name, _, value = token.partition("=")
+        if name in _LAUNCH_OPTIONS and value:
+            found[_LAUNCH_OPTIONS[name]] = (i, "=", value)
+        elif token in _LAUNCH_OPTIONS and i + 1 < len(command):
+            found[_LAUNCH_OPTIONS[token]] = (i + 1, "split", command[i + 1])
+            i += 1
+        elif token[:2] in ("-n", "-d") and len(token) > 2 and not token.startswith("--"):
+            found[_LAUNCH_OPTIONS[token[:2]]] = (i, "joined", token[2:])
+        i += 1
+    return found, i + 1
+
+
+def launch_layout(command: Sequence[str]) -> tuple[int, int] | None:
+    """``(P, D)`` of an ``rljax launch -n P [-d D] -- ...`` command (D defaults to 1, as in
+    ``rljax launch``), or None when ``command`` is not such a command or its P or D is not an integer."""
+    parsed = _launch_options(command)
+    if parsed is None or "processes" not in parsed[0]:
+        return None
+    options = parsed[0]
+    try:
+        return int(options["processes"][2]), int(options["devices"][2]) if "devices" in options else 1
+    except ValueError:
+        return None
+
+
+def _replace_value(command: list[str], where: tuple[int, str, str], value: str) -> None:
+    index, form, _ = where
+    if form == "split":
+        command[index] = value
+    elif form == "=":
+        command[index] = command[index].split("=", 1)[0] + "=" + value
+    else:
+        command[index] = command[index][:2] + value
+
+
+def shrunk_command(command: Sequence[str], processes: int) -> list[str]:
+    """``command`` (an ``rljax launch`` command, :func:`launch_layout`) with ``processes`` processes:
+    its ``-n`` replaced and, when its training command names ``--num-devices``, that set to
+    ``processes * D``."""
+    parsed = _launch_options(command)
+    layout = launch_layout(command)
+    if parsed is None or layout is None:
+        raise ValueError(f"not an `rljax launch -n P ...` command: {shlex.join(command)}")
+    options, inner = parsed
+    out = list(command)
+    _replace_value(out, options["processes"], str(processes))
+    devices = str(processes * layout[1])
+    for i in range(inner, len(out)):
+        if out[i] == "--num-devices" and i + 1 < len(out):
+            out[i + 1] = devices
+        elif out[i].startswith("--num-devices="):
+            out[i] = "--num-devices=" + devices
+    return out
+
+
 def backoff_delay(backoff_s: float, max_backoff_s: float, failures: int) -> float:
     """Seconds to wait before a restart after ``failures`` attempts in a row without progress (>= 1)."""
     return min(max_backoff_s, backoff_s * 2.0 ** max(0, min(failures - 1, 64)))
@@ -175,13 +262,18 @@ class Supervisor:
         max_restarts: restarts allowed after the first attempt.
         backoff_s: the first back-off.
         max_backoff_s: the back-off's cap.
+        shrink_after: failed attempts in a row without a new checkpoint after which an ``rljax
+            launch`` job continues with one process fewer (0: never).
+        min_processes: the fewest processes a shrink leaves.
         stream: where the one-line reports go (default stderr).
     """
 
     def __init__(self, command: Sequence[str], run_dir: str, *, max_restarts: int = DEFAULT_MAX_RESTARTS,
                  backoff_s: float = DEFAULT_BACKOFF_S, max_backoff_s: float = DEFAULT_MAX_BACKOFF_S,
-                 stream: Any = None):
+                 shrink_after: int = 0, min_processes: int = 1, stream: Any = None):
         self.command = list(command)
+        self.shrink_after = shrink_after
+        self.min_processes = min_processes
         self.run_dir = run_dir
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
@@ -313,6 +405,7 @@ class Supervisor:
     def _run(self) -> int:
         restarts = 0
         failures = 0  # attempts in a row that committed no new checkpoint
+        stalled = 0  # failed attempts (not done, not preempted) in a row that committed no new checkpoint
         last_status = PREEMPTED_EXIT_CODE
         attempt = 0
         while True:
@@ -351,6 +444,8 @@ class Supervisor:
             after = newest_checkpoint(self.run_dir)
             progress = after is not None and (before is None or after > before)
             failures = 1 if progress else failures + 1
+            failed = signame is not None or status not in (0, PREEMPTED_EXIT_CODE)
+            stalled = stalled + 1 if failed and not progress else 0
 
             outcome, action, note, delay = self._decide(status, signame, restarts, failures, progress, after)
             self._record({"event": "attempt", "attempt": attempt, "argv": argv, "pid": child.pid,
@@ -362,6 +457,8 @@ class Supervisor:
             self._say(f"attempt {attempt} {outcome} after {ended - started:.1f} s; {note}")
             if action != "restart":
                 return status
+            if self._shrink(attempt, stalled):
+                stalled = 0
             self._sleep(delay)
             if self.stop_signal is not None:
                 name = signal.Signals(self.stop_signal).name
@@ -370,6 +467,27 @@ class Supervisor:
                 self._say(f"got {name} during the back-off: not restarting; exit status {status}")
                 return status
             restarts += 1
+
+
+    def _shrink(self, attempt: int, stalled: int) -> bool:
+        """Drops one process of an ``rljax launch`` job after ``shrink_after`` failed attempts in a
+        row without a new checkpoint (see the module docstring); True when it did."""
+        layout = launch_layout(self.command)
+        if not self.shrink_after or stalled < self.shrink_after or layout is None:
+            return False
+        processes, devices = layout
+        if processes <= self.min_processes:
+            return False
+        self.command = shrunk_command(self.command, processes - 1)
+        self._record({"event": "shrink", "after_attempt": attempt, "time": _now_iso(time.time()),
+                      "from_processes": processes, "to_processes": processes - 1, "devices_per_process": devices,
+                      "failed_attempts_without_checkpoint": stalled, "argv": self.command,
+                      "supervisor_pid": os.getpid()})
+        self._say(f"{stalled} failed attempt{'s' if stalled != 1 else ''} in a row without a new checkpoint: "
+                  f"continuing with {processes - 1} process{'es' if processes - 1 != 1 else ''} of {devices} "
+                  f"device{'s' if devices != 1 else ''} instead of {processes} (a host lost for good?); the run "
+                  f"resumes elastically on {(processes - 1) * devices} devices: the same training, not bit-exact")
+        return True
 
 
 class _Parser(argparse.ArgumentParser):
@@ -397,7 +515,8 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-PARSER_KWARGS = dict(usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...",
+PARSER_KWARGS = dict(usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] "
+                           "[--shrink-after K [--min-processes M]] -- COMMAND ...",
                      description=__doc__.split("\n\n", 2)[2], formatter_class=_Formatter, allow_abbrev=False)
 """How the ``rljax supervise`` parser is made (as a subcommand of ``rljax`` and on its own)."""
 
@@ -411,6 +530,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "checkpoint")
     parser.add_argument("--max-backoff", type=_seconds, default=DEFAULT_MAX_BACKOFF_S, metavar="S",
                         help="the longest back-off")
+    parser.add_argument("--shrink-after", type=_count, default=0, metavar="K",
+                        help="for an `rljax launch -n P` command: after K failed attempts in a row without a new "
+                             "checkpoint, continue with one process fewer (0: never)")
+    parser.add_argument("--min-processes", type=_count, default=1, metavar="M",
+                        help="the fewest processes --shrink-after leaves")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the training command; it must name its run directory (--run-dir D, --resume D or "
                              "rljax resume D)")
@@ -437,6 +561,14 @@ def _checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if not (math.isfinite(args.max_backoff) and args.max_backoff >= max(args.backoff, 0.0)):
         problems.append(f"--max-backoff must be a number of seconds >= --backoff ({args.backoff:g}), "
                         f"got {args.max_backoff}")
+    if args.shrink_after < 0:
+        problems.append(f"--shrink-after must be >= 0, got {args.shrink_after}")
+    if args.min_processes < 1:
+        problems.append(f"--min-processes must be >= 1, got {args.min_processes}")
+    if command and args.shrink_after > 0 and launch_layout(command) is None:
+        problems.append("--shrink-after needs an `rljax launch -n P [-d D] -- ...` command (got "
+                        f"{shlex.join(command)}); under SLURM or Kubernetes the scheduler sets the process count "
+                        "(docs/scale-out.md, \"Elastic resume\")")
     if not command and not stray:
         problems.append("no training command: put it after --, e.g. rljax supervise --max-restarts 5 -- "
                         "python -m experiments.ppo_cartpole --run-dir runs/cp")
@@ -457,7 +589,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return USAGE_EXIT_CODE
     return Supervisor(command, run_dir, max_restarts=args.max_restarts, backoff_s=args.backoff,
-                      max_backoff_s=args.max_backoff).run()
+                      max_backoff_s=args.max_backoff, shrink_after=args.shrink_after,
+                      min_processes=args.min_processes).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -360,17 +361,20 @@ def _pids_with_env(marker: str, process_id: str) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
-@pytest.mark.timeout(600)
-def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):
-    """rljax supervise -- rljax launch ...: one process killed mid-run, the whole job restarts from
-    the newest checkpoint and ends bit-identical to the uninterrupted run."""
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.5", "--", sys.executable, "-m", "rljax.cli.main",
-           "launch", "-n", "2", "-d", "2", "--peer-timeout", "30", "--", sys.executable, *PPO, "--run-dir", str(run_dir)]
+def _supervise_killing_process_1(cmd: list[str], run_dir: pathlib.Path, after_a_checkpoint: bool = False,
+                                 before_the_kill: Any = None) -> str:
+    """Runs the supervise command ``cmd``, SIGKILLs process 1 of its job once the run has a row (and
+    a checkpoint, with ``after_a_checkpoint``), calling ``before_the_kill()`` first; asserts that the
+    supervisor ends with status 0 and returns its stderr."""
+    from rljax.cli.supervise import newest_checkpoint
+
     sup = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_rows(run_dir, 1, [sup])
+        while after_a_checkpoint and newest_checkpoint(run_dir) is None and sup.poll() is None:
+            time.sleep(0.05)
+        if before_the_kill is not None:
+            before_the_kill()
         victims = _pids_with_env(str(run_dir), "1")
         assert victims, "process 1 of the job not found"
         os.kill(victims[0], signal.SIGKILL)
@@ -379,6 +383,18 @@ def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path)
         if sup.poll() is None:
             sup.kill()
     assert sup.returncode == 0, err[-3000:]
+    return err
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
+@pytest.mark.timeout(600)
+def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):
+    """rljax supervise -- rljax launch ...: one process killed mid-run, the whole job restarts from
+    the newest checkpoint and ends bit-identical to the uninterrupted run."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.5", "--", sys.executable, "-m", "rljax.cli.main",
+           "launch", "-n", "2", "-d", "2", "--peer-timeout", "30", "--", sys.executable, *PPO, "--run-dir", str(run_dir)]
+    _supervise_killing_process_1(cmd, run_dir)
     attempts = [json.loads(line) for line in (run_dir / "supervisor.jsonl").read_text().splitlines()]
     attempts = [a for a in attempts if a.get("event") == "attempt"]
     assert len(attempts) == 2, attempts
@@ -387,3 +403,28 @@ def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path)
     assert _rows(run_dir) == _rows(two_by_two)
     for a, b in zip(_final_checkpoint(run_dir), _final_checkpoint(two_by_two)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
+@pytest.mark.timeout(600)
+def test_the_supervisor_continues_a_job_on_the_hosts_left_after_one_is_lost_for_good(tmp_path):
+    """rljax supervise --shrink-after 1 -- rljax launch -n 2 ...: process 1 is killed mid-run and
+    then dies at every start (its host is gone); the job restarts once as it was, then continues as
+    one process on the devices left, resuming elastically, and finishes the run."""
+    run_dir, marker = tmp_path / "run", tmp_path / "host-1-lost"
+    inner = [sys.executable, str(ROOT / "tests" / "support" / "lost_host.py"), str(marker), "experiments.ppo_cartpole",
+             "--num-devices", "2", "--total-timesteps", "4096", "--updates-per-chunk", "2", "--checkpoint-every", "1",
+             "--no-tensorboard", "--run-dir", str(run_dir)]
+    cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.2", "--shrink-after", "1", "--",
+           sys.executable, "-m", "rljax.cli.main", "launch", "-n", "2", "-d", "1", "--peer-timeout", "3", "--", *inner]
+    err = _supervise_killing_process_1(cmd, run_dir, after_a_checkpoint=True, before_the_kill=marker.touch)
+    records = [json.loads(line) for line in (run_dir / "supervisor.jsonl").read_text().splitlines()]
+    assert [r.get("action", r["event"]) for r in records] == ["restart", "restart", "shrink", "done"], records
+    assert records[2]["from_processes"] == 2 and records[2]["to_processes"] == 1
+    final = records[3]["argv"]
+    assert final[final.index("-n") + 1] == "1" and final[final.index("--num-devices") + 1] == "1"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    layout = manifest["resumes"][-1]["layout"]
+    assert (layout["from_num_devices"], layout["num_devices"]) == (2, 1), manifest["resumes"]
+    rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 4096 and "continuing with 1 process" in err

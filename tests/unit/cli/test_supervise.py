@@ -270,6 +270,10 @@ def test_a_command_without_a_run_directory_is_refused(fake, command, message):
     (["--backoff", "soon", "--", "x", "--run-dir", "d"], "'soon' is not a number of seconds"),
     (["--max-restarts", "3"], "no training command: put it after --"),
     (["--retries", "3", "--", "x", "--run-dir", "d"], "unrecognized arguments: --retries"),
+    (["--shrink-after", "-1", "--", "x", "--run-dir", "d"], "--shrink-after must be >= 0, got -1"),
+    (["--min-processes", "0", "--", "x", "--run-dir", "d"], "--min-processes must be >= 1, got 0"),
+    (["--shrink-after", "2", "--", "srun", "python", "--run-dir", "d"],
+     "--shrink-after needs an `rljax launch -n P [-d D] -- ...` command"),
 ])
 def test_bad_options_exit_2_naming_the_value(options, message, tmp_path):
     proc = subprocess.run([*SUPERVISE, *options], cwd=tmp_path, capture_output=True,
@@ -286,6 +290,63 @@ def test_a_command_that_cannot_start_is_not_restarted(tmp_path):
                           text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 127 and "cannot start" in proc.stderr
     assert [r["action"] for r in records(run)] == ["stop"]
+
+
+def _fake_rljax(fake, tmp_path) -> str:
+    """An executable named ``rljax`` that behaves as the fake train command (so the supervisor
+    reads its argv as an ``rljax launch`` command)."""
+    script, _ = fake
+    exe = tmp_path / "bin" / "rljax"
+    exe.parent.mkdir()
+    exe.write_text(f"#!{sys.executable}\n" + script.read_text())
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.timeout(60)
+def test_a_launch_job_that_keeps_failing_without_progress_continues_with_one_process_fewer(fake, tmp_path):
+    run = tmp_path / "run"
+    command = [_fake_rljax(fake, tmp_path), "launch", "-n", "3", "-d", "2", "--", "python", "-m", "x",
+               "--num-devices", "6", "--run-dir", str(run)]
+    # A checkpoint then a kill (restarted as it is), two failures without a checkpoint (the second
+    # shrinks 3 -> 2 processes), one more (not enough for another shrink), then done.
+    proc = supervise(fake, run, "ckpt+kill,1,1,1,0", "--shrink-after", "2", command=command)
+    assert proc.returncode == 0, proc.stderr
+    runs = argvs(fake[1])
+    assert [a[a.index("-n") + 1] for a in runs] == ["3", "3", "3", "2", "2"]
+    assert [a[a.index("--num-devices") + 1] for a in runs] == ["6", "6", "6", "4", "4"]
+    assert "--resume" not in runs[0] and all("--resume" in a for a in runs[1:])
+    shrinks = [r for r in records(run) if r["event"] == "shrink"]
+    assert len(shrinks) == 1 and shrinks[0]["after_attempt"] == 3
+    assert (shrinks[0]["from_processes"], shrinks[0]["to_processes"], shrinks[0]["devices_per_process"]) == (3, 2, 2)
+    assert "continuing with 2 processes of 2 devices instead of 3" in proc.stderr
+    # The floor: with --min-processes 3 the job is only restarted.
+    other = tmp_path / "other"
+    command[-1] = str(other)
+    (fake[1] / "count").unlink()
+    (fake[1] / "argv.jsonl").unlink()
+    proc = supervise(fake, other, "1,1,1,0", "--shrink-after", "1", "--min-processes", "3", command=command)
+    assert proc.returncode == 0 and [a[a.index("-n") + 1] for a in argvs(fake[1])] == ["3"] * 4
+    assert not [r for r in records(other) if r["event"] == "shrink"]
+
+
+def test_launch_layout_and_shrunk_command():
+    from rljax.cli.supervise import launch_layout, shrunk_command
+
+    cmd = ["rljax", "launch", "-n", "2", "-d", "2", "--", "python", "-m", "e", "--num-devices", "4", "-n", "9"]
+    assert launch_layout(cmd) == (2, 2)
+    assert shrunk_command(cmd, 1) == ["rljax", "launch", "-n", "1", "-d", "2", "--", "python", "-m", "e",
+                                      "--num-devices", "2", "-n", "9"]
+    cmd = ["python", "-m", "rljax.cli.main", "launch", "--num-processes=3", "-d3", "--", "rljax", "resume", "r",
+           "--num-devices=9"]
+    assert launch_layout(cmd) == (3, 3)
+    assert shrunk_command(cmd, 2)[4:6] == ["--num-processes=2", "-d3"] and shrunk_command(cmd, 2)[-1] == "--num-devices=6"
+    assert launch_layout(["/usr/bin/rljax", "launch", "-n4", "--", "x"]) == (4, 1)
+    assert shrunk_command(["rljax", "launch", "-n4", "--", "x"], 3) == ["rljax", "launch", "-n3", "--", "x"]
+    assert launch_layout(["srun", "-n", "2", "x"]) is None
+    assert launch_layout(["rljax", "launch", "-n", "two", "--", "x"]) is None
+    with pytest.raises(ValueError, match="not an `rljax launch"):
+        shrunk_command(["srun", "x"], 1)
 
 
 def test_find_run_dir_and_attempt_command(tmp_path):
