@@ -226,7 +226,7 @@ def first_obs(obs: Any) -> Any:
 
 def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: bool = False,
                    normalize_reward: bool = False, reward_gamma: float = 0.99,
-                   axis_name: str | None = None) -> Any:
+                   axis_name: str | None = None, randomize: tuple[str, ...] = ()) -> Any:
     """The standard training env: clip Box actions, vectorise, track episodes, normalise.
 
     Order matters: ``EpisodeStatistics`` sits inside reward normalisation so it logs raw returns;
@@ -240,7 +240,11 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
         normalize_obs: add ``NormalizeObservation``.
         normalize_reward: add ``NormalizeReward`` with discount ``reward_gamma``.
         axis_name: the device axis the normalisers merge their statistics over.
+        randomize: ``NAME=LOW:HIGH`` specs of env params drawn per episode
+            (:class:`rljax.core.wrappers.RandomizeParams`, innermost).
     """
+    if randomize:
+        env = wrappers.RandomizeParams(env, wrappers.param_ranges(randomize))
     if not is_discrete(env.action_space(env_params)):
         env = wrappers.ClipAction(env)
     env = wrappers.EpisodeStatistics(wrappers.VecEnv(env, num_envs))

@@ -555,7 +555,8 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
         hooks: the algorithm.
     """
     d = config.num_devices
-    venv, normalize = observation_stack(make_env_stack(env, env_params, config.num_envs // d, axis_name=axis_name),
+    venv, normalize = observation_stack(make_env_stack(env, env_params, config.num_envs // d, axis_name=axis_name,
+                                                       randomize=config.randomize),
                                         config.normalize_obs, axis_name)
     program = _Program(config, hooks, venv, normalize, make_replay(config.buffer_size // d, config.prioritized),
                        axis_name)

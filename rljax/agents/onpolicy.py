@@ -240,7 +240,8 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
     """
     venv = make_env_stack(env, env_params, config.num_envs // config.num_devices, normalize_obs=normalize_obs,
                           normalize_reward=normalize_reward,
-                          reward_gamma=config.gamma if normalize_reward else 0.99, axis_name=axis_name)
+                          reward_gamma=config.gamma if normalize_reward else 0.99, axis_name=axis_name,
+                          randomize=config.randomize)
     program = _Program(config, hooks, venv, anneal_lr, normalize_reward, axis_name)
     stats_of, normalize = observation_normalizer(venv)
     to_space = into_action_space(env.action_space(env_params))

@@ -245,6 +245,9 @@ class RunConfig:
     env_params: tuple[str, ...] = field((), "NAME=VALUE override of a field of the env's default params (cast to the "
                                             "field's type, e.g. length=0.7); repeat for several",
                                         flag="--env-param")
+    randomize: tuple[str, ...] = field((), "domain randomisation: NAME=LOW:HIGH (or NAME=log:LOW:HIGH) draws that float "
+                                           "env param per episode, at every reset, uniformly (log-uniformly); repeat "
+                                           "for several, e.g. length=0.25:2.0. Evaluation uses the params unchanged")
     seed: int = field(0, "PRNG seed in [0, 2**32 - 1]; every key in the run is split from jax.random.key(seed)")
     total_timesteps: int = field(500_000, TOTAL_TIMESTEPS_HELP)
     num_envs: int = field(4, "parallel environments, over all devices")
@@ -283,6 +286,10 @@ class RunConfig:
                 require(bool(sep) and key.strip().isidentifier(),
                         f"{name} entry {spec!r} must be NAME=VALUE with NAME a Python identifier, e.g. "
                         + ("'length=0.7'" if name == "env_params" else "'size=8'"))
+        if self.randomize:
+            from rljax.core.wrappers import param_ranges
+
+            param_ranges(self.randomize)
         check_ints(self, ("seed",), 0, MAX_SEED, why=_WHY_SEED)
         check_ints(self, ("total_timesteps",), 1, MAX_ENV_STEPS, why=_WHY_STEPS)
         check_ints(self, ("num_envs", "num_devices"))

@@ -494,8 +494,10 @@ def resolve_run(config: Any, env: Any = None, env_params: Any = None, *, record:
             raise EnvNotRebuildableError(_not_rebuildable_message(config.env, run_dir))
         env, default = make(config.env, **parse_env_kwargs(kwarg_specs))
         params, _ = parse_env_params(specs, default if env_params is None else env_params)
+        _check_randomize(config, params)
         return config, env, params
     params, _ = parse_env_params(specs, env.default_params if env_params is None else env_params)
+    _check_randomize(config, params)
     if record:
         name = rebuild_name(env, params, config.env, kwarg_specs, specs) or object_name(env)
         if name != config.env:
@@ -596,6 +598,15 @@ def parse_env_params(specs: Sequence[str], env_params: Any) -> tuple[Any, dict[s
         if name == "max_steps_in_episode" and overrides[name] < 1:
             raise ValueError(f"--env-param {spec!r}: the time limit max_steps_in_episode must be >= 1")
     return env_params.replace(**{n: _like(getattr(env_params, n), v, n) for n, v in overrides.items()}), overrides
+
+
+def _check_randomize(config: Any, params: Any) -> None:
+    """Raises ``ValueError`` when ``config.randomize`` names a range that ``params`` cannot take
+    (:func:`rljax.core.wrappers.check_param_ranges`)."""
+    if getattr(config, "randomize", ()):
+        from rljax.core.wrappers import check_param_ranges, param_ranges
+
+        check_param_ranges(param_ranges(config.randomize), params)
 
 
 def _kind_of_value(value: Any) -> Any:

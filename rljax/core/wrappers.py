@@ -17,6 +17,7 @@ elementwise, so they work inside or outside ``VecEnv``. :class:`NormalizeObserva
 outside ``VecEnv``. A typical training stack, innermost first::
 
     env = RescaleAction(ClipAction(base_env))          # per-env action transforms
+    env = RandomizeParams(base_env, param_ranges(["length=0.25:2.0"]))   # domain randomisation, per episode
     env = VecEnv(env, num_envs=64)                     # [64] batch, per-env keys
     env = EpisodeStatistics(env)                       # raw returns, before any reward scaling
     env = NormalizeObservation(env, axis_name="data")  # shared obs stats, merged across devices
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rljax.env import Box, is_discrete, observation_spec
+from rljax.env import Box, auto_reset, is_discrete, observation_spec
 
 __all__ = [
     "Wrapper",
@@ -55,6 +56,11 @@ __all__ = [
     "ClipAction",
     "RescaleAction",
     "transfer_stats",
+    "ParamRange",
+    "param_ranges",
+    "check_param_ranges",
+    "RandomizeParams",
+    "RandomizeParamsState",
 ]
 
 TInnerState = TypeVar("TInnerState")
@@ -1071,3 +1077,159 @@ class RescaleAction(_ActionTransform[TInnerState]):
         high = jnp.asarray(self.high, self._dtype)
         t = (jnp.asarray(action, self._dtype) - low) / (high - low)
         return env_low * (1 - t) + env_high * t
+
+
+# --------------------------------------------------------------------------------------------------
+# Domain randomisation
+# --------------------------------------------------------------------------------------------------
+
+
+class ParamRange(NamedTuple):
+    """The range one env param is drawn from at every episode start (:class:`RandomizeParams`).
+
+    ``log`` False: ``U(low, high)``; True: ``exp(U(log low, log high))`` (log-uniform, ``low > 0``).
+    """
+
+    name: str
+    low: float
+    high: float
+    log: bool = False
+
+    def draw(self, key: jax.Array) -> jax.Array:
+        """One float32 draw from the range."""
+        if self.log:
+            return jnp.exp(jax.random.uniform(key, (), jnp.float32, np.log(self.low), np.log(self.high)))
+        return jax.random.uniform(key, (), jnp.float32, self.low, self.high)
+
+    def __str__(self) -> str:
+        return f"{self.name}={'log:' if self.log else ''}{self.low:g}:{self.high:g}"
+
+
+_RANGE_FORMS = "NAME=LOW:HIGH (uniform) or NAME=log:LOW:HIGH (log-uniform), e.g. length=0.25:2.0"
+
+
+def param_ranges(specs: Any) -> tuple[ParamRange, ...]:
+    """``["length=0.25:2.0", "gravity=log:5:20", ...]`` as :class:`ParamRange` s (a later spec of the
+    same name replaces an earlier one).
+
+    Raises:
+        ValueError: a spec that is not ``NAME=LOW:HIGH`` or ``NAME=log:LOW:HIGH``, bounds that are not
+            finite numbers with ``LOW < HIGH``, or a log range with ``LOW <= 0``; the message names
+            the spec and the valid forms.
+    """
+    ranges: dict[str, ParamRange] = {}
+    for spec in specs:
+        name, sep, text = str(spec).partition("=")
+        name = name.strip()
+        parts = text.split(":")
+        log = parts[0].strip() == "log"
+        bounds = parts[1:] if log else parts
+        if not sep or not name.isidentifier() or len(bounds) != 2:
+            raise ValueError(f"--randomize {spec!r}: expected {_RANGE_FORMS}")
+        try:
+            low, high = (float(b) for b in bounds)
+        except ValueError:
+            raise ValueError(f"--randomize {spec!r}: LOW and HIGH must be numbers ({_RANGE_FORMS})") from None
+        if not (np.isfinite(low) and np.isfinite(high) and low < high):
+            raise ValueError(f"--randomize {spec!r}: need finite LOW < HIGH, got LOW={low:g}, HIGH={high:g}")
+        if log and low <= 0:
+            raise ValueError(f"--randomize {spec!r}: a log range needs LOW > 0, got {low:g}")
+        ranges[name] = ParamRange(name, low, high, log)
+    return tuple(ranges.values())
+
+
+def check_param_ranges(ranges: tuple[ParamRange, ...], env_params: Any) -> None:
+    """Checks that every range names a floating scalar field of ``env_params`` (a dataclass).
+
+    Raises:
+        ValueError: params that are not a dataclass, a name that is not a field (the message lists
+            the floating ones), or a field that is not a float scalar (an int, a bool or an array).
+    """
+    import dataclasses
+
+    if not ranges:
+        return
+    if not dataclasses.is_dataclass(env_params):
+        raise ValueError(f"--randomize: the env params ({type(env_params).__name__}) are not a dataclass, so no "
+                         f"field of them can be drawn per episode")
+    floats = [f.name for f in dataclasses.fields(env_params) if _is_float_scalar(getattr(env_params, f.name))]
+    for r in ranges:
+        if not hasattr(env_params, r.name) or r.name not in [f.name for f in dataclasses.fields(env_params)]:
+            import difflib
+
+            close = difflib.get_close_matches(r.name, floats, n=1)
+            raise ValueError(f"--randomize {r}: {r.name!r} is not a param of {type(env_params).__name__}"
+                             + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + f"; the float params that can be drawn: {', '.join(floats) or 'none'}")
+        if r.name not in floats:
+            raise ValueError(f"--randomize {r}: {r.name!r} holds {getattr(env_params, r.name)!r}, not a float "
+                             f"scalar; the float params that can be drawn: {', '.join(floats) or 'none'}")
+
+
+def _is_float_scalar(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, float):
+        return True
+    return hasattr(value, "dtype") and np.ndim(value) == 0 and np.issubdtype(np.dtype(value.dtype), np.floating)
+
+
+@struct.dataclass
+class RandomizeParamsState(Generic[TInnerState]):
+    """State of a :class:`RandomizeParams`.
+
+    Attributes:
+        env_state: the inner state.
+        params: the params of the current episode (the drawn fields float32 scalars).
+    """
+
+    env_state: TInnerState
+    params: Any
+
+
+class RandomizeParams(Wrapper[TInnerState]):
+    """Domain randomisation: draws the env params named by ``ranges`` at every episode start.
+
+    ``reset(key, params)`` and every auto-reset replace each ranged field of ``params`` by a fresh
+    draw (:meth:`ParamRange.draw`, from the key this wrapper is given, so the draws are part of the
+    run's key stream); the episode then runs with those params, which the state carries. Fields
+    without a range keep their values from the ``params`` passed in (a sweep member's, say).
+
+    The wrapper wraps one env (inside :class:`VecEnv`, so each env draws its own params) and needs
+    the inner env to take its params as traced values: the params must not set shapes or Python
+    control flow. Each step also computes the reset of a new episode with freshly drawn params and
+    selects it where the episode ended, so the first state of an episode comes from its own params
+    (the inner env's own auto-reset, with the old params, is discarded); ``info["final_observation"]``
+    is the inner env's.
+
+    Args:
+        env: a single (unbatched) env whose params are a dataclass.
+        ranges: the fields to draw (:func:`param_ranges`), checked against the env's default params
+            (:func:`check_param_ranges`).
+    """
+
+    def __init__(self, env: Any, ranges: tuple[ParamRange, ...]):
+        super().__init__(env)
+        check_param_ranges(tuple(ranges), env.default_params)
+        self.ranges = tuple(ranges)
+
+    def draw(self, key: jax.Array, params: Any) -> Any:
+        """``params`` with every ranged field replaced by a draw (one key per range)."""
+        keys = jax.random.split(key, len(self.ranges))
+        return params.replace(**{r.name: r.draw(k) for r, k in zip(self.ranges, keys)})
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, RandomizeParamsState]:
+        params = _resolve_params(self, params)
+        k_draw, k_reset = jax.random.split(key)
+        episode = self.draw(k_draw, params)
+        obs, state = self.env.reset(k_reset, episode)
+        return obs, RandomizeParamsState(env_state=state, params=episode)
+
+    def step(self, key: jax.Array, state: RandomizeParamsState, action: Any, params: Any = None) -> StepResult:
+        params = _resolve_params(self, params)
+        k_step, k_next = jax.random.split(key)
+        obs, inner, reward, terminated, truncated, info = self.env.step(k_step, state.env_state, action, state.params)
+        obs_next, state_next = self.reset(k_next, params)
+        done = jnp.logical_or(terminated, truncated)
+        new_state = auto_reset(done, state_next, RandomizeParamsState(env_state=inner, params=state.params))
+        return auto_reset(done, obs_next, obs), new_state, reward, terminated, truncated, info

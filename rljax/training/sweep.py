@@ -98,7 +98,13 @@ class SweepSpec:
                    num_samples=d["num_samples"], seeds=tuple(d["seeds"]), sample_seed=d["sample_seed"], pbt=pbt)
 
 
+RANGES_NOT_SWEPT = ("the randomisation ranges (randomize) are compiled into the program, so one sweep cannot vary "
+                    "them: run one sweep per range, each with --randomize NAME=LOW:HIGH")
+
+
 def _number(text: str, field: str) -> float:
+    if field == "randomize":
+        raise ValueError(f"sweep value {text!r}: {RANGES_NOT_SWEPT}")
     try:
         return float(text)
     except ValueError:

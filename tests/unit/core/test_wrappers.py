@@ -670,3 +670,114 @@ def test_env_nonfinite_counts_the_envs_nan_and_inf_for_finite_actions_only():
     action = jnp.array([[0.5], [0.0], [0.0], [nan]])   # env 3 was given a NaN action: the policy's fault
     np.testing.assert_array_equal(env_nonfinite(obs, reward, action), [2.0, 2.0, 1.0, 0.0])
     assert env_nonfinite(jnp.array([nan]), jnp.float32(1.0), jnp.int32(1)) == 1.0   # one env, a discrete action
+
+
+# --------------------------------------------------------------------------------------------------
+# RandomizeParams (domain randomisation)
+# --------------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class ShownParams(EnvParams):
+    max_steps_in_episode: int = 3
+    value: float = 0.5
+    other: float = 7.0
+
+
+class ShowParamsEnv(Environment):
+    """Obs ``[value, other]`` of the params it runs with; episodes last 3 steps (the time limit)."""
+
+    @property
+    def default_params(self) -> ShownParams:
+        return ShownParams()
+
+    def _obs(self, params):
+        return jnp.stack([jnp.float32(params.value), jnp.float32(params.other)])
+
+    def reset_env(self, key, params):
+        return self._obs(params), EchoState(time=jnp.int32(0))
+
+    def step_env(self, key, state, action, params):
+        return self._obs(params), EchoState(time=state.time + 1), jnp.float32(0.0), jnp.bool_(False), {}
+
+    def observation_space(self, params):
+        return Box(-jnp.inf, jnp.inf, (2,))
+
+    def action_space(self, params):
+        return Discrete(2)
+
+
+def test_randomize_params_draws_per_env_and_per_episode_and_keeps_the_other_fields():
+    from rljax.core.wrappers import RandomizeParams, param_ranges
+
+    n = 512
+    env = VecEnv(RandomizeParams(ShowParamsEnv(), param_ranges(["value=1:2"])), n)
+    params = ShownParams(other=3.0)  # a field without a range keeps the value passed in
+
+    @fast_jit
+    def run(key):
+        obs, state = env.reset(key, params)
+
+        def step(s, k):
+            o, s, _, term, trunc, info = env.step(k, s, jnp.zeros(n, jnp.int32), params)
+            return s, (o, trunc, info["final_observation"])
+
+        _, (seq, trunc, final) = jax.lax.scan(step, state, jax.random.split(key, 6))
+        return obs, seq, trunc, final
+
+    obs, seq, trunc, final = jax.device_get(run(jax.random.key(3)))
+    values = np.concatenate([obs[None, :, 0], seq[:, :, 0]])  # [7, n]: the reset, then 6 steps
+    assert np.all((values >= 1) & (values < 2)) and np.all(seq[:, :, 1] == 3.0) and np.all(obs[:, 1] == 3.0)
+    assert len(np.unique(values[0])) == n  # every env draws its own
+    # Episodes are steps 0-2 and 3-5 (time limit 3): constant within one, redrawn at the next start;
+    # the finished episode's last observation still shows its own params.
+    assert np.array_equal(trunc[:, 0], [False, False, True, False, False, True])
+    assert np.array_equal(values[0], values[1]) and np.array_equal(values[1], values[2])
+    assert np.array_equal(final[2, :, 0], values[2]) and np.all(values[3] != values[2])
+    assert np.array_equal(values[3], values[4]) and np.array_equal(values[4], values[5])
+    assert abs(values.mean() - 1.5) < 0.02  # U(1, 2)
+    again = jax.device_get(run(jax.random.key(3)))[0]
+    np.testing.assert_array_equal(again, obs)  # the draws come from the key stream
+
+
+def test_a_log_range_draws_log_uniformly():
+    from rljax.core.wrappers import ParamRange
+
+    r = ParamRange("value", 1.0, 100.0, log=True)
+    draws = np.asarray(jax.jit(jax.vmap(r.draw))(jax.random.split(jax.random.key(0), 20000)))
+    assert draws.min() >= 1.0 and draws.max() <= 100.0
+    # log10 of the draws is U(0, 2): its quartiles are 0.5, 1 and 1.5.
+    np.testing.assert_allclose(np.quantile(np.log10(draws), [0.25, 0.5, 0.75]), [0.5, 1.0, 1.5], atol=0.03)
+    assert str(r) == "value=log:1:100"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("value", "expected NAME=LOW:HIGH (uniform) or NAME=log:LOW:HIGH"),
+    ("value=1", "expected NAME=LOW:HIGH"),
+    ("value=1:2:3", "expected NAME=LOW:HIGH"),
+    ("2x=1:2", "expected NAME=LOW:HIGH"),
+    ("value=a:2", "LOW and HIGH must be numbers"),
+    ("value=2:1", "need finite LOW < HIGH, got LOW=2, HIGH=1"),
+    ("value=1:inf", "need finite LOW < HIGH"),
+    ("value=log:0:2", "a log range needs LOW > 0, got 0"),
+])
+def test_bad_ranges_name_the_spec_and_the_valid_forms(spec, message):
+    from rljax.core.wrappers import param_ranges
+
+    with pytest.raises(ValueError, match="--randomize") as error:
+        param_ranges([spec])
+    assert message in str(error.value) and repr(spec) in str(error.value)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("valeu=1:2", "'valeu' is not a param of ShownParams (did you mean 'value'?); the float params that can be "
+                  "drawn: value, other"),
+    ("max_steps_in_episode=1:2", "'max_steps_in_episode' holds 3, not a float scalar"),
+])
+def test_a_range_must_name_a_float_param_of_the_env(spec, message):
+    from rljax.core.wrappers import RandomizeParams, param_ranges
+
+    with pytest.raises(ValueError) as error:
+        RandomizeParams(ShowParamsEnv(), param_ranges([spec]))
+    assert message in str(error.value)
+    assert param_ranges(["value=1:2", "value=3:4"])[0].low == 3.0  # a later spec of a name wins

@@ -48,6 +48,12 @@ def test_grid_sample_and_members():
     assert [m.values for m in members] == [m.values for m in again]
 
 
+def test_a_randomisation_range_is_refused_as_a_sweep_value_with_the_way_to_sweep_it():
+    for parse, spec in ((parse_grid, "randomize=length=0.5:1,length=0.25:2"), (parse_sample, "randomize=log:1:2")):
+        with pytest.raises(ValueError, match="run one sweep per range, each with --randomize NAME=LOW:HIGH"):
+            parse([spec])
+
+
 @pytest.mark.parametrize("spec, match", [
     (SweepSpec(grid={"num_envs": [4, 8]}), r"'num_envs' is structural.*sweepable fields of PPOConfig: learning_rate"),
     (SweepSpec(grid={"env.pole_colour": [1.0]}), r"not a param of env 'CartPole-v1'.*env.length"),
