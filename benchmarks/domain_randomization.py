@@ -17,8 +17,6 @@ import dataclasses
 import tempfile
 import time
 
-import numpy as np
-
 import rljax
 from experiments.ppo_cartpole import DEFAULTS
 from rljax.agents.ppo import PPOConfig

@@ -1110,7 +1110,7 @@ _RANGE_FORMS = "NAME=LOW:HIGH (uniform) or NAME=log:LOW:HIGH (log-uniform), e.g.
 
 def param_ranges(specs: Any) -> tuple[ParamRange, ...]:
     """``["length=0.25:2.0", "gravity=log:5:20", ...]`` as :class:`ParamRange` s (a later spec of the
-    same name replaces an earlier one).
+    same name replaces an earlier one; ``env.length`` is ``length``, as a sweep names it).
 
     Raises:
         ValueError: a spec that is not ``NAME=LOW:HIGH`` or ``NAME=log:LOW:HIGH``, bounds that are not
@@ -1120,7 +1120,7 @@ def param_ranges(specs: Any) -> tuple[ParamRange, ...]:
     ranges: dict[str, ParamRange] = {}
     for spec in specs:
         name, sep, text = str(spec).partition("=")
-        name = name.strip()
+        name = name.strip().removeprefix("env.")  # env.length, as sweeps name env params, is length
         parts = text.split(":")
         log = parts[0].strip() == "log"
         bounds = parts[1:] if log else parts

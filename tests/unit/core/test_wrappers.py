@@ -775,9 +775,10 @@ def test_bad_ranges_name_the_spec_and_the_valid_forms(spec, message):
     ("max_steps_in_episode=1:2", "'max_steps_in_episode' holds 3, not a float scalar"),
 ])
 def test_a_range_must_name_a_float_param_of_the_env(spec, message):
-    from rljax.core.wrappers import RandomizeParams, param_ranges
+    from rljax.core.wrappers import ParamRange, RandomizeParams, param_ranges
 
     with pytest.raises(ValueError) as error:
         RandomizeParams(ShowParamsEnv(), param_ranges([spec]))
     assert message in str(error.value)
     assert param_ranges(["value=1:2", "value=3:4"])[0].low == 3.0  # a later spec of a name wins
+    assert param_ranges(["env.value=log:1:2"]) == (ParamRange("value", 1.0, 2.0, True),)  # as sweeps name it
