@@ -189,14 +189,18 @@ def nonfinite_count(state: Any) -> jax.Array:
     replay storage (any leaf under an attribute named ``buffer``) is not, to keep the check cheap
     for large buffers: non-finite data in it shows up in the params it trains within a chunk.
     Returns a float32 scalar (exactly 0 for a healthy state).
+
+    One reduction over the watched leaves, flattened and concatenated, rather than one per leaf: the
+    count is computed once per chunk, but each per-leaf reduction is its own kernel, and compiling
+    those kernels cost more than the copy of the state the concatenation makes.
     """
-    total = jnp.zeros((), jnp.float32)
-    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        if any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == "buffer" for k in path):
-            continue
-        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            total = total + jnp.sum(~jnp.isfinite(leaf)).astype(jnp.float32)
-    return total
+    watched = [jnp.ravel(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
+               if not any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == "buffer" for k in path)
+               and hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    if not watched:
+        return jnp.zeros((), jnp.float32)
+    flat = jnp.concatenate([~jnp.isfinite(leaf) for leaf in watched])
+    return jnp.sum(flat, dtype=jnp.int32).astype(jnp.float32)
 
 
 ROW_BUDGET = 200

@@ -58,6 +58,10 @@ def test_nonfinite_count_watches_every_float_leaf_but_the_replay_buffer():
                    steps=jnp.array([3], jnp.int32), buffer=jnp.array([jnp.nan, jnp.nan]))
     assert float(nonfinite_count(state)) == 3.0
     assert float(nonfinite_count(_State(jnp.zeros(2), jnp.zeros(1), jnp.zeros(1, jnp.int32), jnp.zeros(1)))) == 0.0
+    # Leaves of several float dtypes and shapes, and a state with nothing to watch.
+    mixed = {"half": jnp.array([jnp.nan], jnp.float16), "grid": jnp.full((2, 3), jnp.inf), "count": jnp.int32(1)}
+    assert float(nonfinite_count(mixed)) == 7.0
+    assert nonfinite_count({"count": jnp.int32(1)}).dtype == jnp.float32 and float(nonfinite_count({})) == 0.0
 
 
 def test_strong_types_keeps_values_and_dtypes_and_drops_weak_types():
