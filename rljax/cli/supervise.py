@@ -105,12 +105,17 @@ def _flag_value(command: Sequence[str], flag: str) -> str | None:
     return value
 
 
+def _subcommand_at(command: Sequence[str], name: str) -> list[int]:
+    """The indices of ``name`` where it follows ``rljax`` or ``-m rljax.cli.main`` in ``command``
+    (``rljax resume``, ``python -m rljax.cli.main launch``)."""
+    return [i for i in range(1, len(command)) if command[i] == name
+            and (os.path.basename(command[i - 1]) == "rljax" or command[i - 1] == "rljax.cli.main")]
+
+
 def _resume_subcommand(command: Sequence[str]) -> str | None:
     """D of ``rljax resume D`` / ``python -m rljax.cli.main resume D``, else None."""
-    for i in range(1, len(command) - 1):
-        prev = command[i - 1]
-        if command[i] == "resume" and (os.path.basename(prev) == "rljax" or prev == "rljax.cli.main") \
-                and not command[i + 1].startswith("-"):
+    for i in _subcommand_at(command, "resume"):
+        if i + 1 < len(command) and not command[i + 1].startswith("-"):
             return command[i + 1]
     return None
 
@@ -146,11 +151,8 @@ _LAUNCH_OPTIONS = {"-n": "processes", "--num-processes": "processes", "-d": "dev
 
 def _launch_start(command: Sequence[str]) -> int | None:
     """The index of the first option after ``rljax launch`` / ``python -m rljax.cli.main launch``."""
-    for i in range(1, len(command)):
-        prev = command[i - 1]
-        if command[i] == "launch" and (os.path.basename(prev) == "rljax" or prev == "rljax.cli.main"):
-            return i + 1
-    return None
+    found = _subcommand_at(command, "launch")
+    return found[0] + 1 if found else None
 
 
 def _launch_options(command: Sequence[str]) -> tuple[dict[str, tuple[int, str, str]], int] | None:
