@@ -7,7 +7,8 @@
 
 Built-in: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 (dynamics
 exact to Gymnasium's), the MinAtar games with boolean observation planes (:mod:`envs.minatar`,
-gymnax's dynamics), and the probe environments of :mod:`envs.probes`. They register in the
+gymnax's dynamics), the memory task of :mod:`envs.memory` (MemoryCue-v0, MemoryCueContinuous-v0)
+and the probe environments of :mod:`envs.probes`. They register in the
 library's registry (:mod:`rljax.core.registry`); ``make``, ``register`` and ``registered`` here are
 that registry's functions. The imports below are relative, so the package works whatever name it is
 imported under (the library loads it by location, so a user's own ``envs`` package cannot hide it).
@@ -21,6 +22,7 @@ from rljax.core.registry import GYMNAX_PREFIX, gymnax_registered, make, register
 
 from .acrobot import Acrobot
 from .cartpole import CartPole
+from .memory import MemoryCue
 from .minatar import GAMES as MINATAR_GAMES, MinAtar
 from .mountain_car import MountainCar, MountainCarContinuous
 from .pendulum import Pendulum
@@ -36,6 +38,8 @@ for _name, _factory in {
     "MountainCarContinuous-v0": MountainCarContinuous,
 }.items():
     register_builtin(_name, _factory)
+register_builtin("MemoryCue-v0", MemoryCue)
+register_builtin("MemoryCueContinuous-v0", functools.partial(MemoryCue, continuous=True))
 for _game in MINATAR_GAMES:
     register_builtin(f"{_game}-MinAtar", functools.partial(MinAtar, _game))
 for _kind in PROBE_KINDS:

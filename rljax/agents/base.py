@@ -98,6 +98,10 @@ class Agent(NamedTuple):
         env_steps_per_update: env steps per update, summed over all devices (a Python int).
         params_of: ``params_of(state) -> pytree``: the parameters that must agree across devices
             (data-parallel checks compare them; the ``param_desync`` metric is their spread).
+        initial_memory: for a recurrent policy, ``initial_memory(n)``: the memory at an episode's
+            start for ``n`` envs (leaves ``[n, ...]``, zeros); ``policy`` is then
+            ``policy(policy_params, obs, key, deterministic, memory) -> (action, memory)``, the
+            caller resetting the memory where an episode starts. None for a memoryless policy.
     """
 
     config: Any
@@ -107,10 +111,33 @@ class Agent(NamedTuple):
     policy: Callable[[PolicyParams, Any, Any, bool], jax.Array]
     env_steps_per_update: int
     params_of: Callable[[Any], Any]
+    initial_memory: Callable[[int], Any] | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        """True when the policy carries a memory from step to step."""
+        return self.initial_memory is not None
+
+    def memory(self, n: int) -> Any:
+        """The memory of ``n`` envs at their episodes' start: ``initial_memory(n)``, or ``()`` (no
+        leaves) for a memoryless policy."""
+        return () if self.initial_memory is None else self.initial_memory(n)
+
+    def policy_step(self, policy_params: PolicyParams, obs: Any, memory: Any, key: Any, deterministic: bool
+                    ) -> tuple[jax.Array, Any]:
+        """``(action, memory)``: one step of the policy for either kind, the memory of a memoryless
+        policy (``()``) passed through. The memory given is used as it is: reset it (e.g. with
+        :func:`rljax.core.rollout.reset_memory`) where an episode starts."""
+        if self.initial_memory is None:
+            return self.policy(policy_params, obs, key, deterministic), memory
+        return self.policy(policy_params, obs, key, deterministic, memory)
 
     def act(self, state: Any, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
         """``policy(policy_params(state), obs, key, deterministic)``: the policy of a train state
-        (one device's view) on raw observations ``[N, *obs_shape]``."""
+        (one device's view) on raw observations ``[N, *obs_shape]``; for a recurrent policy, with
+        the memory the state carries (the envs' current episodes)."""
+        if self.initial_memory is not None:
+            return self.policy(self.policy_params(state), obs, key, deterministic, state.memory)[0]
         return self.policy(self.policy_params(state), obs, key, deterministic)
 
 

@@ -38,9 +38,9 @@ from flax import struct
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, desync, epochs_of_minibatches,
                                first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
                                observation_normalizer, pmean, schedule_fraction, space_dims)
-from rljax.core.config import check_env_steps_per_update, check_ints, field, require
+from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
 from rljax.core.counters import Count, as_float
-from rljax.core.networks import ActorCritic
+from rljax.core.networks import MEMORY_CELLS, ActorCritic, RecurrentActorCritic
 from rljax.core.returns import gae
 from rljax.core.rollout import RolloutCarry, Transition, rollout
 
@@ -92,16 +92,39 @@ class OnPolicyConfig(RolloutConfig):
 
     num_epochs: int = field(4, "passes over each rollout")
     num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
+    memory: str = field("none", "recurrent memory between the torso and the heads: none, gru or lstm "
+                                "(the policy then acts on the episode so far, not on one observation)")
+    memory_size: int = field(128, "width of the recurrent memory (with --memory gru|lstm)")
+    bptt_length: int = field(0, "steps per training sequence with memory (truncated backprop through time); "
+                                "0: the whole rollout (num_steps); must divide num_steps")
 
     def validate(self) -> None:
         """The rollout checks (:meth:`RolloutConfig.validate`), then that each device's share of the
-        rollout splits into whole minibatches."""
+        rollout splits into whole minibatches (of whole sequences, with memory)."""
         super().validate()
-        check_ints(self, ("num_epochs", "num_minibatches"))
+        check_ints(self, ("num_epochs", "num_minibatches", "memory_size"))
+        check_ints(self, ("bptt_length",), low=0)
+        check_choice(self, "memory", MEMORY_CELLS)
         local = self.env_steps_per_update // self.num_devices
         require(local % self.num_minibatches == 0,
                 f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
                 f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
+        if self.memory == "none":
+            return
+        length = self.bptt_length or self.num_steps
+        require(self.num_steps % length == 0,
+                f"bptt_length={self.bptt_length} does not divide num_steps={self.num_steps}: training sequences "
+                f"are whole windows of the rollout (0 means the whole rollout)")
+        seqs = self.num_envs // self.num_devices * (self.num_steps // length)
+        require(seqs % self.num_minibatches == 0,
+                f"with memory, minibatches hold whole sequences: (num_envs / num_devices) * (num_steps / "
+                f"bptt_length) = {self.num_envs // self.num_devices} * {self.num_steps // length} = {seqs} "
+                f"sequences is not divisible by num_minibatches={self.num_minibatches}")
+
+    @property
+    def recurrent(self) -> bool:
+        """True when the policy has memory (``memory`` is not ``"none"``)."""
+        return self.memory != "none"
 
     @property
     def minibatch_size(self) -> int:
@@ -123,6 +146,8 @@ class OnPolicyState(struct.PyTreeNode):
         updates: :class:`~rljax.core.counters.Count`, updates done so far (exact past 2**31).
         num_updates: :class:`~rljax.core.counters.Count`, updates in the whole run (learning-rate and
             exploration schedules).
+        memory: a recurrent policy's memory for ``obs`` (leaves ``[num_envs_local, H]``, zeros at
+            each episode's start); None without memory.
     """
 
     params: Any
@@ -134,6 +159,7 @@ class OnPolicyState(struct.PyTreeNode):
     env_params: Any
     updates: Count
     num_updates: Count
+    memory: Any = None
 
 
 class OnPolicyContext(NamedTuple):
@@ -183,6 +209,10 @@ class OnPolicyHooks(NamedTuple):
             ``exploration`` (PQN: the final epsilon); None for 0.
         schedule: ``schedule(ctx) -> {name: float32 scalar}``: values computed once per update,
             read by the other hooks as ``ctx.values`` and reported as metrics; None for none.
+        initial_memory: for a recurrent policy, ``initial_memory(n) -> memory`` (leaves ``[n, H]``,
+            zeros); ``behaviour``'s policy is then ``policy(key, obs, memory) -> (action, extras,
+            memory)`` and ``act`` is ``act(params, obs, key, exploration, deterministic, memory) ->
+            (action, memory)`` (:mod:`rljax.agents.recurrent`). None for a memoryless policy.
     """
 
     init_params: Callable[[jax.Array, Any], Any]
@@ -192,6 +222,7 @@ class OnPolicyHooks(NamedTuple):
     act: Callable[[Any, Any, Any, jax.Array, bool], jax.Array]
     exploration: Callable[[Any], jax.Array] | None = None
     schedule: Callable[[OnPolicyContext], dict[str, jax.Array]] | None = None
+    initial_memory: Callable[[int], Any] | None = None
 
 
 class _Program(NamedTuple):
@@ -253,9 +284,16 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
     def policy(pp: PolicyParams, obs: Any, key: Any, deterministic: bool) -> jax.Array:
         return to_space(hooks.act(pp.params, normalize(pp.obs_stats, obs), key, pp.exploration, deterministic))
 
+    def recurrent_policy(pp: PolicyParams, obs: Any, key: Any, deterministic: bool, memory: Any
+                         ) -> tuple[jax.Array, Any]:
+        action, memory = hooks.act(pp.params, normalize(pp.obs_stats, obs), key, pp.exploration, deterministic,
+                                   memory)
+        return to_space(action), memory
+
     return Agent(config=config, init=functools.partial(_init, program), update=functools.partial(_update, program),
-                 policy_params=policy_params, policy=policy, env_steps_per_update=config.env_steps_per_update,
-                 params_of=lambda state: state.params)
+                 policy_params=policy_params, policy=policy if hooks.initial_memory is None else recurrent_policy,
+                 env_steps_per_update=config.env_steps_per_update, params_of=lambda state: state.params,
+                 initial_memory=hooks.initial_memory)
 
 
 def _with_gamma(program: _Program, env_state: Any, hyperparams: Any) -> Any:
@@ -273,9 +311,11 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     env_state = _with_gamma(program, env_state, hyperparams)
     params = program.hooks.init_params(k_params, first_obs(obs))
     opt_state = program.hooks.optimizer(hyperparams, hyperparams.learning_rate).init(params)
+    memory = None if program.hooks.initial_memory is None else program.hooks.initial_memory(
+        program.config.num_envs // program.config.num_devices)
     return OnPolicyState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
                          hyperparams=hyperparams, env_params=env_params, updates=Count.of(0),
-                         num_updates=Count.of(num_updates))
+                         num_updates=Count.of(num_updates), memory=memory)
 
 
 def _context(program: _Program, state: OnPolicyState) -> OnPolicyContext:
@@ -293,13 +333,13 @@ def _update(program: _Program, state: OnPolicyState) -> tuple[OnPolicyState, Upd
     key, k_roll, k_learn = jax.random.split(state.key, 3)
     ctx = _context(program, state)
     carry, traj, episodes = rollout(program.venv, state.env_params, hooks.behaviour(state.params, ctx),
-                                    RolloutCarry(_with_gamma(program, state.env_state, state.hyperparams), state.obs),
-                                    k_roll, program.config.num_steps)
+                                    RolloutCarry(_with_gamma(program, state.env_state, state.hyperparams), state.obs,
+                                                 state.memory), k_roll, program.config.num_steps)
     params, opt_state, metrics = hooks.learn(state.params, state.opt_state, traj, k_learn, ctx)
     metrics = {**metrics, **ctx.values, "learning_rate": ctx.learning_rate,
                "param_desync": desync(params, program.axis_name)}
     new_state = state.replace(params=params, opt_state=opt_state, env_state=carry.env_state, obs=carry.obs, key=key,
-                              updates=state.updates.add(1))
+                              updates=state.updates.add(1), memory=carry.memory)
     return new_state, UpdateOutput(metrics, episodes)
 
 
@@ -331,12 +371,20 @@ def minibatch_epochs(loss: Callable[[Any, Any], tuple[jax.Array, dict[str, jax.A
 # ----------------------------------------------------------------------------------------------
 
 
-def actor_critic_network(config: Any, env: Any, env_params: Any, algorithm: str) -> ActorCritic:
+def actor_critic_network(config: Any, env: Any, env_params: Any, algorithm: str
+                         ) -> ActorCritic | RecurrentActorCritic:
     """The :class:`~rljax.core.networks.ActorCritic` of ``config`` (``hidden_sizes``, ``activation``,
     ``shared_torso``, the encoder fields) for ``env``'s action space: a categorical policy for
     ``Discrete`` actions, a diagonal Gaussian for a flat ``Box``; any other space raises
-    ``ValueError`` naming it and ``algorithm``."""
+    ``ValueError`` naming it and ``algorithm``. With a ``memory`` other than ``"none"``, the
+    :class:`~rljax.core.networks.RecurrentActorCritic` (``memory``, ``memory_size``; one torso)."""
     discrete, action_dim = space_dims(env.action_space(env_params), algorithm)
+    if getattr(config, "memory", "none") != "none":
+        return RecurrentActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
+                                    activation=config.activation,
+                                    obs_layout=observation_layout(config, env, env_params, algorithm),
+                                    cnn_channels=config.cnn_channels, memory=config.memory,
+                                    memory_size=config.memory_size)
     return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                        activation=config.activation, shared_torso=config.shared_torso,
                        obs_layout=observation_layout(config, env, env_params, algorithm),

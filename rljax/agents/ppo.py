@@ -9,6 +9,7 @@ configuration.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -20,8 +21,11 @@ from rljax.agents.base import Agent, make_optimizer, pmean, space_dims
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, actor_critic_act,
                                    actor_critic_network, explained_variance, gae_targets, make_onpolicy_agent,
                                    minibatch_epochs, sampling_policy)
+from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply, sequence_length, sequences,
+                                    to_sequences)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS
+from rljax.core.returns import gae
 
 __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_optimizer", "ppo_learn",
            "explained_variance", "make_ppo"]
@@ -207,7 +211,8 @@ def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hype
 def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
     """Builds PPO's per-device program for ``env`` (a ``Discrete`` or flat ``Box`` action space): the
     on-policy skeleton (:func:`~rljax.agents.onpolicy.make_onpolicy_agent`) with the actor-critic's
-    sampling policy and :func:`ppo_learn` on GAE targets.
+    sampling policy and :func:`ppo_learn` on GAE targets. With ``config.memory`` the actor-critic is
+    recurrent (:mod:`rljax.agents.recurrent`): the loss runs over minibatches of whole sequences.
 
     Args:
         config: the config.
@@ -220,12 +225,15 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     """
     network = actor_critic_network(config, env, env_params, "PPO")
     apply_fn = network.apply
+    batch_of = _recurrent_ppo_batch(apply_fn, sequence_length(config)) if config.recurrent else \
+        functools.partial(_ppo_batch, apply_fn)
+    loss_apply = sequence_apply(apply_fn) if config.recurrent else apply_fn
 
     def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
         hyperparams = ctx.hyperparams
-        batch, (values, targets) = _ppo_batch(apply_fn, params, traj, hyperparams)
+        batch, (values, targets) = batch_of(params, traj, hyperparams)
         params, opt_state, metrics = ppo_learn(
-            params, opt_state, batch, key, hyperparams, ctx.learning_rate, apply_fn,
+            params, opt_state, batch, key, hyperparams, ctx.learning_rate, loss_apply,
             num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
             normalize_advantages=config.normalize_advantages, clip_value_loss=config.clip_value_loss,
             axis_name=axis_name)
@@ -233,11 +241,14 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         # mean over the flat [T * B] copies may sum in another order (other float32 bits).
         return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values, axis_name)}
 
+    if config.recurrent:
+        hooks = _recurrent_hooks(network)
+    else:
+        hooks = dict(init_params=network.init, behaviour=lambda params, ctx: sampling_policy(apply_fn, params),
+                     act=actor_critic_act(apply_fn))
     return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
-        init_params=network.init, optimizer=ppo_optimizer,
-        behaviour=lambda params, ctx: sampling_policy(apply_fn, params), learn=learn,
-        act=actor_critic_act(apply_fn)), anneal_lr=config.anneal_lr, normalize_obs=config.normalize_obs,
-        normalize_reward=config.normalize_reward)
+        optimizer=ppo_optimizer, learn=learn, **hooks), anneal_lr=config.anneal_lr,
+        normalize_obs=config.normalize_obs, normalize_reward=config.normalize_reward)
 
 
 def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParams
@@ -250,6 +261,44 @@ def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParam
     batch = PPOBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(traj.extras), flat(values),
                      flat(advantages), flat(targets))
     return batch, (values, targets)
+
+
+def _recurrent_ppo_batch(apply_fn: Any, length: int) -> Any:
+    """``batch_of(params, traj, hyperparams)`` for a recurrent actor-critic: the rollout replayed
+    from its recorded memory for ``V(s_t)`` and the bootstrap values (:func:`~rljax.agents.recurrent.replay`,
+    :func:`~rljax.agents.recurrent.bootstrap_outputs`), GAE, and a :class:`PPOBatch` of
+    :class:`~rljax.agents.recurrent.Sequences` ``[S, L]`` (every field ``[S, L]``)."""
+    def batch_of(params: Any, traj: Any, hyperparams: PPOHyperParams
+                 ) -> tuple[PPOBatch, tuple[jax.Array, jax.Array]]:
+        memories, (_, values) = replay(apply_fn, params, traj)
+        _, next_values = bootstrap_outputs(apply_fn, params, memories, traj.next_obs)
+        advantages, targets = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
+                                  hyperparams.gamma, hyperparams.gae_lambda)
+        seq = lambda x: to_sequences(x, length)  # noqa: E731
+        batch = PPOBatch(sequences(traj, length), seq(traj.action), seq(traj.extras), seq(values), seq(advantages),
+                         seq(targets))
+        return batch, (values, targets)
+    return batch_of
+
+
+def _recurrent_hooks(network: Any) -> dict[str, Any]:
+    """The acting hooks of a recurrent actor-critic (``init_params``, ``behaviour``, ``act``,
+    ``initial_memory``): one :func:`~rljax.agents.recurrent.memory_step` per env step."""
+    apply_fn = network.apply
+    initial, init_params = memory_init(network)
+
+    def behaviour(params: Any, ctx: OnPolicyContext):
+        def sample(key: jax.Array, obs: Any, memory: Any) -> tuple[jax.Array, jax.Array, Any]:
+            memory, (dist, _) = memory_step(apply_fn, params, memory, obs)
+            action = dist.sample(key)
+            return action, dist.log_prob(action), memory
+        return sample
+
+    def act(params: Any, obs: Any, key: Any, exploration: jax.Array, deterministic: bool, memory: Any):
+        memory, (dist, _) = memory_step(apply_fn, params, memory, obs)
+        return (dist.mode() if deterministic else dist.sample(key)), memory
+
+    return dict(init_params=init_params, behaviour=behaviour, act=act, initial_memory=initial)
 
 
 register("ppo", PPOConfig, make_ppo, fits=lambda env, env_params: space_dims(env.action_space(env_params), "PPO"))

@@ -32,7 +32,9 @@ from rljax.agents.base import Agent, discrete_actions, greedy_or_epsilon, make_o
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, make_onpolicy_agent,
                                    minibatch_epochs)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
-from rljax.core.networks import ACTIVATIONS, QNetwork
+from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply, sequence_length, sequences,
+                                    to_sequences)
+from rljax.core.networks import ACTIVATIONS, QNetwork, RecurrentQNetwork
 from rljax.core.returns import q_lambda_targets
 
 __all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "pqn_loss", "make_pqn"]
@@ -116,7 +118,7 @@ def pqn_loss(params: Any, apply_fn: Callable[[Any, jax.Array], jax.Array], batch
         and ``td_abs_mean`` (mean |Q(s, a) - G|).
     """
     q = apply_fn(params, batch.obs)
-    q_taken = jnp.take_along_axis(q, batch.action.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+    q_taken = jnp.take_along_axis(q, batch.action.astype(jnp.int32)[..., None], axis=-1)[..., 0]
     td = q_taken - jax.lax.stop_gradient(batch.target)
     loss = 0.5 * jnp.mean(jnp.square(td))
     return loss, {"td_loss": loss, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td))}
@@ -134,9 +136,15 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         axis_name: the device axis name when data-parallel, else None.
     """
     num_actions = discrete_actions(env, env_params, "PQN")
-    network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes, activation=config.activation,
-                       layer_norm=config.layer_norm, obs_layout=observation_layout(config, env, env_params, "PQN"),
-                       cnn_channels=config.cnn_channels)
+    layout = observation_layout(config, env, env_params, "PQN")
+    if config.recurrent:
+        network = RecurrentQNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes,
+                                    activation=config.activation, layer_norm=config.layer_norm, obs_layout=layout,
+                                    cnn_channels=config.cnn_channels, memory=config.memory,
+                                    memory_size=config.memory_size)
+    else:
+        network = QNetwork(num_actions=num_actions, hidden_sizes=config.hidden_sizes, activation=config.activation,
+                           layer_norm=config.layer_norm, obs_layout=layout, cnn_channels=config.cnn_channels)
     q_fn = network.apply
 
     def schedule(ctx: OnPolicyContext) -> dict[str, jax.Array]:
@@ -144,30 +152,64 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
         frac = ctx.fraction(hyperparams.exploration_fraction)
         return {"epsilon": hyperparams.epsilon_start + frac * (hyperparams.epsilon_end - hyperparams.epsilon_start)}
 
+    def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
+        hyperparams = ctx.hyperparams
+        if config.recurrent:  # the bootstrap values from the memory after each step of the replayed rollout
+            boot = jnp.max(bootstrap_outputs(q_fn, params, replay(q_fn, params, traj)[0], traj.next_obs), axis=-1)
+        else:  # one batched pass over the true next observations [T, B] for every bootstrap value
+            boot = jnp.max(q_fn(params, traj.next_obs), axis=-1)
+        targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
+                                   hyperparams.gamma, hyperparams.q_lambda)
+        if config.recurrent:
+            length = sequence_length(config)
+            batch = PQNBatch(sequences(traj, length), to_sequences(traj.action, length), to_sequences(targets, length))
+            loss_apply = sequence_apply(q_fn)
+        else:
+            flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+            batch, loss_apply = PQNBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(targets)), q_fn
+        params, opt_state, metrics = minibatch_epochs(
+            lambda p, mb: pqn_loss(p, loss_apply, mb), params, opt_state, ctx.optimizer, batch, key,
+            num_epochs=config.num_epochs, num_minibatches=config.num_minibatches, axis_name=axis_name)
+        return params, opt_state, {**metrics, "target_mean": pmean(jnp.mean(targets), axis_name)}
+
+    hooks = _recurrent_hooks(network) if config.recurrent else _hooks(network)
+    return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
+        optimizer=lambda hyperparams, lr: make_optimizer(lr, hyperparams.max_grad_norm), learn=learn,
+        exploration=lambda hyperparams: hyperparams.epsilon_end, schedule=schedule, **hooks),
+        anneal_lr=config.anneal_lr)
+
+
+def _hooks(network: QNetwork) -> dict[str, Any]:
+    """The acting hooks of a memoryless Q-network: epsilon-greedy on ``Q(obs)``."""
+    q_fn = network.apply
+
     def epsilon_greedy(params: Any, ctx: OnPolicyContext):
         def act(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, tuple]:
             return greedy_or_epsilon(q_fn(params, obs), key, ctx.values["epsilon"], deterministic=False), ()
         return act
 
-    def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
-        hyperparams = ctx.hyperparams
-        # One batched pass over the true next observations [T, B] for every bootstrap value.
-        boot = jnp.max(q_fn(params, traj.next_obs), axis=-1)
-        targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
-                                   hyperparams.gamma, hyperparams.q_lambda)
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-        batch = PQNBatch(jax.tree.map(flat, traj.obs), flat(traj.action), flat(targets))
-        params, opt_state, metrics = minibatch_epochs(
-            lambda p, mb: pqn_loss(p, q_fn, mb), params, opt_state, ctx.optimizer, batch, key,
-            num_epochs=config.num_epochs, num_minibatches=config.num_minibatches, axis_name=axis_name)
-        return params, opt_state, {**metrics, "target_mean": pmean(jnp.mean(targets), axis_name)}
+    return dict(init_params=network.init, behaviour=epsilon_greedy,
+                act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(q_fn(params, obs), key, epsilon,
+                                                                                      deterministic))
 
-    return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
-        init_params=network.init, optimizer=lambda hyperparams, lr: make_optimizer(lr, hyperparams.max_grad_norm),
-        behaviour=epsilon_greedy, learn=learn,
-        act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(q_fn(params, obs), key, epsilon,
-                                                                              deterministic),
-        exploration=lambda hyperparams: hyperparams.epsilon_end, schedule=schedule), anneal_lr=config.anneal_lr)
+
+def _recurrent_hooks(network: RecurrentQNetwork) -> dict[str, Any]:
+    """The acting hooks of a recurrent Q-network: epsilon-greedy on the Q-values of one
+    :func:`~rljax.agents.recurrent.memory_step` per env step."""
+    q_fn = network.apply
+    initial, init_params = memory_init(network)
+
+    def epsilon_greedy(params: Any, ctx: OnPolicyContext):
+        def act(key: jax.Array, obs: Any, memory: Any) -> tuple[jax.Array, tuple, Any]:
+            memory, q = memory_step(q_fn, params, memory, obs)
+            return greedy_or_epsilon(q, key, ctx.values["epsilon"], deterministic=False), (), memory
+        return act
+
+    def act(params: Any, obs: Any, key: Any, epsilon: jax.Array, deterministic: bool, memory: Any):
+        memory, q = memory_step(q_fn, params, memory, obs)
+        return greedy_or_epsilon(q, key, epsilon, deterministic), memory
+
+    return dict(init_params=init_params, behaviour=epsilon_greedy, act=act, initial_memory=initial)
 
 
 register("pqn", PQNConfig, make_pqn, fits=lambda env, env_params: discrete_actions(env, env_params, "PQN"))

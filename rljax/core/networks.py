@@ -6,6 +6,9 @@
 * :class:`MLP` -- the shared torso: ``Dense -> activation`` per hidden layer, orthogonal init.
 * :class:`ActorCritic` -- PPO's policy and value function, ``obs -> (distribution, value)``.
 * :class:`QNetwork` -- DQN's action values, ``obs -> Q[..., num_actions]``, optionally dueling.
+* :class:`RecurrentActorCritic`, :class:`RecurrentQNetwork` -- the same with a GRU or LSTM
+  :class:`MemoryCore` between the torso and the heads, ``(memory, obs [T, B], reset [T, B]) ->
+  (memories, ...)``.
 * :class:`BoxCritic` -- one action-value critic for Box actions, ``(obs, a_norm) -> Q``; SAC and
   TD3 use a twin pair (:func:`init_actor_and_twin_critics`, :func:`twin_critic_apply`).
 
@@ -37,7 +40,8 @@ import jax.numpy as jnp
 from rljax.core.distributions import Categorical, DiagGaussian
 
 __all__ = ["ACTIVATIONS", "ENCODERS", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3", "ObsEncoder",
-           "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply"]
+           "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
+           "MEMORY_CELLS", "initial_memory", "MemoryCore", "RecurrentActorCritic", "RecurrentQNetwork"]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": nn.tanh,
@@ -378,20 +382,26 @@ class ActorCritic(nn.Module):
         else:
             actor_features, critic_features = torso("actor_"), torso("critic_")
 
-        # Gain 0.01: initial logits/means are ~0, so the first policy is near-uniform / centred and
-        # early updates are not dominated by an arbitrary initial preference.
-        if self.discrete:
-            logits = _dense(self.action_dim, 0.01, name="logits")(actor_features)
-            dist: Categorical | DiagGaussian = Categorical(logits=logits)
-        else:
-            mean = _dense(self.action_dim, 0.01, name="mean")(actor_features)
-            # State-independent log_std (std = 1 at init), broadcast so the distribution's leaves
-            # all carry the batch shape and can be sliced / vmapped like the rest of a rollout.
-            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
-            dist = DiagGaussian(mean=mean, log_std=jnp.broadcast_to(log_std, mean.shape))
+        return _policy_and_value(self, actor_features, critic_features, self.action_dim, self.discrete)
 
-        value = _dense(1, 1.0, name="value")(critic_features)[..., 0]
-        return dist, value
+
+def _policy_and_value(module: nn.Module, actor_features: jax.Array, critic_features: jax.Array, action_dim: int,
+                      discrete: bool) -> tuple[Categorical | DiagGaussian, jax.Array]:
+    """The actor-critic heads, created inside ``module``'s compact call: ``logits`` or
+    ``mean``/``log_std``, and ``value``."""
+    # Gain 0.01: initial logits/means are ~0, so the first policy is near-uniform / centred and
+    # early updates are not dominated by an arbitrary initial preference.
+    if discrete:
+        logits = _dense(action_dim, 0.01, name="logits")(actor_features)
+        dist: Categorical | DiagGaussian = Categorical(logits=logits)
+    else:
+        mean = _dense(action_dim, 0.01, name="mean")(actor_features)
+        # State-independent log_std (std = 1 at init), broadcast so the distribution's leaves
+        # all carry the batch shape and can be sliced / vmapped like the rest of a rollout.
+        log_std = module.param("log_std", nn.initializers.zeros, (action_dim,))
+        dist = DiagGaussian(mean=mean, log_std=jnp.broadcast_to(log_std, mean.shape))
+    value = _dense(1, 1.0, name="value")(critic_features)[..., 0]
+    return dist, value
 
 
 class QNetwork(nn.Module):
@@ -497,3 +507,161 @@ def twin_critic_apply(critic: nn.Module, low: jax.Array, high: jax.Array
         return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, (action - center) / half)
 
     return critic_fn
+
+
+# ----------------------------------------------------------------------------------------------
+# Recurrent networks: a memory core between the torso and the heads
+# ----------------------------------------------------------------------------------------------
+
+MEMORY_CELLS = ("none", "gru", "lstm")
+"""The ``memory`` config field's choices: no memory, a GRU (Cho et al. 2014) or an LSTM (Hochreiter
+and Schmidhuber 1997) core (:class:`MemoryCore`)."""
+
+
+def initial_memory(cell: str, size: int, batch: int) -> Any:
+    """The memory at an episode's start for ``batch`` envs: zeros, ``[batch, size]`` for a GRU,
+    ``(c, h)`` of two ``[batch, size]`` for an LSTM (flax's carry order)."""
+    if cell not in MEMORY_CELLS[1:]:
+        raise ValueError(f"memory cell {cell!r} is not one of {MEMORY_CELLS[1:]}")
+    zeros = jnp.zeros((batch, size), jnp.float32)
+    return zeros if cell == "gru" else (zeros, zeros)
+
+
+class _MemoryStep(nn.Module):
+    """One step of the core: zero the memory of the envs whose episode starts, then the cell."""
+
+    cell: str
+    size: int
+
+    @nn.compact
+    def __call__(self, memory: Any, inputs: tuple[jax.Array, jax.Array]) -> tuple[Any, tuple[Any, jax.Array]]:
+        x, reset = inputs
+        memory = jax.tree.map(lambda m: jnp.where(reset[..., None], jnp.zeros_like(m), m), memory)
+        cell = nn.GRUCell(self.size, name="gru") if self.cell == "gru" else nn.OptimizedLSTMCell(self.size, name="lstm")
+        memory, y = cell(memory, x)
+        return memory, (memory, y)
+
+
+class MemoryCore(nn.Module):
+    """A GRU or LSTM cell scanned over time, its memory reset where an episode starts.
+
+    ``h_t = cell(where(reset_t, 0, h_{t-1}), x_t)``: ``reset_t`` is True where ``x_t`` comes from
+    the first observation of an episode, so no memory leaks from one episode into the next.
+
+    Attributes:
+        cell: ``"gru"`` (:class:`flax.linen.GRUCell`) or ``"lstm"``
+            (:class:`flax.linen.OptimizedLSTMCell`); flax's initialisers.
+        size: the memory's width ``H``.
+
+    Call:
+        ``memory`` (leaves ``[B, H]``, :func:`initial_memory`), ``x`` float ``[T, B, F]``, ``reset``
+        bool ``[T, B]`` -> ``(memories, y)``: the memory after every step (leaves ``[T, B, H]``) and
+        the cell's output ``[T, B, H]``.
+    """
+
+    cell: str
+    size: int
+
+    @nn.compact
+    def __call__(self, memory: Any, x: jax.Array, reset: jax.Array) -> tuple[Any, jax.Array]:
+        scan = nn.scan(_MemoryStep, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
+        _, (memories, y) = scan(self.cell, self.size, name="scan")(memory, (x, reset))
+        return memories, y
+
+
+def _validate_recurrent(module: nn.Module, out_field: str, out_value: int) -> None:
+    """What a recurrent network checks at construction: activation, torso sizes, its output width and
+    the memory fields."""
+    owner = type(module).__name__
+    get_activation(module.activation)
+    _validate_sizes(owner, module.hidden_sizes)
+    _validate_positive(owner, out_field, out_value)
+    if module.memory not in MEMORY_CELLS[1:]:
+        raise ValueError(f"{owner}: memory={module.memory!r} is not a memory cell; choose one of {MEMORY_CELLS[1:]}")
+    _validate_positive(owner, "memory_size", module.memory_size)
+
+
+def _remember(module: nn.Module, memory: Any, obs: Any, reset: jax.Array, layer_norm: bool = False
+              ) -> tuple[Any, jax.Array]:
+    """``encoder -> torso -> core`` inside ``module``'s compact call: ``(memories, core output)``."""
+    features = ObsEncoder(module.obs_layout, module.cnn_channels, name="encoder")(obs)
+    x = MLP(module.hidden_sizes, module.activation, layer_norm=layer_norm, name="torso")(features)
+    return MemoryCore(module.memory, module.memory_size, name="core")(memory, x, reset)
+
+
+class RecurrentActorCritic(nn.Module):
+    """An actor-critic with memory: ``encoder -> torso -> memory core -> actor and critic heads``.
+
+    The torso (:class:`MLP` of ``hidden_sizes``) is shared, then the :class:`MemoryCore`; each head
+    is one ``Dense(memory_size) -> activation`` layer and the output layers of :class:`ActorCritic`
+    (``logits`` or ``mean``/``log_std``; ``value``). With ``hidden_sizes=(128,)``,
+    ``memory_size=128`` and ReLU this is PureJaxRL's ``ppo_rnn.py`` network.
+
+    Attributes:
+        action_dim, discrete, hidden_sizes, activation, obs_layout, cnn_channels: as :class:`ActorCritic`.
+        memory: ``"gru"`` or ``"lstm"``.
+        memory_size: the memory's width.
+
+    Call:
+        ``memory`` (leaves ``[B, memory_size]``), ``obs`` (leaves ``[T, B, *leaf_shape]``), ``reset``
+        bool ``[T, B]`` (True: that observation starts an episode) -> ``(memories, dist, value)``:
+        the memory after each step (leaves ``[T, B, memory_size]``), ``dist`` with batch shape
+        ``[T, B]`` and ``value`` ``[T, B]``.
+    """
+
+    action_dim: int
+    discrete: bool
+    hidden_sizes: Sequence[int] = (128,)
+    activation: str = "relu"
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
+    memory: str = "gru"
+    memory_size: int = 128
+
+    def __post_init__(self) -> None:
+        _validate_recurrent(self, "action_dim", self.action_dim)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, memory: Any, obs: Any, reset: jax.Array
+                 ) -> tuple[Any, Categorical | DiagGaussian, jax.Array]:
+        memories, y = _remember(self, memory, obs, reset)
+        actor = MLP((self.memory_size,), self.activation, name="actor_head")(y)
+        critic = MLP((self.memory_size,), self.activation, name="critic_head")(y)
+        dist, value = _policy_and_value(self, actor, critic, self.action_dim, self.discrete)
+        return memories, dist, value
+
+
+class RecurrentQNetwork(nn.Module):
+    """Action values with memory: ``encoder -> torso -> memory core -> Dense(num_actions)``.
+
+    The torso is :class:`QNetwork`'s (with ``layer_norm`` for PQN); the output layer has orthogonal
+    gain 1.
+
+    Attributes:
+        num_actions, hidden_sizes, activation, layer_norm, obs_layout, cnn_channels: as :class:`QNetwork`.
+        memory: ``"gru"`` or ``"lstm"``.
+        memory_size: the memory's width.
+
+    Call:
+        ``memory`` (leaves ``[B, memory_size]``), ``obs`` (leaves ``[T, B, *leaf_shape]``), ``reset``
+        bool ``[T, B]`` -> ``(memories, q)``: the memory after each step and ``q`` ``[T, B, num_actions]``.
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (128,)
+    activation: str = "relu"
+    layer_norm: bool = False
+    obs_layout: tuple[LeafEncoding, ...] = ()
+    cnn_channels: Sequence[int] = (16,)
+    memory: str = "gru"
+    memory_size: int = 128
+
+    def __post_init__(self) -> None:
+        _validate_recurrent(self, "num_actions", self.num_actions)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, memory: Any, obs: Any, reset: jax.Array) -> tuple[Any, jax.Array]:
+        memories, y = _remember(self, memory, obs, reset, self.layer_norm)
+        return memories, _dense(self.num_actions, 1.0, name="q")(y)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Transition", "EpisodeSummary", "RolloutCarry", "rollout", "summarize_episodes"]
+__all__ = ["Transition", "EpisodeSummary", "RolloutCarry", "rollout", "summarize_episodes", "reset_memory"]
 
 
 class Transition(NamedTuple):
@@ -35,6 +35,8 @@ class Transition(NamedTuple):
         truncated: ``[T, B]`` bool, a time limit ended the episode (bootstrap from ``next_obs``).
         next_obs: ``[T, B, *obs_shape]`` the true next observation (``final_observation``).
         extras: what the policy returned beside the action (e.g. ``log_prob`` ``[T, B]``).
+        memory: a recurrent policy's memory as it entered each step (leaves ``[T, B, ...]``, already
+            reset where that step's observation starts an episode); None for a memoryless policy.
     """
 
     obs: Any
@@ -44,6 +46,7 @@ class Transition(NamedTuple):
     truncated: jax.Array
     next_obs: Any
     extras: Any
+    memory: Any = None
 
 
 class EpisodeSummary(NamedTuple):
@@ -75,10 +78,12 @@ class EpisodeSummary(NamedTuple):
 
 
 class RolloutCarry(NamedTuple):
-    """What a rollout threads from step to step: the batched env state and current observation."""
+    """What a rollout threads from step to step: the batched env state, the current observation
+    and a recurrent policy's memory for it (leaves ``[B, ...]``; None for a memoryless policy)."""
 
     env_state: Any
     obs: Any
+    memory: Any = None
 
 
 def summarize_episodes(episode_info: Any) -> EpisodeSummary:
@@ -100,6 +105,13 @@ def summarize_episodes(episode_info: Any) -> EpisodeSummary:
     )
 
 
+def reset_memory(memory: Any, done: jax.Array) -> Any:
+    """A recurrent policy's memory (leaves ``[B, ...]``) with the rows where ``done`` (bool ``[B]``)
+    set to zeros: the memory an episode starts from."""
+    return jax.tree.map(lambda m: jnp.where(done.reshape(done.shape + (1,) * (m.ndim - done.ndim)),
+                                            jnp.zeros_like(m), m), memory)
+
+
 def rollout(
     env: Any,
     env_params: Any,
@@ -116,7 +128,10 @@ def rollout(
             ``EpisodeStatistics`` is in the stack (otherwise the summary is all zeros).
         env_params: the env params.
         policy: ``policy(key, obs[B, ...]) -> (action[B, ...], extras)``; params are closed over.
-        carry: the env state and observations to start from.
+            With a memory in ``carry``: ``policy(key, obs, memory) -> (action, extras, memory)``; the
+            memory that comes out is reset to zeros for every env whose episode ended at that step
+            (terminated or truncated), so each episode starts from zeros.
+        carry: the env state and observations to start from (and the memory).
         key: a PRNG key for the whole rollout.
         num_steps: T, a Python int.
         observe: ``observe(env_state, obs) -> policy input``, or None for ``obs`` itself. For an
@@ -131,10 +146,17 @@ def rollout(
 
     def step(c: RolloutCarry, step_key: jax.Array):
         k_act, k_env = jax.random.split(step_key)
-        action, extras = policy(k_act, c.obs if observe is None else observe(c.env_state, c.obs))
+        x = c.obs if observe is None else observe(c.env_state, c.obs)
+        if c.memory is None:
+            action, extras = policy(k_act, x)
+        else:
+            action, extras, memory = policy(k_act, x, c.memory)
         obs, env_state, reward, terminated, truncated, info = env.step(k_env, c.env_state, action, env_params)
         transition = Transition(c.obs, action, reward, terminated, truncated, info["final_observation"], extras)
-        return RolloutCarry(env_state, obs), (transition, info.get("episode"))
+        if c.memory is None:
+            return RolloutCarry(env_state, obs), (transition, info.get("episode"))
+        memory = reset_memory(memory, terminated | truncated)
+        return RolloutCarry(env_state, obs, memory), (transition._replace(memory=c.memory), info.get("episode"))
 
     carry, (transitions, episodes) = jax.lax.scan(step, carry, jax.random.split(key, num_steps))
     summary = summarize_episodes(episodes) if episodes is not None else EpisodeSummary.zeros()

@@ -25,7 +25,8 @@ import numpy as np
 
 from rljax.runtime.distributed import fetch
 
-__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "max_episode_steps", "evaluate",
+__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "agent_episodes", "max_episode_steps",
+           "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C
@@ -62,17 +63,20 @@ def max_episode_steps(env_params: Any) -> int:
         return DEFAULT_MAX_STEPS
 
 
-def run_episodes(env: Any, env_params: Any, act: Callable[[jax.Array, jax.Array], jax.Array], key: jax.Array,
-                 num_episodes: int, max_steps: int) -> Episodes:
+def run_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.Array, num_episodes: int,
+                 max_steps: int, memory: Any = None) -> Episodes:
     """Runs ``num_episodes`` episodes in parallel, each to its end. Pure and jittable.
 
     Args:
         env: a single, unbatched env (rljax/gymnax contract: ``step`` auto-resets).
         env_params: its params.
-        act: ``act(obs [E, *obs_shape], key) -> action [E, ...]``.
+        act: ``act(obs [E, *obs_shape], key) -> action [E, ...]``; with ``memory``,
+            ``act(obs, key, memory) -> (action, memory)``.
         key: a PRNG key (resets, actions and env steps are all drawn from it).
         num_episodes: E.
         max_steps: steps after which unfinished episodes are cut (and reported truncated).
+        memory: a recurrent policy's memory at the episodes' start (leaves ``[E, ...]``), carried
+            from step to step; None for a memoryless ``act``.
 
     Returns:
         :class:`Episodes` of jnp arrays ``[E]``.
@@ -82,37 +86,48 @@ def run_episodes(env: Any, env_params: Any, act: Callable[[jax.Array, jax.Array]
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     zeros = jnp.zeros((num_episodes,), jnp.bool_)
     init = (jnp.int32(0), obs, state, zeros, zeros, jnp.zeros((num_episodes,), jnp.float32),
-            jnp.zeros((num_episodes,), jnp.int32), key)
+            jnp.zeros((num_episodes,), jnp.int32), key, () if memory is None else memory)
 
     def cond(carry):
         t, done = carry[0], carry[3]
         return (t < max_steps) & ~jnp.all(done)
 
     def body(carry):
-        t, obs, state, done, truncated, returns, lengths, key = carry
+        t, obs, state, done, truncated, returns, lengths, key, mem = carry
         key, k_act, k_step = jax.random.split(key, 3)
-        obs, state, reward, term, trunc, _ = step(jax.random.split(k_step, num_episodes), state,
-                                                  act(obs, k_act), env_params)
+        if memory is None:
+            action = act(obs, k_act)
+        else:  # each env runs only its first episode: the memory need not be reset at its end
+            action, mem = act(obs, k_act, mem)
+        obs, state, reward, term, trunc, _ = step(jax.random.split(k_step, num_episodes), state, action, env_params)
         running = ~done
         returns = returns + jnp.where(running, jnp.asarray(reward, jnp.float32), 0.0)
         lengths = lengths + running.astype(jnp.int32)
         # After its end an env auto-resets into a new episode: its rewards are masked from then on.
         truncated = jnp.where(running, trunc & ~term, truncated)
-        return t + 1, obs, state, done | term | trunc, truncated, returns, lengths, key
+        return t + 1, obs, state, done | term | trunc, truncated, returns, lengths, key, mem
 
-    _, _, _, done, truncated, returns, lengths, _ = jax.lax.while_loop(cond, body, init)
+    _, _, _, done, truncated, returns, lengths, _, _ = jax.lax.while_loop(cond, body, init)
     return Episodes(returns, lengths, truncated | ~done)
 
 
+def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, key: jax.Array, num_episodes: int,
+                   max_steps: int, deterministic: bool) -> Episodes:
+    """:func:`run_episodes` of an :class:`~rljax.agents.base.Agent`'s policy (a recurrent one with
+    its memory, from ``agent.initial_memory`` at each episode's start)."""
+    if not agent.recurrent:
+        return run_episodes(env, env_params, lambda obs, k: agent.policy(policy_params, obs, k, deterministic), key,
+                            num_episodes, max_steps)
+    return run_episodes(env, env_params, lambda obs, k, m: agent.policy(policy_params, obs, k, deterministic, m),
+                        key, num_episodes, max_steps, memory=agent.initial_memory(num_episodes))
+
+
 @functools.lru_cache(maxsize=64)
-def _compiled_episodes(policy_fn: Callable[..., Any], env: Any, num_episodes: int, max_steps: int,
+def _compiled_episodes(agent: Any, env: Any, num_episodes: int, max_steps: int,
                        deterministic: bool) -> Callable[[Any, Any, jax.Array], Episodes]:
-    """``jit((policy_params, env_params, key) -> Episodes)``, one per policy function and shape."""
-    def episodes(policy_params: Any, env_params: Any, key: jax.Array) -> Episodes:
-        def act(obs: jax.Array, k: jax.Array) -> jax.Array:
-            return policy_fn(policy_params, obs, k, deterministic)
-        return run_episodes(env, env_params, act, key, num_episodes, max_steps)
-    return jax.jit(episodes)
+    """``jit((policy_params, env_params, key) -> Episodes)``, one per agent and shape."""
+    return jax.jit(functools.partial(agent_episodes, agent, env, num_episodes=num_episodes, max_steps=max_steps,
+                                     deterministic=deterministic))
 
 
 def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params: Any = None,
@@ -135,7 +150,7 @@ def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params:
         raise ValueError(f"num_episodes must be a positive integer, got {num_episodes!r}")
     env_params = policy.env_params if env_params is None else env_params
     max_steps = max_episode_steps(env_params) if max_steps is None else int(max_steps)
-    fn = _compiled_episodes(policy.agent.policy, policy.env, int(num_episodes), max_steps, bool(deterministic))
+    fn = _compiled_episodes(policy.agent, policy.env, int(num_episodes), max_steps, bool(deterministic))
     out = fn(policy.params, env_params, jax.random.key(seed))
     return Episodes(*(np.asarray(x) for x in jax.device_get(out)))
 
@@ -170,8 +185,7 @@ class Evaluation:
             return agent.policy_params(state), state.env_params
 
         def episodes(policy_params: Any, env_params: Any, key: jax.Array) -> Episodes:
-            act = lambda obs, k: agent.policy(policy_params, obs, k, True)  # noqa: E731
-            return run_episodes(env, env_params, act, key, num_episodes, max_steps)
+            return agent_episodes(agent, env, policy_params, env_params, key, num_episodes, max_steps, True)
 
         if program.isolated:
             self._inputs = jax.jit(jax.vmap(inputs))

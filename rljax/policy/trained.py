@@ -92,11 +92,31 @@ class Policy:
 
         return config_hash(self.config)
 
-    def act(self, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    @property
+    def recurrent(self) -> bool:
+        """True for a policy with memory (trained with ``memory`` gru or lstm): it acts with
+        :meth:`initial_state` and ``act(obs, state) -> (action, state)``."""
+        return self.agent.recurrent
+
+    def initial_state(self, batch: int | None = None) -> Any:
+        """A recurrent policy's state at an episode's start (zeros): leaves ``[H]`` for one
+        observation (``batch=None``), ``[batch, H]`` for a batch; ``()`` for a memoryless policy."""
+        if batch is not None and (not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch < 1):
+            raise ValueError(f"batch must be None (one observation) or a positive integer, got {batch!r}")
+        state = self.agent.memory(1 if batch is None else int(batch))
+        return jax.tree.map(lambda x: x[0], state) if batch is None else state
+
+    def act(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
         """The policy's action for raw env observations.
+
+        Memoryless: ``act(obs, key=None, deterministic=True) -> action``. Recurrent:
+        ``act(obs, state, key=None, deterministic=True) -> (action, state)``: ``state`` from
+        :meth:`initial_state` at an episode's start, then the one the previous call returned (reset
+        it to :meth:`initial_state` where a new episode starts).
 
         Args:
             obs: one observation ``[*obs_shape]`` or a batch ``[N, *obs_shape]``.
+            state: (recurrent policies) the memory, leaves ``[H]`` or ``[N, H]`` like ``obs``.
             key: a PRNG key; needed only when ``deterministic`` is False.
             deterministic: the greedy/mean action (True) or the agent's exploring one (PPO/SAC:
                 a sample of the policy distribution; DQN/PQN: epsilon-greedy with the final
@@ -104,13 +124,51 @@ class Policy:
 
         Returns:
             ``[*action_shape]`` or ``[N, *action_shape]``: int32 for discrete actions, float32
-            within the Box bounds otherwise. Pure: ``jax.jit(policy.act)`` works.
+            within the Box bounds otherwise (with the next state for a recurrent policy). Pure:
+            ``jax.jit(policy.act)`` works.
         """
-        return self.apply(self.params, obs, key, deterministic)
+        if self.recurrent:
+            if not args and "state" not in kwargs:
+                raise TypeError("this policy is recurrent: act with policy.act(obs, state) -> (action, state), "
+                                "the state from policy.initial_state() at an episode's start")
+            return self.apply_step(self.params, obs, *args, **kwargs)
+        return self.apply(self.params, obs, *args, **kwargs)
 
     def apply(self, params: PolicyParams, obs: Any, key: jax.Array | None = None,
               deterministic: bool = True) -> jax.Array:
-        """:meth:`act` with the :class:`~rljax.agents.base.PolicyParams` passed explicitly."""
+        """:meth:`act` of a memoryless policy with the :class:`~rljax.agents.base.PolicyParams`
+        passed explicitly."""
+        if self.recurrent:
+            raise TypeError("this policy is recurrent: act with policy.act(obs, state) -> (action, state), the "
+                            "state from policy.initial_state() (or policy.apply_step(params, obs, state))")
+        batch, single = self._batch(obs, key, deterministic)
+        action = self.agent.policy(params, batch, key, deterministic)
+        return action[0] if single else action
+
+    def apply_step(self, params: PolicyParams, obs: Any, state: Any, key: jax.Array | None = None,
+             deterministic: bool = True) -> tuple[jax.Array, Any]:
+        """``(action, state)``: one step of either kind of policy with the
+        :class:`~rljax.agents.base.PolicyParams` passed explicitly (a memoryless policy's state is
+        ``()`` and passes through)."""
+        batch, single = self._batch(obs, key, deterministic)
+        if single:
+            state = jax.tree.map(lambda x: jnp.asarray(x)[None], state)
+        n = jax.tree.leaves(batch)[0].shape[0]
+        want = jax.tree.map(jnp.shape, self.agent.memory(n))
+        if jax.tree.map(jnp.shape, state) != want:
+            got = jax.tree.map(lambda x: jnp.shape(x)[1:] if single else jnp.shape(x), state)
+            expected = jax.tree.map(lambda shape: shape[1:], want, is_leaf=lambda x: isinstance(x, tuple)
+                                    and all(isinstance(d, int) for d in x)) if single else want
+            raise ValueError(f"a state of shapes {got} does not fit {'one observation' if single else f'{n} observations'}"
+                             f": it needs {expected}, as policy.initial_state({'' if single else n}) gives")
+        action, state = self.agent.policy_step(params, batch, state, key, deterministic)
+        if single:
+            return action[0], jax.tree.map(lambda x: x[0], state)
+        return action, state
+
+    def _batch(self, obs: Any, key: Any, deterministic: bool) -> tuple[Any, bool]:
+        """``(obs as a float32 batch, whether it was one observation)``; bad shapes and a missing key
+        raise ``ValueError``."""
         if not deterministic and key is None:
             raise ValueError("deterministic=False samples actions: pass a PRNG key (key=jax.random.key(0))")
         spec = self.observation_spec
@@ -125,9 +183,7 @@ class Policy:
                                and all(len(shape) == len(want) + 1 and shape[1:] == want for shape, want in shapes)):
             got, want = jax.tree.map(jnp.shape, obs), jax.tree.map(lambda s: s.shape, spec)
             raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
-        batch = jax.tree.map(lambda x: (x[None] if single else x).astype(jnp.float32), obs)
-        action = self.agent.policy(params, batch, key, deterministic)
-        return action[0] if single else action
+        return jax.tree.map(lambda x: (x[None] if single else x).astype(jnp.float32), obs), single
 
 
 jax.tree_util.register_dataclass(Policy, data_fields=["params", "env_params"],

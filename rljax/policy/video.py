@@ -138,8 +138,8 @@ def _gymnax_matplotlib_frames(env: Any, env_params: Any, states: Sequence[Any]) 
         plt.close(vis.fig)
 
 
-def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], key: Any, max_steps: int,
-                   batch: int = 1, index: int = 0) -> tuple[Any, Any, Any]:
+def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any, max_steps: int,
+                   batch: int = 1, index: int = 0, memory: Any = None) -> tuple[Any, Any, Any]:
     """Plays ``max_steps`` steps of one env from a reset and keeps what a video needs. Pure, jittable.
 
     The keys are those :func:`rljax.policy.evaluate.run_episodes` gives env ``index`` of ``batch`` envs
@@ -149,11 +149,14 @@ def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], ke
     Args:
         env: an unbatched env (rljax or gymnax contract).
         env_params: its params.
-        act: ``act(obs [*obs_shape], key) -> action`` for one observation.
+        act: ``act(obs [*obs_shape], key) -> action`` for one observation; with ``memory``,
+            ``act(obs, key, memory) -> (action, memory)``.
         key: a PRNG key (reset, actions and steps draw from it).
         max_steps: scan length (a Python int); the first episode must end within it to be whole.
         batch: the evaluation's number of episodes whose keys are reproduced.
         index: which of them this is, ``0 <= index < batch``.
+        memory: a recurrent policy's memory at an episode's start (for one observation), carried
+            from step to step and reset to it where an episode ends; None for a memoryless ``act``.
 
     Returns:
         ``(states, rewards, dones)``: the env state *before* each step, every leaf with a leading
@@ -164,26 +167,41 @@ def rollout_states(env: Any, env_params: Any, act: Callable[[Any, Any], Any], ke
     obs, state = env.reset(jax.random.split(reset_key, batch)[index], env_params)
 
     def step(carry, _):
-        obs, state, key = carry
+        obs, state, key, mem = carry
         key, act_key, step_key = jax.random.split(key, 3)
-        action = act(obs, act_key)
+        if memory is None:
+            action = act(obs, act_key)
+        else:
+            action, mem = act(obs, act_key, mem)
         next_obs, next_state, reward, terminated, truncated, _ = env.step(
             jax.random.split(step_key, batch)[index], state, action, env_params)
         done = jnp.logical_or(terminated, truncated)
-        return (next_obs, next_state, key), (state, jnp.asarray(reward, jnp.float32), done)
+        if memory is not None:
+            mem = jax.tree.map(lambda m, m0: jnp.where(done, m0, m), mem, memory)
+        return (next_obs, next_state, key, mem), (state, jnp.asarray(reward, jnp.float32), done)
 
-    _, (states, rewards, dones) = jax.lax.scan(step, (obs, state, key), None, length=max_steps)
+    init = (obs, state, key, () if memory is None else memory)
+    _, (states, rewards, dones) = jax.lax.scan(step, init, None, length=max_steps)
     return states, rewards, dones
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_rollout(policy_fn: Callable[..., Any], env: Any, max_steps: int, deterministic: bool, batch: int,
+def _compiled_rollout(agent: Any, env: Any, max_steps: int, deterministic: bool, batch: int,
                       index: int) -> Callable[[Any, Any, Any], tuple[Any, Any, Any]]:
-    """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's ``policy``."""
+    """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's policy."""
     def rollout(policy_params: Any, env_params: Any, key: Any) -> tuple[Any, Any, Any]:
-        def act(obs: Any, k: Any) -> Any:
-            return policy_fn(policy_params, obs[None].astype(jnp.float32), k, deterministic)[0]
-        return rollout_states(env, env_params, act, key, max_steps, batch, index)
+        one = lambda obs: jax.tree.map(lambda x: x[None].astype(jnp.float32), obs)  # noqa: E731
+        if not agent.recurrent:
+            return rollout_states(env, env_params, lambda obs, k: agent.policy(policy_params, one(obs), k,
+                                                                                deterministic)[0],
+                                  key, max_steps, batch, index)
+
+        def act(obs: Any, k: Any, memory: Any) -> tuple[Any, Any]:
+            action, memory = agent.policy(policy_params, one(obs), k, deterministic,
+                                          jax.tree.map(lambda m: m[None], memory))
+            return action[0], jax.tree.map(lambda m: m[0], memory)
+        return rollout_states(env, env_params, act, key, max_steps, batch, index,
+                              memory=jax.tree.map(lambda m: m[0], agent.initial_memory(1)))
     return jax.jit(rollout)
 
 
@@ -213,7 +231,7 @@ def episode_frames(policy: Any, key: Any, *, env_params: Any = None, determinist
     draw = draw or frame_drawer(policy.env, env_params)
     if max_steps is None:
         max_steps = min(max_episode_steps(env_params), MAX_VIDEO_STEPS)
-    rollout = _compiled_rollout(policy.agent.policy, policy.env, int(max_steps), bool(deterministic), int(batch),
+    rollout = _compiled_rollout(policy.agent, policy.env, int(max_steps), bool(deterministic), int(batch),
                                 int(index))
     states, rewards, dones = jax.device_get(rollout(policy.params, env_params, key))
     dones = np.asarray(dones)

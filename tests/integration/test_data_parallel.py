@@ -80,9 +80,10 @@ def test_dqn_four_devices():
 
 def test_resume_is_bit_exact_on_four_devices():
     r = run_check("resume")
-    for name in ("ppo", "dqn", "sac"):
+    for name in ("ppo", "dqn", "sac", "ppo_gru"):
         assert r[name]["equal"], r
         assert r[name]["start_chunk"] == 3 and r[name]["leading_axis"] == 4
+    assert r["ppo_gru"]["memory"] == [4, 2, 8]  # [devices, envs per device, memory_size]
 
 
 def test_sweep_split_over_two_devices_equals_single_runs():

@@ -213,7 +213,8 @@ def dqn_learn_equivalence() -> dict:
 
 
 def resume_bit_exact() -> dict:
-    """Interrupt + resume on 4 devices == uninterrupted, for PPO (shard_map) and DQN (pmap)."""
+    """Interrupt + resume on 4 devices == uninterrupted, for PPO (shard_map), DQN (pmap), SAC and a
+    recurrent PPO (its memory split over the devices with the envs)."""
     import tempfile
 
     from rljax.agents.dqn import DQNConfig
@@ -227,6 +228,8 @@ def resume_bit_exact() -> dict:
                          n_step=2, prioritized=True, total_timesteps=8 * 2 * 60, updates_per_chunk=10),
         "sac": SACConfig(num_devices=d, num_envs=8, num_steps=1, batch_size=16 * d, buffer_size=64 * d,
                          learning_starts=32, hidden_sizes=(16,), total_timesteps=8 * 60, updates_per_chunk=10),
+        "ppo_gru": PPOConfig(env="MemoryCue-v0", num_devices=d, memory="gru", memory_size=8, bptt_length=8,
+                             **{**SMALL, "updates_per_chunk": 1}),
     }
     out = {}
     for name, cfg in configs.items():
@@ -241,7 +244,8 @@ def resume_bit_exact() -> dict:
         lb = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
               for x in jax.tree.leaves(rest.state)]
         out[name] = {"equal": all(np.array_equal(x, y) for x, y in zip(la, lb)) and len(la) == len(lb),
-                     "leading_axis": int(la[0].shape[0]), "start_chunk": rest.timings["start_chunk"]}
+                     "leading_axis": int(la[0].shape[0]), "start_chunk": rest.timings["start_chunk"],
+                     "memory": None if getattr(full.state, "memory", None) is None else list(full.state.memory.shape)}
     return out
 
 

@@ -170,3 +170,40 @@ def test_probe_semantics():
     assert float(r) == 1.0
     with pytest.raises(ValueError, match="ConstantReward"):
         envs.probes.ProbeEnv("Nope")
+
+
+def test_memory_cue_shows_the_cue_once_then_judges_the_answer_at_the_query():
+    from envs.memory import MemoryCue
+
+    env = MemoryCue(num_cues=3)
+    params = env.default_params.replace(delay=2)
+    for seed in range(6):
+        obs, state = env.reset(jax.random.key(seed), params)
+        cue = int(state.cue)
+        np.testing.assert_array_equal(obs, np.eye(4)[cue])  # the cue, no query flag
+        for t in (1, 2, 3):  # the cue step and the delay's blank steps pay 0; then the query shows
+            obs, state, reward, term, trunc, _ = env.step(jax.random.key(0), state, 0, params)
+            assert float(reward) == 0 and not term and not trunc
+            np.testing.assert_array_equal(obs, [0, 0, 0, 1 if t == 3 else 0])
+        answer = cue if seed % 2 else (cue + 1) % 3
+        _, state, reward, term, trunc, _ = env.step(jax.random.key(0), state, answer, params)
+        assert float(reward) == (1.0 if seed % 2 else -1.0) and bool(term) and not trunc
+        assert int(state.time) == 0  # the next episode has started
+
+
+def test_memory_cue_continuous_pays_one_minus_the_squared_error_to_the_cue():
+    from envs.memory import MemoryCue
+
+    env = MemoryCue(continuous=True)
+    params = env.default_params.replace(delay=0)
+    obs, state = env.reset(jax.random.key(0), params)
+    target = 2.0 * int(state.cue) - 1.0
+    obs, state, reward, _, _, _ = env.step(jax.random.key(0), state, jnp.zeros(1), params)  # the cue step
+    assert float(reward) == 0.0 and float(obs[-1]) == 1.0  # no delay: the query follows the cue
+    _, _, reward, term, _, _ = env.step(jax.random.key(0), state, jnp.array([0.5 * target]), params)
+    np.testing.assert_allclose(reward, 0.75)
+    assert bool(term)
+    with pytest.raises(ValueError, match="2 cues"):
+        MemoryCue(num_cues=3, continuous=True)
+    with pytest.raises(ValueError, match="num_cues must be an integer >= 2, got 1"):
+        MemoryCue(num_cues=1)
