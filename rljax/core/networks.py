@@ -564,6 +564,9 @@ class MemoryCore(nn.Module):
 
     @nn.compact
     def __call__(self, memory: Any, x: jax.Array, reset: jax.Array) -> tuple[Any, jax.Array]:
+        if x.shape[0] == 1:  # one step (acting): no loop, so the step also exports as plain ops (ONNX)
+            _, (memory, y) = _MemoryStep(self.cell, self.size, name="scan")(memory, (x[0], reset[0]))
+            return jax.tree.map(lambda m: m[None], memory), y[None]
         scan = nn.scan(_MemoryStep, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
         _, (memories, y) = scan(self.cell, self.size, name="scan")(memory, (x, reset))
         return memories, y

@@ -13,9 +13,14 @@ line: ``rljax export``, :mod:`rljax.cli.export`).
   params, config hash, checkpoint step, run directory, versions, each file's sha256, and the
   largest action difference measured against :meth:`rljax.Policy.act` when it was written.
 
+A recurrent policy's state is an explicit input and output of both formats: ``(obs, *state) ->
+(action, *next_state)``, the state as float32 ``[b, memory_size]`` arrays (:func:`state_names`),
+described in ``policy.json``'s ``memory``.
+
 Every artefact is checked before anything is written: run on :data:`CHECK_OBSERVATIONS` observations
-drawn from the observation space, its actions must equal ``policy.act``'s exactly (discrete) or
-within :data:`CONTINUOUS_TOLERANCE` (Box). The directory is written atomically (a temporary
+drawn from the observation space (a recurrent one: :data:`CHECK_STEPS` steps of episodes in
+:data:`CHECK_ENVS` envs, fed its own state), its actions must equal ``policy.act``'s exactly
+(discrete) or within :data:`CONTINUOUS_TOLERANCE` (Box). The directory is written atomically (a temporary
 sibling, then a rename): a failure never leaves half an artefact. ``docs/export.md`` shows how to
 load each format.
 """
@@ -42,8 +47,9 @@ import numpy as np
 from rljax.env import is_discrete
 from rljax.store.tracking import config_to_dict, package_version
 
-__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "ExportError", "STABLEHLO_FILE", "ONNX_FILE",
-           "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CONTINUOUS_TOLERANCE"]
+__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "ExportError", "STABLEHLO_FILE",
+           "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS",
+           "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
 """The serialized StableHLO module (bytes of ``jax.export.Exported.serialize()``)."""
@@ -106,9 +112,40 @@ def sample_observations(space: Any, n: int, seed: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
+def state_names(policy: Any) -> list[str]:
+    """The artefact's names of a recurrent policy's state arrays, in the order of its inputs and
+    outputs: ``["state_h"]`` for a GRU, ``["state_c", "state_h"]`` for an LSTM (flax's carry order);
+    ``[]`` for a memoryless policy."""
+    import jax
+
+    n = len(jax.tree.leaves(policy.initial_state(1)))
+    return {0: [], 1: ["state_h"], 2: ["state_c", "state_h"]}.get(n) or [f"state_{i}" for i in range(n)]
+
+
 def _policy_fn(policy: Any) -> Any:
-    """The exported function: a batch of raw observations to deterministic actions."""
-    return lambda obs: policy.act(obs, deterministic=True)
+    """The exported function: a batch of raw observations to deterministic actions; for a recurrent
+    policy ``(obs, *state) -> (action, *next_state)``, the state as flat ``[b, H]`` arrays."""
+    if not policy.recurrent:
+        return lambda obs: policy.act(obs, deterministic=True)
+    import jax
+
+    treedef = jax.tree.structure(policy.initial_state(1))
+
+    def step(obs: Any, *state: Any) -> tuple[Any, ...]:
+        action, state = policy.act(obs, jax.tree.unflatten(treedef, state), deterministic=True)
+        return (action, *jax.tree.leaves(state))
+    return step
+
+
+def _input_specs(policy: Any, batch: Any) -> list[Any]:
+    """The ``jax.ShapeDtypeStruct`` of each input, the batch dimension ``batch`` (an int or a
+    symbolic dimension shared by all)."""
+    import jax
+
+    space = policy.observation_space
+    obs = jax.ShapeDtypeStruct((batch, *(int(d) for d in space.shape)), np.dtype(space.dtype))
+    state = jax.tree.leaves(policy.initial_state(1))
+    return [obs, *(jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype) for x in state)]
 
 
 def _stablehlo(policy: Any, platforms: Sequence[str]) -> Any:
@@ -116,10 +153,8 @@ def _stablehlo(policy: Any, platforms: Sequence[str]) -> Any:
     import jax
     from jax import export as jax_export
 
-    space = policy.observation_space
-    dims = ", ".join(["b", *(str(int(d)) for d in space.shape)])
-    spec = jax.ShapeDtypeStruct(jax_export.symbolic_shape(dims), np.dtype(space.dtype))
-    return jax_export.export(jax.jit(_policy_fn(policy)), platforms=tuple(platforms))(spec)
+    (b,) = jax_export.symbolic_shape("b")
+    return jax_export.export(jax.jit(_policy_fn(policy)), platforms=tuple(platforms))(*_input_specs(policy, b))
 
 
 def _onnx_available() -> str | None:
@@ -156,26 +191,33 @@ def _converter_contained() -> Any:
 
 
 def _onnx(policy: Any) -> bytes:
-    """The policy as a serialized ONNX model: input ``obs`` ``[B, *obs_shape]``, output ``action``."""
+    """The policy as a serialized ONNX model: input ``obs`` ``[B, *obs_shape]``, output ``action``
+    (a recurrent policy: also the inputs :func:`state_names` and the outputs ``next_<name>``)."""
     import jax
     import jax2onnx
 
     space = policy.observation_space
-    dtype = np.dtype(space.dtype)
-    shape = ("B", *(int(d) for d in space.shape))
-    spec: Any = shape if dtype == np.float32 else jax.ShapeDtypeStruct(
-        jax.export.symbolic_shape(", ".join(map(str, shape))), dtype)
+    names = state_names(policy)
+    if np.dtype(space.dtype) == np.float32 and not names:
+        specs: list[Any] = [("B", *(int(d) for d in space.shape))]
+    else:
+        specs = _input_specs(policy, jax.export.symbolic_shape("B")[0])
     with _converter_contained():
-        model = jax2onnx.to_onnx(_policy_fn(policy), [spec], model_name="rljax_policy",
-                                 input_names=["obs"], output_names=["action"])
+        model = jax2onnx.to_onnx(_policy_fn(policy), specs, model_name="rljax_policy",
+                                 input_names=["obs", *names], output_names=["action", *(f"next_{n}" for n in names)])
     return model.SerializeToString()
 
 
-def _run_onnx(model: bytes, obs: np.ndarray) -> np.ndarray:
+def _onnx_call(model: bytes, names: list[str]) -> Any:
+    """``call(obs, *state) -> action`` or ``(action, *next_state)`` of an ONNX model in onnxruntime."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
-    return session.run(["action"], {"obs": obs})[0]
+
+    def call(obs: np.ndarray, *state: np.ndarray) -> Any:
+        out = session.run(["action", *(f"next_{n}" for n in names)], {"obs": obs, **dict(zip(names, state))})
+        return out[0] if not names else tuple(out)
+    return call
 
 
 def _difference(name: str, got: Any, expected: np.ndarray, discrete: bool) -> float:
@@ -236,12 +278,23 @@ def _shortest(array: np.ndarray) -> Any:
     return np.vectorize(one, otypes=[object])(array).tolist()
 
 
-def _signature(exported: Any) -> dict[str, Any]:
+def _signature(exported: Any, names: list[str]) -> dict[str, Any]:
     def describe(name: str, aval: Any) -> dict[str, Any]:
         return {"name": name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],
                 "dtype": np.dtype(aval.dtype).name}
 
-    return {"inputs": [describe("obs", exported.in_avals[0])], "outputs": [describe("action", exported.out_avals[0])]}
+    return {"inputs": [describe(n, a) for n, a in zip(["obs", *names], exported.in_avals)],
+            "outputs": [describe(n, a) for n, a in zip(["action", *(f"next_{n}" for n in names)], exported.out_avals)]}
+
+
+def _memory_json(policy: Any, names: list[str]) -> dict[str, Any] | None:
+    """``policy.json``'s ``memory``: what a recurrent policy's state is and how to carry it."""
+    if not names:
+        return None
+    return {"cell": policy.config.memory, "size": int(policy.config.memory_size), "state": names,
+            "initial": "zeros of each state input's shape, at every episode's start",
+            "carry": "feed next_<name> back as <name> at the env's next step; set a row to zeros where that env "
+                     "starts a new episode"}
 
 
 def _file_entry(data: bytes, **extra: Any) -> dict[str, Any]:
@@ -259,10 +312,13 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
     if ONNX_FILE in files:
         entries[ONNX_FILE] = _file_entry(files[ONNX_FILE], format="ONNX", converter=f"jax2onnx {package_version('jax2onnx')}",
                                          checked_with=f"onnxruntime {package_version('onnxruntime')}")
+    names = state_names(policy)
+    call = "call(obs)" if not names else f"call(obs, {', '.join(names)})"
+    returns = "actions [batch, ...]" if not names else f"(actions [batch, ...], {', '.join(f'next_{n}' for n in names)})"
     return {
         "format": "rljax-policy", "format_version": FORMAT_VERSION,
-        "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).call(obs) with obs "
-                        f"[batch, *observation_space.shape] of observation_space.dtype -> actions [batch, ...]; "
+        "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).{call} with obs "
+                        f"[batch, *observation_space.shape] of observation_space.dtype -> {returns}; "
                         f"see docs/export.md"),
         "algorithm": policy.algorithm, "env": getattr(policy.config, "env", None),
         "env_params": _jsonable(policy.env_params), "config_hash": policy.config_hash,
@@ -270,7 +326,8 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
         "run_dir": None if policy.run_dir is None else os.path.abspath(policy.run_dir), "member": policy.member,
         "deterministic": True,
         "observation_space": space_json(policy.observation_space), "action_space": space_json(policy.action_space),
-        "signature": _signature(exported), "files": entries,
+        "signature": _signature(exported, names), **({"memory": _memory_json(policy, names)} if names else {}),
+        "files": entries,
         **({"onnx_skipped": onnx_note} if onnx_note else {}),
         "checks": checks,
         "versions": {"rljax": package_version("rljax"), "jax": jax.__version__, "jaxlib": package_version("jaxlib"),
@@ -350,7 +407,88 @@ def _write_atomically(out_dir: pathlib.Path, files: dict[str, bytes], force: boo
 # ----------------------------------------------------------------------------------------------
 
 
-def _with_onnx(policy: Any, onnx: Any, obs: np.ndarray, expected: np.ndarray) -> tuple[bytes | None, Any, str | None]:
+CHECK_STEPS = 1000
+"""How many env steps (over :data:`CHECK_ENVS` envs) a recurrent artefact is checked on."""
+CHECK_ENVS = 8
+"""How many envs those steps run in (episodes of each end and restart inside them)."""
+
+
+class _Check:
+    """What every artefact is checked against before anything is written.
+
+    Memoryless: the actions ``policy.act`` gives :data:`CHECK_OBSERVATIONS` observations drawn from
+    the observation space. Recurrent: :data:`CHECK_STEPS` steps of episodes in :data:`CHECK_ENVS`
+    envs played by ``policy.act`` with its state; the artefact is fed the same observations and its
+    own state (reset to zeros where an episode starts), and must give the same actions at every step.
+    """
+
+    def __init__(self, policy: Any):
+        import jax
+
+        self.policy, self.discrete, self.names = policy, policy.discrete, state_names(policy)
+        if not policy.recurrent:
+            self.obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS)
+            self.expected = np.asarray(jax.jit(_policy_fn(policy))(self.obs))
+            self.info: dict[str, Any] = {"observations": CHECK_OBSERVATIONS}
+            return
+        obs, dones, actions = jax.device_get(_played_episodes(policy, CHECK_STEPS // CHECK_ENVS, CHECK_ENVS))
+        dtype = np.dtype(policy.observation_space.dtype)
+        self.obs, self.dones, self.expected = np.asarray(obs).astype(dtype), np.asarray(dones), np.asarray(actions)
+        self.info = {"steps": int(self.dones.size), "envs": CHECK_ENVS, "episodes_ended": int(self.dones.sum()),
+                     "state": self.names}
+
+    def __call__(self, name: str, call: Any) -> float:
+        """The largest action difference of ``call`` (the artefact: ``call(obs, *state)``) from
+        ``policy.act``; raises :class:`ExportError` past the tolerance."""
+        if not self.policy.recurrent:
+            return _difference(name, call(self.obs), self.expected, self.discrete)
+        state = [np.zeros((CHECK_ENVS, *x.shape[1:]), x.dtype) for x in _leaves(self.policy.initial_state(1))]
+        worst = 0.0
+        for t in range(len(self.obs)):
+            action, *state = (np.asarray(x) for x in call(self.obs[t], *state))
+            try:
+                worst = max(worst, _difference(name, action, self.expected[t], self.discrete))
+            except ExportError as err:
+                raise ExportError(f"{err} at step {t} of {len(self.obs)} steps of episodes in {CHECK_ENVS} envs "
+                                  f"(the artefact fed its own state)") from None
+            state = [np.where(self.dones[t].reshape((-1,) + (1,) * (x.ndim - 1)), 0, x).astype(x.dtype) for x in state]
+        return worst
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def _played_episodes(policy: Any, steps: int, envs: int) -> tuple[Any, Any, Any]:
+    """``(obs [S, N, ...], done [S, N], action [S, N, ...])``: ``S`` steps of the deterministic
+    recurrent ``policy`` in ``N`` auto-resetting envs (seed 0), its state reset where an episode ends."""
+    import jax
+
+    from rljax.core.rollout import reset_memory
+
+    env, params = policy.env, policy.env_params
+
+    def play(key: Any) -> tuple[Any, Any, Any]:
+        k_reset, key = jax.random.split(key)
+        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, envs), params)
+
+        def step(carry: Any, k: Any) -> tuple[Any, Any]:
+            obs, env_state, state = carry
+            action, state = policy.act(obs, state, deterministic=True)
+            next_obs, env_state, _, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(k, envs), env_state, action, params)
+            done = term | trunc
+            return (next_obs, env_state, reset_memory(state, done)), (obs, done, action)
+
+        init = (obs, env_state, policy.initial_state(envs))
+        return jax.lax.scan(step, init, jax.random.split(key, steps))[1]
+
+    return jax.jit(play)(jax.random.key(0))
+
+
+def _with_onnx(policy: Any, onnx: Any, check: _Check) -> tuple[bytes | None, Any, str | None]:
     """``(model, max_abs_diff, why_skipped)``: the checked ONNX model, or None and the reason when
     ``onnx`` is ``"auto"`` and it could not be made; with ``onnx=True`` any failure raises."""
     if onnx is False:
@@ -360,7 +498,7 @@ def _with_onnx(policy: Any, onnx: Any, obs: np.ndarray, expected: np.ndarray) ->
         if missing:
             raise ExportError(missing)
         model = _onnx(policy)
-        return model, _difference(ONNX_FILE, _run_onnx(model, obs), expected, policy.discrete), None
+        return model, check(ONNX_FILE, _onnx_call(model, check.names)), None
     except Exception as err:  # noqa: BLE001 - "auto" reports any converter failure and ships StableHLO alone
         if onnx is True:
             raise ExportError(f"ONNX export failed: {type(err).__name__}: "
@@ -400,13 +538,10 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     start = time.perf_counter()
     exported = _stablehlo(policy, platforms)
     files = {STABLEHLO_FILE: exported.serialize()}
-    obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS)
-    expected = np.asarray(jax.jit(_policy_fn(policy))(obs))
+    check = _Check(policy)
     reloaded = jax.export.deserialize(files[STABLEHLO_FILE])
-    checks: dict[str, Any] = {"observations": CHECK_OBSERVATIONS,
-                              "max_abs_diff": {STABLEHLO_FILE: _difference(STABLEHLO_FILE, reloaded.call(obs),
-                                                                           expected, policy.discrete)}}
-    model, diff, onnx_note = _with_onnx(policy, onnx, obs, expected)
+    checks: dict[str, Any] = {**check.info, "max_abs_diff": {STABLEHLO_FILE: check(STABLEHLO_FILE, reloaded.call)}}
+    model, diff, onnx_note = _with_onnx(policy, onnx, check)
     if model is not None:
         files[ONNX_FILE] = model
         checks["max_abs_diff"][ONNX_FILE] = diff

@@ -154,13 +154,17 @@ class Policy:
         if single:
             state = jax.tree.map(lambda x: jnp.asarray(x)[None], state)
         n = jax.tree.leaves(batch)[0].shape[0]
-        want = jax.tree.map(jnp.shape, self.agent.memory(n))
-        if jax.tree.map(jnp.shape, state) != want:
-            got = jax.tree.map(lambda x: jnp.shape(x)[1:] if single else jnp.shape(x), state)
-            expected = jax.tree.map(lambda shape: shape[1:], want, is_leaf=lambda x: isinstance(x, tuple)
-                                    and all(isinstance(d, int) for d in x)) if single else want
+        one = self.agent.memory(1)
+        shapes = [tuple(jnp.shape(x)) for x in jax.tree.leaves(state)]
+        concrete = all(isinstance(d, (int, np.integer)) for shape in shapes + [(n,)] for d in shape)
+        fits = jax.tree.structure(state) == jax.tree.structure(one) and all(  # (symbolic shapes: exporting)
+            len(got) == x.ndim and (not concrete or got == (n, *x.shape[1:]))
+            for got, x in zip(shapes, jax.tree.leaves(one)))
+        if not fits:
+            got = [shape[1:] if single else shape for shape in shapes]
+            needs = [x.shape[1:] if single else (n, *x.shape[1:]) for x in jax.tree.leaves(one)]
             raise ValueError(f"a state of shapes {got} does not fit {'one observation' if single else f'{n} observations'}"
-                             f": it needs {expected}, as policy.initial_state({'' if single else n}) gives")
+                             f": it needs {needs}, as policy.initial_state({'' if single else n}) gives")
         action, state = self.agent.policy_step(params, batch, state, key, deterministic)
         if single:
             return action[0], jax.tree.map(lambda x: x[0], state)

@@ -19,6 +19,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -258,3 +259,112 @@ def test_loader_docs_name_the_real_files():
     for name in (STABLEHLO_FILE, ONNX_FILE, METADATA_FILE):
         assert name in text
     assert textwrap.dedent(doc_code("## Loading `policy.stablehlo`")).count("jax.export.deserialize") == 1
+
+
+# ----- recurrent policies: the state as explicit inputs and outputs -----
+
+RECURRENT = {
+    "ppo-gru": dict(algorithm="ppo", env="MemoryCue-v0", memory="gru", normalize_obs=True),
+    "ppo-lstm-continuous": dict(algorithm="ppo", env="MemoryCueContinuous-v0", memory="lstm"),
+    "pqn-gru": dict(algorithm="pqn", env="MemoryCue-v0", memory="gru"),
+}
+
+
+@pytest.fixture(scope="module")
+def recurrent_artefacts(tmp_path_factory):
+    """name -> (policy, out_dir, policy.json) of a tiny recurrent run (delay 2) exported with ONNX when
+    the converter is installed."""
+    from rljax.agents.ppo import PPOConfig
+    from rljax.agents.pqn import PQNConfig
+
+    root, out = tmp_path_factory.mktemp("recurrent-export"), {}
+    for name, spec in RECURRENT.items():
+        spec = dict(spec)
+        config_cls = PPOConfig if spec.pop("algorithm") == "ppo" else PQNConfig
+        config = config_cls(env_params=("delay=2",), num_envs=4, num_steps=16, num_epochs=1, num_minibatches=2,
+                            hidden_sizes=(16,), memory_size=8, total_timesteps=4 * 16 * 3, updates_per_chunk=3, **spec)
+        rljax.train(config, options=rljax.RunOptions(run_dir=root / name, quiet=True))
+        policy = rljax.load(root / name)
+        out[name] = (policy, root / "out" / name, export(policy, root / "out" / name, onnx="auto"))
+    return out
+
+
+def _play_artefact(policy, call, steps: int = 40, envs: int = 3):
+    """Plays ``steps`` steps of ``envs`` envs with ``policy.act`` and its state, feeding the artefact
+    ``call(obs, *state) -> (action, *next_state)`` the same observations and its own state (zeroed
+    where an episode starts); returns the two action sequences and how many episodes ended."""
+    env, params = policy.env, policy.env_params
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(7), envs), params)
+    state = policy.initial_state(envs)
+    theirs = [np.zeros(x.shape, x.dtype) for x in jax.tree.leaves(state)]
+    mine, got, ended = [], [], 0
+    act = jax.jit(lambda o, s: policy.act(o, s))
+    for t in range(steps):
+        action, state = act(obs, state)
+        action_art, *theirs = (np.asarray(x) for x in call(np.asarray(obs), *theirs))
+        mine.append(np.asarray(action))
+        got.append(action_art)
+        obs, env_state, _, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(jax.random.key(t), envs), env_state, action, params)
+        done = np.asarray(term | trunc)
+        ended += int(done.sum())
+        state = jax.tree.map(lambda x: jnp.where(done.reshape((-1,) + (1,) * (x.ndim - 1)), 0, x), state)
+        theirs = [np.where(done.reshape((-1,) + (1,) * (x.ndim - 1)), 0, x).astype(x.dtype) for x in theirs]
+    return np.stack(mine), np.stack(got), ended
+
+
+@pytest.mark.parametrize("name", list(RECURRENT))
+def test_a_recurrent_artefact_takes_and_returns_the_state_and_plays_as_policy_act(recurrent_artefacts, name):
+    policy, out_dir, meta = recurrent_artefacts[name]
+    names = ["state_h"] if RECURRENT[name]["memory"] == "gru" else ["state_c", "state_h"]
+    sig = meta["signature"]
+    assert [i["name"] for i in sig["inputs"]] == ["obs", *names]
+    assert [o["name"] for o in sig["outputs"]] == ["action", *(f"next_{n}" for n in names)]
+    assert all(i["shape"] == ["b", 8] and i["dtype"] == "float32" for i in sig["inputs"][1:])
+    assert meta["memory"]["cell"] == RECURRENT[name]["memory"] and meta["memory"]["size"] == 8
+    assert meta["memory"]["state"] == names and "zeros" in meta["memory"]["initial"]
+    assert meta["checks"]["steps"] == 1000 and meta["checks"]["episodes_ended"] > 100
+    assert "state_h" in meta["how_to_load"]
+    tolerance = 0.0 if policy.discrete else CONTINUOUS_TOLERANCE
+    assert all(diff <= tolerance for diff in meta["checks"]["max_abs_diff"].values()), meta["checks"]
+    # From the outside: the StableHLO file, played with its own state, acts as policy.act.
+    exported = jax.export.deserialize((out_dir / STABLEHLO_FILE).read_bytes())
+    mine, got, ended = _play_artefact(policy, exported.call)
+    assert ended >= 10 and mine.shape == got.shape
+    np.testing.assert_allclose(got, mine, rtol=0, atol=tolerance)
+    if HAS_ONNX:
+        import onnxruntime
+
+        assert ONNX_FILE in meta["files"], meta.get("onnx_skipped")
+        session = onnxruntime.InferenceSession(str(out_dir / ONNX_FILE), providers=["CPUExecutionProvider"])
+        run = lambda obs, *state: session.run(None, {"obs": obs, **dict(zip(names, state))})  # noqa: E731
+        mine, got, _ = _play_artefact(policy, run)
+        np.testing.assert_allclose(got, mine, rtol=0, atol=tolerance)
+
+
+def test_an_artefact_that_loses_the_state_is_refused(recurrent_artefacts, tmp_path, monkeypatch):
+    import rljax.policy.export as export_module
+
+    policy, _, _ = recurrent_artefacts["ppo-gru"]
+    honest = export_module._policy_fn
+
+    def forgetful(p):  # returns the state it was given: the memory never moves on
+        step = honest(p)
+        return lambda obs, *state: (step(obs, *state)[0], *state)
+
+    monkeypatch.setattr(export_module, "_policy_fn", forgetful)
+    with pytest.raises(ExportError, match=r"policy.stablehlo differs from policy.act .* at step \d+ of 125 steps of "
+                                          r"episodes in 8 envs"):
+        export(policy, tmp_path / "out", onnx=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_documented_recurrent_loader_plays_as_policy_act(recurrent_artefacts):
+    namespace: dict = {}
+    exec(doc_code("## Recurrent policies"), namespace)  # noqa: S102 - the documentation's own code
+    for name in ("ppo-gru", "ppo-lstm-continuous"):
+        policy, out_dir, _ = recurrent_artefacts[name]
+        act, initial_state, meta = namespace["load_recurrent_stablehlo_policy"](out_dir)
+        assert [x.shape for x in initial_state(3)] == [(3, 8)] * len(meta["memory"]["state"])
+        mine, got, _ = _play_artefact(policy, lambda obs, *state: (lambda a, s: (a, *s))(*act(obs, list(state))))
+        np.testing.assert_allclose(got, mine, rtol=0, atol=0.0 if policy.discrete else CONTINUOUS_TOLERANCE)

@@ -89,3 +89,18 @@ def test_gymnax_classic_control_needs_pygame_or_says_so():
     else:
         _, state = env.reset(jax.random.key(0), params)
         assert video.frame_drawer(env, params)([state])[0].ndim == 3
+
+
+def test_a_recurrent_policy_plays_its_video_episode_with_its_memory_as_evaluate_does(tmp_path):
+    from rljax.agents.ppo import PPOConfig
+    from rljax.policy.evaluate import evaluate
+
+    config = PPOConfig(memory="gru", memory_size=8, hidden_sizes=(16,), num_envs=4, num_steps=32, num_minibatches=2,
+                       num_epochs=2, total_timesteps=4 * 32 * 6, updates_per_chunk=6, learning_rate=3e-3)
+    rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True))
+    policy = rljax.load(tmp_path / "run")
+    lengths = evaluate(policy, 4, seed=5).lengths
+    blank = lambda states: [np.zeros((2, 2, 3), np.uint8)] * len(states)  # noqa: E731 - the drawing is not under test
+    for i in range(4):  # the video of episode i is evaluate's episode i, step for step
+        frames = video.episode_frames(policy, jax.random.key(5), batch=4, index=i, draw=blank)
+        assert frames.length == int(lengths[i])
