@@ -1,11 +1,13 @@
 """Domain randomisation on CartPole: a policy trained with a randomised pole length against one
-trained at the default length, both evaluated greedily over pole lengths 0.25-2.0.
+trained at the default length, both evaluated greedily over pole lengths 0.25-2.0; and the same
+randomised training with a GRU policy (``--memory gru``), which can infer the pole from the episode.
 
     python -m benchmarks.domain_randomization                        # 3 seeds, 1e6 env steps each
     python -m benchmarks.domain_randomization --seeds 1 --total-timesteps 5e5
 
-Both runs are PPO with ``experiments.ppo_cartpole``'s defaults (its MLP); the randomised one adds
-``randomize=("length=0.25:2.0",)``. Each (seed, length) cell is the mean greedy return of
+The runs are PPO with ``experiments.ppo_cartpole``'s defaults (its MLP); the randomised ones add
+``randomize=("length=0.25:2.0",)``, the GRU one also ``memory="gru", memory_size=64,
+hidden_sizes=(64,)``. Each (seed, length) cell is the mean greedy return of
 ``--episodes`` episodes (``rljax.evaluate.evaluate`` with ``env_params`` changed). Prints one table per
 training mode (rows: seeds, columns: lengths) and the minimum over lengths of each seed.
 """
@@ -42,13 +44,15 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=32)
     a = ap.parse_args()
     base = PPOConfig(**{**DEFAULTS, "total_timesteps": int(a.total_timesteps)})
-    modes = {"fixed length 0.5": (), "randomised 0.25-2.0": ("length=0.25:2.0",)}
+    randomized = dict(randomize=("length=0.25:2.0",))
+    modes = {"fixed length 0.5, MLP": {}, "randomised 0.25-2.0, MLP": randomized,
+             "randomised 0.25-2.0, GRU": dict(randomized, memory="gru", memory_size=64, hidden_sizes=(64,))}
     print(f"PPO CartPole, {int(a.total_timesteps):,} env steps, greedy return over {a.episodes} episodes per cell")
     print("| training | seed | " + " | ".join(f"{x:g}" for x in LENGTHS) + " | min | train s |")
     print("|---|---|" + "---|" * (len(LENGTHS) + 2))
-    for mode, randomize in modes.items():
+    for mode, fields in modes.items():
         for seed in range(a.seeds):
-            returns, seconds = train_and_evaluate(dataclasses.replace(base, seed=seed, randomize=randomize), a.episodes)
+            returns, seconds = train_and_evaluate(dataclasses.replace(base, seed=seed, **fields), a.episodes)
             print(f"| {mode} | {seed} | " + " | ".join(f"{r:.0f}" for r in returns)
                   + f" | {min(returns):.0f} | {seconds:.1f} |", flush=True)
 

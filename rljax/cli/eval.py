@@ -11,7 +11,9 @@ can be evaluated), plays ``N`` episodes in parallel on the device with the env's
 (:mod:`rljax.policy.report`) into ``RUN_DIR/eval/<step>/`` (a sweep member's into
 ``RUN_DIR/members/<name>/eval/<step>/``). An evaluation of another kind than the default gets its
 own folder, so it never replaces the default one: ``<step>-stochastic``, ``<step>-length=0.7``
-(``--env-param`` overrides, sorted by name), or both. Every input is checked before any episode is
+(``--env-param`` overrides, sorted by name), or both. ``--env-param NAME=V1,V2,...`` evaluates each
+value (every combination, for several such params), each into its own folder with its own summary
+line: a robustness grid from one compiled evaluation. Every input is checked before any episode is
 played, so bad input writes nothing; each file is written to a temporary name and moved into
 place. Exit statuses: :mod:`rljax.cli.process` (2: usage error, 74: I/O error).
 """
@@ -29,7 +31,7 @@ from typing import Any
 from rljax.cli.process import EXIT_IO, EXIT_USAGE, enable_compilation_cache
 from rljax.core.registry import parse_env_params  # shared with every --env-param flag
 
-__all__ = ["add_parser", "run", "parse_env_params", "eval_dir", "MAX_EPISODES"]
+__all__ = ["add_parser", "run", "parse_env_params", "env_param_grid", "eval_dir", "MAX_EPISODES"]
 
 PROG = "rljax eval"
 """The command as its error lines name it."""
@@ -49,7 +51,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--stochastic", action="store_true",
                         help="sample the policy (default: act deterministically, i.e. greedily)")
     parser.add_argument("--env-param", action="append", default=[], metavar="NAME=VALUE",
-                        help="override an env param (e.g. length=0.7 for CartPole); repeat for several")
+                        help="override an env param (e.g. length=0.7 for CartPole); repeat for several; "
+                             "NAME=V1,V2,... evaluates each value (a robustness grid: one report each)")
     parser.add_argument("--video", metavar="FILE.gif", help="also write a GIF of one episode")
     parser.add_argument("--step", type=int, help="checkpoint step (env steps); default: the newest")
     parser.add_argument("--member", help="sweep member: its name (members/<name>) or index")
@@ -84,11 +87,29 @@ def _check_video_path(video: str | None) -> None:
         raise ValueError(f"--video {video}: cannot write there (permission denied)")
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
+def env_param_grid(specs: list[str]) -> list[list[str]]:
+    """``--env-param`` specs with comma-separated values as the list of their combinations, one
+    ``NAME=VALUE`` list per evaluation: ``["length=0.5,1", "masscart=2"]`` ->
+    ``[["length=0.5", "masscart=2"], ["length=1", "masscart=2"]]`` (later names vary fastest)."""
+    import itertools
+
+    choices = []
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        values = text.split(",") if sep else [text]
+        if sep and any(not v.strip() for v in values):
+            raise ValueError(f"--env-param {spec!r}: an empty value in the list; write NAME=V1,V2,... "
+                             f"(e.g. length=0.5,1,2)")
+        choices.append([f"{name}={v.strip()}" if sep else spec for v in values])
+    return [list(combo) for combo in itertools.product(*choices)]
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, Any]]], Any]:
     """Everything that can fail on bad input, before any episode is played.
 
     Returns:
-        ``(policy, env_params, overrides, draw)``; ``draw`` is None without ``--video``.
+        ``(policy, [(env_params, overrides)] one per evaluation, draw)``; ``draw`` is None without
+        ``--video``.
     """
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}] (all of them run at once, one env each), "
@@ -103,14 +124,18 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
     from rljax.policy.trained import load
 
     member = int(args.member) if args.member is not None and args.member.isdigit() else args.member
+    grid = env_param_grid(args.env_param)
+    if args.video and len(grid) > 1:
+        raise ValueError(f"--video draws one episode, but --env-param lists {len(grid)} evaluations: give one value "
+                         f"per param with --video")
     policy = load(args.run_dir, args.step, member=member)
-    env_params, overrides = parse_env_params(args.env_param, policy.env_params)
+    evaluations = [parse_env_params(specs, policy.env_params) for specs in grid]
     draw = None
     if args.video:
         from rljax.policy.video import frame_drawer
 
-        draw = frame_drawer(policy.env, env_params)
-    return policy, env_params, overrides, draw
+        draw = frame_drawer(policy.env, evaluations[0][0])
+    return policy, evaluations, draw
 
 
 def _env_params_dict(env_params: Any) -> dict[str, Any]:
@@ -172,17 +197,21 @@ def run(args: argparse.Namespace) -> int:
     from rljax.policy.video import NotDrawableError
 
     try:
-        policy, env_params, overrides, draw = _prepare(args)
+        policy, evaluations, draw = _prepare(args)
     except (FileNotFoundError, ValueError, NotDrawableError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the checkpoint could not be read
         print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
-    try:
-        line = _evaluate_and_report(args, policy, env_params, overrides, draw)
-    except OSError as err:  # writing the video or the report (a full disk)
-        print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
-        return EXIT_IO
-    print(line)
+    for env_params, overrides in evaluations:  # one compiled evaluation: the env params are its inputs
+        try:
+            line = _evaluate_and_report(args, policy, env_params, overrides, draw)
+        except OSError as err:  # writing the video or the report (a full disk)
+            print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
+            return EXIT_IO
+        if len(evaluations) > 1:
+            line = f"[{', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in overrides.items())}] " \
+                + line
+        print(line, flush=True)
     return 0

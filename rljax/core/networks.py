@@ -527,36 +527,67 @@ def initial_memory(cell: str, size: int, batch: int) -> Any:
     return zeros if cell == "gru" else (zeros, zeros)
 
 
-class _MemoryStep(nn.Module):
-    """One step of the core: zero the memory of the envs whose episode starts, then the cell."""
+_GATES = {"gru": 3, "lstm": 4}
 
-    cell: str
-    size: int
 
-    @nn.compact
-    def __call__(self, memory: Any, inputs: tuple[jax.Array, jax.Array]) -> tuple[Any, tuple[Any, jax.Array]]:
-        x, reset = inputs
-        memory = jax.tree.map(lambda m: jnp.where(reset[..., None], jnp.zeros_like(m), m), memory)
-        cell = nn.GRUCell(self.size, name="gru") if self.cell == "gru" else nn.OptimizedLSTMCell(self.size, name="lstm")
-        memory, y = cell(memory, x)
-        return memory, (memory, y)
+def _blockwise_orthogonal(blocks: int) -> Callable[..., jax.Array]:
+    """An initialiser of a ``[H, blocks * H]`` recurrent kernel: each ``[H, H]`` gate block
+    orthogonal on its own (flax's cells initialise each gate's recurrent kernel so), each block from
+    its own split of the key (one unbatched QR per block)."""
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        rows, cols = shape
+        keys = jax.random.split(key, blocks)
+        return jnp.concatenate([nn.initializers.orthogonal()(k, (rows, cols // blocks), dtype) for k in keys], axis=1)
+    return init
+
+
+def _gru_step(hidden_kernel: jax.Array, hidden_bias: jax.Array, h: jax.Array, xw: jax.Array) -> jax.Array:
+    """One GRU step (flax's :class:`~flax.linen.GRUCell` equations) from the input's projection
+    ``xw = x @ W_i + b_i`` ``[B, 3H]`` (gates r, z, n):
+    ``r = s(xw_r + h W_r)``, ``z = s(xw_z + h W_z)``, ``n = tanh(xw_n + r * (h W_n + b_n))``,
+    ``h' = (1 - z) * n + z * h``."""
+    hw = h @ hidden_kernel
+    xr, xz, xn = jnp.split(xw, 3, axis=-1)
+    hr, hz, hn = jnp.split(hw, 3, axis=-1)
+    r, z = nn.sigmoid(xr + hr), nn.sigmoid(xz + hz)
+    n = jnp.tanh(xn + r * (hn + hidden_bias))
+    return (1.0 - z) * n + z * h
+
+
+def _lstm_step(hidden_kernel: jax.Array, carry: tuple[jax.Array, jax.Array], xw: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
+    """One LSTM step (flax's :class:`~flax.linen.OptimizedLSTMCell` equations, gates i, f, g, o)
+    from ``xw = x @ W_i + b`` ``[B, 4H]``: ``c' = s(f) * c + s(i) * tanh(g)``, ``h' = s(o) * tanh(c')``;
+    the carry is ``(c, h)``."""
+    c, h = carry
+    i, f, g, o = jnp.split(xw + h @ hidden_kernel, 4, axis=-1)
+    c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+    return c, nn.sigmoid(o) * jnp.tanh(c)
 
 
 class MemoryCore(nn.Module):
-    """A GRU or LSTM cell scanned over time, its memory reset where an episode starts.
+    """A GRU or LSTM over time, its memory reset where an episode starts.
 
     ``h_t = cell(where(reset_t, 0, h_{t-1}), x_t)``: ``reset_t`` is True where ``x_t`` comes from
-    the first observation of an episode, so no memory leaks from one episode into the next.
+    the first observation of an episode, so no memory leaks from one episode into the next. The
+    cells compute flax's GRU and LSTM equations (:func:`_gru_step`, :func:`_lstm_step`) with the
+    gates' kernels fused: the input projection ``x_t W_i`` of every step is one matrix product
+    before the loop, so each step of the loop holds only the recurrent product ``h W_h`` (on a CPU
+    the loop's per-step work is what sequence training waits for). Initialisation as flax's: LeCun
+    normal input kernels, an orthogonal recurrent kernel per gate, zero biases.
 
     Attributes:
-        cell: ``"gru"`` (:class:`flax.linen.GRUCell`) or ``"lstm"``
-            (:class:`flax.linen.OptimizedLSTMCell`); flax's initialisers.
+        cell: ``"gru"`` or ``"lstm"``.
         size: the memory's width ``H``.
+
+    Parameters: ``input_kernel`` ``[F, G * H]``, ``input_bias`` ``[G * H]``, ``hidden_kernel``
+    ``[H, G * H]`` (``G`` = 3 gates for a GRU, 4 for an LSTM) and, for a GRU, ``hidden_bias`` ``[H]``
+    (the candidate's recurrent bias).
 
     Call:
         ``memory`` (leaves ``[B, H]``, :func:`initial_memory`), ``x`` float ``[T, B, F]``, ``reset``
         bool ``[T, B]`` -> ``(memories, y)``: the memory after every step (leaves ``[T, B, H]``) and
-        the cell's output ``[T, B, H]``.
+        the output ``h_t`` ``[T, B, H]``.
     """
 
     cell: str
@@ -564,12 +595,27 @@ class MemoryCore(nn.Module):
 
     @nn.compact
     def __call__(self, memory: Any, x: jax.Array, reset: jax.Array) -> tuple[Any, jax.Array]:
+        gates, h = _GATES[self.cell], self.size
+        input_kernel = self.param("input_kernel", nn.initializers.lecun_normal(), (x.shape[-1], gates * h))
+        input_bias = self.param("input_bias", nn.initializers.zeros, (gates * h,))
+        hidden_kernel = self.param("hidden_kernel", _blockwise_orthogonal(gates), (h, gates * h))
+        if self.cell == "gru":
+            hidden_bias = self.param("hidden_bias", nn.initializers.zeros, (h,))
+            cell = lambda m, xw: _gru_step(hidden_kernel, hidden_bias, m, xw)  # noqa: E731
+        else:
+            cell = lambda m, xw: _lstm_step(hidden_kernel, m, xw)  # noqa: E731
+        xw = x @ input_kernel + input_bias  # every step's input projection at once: [T, B, G * H]
+
+        def step(m: Any, inputs: tuple[jax.Array, jax.Array]) -> tuple[Any, Any]:
+            xw_t, reset_t = inputs
+            m = cell(jax.tree.map(lambda v: jnp.where(reset_t[:, None], jnp.zeros_like(v), v), m), xw_t)
+            return m, m
+
         if x.shape[0] == 1:  # one step (acting): no loop, so the step also exports as plain ops (ONNX)
-            _, (memory, y) = _MemoryStep(self.cell, self.size, name="scan")(memory, (x[0], reset[0]))
-            return jax.tree.map(lambda m: m[None], memory), y[None]
-        scan = nn.scan(_MemoryStep, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
-        _, (memories, y) = scan(self.cell, self.size, name="scan")(memory, (x, reset))
-        return memories, y
+            memories = jax.tree.map(lambda v: v[None], step(memory, (xw[0], reset[0]))[0])
+        else:
+            memories = jax.lax.scan(step, memory, (xw, reset))[1]
+        return memories, memories if self.cell == "gru" else memories[1]
 
 
 def _validate_recurrent(module: nn.Module, out_field: str, out_value: int) -> None:

@@ -103,6 +103,9 @@ def test_eval_variants_get_their_own_folders_and_a_video(ppo_run, capsys, tmp_pa
     (["--episodes", str(1 << 21)], f"got {1 << 21}"),
     (["--seed", "-1"], "--seed must be in [0, 2**32 - 1], got -1"),
     (["--video", "ep.mp4"], "give a path ending in .gif"),
+    (["--env-param", "length=0.5,,1"], "an empty value in the list"),
+    (["--env-param", "length=0.5,x"], "length"),
+    (["--env-param", "length=0.5,1", "--video", "ep.gif"], "--env-param lists 2 evaluations"),
 ])
 def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, match):
     from rljax.cli.process import EXIT_USAGE
@@ -111,6 +114,26 @@ def test_bad_input_is_a_usage_error_and_writes_nothing(ppo_run, capsys, args, ma
     status, _, err = _eval(capsys, ppo_run, *args)
     assert status == EXIT_USAGE and err.startswith("rljax eval: error:") and match in err, err
     assert sorted(ppo_run.rglob("*")) == before
+
+
+def test_a_list_of_env_param_values_is_a_robustness_grid_of_reports(ppo_run, capsys):
+    from rljax.policy.evaluate import evaluate
+
+    status, out, err = _eval(capsys, ppo_run, "--episodes", 6, "--env-param", "length=0.25,2",
+                             "--env-param", "masscart=1,3")
+    assert status == 0, err
+    lines = out.strip().splitlines()
+    combos = ["length=0.25, masscart=1", "length=0.25, masscart=3", "length=2, masscart=1", "length=2, masscart=3"]
+    assert [line[1:line.index("]")] for line in lines] == combos
+    policy = rljax.load(ppo_run)
+    for line, (length, masscart) in zip(lines, [(0.25, 1), (0.25, 3), (2, 1), (2, 3)]):
+        folder = eval_dir(ppo_run, policy.step, overrides={"length": float(length), "masscart": float(masscart)})
+        saved = json.loads((folder / "report.json").read_text())
+        assert saved["env_param_overrides"] == {"length": length, "masscart": masscart}
+        # Each report holds the episodes of its own env params, as evaluate() plays them.
+        params = policy.env_params.replace(length=float(length), masscart=float(masscart))
+        assert saved["returns"] == pytest.approx(evaluate(policy, 6, env_params=params).returns.tolist())
+        assert str(folder / "report.md") in line
 
 
 def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsys):

@@ -6,6 +6,7 @@ import functools
 import math
 
 import jax
+import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -213,3 +214,37 @@ def test_twin_box_critics_share_one_module_and_rescale_actions_to_the_box():
     assert q.shape == (2, 5)
     one = jax.tree.map(lambda x: x[1], critic_params)
     np.testing.assert_allclose(q[1], critic.apply(one, jnp.ones((5, 3)), jnp.full((5, 1), 0.5)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_memory_core_computes_flax_cells_equations_with_fused_kernels(cell):
+    from rljax.core.networks import MemoryCore, initial_memory
+
+    f, h, b, t = 3, 4, 2, 5
+    x = jax.random.normal(jax.random.key(0), (t, b, f))
+    reset = jnp.array([[False, False], [False, True], [False, False], [True, False], [False, False]])
+    flax_cell = nn.GRUCell(h) if cell == "gru" else nn.OptimizedLSTMCell(h)
+    carry0 = initial_memory(cell, h, b)
+    ref = flax_cell.init(jax.random.key(1), carry0, x[0])["params"]
+    # Random biases too (flax initialises them to zero), so every term is checked.
+    ref = jax.tree.map(lambda v: v + 0.1 * jax.random.normal(jax.random.key(v.size), v.shape), ref)
+    gates = ("r", "z", "n") if cell == "gru" else ("i", "f", "g", "o")
+    params = {
+        "input_kernel": jnp.concatenate([ref["i" + g]["kernel"] for g in gates], axis=1),
+        "hidden_kernel": jnp.concatenate([ref["h" + g]["kernel"] for g in gates], axis=1),
+    }
+    if cell == "gru":  # flax: biases on ir, iz, in and hn
+        params["input_bias"] = jnp.concatenate([ref["i" + g]["bias"] for g in gates])
+        params["hidden_bias"] = ref["hn"]["bias"]
+    else:  # flax: one bias per gate, on the hidden kernels
+        params["input_bias"] = jnp.concatenate([ref["h" + g]["bias"] for g in gates])
+    memories, y = MemoryCore(cell, h).apply({"params": params}, carry0, x, reset)
+    carry, want = carry0, []
+    for step in range(t):
+        carry = jax.tree.map(lambda v: jnp.where(reset[step][:, None], 0.0, v), carry)
+        carry, out = flax_cell.apply({"params": ref}, carry, x[step])
+        want.append(out)
+    np.testing.assert_allclose(y, jnp.stack(want), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.tree.leaves(memories)[-1][-1], jax.tree.leaves(carry)[-1], rtol=1e-5, atol=1e-6)
+    one, y1 = MemoryCore(cell, h).apply({"params": params}, carry0, x[:1], reset[:1])  # the loop-free step
+    np.testing.assert_allclose(y1[0], want[0], rtol=1e-5, atol=1e-6)
