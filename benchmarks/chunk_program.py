@@ -50,7 +50,7 @@ print(json.dumps(dict(lower_s=t1 - t0, compile_s=t2 - t1, instructions=instructi
                       chunk_s=t4 - t3, updates=plan.updates_per_chunk)))
 """
 
-PUREJAXRL = COUNT + r"""
+PUREJAXRL_PRELUDE = r"""
 import json, sys, time, types
 sys.path.insert(0, DIR)
 for name in ["brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"]:
@@ -58,6 +58,11 @@ for name in ["brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.trai
 sys.modules["brax.envs"].State = object
 sys.modules["brax.envs.wrappers.training"].EpisodeWrapper = object
 sys.modules["brax.envs.wrappers.training"].AutoResetWrapper = object
+"""
+"""What a PureJaxRL script needs before importing its modules (``DIR`` set before it): its
+``wrappers.py`` imports brax and navix at the top, stubbed (the classic-control paths never use them)."""
+
+PUREJAXRL = COUNT + PUREJAXRL_PRELUDE + r"""
 import jax
 from ppo import make_train
 config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,

@@ -6,8 +6,9 @@ randomised training with a GRU policy (``--memory gru``), which can infer the po
     python -m benchmarks.domain_randomization --seeds 1 --total-timesteps 5e5
 
 The runs are PPO with ``experiments.ppo_cartpole``'s defaults (its MLP); the randomised ones add
-``randomize=("length=0.25:2.0",)``, the GRU one also ``memory="gru", memory_size=64,
-hidden_sizes=(64,)``. Each (seed, length) cell is the mean greedy return of
+``randomize=("length=0.25:2.0",)``, the GRU one also ``memory="gru", memory_size=128,
+hidden_sizes=(128,), activation="relu"`` (PureJaxRL's ``ppo_rnn.py`` network). ``--modes`` picks
+some of them (``fixed``, ``mlp``, ``gru``). Each (seed, length) cell is the mean greedy return of
 ``--episodes`` episodes (``rljax.evaluate.evaluate`` with ``env_params`` changed). Prints one table per
 training mode (rows: seeds, columns: lengths) and the minimum over lengths of each seed.
 """
@@ -42,15 +43,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--total-timesteps", type=float, default=1e6)
     ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--modes", nargs="+", default=["fixed", "mlp", "gru"], choices=["fixed", "mlp", "gru"])
     a = ap.parse_args()
     base = PPOConfig(**{**DEFAULTS, "total_timesteps": int(a.total_timesteps)})
     randomized = dict(randomize=("length=0.25:2.0",))
-    modes = {"fixed length 0.5, MLP": {}, "randomised 0.25-2.0, MLP": randomized,
-             "randomised 0.25-2.0, GRU": dict(randomized, memory="gru", memory_size=64, hidden_sizes=(64,))}
+    modes = {"fixed": ("fixed length 0.5, MLP", {}), "mlp": ("randomised 0.25-2.0, MLP", randomized),
+             "gru": ("randomised 0.25-2.0, GRU", dict(randomized, memory="gru", memory_size=128, hidden_sizes=(128,),
+                                                       activation="relu"))}
     print(f"PPO CartPole, {int(a.total_timesteps):,} env steps, greedy return over {a.episodes} episodes per cell")
     print("| training | seed | " + " | ".join(f"{x:g}" for x in LENGTHS) + " | min | train s |")
     print("|---|---|" + "---|" * (len(LENGTHS) + 2))
-    for mode, fields in modes.items():
+    for mode, fields in (modes[m] for m in a.modes):
         for seed in range(a.seeds):
             returns, seconds = train_and_evaluate(dataclasses.replace(base, seed=seed, **fields), a.episodes)
             print(f"| {mode} | {seed} | " + " | ".join(f"{r:.0f}" for r in returns)

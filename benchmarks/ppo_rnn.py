@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import sys
 
+from benchmarks.chunk_program import PUREJAXRL_PRELUDE
+
 RLJAX = r"""
 import json, tempfile, time
 import rljax
@@ -42,14 +44,7 @@ print(json.dumps({"compile_s": t["compile_s"], "train_s": t["loop_s"], "total_s"
                   "env_steps": t["total_env_steps"], "final_return": result.rows[-1]["episode_return_mean"]}))
 """
 
-PUREJAXRL = r"""
-import json, sys, time, types
-sys.path.insert(0, DIR)
-for name in ["brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"]:
-    sys.modules.setdefault(name, types.ModuleType(name))
-sys.modules["brax.envs"].State = object
-sys.modules["brax.envs.wrappers.training"].EpisodeWrapper = object
-sys.modules["brax.envs.wrappers.training"].AutoResetWrapper = object
+PUREJAXRL = PUREJAXRL_PRELUDE + r"""
 import jax
 from ppo_rnn import make_train
 config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,

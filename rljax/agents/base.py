@@ -108,7 +108,7 @@ class Agent(NamedTuple):
     init: Callable[[jax.Array, Any, int, Any, Any], Any]
     update: Callable[[Any], tuple[Any, UpdateOutput]]
     policy_params: Callable[[Any], PolicyParams]
-    policy: Callable[[PolicyParams, Any, Any, bool], jax.Array]
+    policy: Callable[..., Any]
     env_steps_per_update: int
     params_of: Callable[[Any], Any]
     initial_memory: Callable[[int], Any] | None = None
@@ -134,11 +134,19 @@ class Agent(NamedTuple):
 
     def act(self, state: Any, obs: Any, key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
         """``policy(policy_params(state), obs, key, deterministic)``: the policy of a train state
-        (one device's view) on raw observations ``[N, *obs_shape]``; for a recurrent policy, with
-        the memory the state carries (the envs' current episodes)."""
-        if self.initial_memory is not None:
-            return self.policy(self.policy_params(state), obs, key, deterministic, state.memory)[0]
-        return self.policy(self.policy_params(state), obs, key, deterministic)
+        (one device's view) on raw observations ``[N, *obs_shape]``. A recurrent policy acts with
+        the memory the state carries, which belongs to the state's own envs: ``obs`` must be their
+        current observations (``state.obs``, ``N`` = the envs on this device), else ``ValueError``;
+        :meth:`policy_step` acts from any memory and returns the next one."""
+        if self.initial_memory is None:
+            return self.policy(self.policy_params(state), obs, key, deterministic)
+        n, envs = jax.tree.leaves(obs)[0].shape[0], jax.tree.leaves(state.memory)[0].shape[0]
+        if n != envs:
+            raise ValueError(f"a recurrent agent acts on its state's envs with their memory: obs holds {n} "
+                             f"observations but the state has {envs} envs; pass state.obs, or use "
+                             f"agent.policy_step(policy_params, obs, memory, key, deterministic) with a memory of "
+                             f"your own (agent.memory({n}) at an episode's start)")
+        return self.policy(self.policy_params(state), obs, key, deterministic, state.memory)[0]
 
 
 def metric_names(agent: Agent, env_params: Any, *, axis_name: str | None = None) -> tuple[str, ...]:

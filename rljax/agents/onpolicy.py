@@ -110,7 +110,14 @@ class OnPolicyConfig(RolloutConfig):
                 f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
                 f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
         if self.memory == "none":
+            size = type(self).__dataclass_fields__["memory_size"].default
+            require(self.bptt_length == 0 and self.memory_size == size,
+                    f"bptt_length={self.bptt_length} and memory_size={self.memory_size} apply only to a recurrent "
+                    f"policy: add --memory gru (or lstm), or leave them at their defaults (0, {size})")
             return
+        require(not getattr(self, "shared_torso", False),
+                "shared_torso applies to the memoryless actor-critic: the recurrent one always shares its torso and "
+                "memory between the heads; leave shared_torso off with --memory")
         length = self.bptt_length or self.num_steps
         require(self.num_steps % length == 0,
                 f"bptt_length={self.bptt_length} does not divide num_steps={self.num_steps}: training sequences "
@@ -219,7 +226,7 @@ class OnPolicyHooks(NamedTuple):
     optimizer: Callable[[Any, Any], optax.GradientTransformation]
     behaviour: Callable[[Any, OnPolicyContext], Callable[[jax.Array, Any], tuple[jax.Array, Any]]]
     learn: Callable[[Any, Any, Transition, jax.Array, OnPolicyContext], tuple[Any, Any, dict[str, jax.Array]]]
-    act: Callable[[Any, Any, Any, jax.Array, bool], jax.Array]
+    act: Callable[..., Any]
     exploration: Callable[[Any], jax.Array] | None = None
     schedule: Callable[[OnPolicyContext], dict[str, jax.Array]] | None = None
     initial_memory: Callable[[int], Any] | None = None

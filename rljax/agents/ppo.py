@@ -21,8 +21,8 @@ from rljax.agents.base import Agent, make_optimizer, pmean, space_dims
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, actor_critic_act,
                                    actor_critic_network, explained_variance, gae_targets, make_onpolicy_agent,
                                    minibatch_epochs, sampling_policy)
-from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply, sequence_length, sequences,
-                                    to_sequences)
+from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply,
+                                    sequence_length, sequences, to_sequences)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS
 from rljax.core.returns import gae

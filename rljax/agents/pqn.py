@@ -31,9 +31,9 @@ from rljax.agents import register
 from rljax.agents.base import Agent, discrete_actions, greedy_or_epsilon, make_optimizer, observation_layout, pmean
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, make_onpolicy_agent,
                                    minibatch_epochs)
+from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply,
+                                    sequence_length, sequences, to_sequences)
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
-from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step, replay, sequence_apply, sequence_length, sequences,
-                                    to_sequences)
 from rljax.core.networks import ACTIVATIONS, QNetwork, RecurrentQNetwork
 from rljax.core.returns import q_lambda_targets
 

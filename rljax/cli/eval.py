@@ -101,7 +101,8 @@ def env_param_grid(specs: list[str]) -> list[list[str]]:
             raise ValueError(f"--env-param {spec!r}: an empty value in the list; write NAME=V1,V2,... "
                              f"(e.g. length=0.5,1,2)")
         choices.append([f"{name}={v.strip()}" if sep else spec for v in values])
-    return [list(combo) for combo in itertools.product(*choices)]
+    combos = [list(combo) for combo in itertools.product(*choices)]
+    return [combo for i, combo in enumerate(combos) if combo not in combos[:i]]  # a repeated value once
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, Any]]], Any]:

@@ -463,27 +463,36 @@ def _leaves(tree: Any) -> list[Any]:
 
 def _played_episodes(policy: Any, steps: int, envs: int) -> tuple[Any, Any, Any]:
     """``(obs [S, N, ...], done [S, N], action [S, N, ...])``: ``S`` steps of the deterministic
-    recurrent ``policy`` in ``N`` auto-resetting envs (seed 0), its state reset where an episode ends."""
+    recurrent ``policy`` in ``N`` auto-resetting envs (seed 0), its state reset where an episode ends.
+    Halfway, every env starts a new episode (marked done), so a start from zeros is checked even in an
+    env whose episodes outlast the steps."""
     import jax
+    import jax.numpy as jnp
 
     from rljax.core.rollout import reset_memory
 
     env, params = policy.env, policy.env_params
+    reset = jax.vmap(env.reset, in_axes=(0, None))
 
     def play(key: Any) -> tuple[Any, Any, Any]:
         k_reset, key = jax.random.split(key)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, envs), params)
+        obs, env_state = reset(jax.random.split(k_reset, envs), params)
 
-        def step(carry: Any, k: Any) -> tuple[Any, Any]:
-            obs, env_state, state = carry
+        def step(carry: Any, inputs: Any) -> tuple[Any, Any]:
+            (obs, env_state, state), (t, k) = carry, inputs
+            k_step, k_new = jax.random.split(k)
             action, state = policy.act(obs, state, deterministic=True)
             next_obs, env_state, _, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(k, envs), env_state, action, params)
-            done = term | trunc
+                jax.random.split(k_step, envs), env_state, action, params)
+            restart = t == steps // 2
+            new_obs, new_state = reset(jax.random.split(k_new, envs), params)
+            next_obs, env_state = jax.tree.map(lambda a, b: jnp.where(restart, a, b), (new_obs, new_state),
+                                               (next_obs, env_state))
+            done = term | trunc | restart
             return (next_obs, env_state, reset_memory(state, done)), (obs, done, action)
 
         init = (obs, env_state, policy.initial_state(envs))
-        return jax.lax.scan(step, init, jax.random.split(key, steps))[1]
+        return jax.lax.scan(step, init, (jnp.arange(steps), jax.random.split(key, steps)))[1]
 
     return jax.jit(play)(jax.random.key(0))
 

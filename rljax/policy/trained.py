@@ -146,7 +146,7 @@ class Policy:
         return action[0] if single else action
 
     def apply_step(self, params: PolicyParams, obs: Any, state: Any, key: jax.Array | None = None,
-             deterministic: bool = True) -> tuple[jax.Array, Any]:
+                   deterministic: bool = True) -> tuple[jax.Array, Any]:
         """``(action, state)``: one step of either kind of policy with the
         :class:`~rljax.agents.base.PolicyParams` passed explicitly (a memoryless policy's state is
         ``()`` and passes through)."""

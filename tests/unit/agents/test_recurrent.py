@@ -82,7 +82,6 @@ def _memory_rollout(cell: str):
     obs, env_state = venv.reset(jax.random.key(0), params_env)
     m0 = initial_memory(cell, 6, 3)
     params = net.init(jax.random.key(1), m0, obs[None], jnp.zeros((1, 3), bool))
-    outputs = []
 
     def policy(key, o, memory):
         memory, (dist, value) = memory_step(net.apply, params, memory, o)
@@ -90,7 +89,7 @@ def _memory_rollout(cell: str):
         return action, (dist.log_prob(action), value), memory
 
     carry, traj, _ = rollout(venv, params_env, policy, RolloutCarry(env_state, obs, m0), jax.random.key(2), 12)
-    return net, params, carry, traj, outputs
+    return net, params, carry, traj, []
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
@@ -163,7 +162,62 @@ def test_memory_fields_are_validated_with_what_would_be_valid(config_cls):
         config_cls(memory="gru", memory_size=0)
     with pytest.raises(ValueError, match="bptt_length must be an integer >= 0, got -1"):
         config_cls(bptt_length=-1)
+    with pytest.raises(ValueError, match=r"bptt_length=4 and memory_size=128 apply only to a recurrent policy: add "
+                                         r"--memory gru"):
+        config_cls(bptt_length=4)
+    with pytest.raises(ValueError, match=r"memory_size=32 apply only"):
+        config_cls(memory_size=32)
+    if config_cls is PPOConfig:
+        with pytest.raises(ValueError, match="leave shared_torso off with --memory"):
+            PPOConfig(memory="gru", shared_torso=True)
     # Without memory the sequence rule does not apply: 64 samples in 16 minibatches are fine.
     config_cls(num_envs=4, num_steps=16, num_minibatches=16)
     assert sequence_length(config_cls(memory="gru", num_envs=4, num_steps=16, num_minibatches=4)) == 16
     assert sequence_length(config_cls(memory="gru", num_envs=4, num_steps=16, num_minibatches=4, bptt_length=4)) == 4
+
+
+def test_a_truncated_episode_restarts_from_zeros_and_bootstraps_with_its_own_memory():
+    """MemoryCue cut by its time limit after 3 steps (the query would come after 8): every episode
+    ends truncated, never terminated."""
+    env = MemoryCue()
+    params_env = env.default_params.replace(delay=8, max_steps_in_episode=3)
+    venv = make_env_stack(env, params_env, 2)
+    net = RecurrentActorCritic(action_dim=2, discrete=True, hidden_sizes=(8,), memory="gru", memory_size=6)
+    obs, env_state = venv.reset(jax.random.key(0), params_env)
+    m0 = initial_memory("gru", 6, 2)
+    params = net.init(jax.random.key(1), m0, obs[None], jnp.zeros((1, 2), bool))
+
+    def policy(key, o, memory):
+        memory, (dist, _) = memory_step(net.apply, params, memory, o)
+        return dist.sample(key), (), memory
+
+    carry, traj, _ = rollout(venv, params_env, policy, RolloutCarry(env_state, obs, m0), jax.random.key(2), 9)
+    truncated = np.asarray(traj.truncated)
+    assert truncated[2::3].all() and truncated.sum() == 6 and not np.asarray(traj.terminated).any()
+    recorded = np.asarray(traj.memory)
+    assert not recorded[3::3].any() and recorded[1::3].any()  # zeros exactly where an episode starts
+    memories, _ = replay(net.apply, params, traj)
+    _, values = bootstrap_outputs(net.apply, params, memories, traj.next_obs)
+    for t in (2, 5):  # truncated steps: V(final obs) with the memory of the episode that was cut
+        _, (_, own) = memory_step(net.apply, params, memories[t], traj.next_obs[t])
+        _, (_, fresh) = memory_step(net.apply, params, initial_memory("gru", 6, 2), traj.next_obs[t])
+        np.testing.assert_allclose(values[t], own, rtol=1e-5, atol=1e-6)
+        assert np.all(np.abs(np.asarray(values[t]) - np.asarray(fresh)) > 1e-6)
+        assert np.asarray(memories[t]).any()  # the memory after a truncated step is not reset before bootstrapping
+
+
+def test_a_recurrent_agent_acts_on_its_own_envs_or_says_how_to_act_from_another_memory():
+    from rljax.agents import build_agent
+    from rljax.core.registry import make
+
+    config = PPOConfig(env="MemoryCue-v0", memory="gru", memory_size=8, hidden_sizes=(8,), num_envs=4, num_steps=8,
+                       num_minibatches=2)
+    env, params = make(config.env)
+    agent = build_agent(config, env, params, None)
+    state = agent.init(jax.random.key(0), 0, 2, config.hyperparams(), params)
+    action = agent.act(state, state.obs)
+    want, memory = agent.policy_step(agent.policy_params(state), state.obs, state.memory, None, True)
+    np.testing.assert_array_equal(action, want)
+    assert jax.tree.leaves(memory)[0].shape == (4, 8)
+    with pytest.raises(ValueError, match=r"obs holds 1 observations but the state has 4 envs.*policy_step"):
+        agent.act(state, state.obs[:1])

@@ -136,6 +136,14 @@ def test_a_list_of_env_param_values_is_a_robustness_grid_of_reports(ppo_run, cap
         assert str(folder / "report.md") in line
 
 
+def test_a_value_listed_twice_is_evaluated_once():
+    from rljax.cli.eval import env_param_grid
+
+    assert env_param_grid(["length=0.5,2", "length=0.5"]) == [["length=0.5", "length=0.5"], ["length=2", "length=0.5"]]
+    assert env_param_grid(["length=1,1,2"]) == [["length=1"], ["length=2"]]
+    assert env_param_grid([]) == [[]]
+
+
 def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsys):
     status, _, err = _eval(capsys, tmp_path / "nope")
     assert status == 2 and "does not exist" in err

@@ -345,7 +345,7 @@ def test_a_recurrent_artefact_takes_and_returns_the_state_and_plays_as_policy_ac
 def test_an_artefact_that_loses_the_state_is_refused(recurrent_artefacts, tmp_path, monkeypatch):
     import rljax.policy.export as export_module
 
-    policy, _, _ = recurrent_artefacts["ppo-gru"]
+    policy, _, _ = recurrent_artefacts["ppo-lstm-continuous"]  # Box actions: any change of state shows
     honest = export_module._policy_fn
 
     def forgetful(p):  # returns the state it was given: the memory never moves on
