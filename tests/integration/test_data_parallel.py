@@ -24,8 +24,9 @@ def run_check(name: str, devices: int = 4, timeout: int = 300) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-@pytest.mark.parametrize("backend", ["shard_map", "pmap"])
+@pytest.mark.parametrize("backend", ["shard_map", "pmap", "recurrent"])
 def test_four_device_update_equals_single_device_update(backend):
+    """Also for a recurrent actor-critic on whole sequences ("recurrent": shard_map)."""
     r = run_check(f"learn_{backend}")
     assert r["devices"] == 4
     assert r["param_change"] > 1e-4  # the update did something

@@ -31,30 +31,42 @@ def _max_diff(a, b) -> float:
                zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def learn_equivalence(backend: str) -> dict:
-    """ppo_learn on D devices (per-device shards) == ppo_learn on 1 device (the global batch)."""
+def learn_equivalence(backend: str, recurrent: bool = False) -> dict:
+    """ppo_learn on D devices (per-device shards) == ppo_learn on 1 device (the global batch); with
+    ``recurrent``, on batches of GRU sequences (8 steps, resets inside) through ``sequence_apply``."""
+    from rljax.agents.recurrent import Sequences, sequence_apply
+    from rljax.core.networks import RecurrentActorCritic, initial_memory
+
     d = jax.device_count()
     n = 64 * d
     key = jax.random.key(0)
-    ks = jax.random.split(key, 6)
-    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(16, 16))
-    params = net.init(ks[0], jnp.zeros((1, 4)))
-    batch = PPOBatch(obs=jax.random.normal(ks[1], (n, 4)), action=jax.random.randint(ks[2], (n,), 0, 2),
-                     log_prob=jnp.full((n,), jnp.log(0.5)), value=jax.random.normal(ks[3], (n,)),
-                     advantage=jax.random.normal(ks[4], (n,)), target=jax.random.normal(ks[5], (n,)))
+    ks = jax.random.split(key, 8)
+    shape = (n // 8, 8) if recurrent else (n,)  # sequences [S, L] or samples [N]
+    if recurrent:
+        net = RecurrentActorCritic(action_dim=2, discrete=True, hidden_sizes=(16,), memory="gru", memory_size=8)
+        params = net.init(ks[0], initial_memory("gru", 8, 1), jnp.zeros((1, 1, 4)), jnp.zeros((1, 1), bool))
+        obs = Sequences(jax.random.normal(ks[1], shape + (4,)), jax.random.bernoulli(ks[6], 0.1, shape),
+                        jax.random.normal(ks[7], (shape[0], 8)))
+        apply = sequence_apply(net.apply)
+    else:
+        net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(16, 16))
+        params = net.init(ks[0], jnp.zeros((1, 4)))
+        obs, apply = jax.random.normal(ks[1], (n, 4)), net.apply
+    batch = PPOBatch(obs=obs, action=jax.random.randint(ks[2], shape, 0, 2),
+                     log_prob=jnp.full(shape, jnp.log(0.5)), value=jax.random.normal(ks[3], shape),
+                     advantage=jax.random.normal(ks[4], shape), target=jax.random.normal(ks[5], shape))
     hp = PPOConfig().hyperparams()
     opt_state = ppo_optimizer(hp, hp.learning_rate).init(params)
     kw = dict(num_epochs=3, num_minibatches=1)  # one minibatch: the same sample set on 1 and D devices
 
-    ref_params, _, ref_m = jax.jit(lambda p, o, b: ppo_learn(p, o, b, key, hp, hp.learning_rate, net.apply, **kw))(
+    ref_params, _, ref_m = jax.jit(lambda p, o, b: ppo_learn(p, o, b, key, hp, hp.learning_rate, apply, **kw))(
         params, opt_state, batch)
 
     par = DataParallel(d, backend)
     stack = lambda x: jnp.broadcast_to(x, (d,) + jnp.shape(x))  # noqa: E731
     state = (jax.tree.map(stack, params), jax.tree.map(stack, opt_state),
-             jax.tree.map(lambda x: x.reshape((d, n // d) + x.shape[1:]), batch))
-    fn = par.map(lambda s: ppo_learn(s[0], s[1], s[2], key, hp, hp.learning_rate, net.apply,
-                                     axis_name=AXIS, **kw))
+             jax.tree.map(lambda x: x.reshape((d, x.shape[0] // d) + x.shape[1:]), batch))
+    fn = par.map(lambda s: ppo_learn(s[0], s[1], s[2], key, hp, hp.learning_rate, apply, axis_name=AXIS, **kw))
     if backend == "shard_map":
         state = jax.device_put(state, NamedSharding(par.mesh, P(AXIS)))
     dp_params, _, dp_m = jax.block_until_ready(fn(state))
@@ -317,6 +329,7 @@ def eval_and_load() -> dict:
 
 CHECKS = {"eval_load": eval_and_load, "sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
+          "learn_recurrent": lambda: learn_equivalence("shard_map", recurrent=True),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected,
           "desync_train": desync_through_train}
 
