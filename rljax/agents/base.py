@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from rljax.core import wrappers
-from rljax.core.config import RunConfig, check_choice, check_sizes, field
+from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
 from rljax.env import describe_space, is_discrete, observation_spec
@@ -35,7 +35,8 @@ from rljax.core.rollout import EpisodeSummary
 __all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon",
            "EncoderConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput",
            "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum", "space_dims",
-           "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches", "schedule_fraction"]
+           "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches", "schedule_fraction",
+           "stack_params"]
 
 
 class UpdateOutput(NamedTuple):
@@ -288,6 +289,14 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
     if normalize_reward:
         env = wrappers.NormalizeReward(env, gamma=reward_gamma, axis_name=axis_name)
     return env
+
+
+def stack_params(env_params: Any, hyperparams: Any) -> Any:
+    """What the training env stack is given: ``env_params``, wrapped with the traced bounds of the
+    run's randomisation ranges (:class:`rljax.core.wrappers.RangedParams`) when the hyperparameters
+    hold any, so each sweep member draws from its own ranges."""
+    bounds = getattr(hyperparams, ENV_RANGES, None)
+    return env_params if bounds is None else wrappers.RangedParams(env_params, bounds)
 
 
 def observation_normalizer(venv: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], jax.Array]]:

@@ -43,7 +43,7 @@ from rljax.core import buffers
 
 from rljax.core import wrappers
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
-                               first_obs, make_env_stack, observation_normalizer, schedule_fraction)
+                               first_obs, make_env_stack, observation_normalizer, schedule_fraction, stack_params)
 from rljax.core.config import (MAX_ENV_STEPS, MAX_STEPS_PER_UPDATE, check_env_steps_per_update, check_floats,
                                check_ints, field, require)
 from rljax.core.counters import Count, as_count
@@ -588,7 +588,8 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
         batch = jax.tree.leaves(obs)[0].shape[:1]
         return jnp.broadcast_to(hooks.example_action, batch + hooks.example_action.shape), ()
 
-    collector = init_collector(program.venv, env_params, shape_policy, k_env, program.config.n_step)
+    collector = init_collector(program.venv, stack_params(env_params, hyperparams), shape_policy, k_env,
+                               program.config.n_step)
     learner = hooks.init_learner(k_params, first_obs(collector.obs), hyperparams)
     # Replay stores each observation leaf with its own shape and dtype (a bool image stays bool).
     one_obs = jax.tree.map(lambda x: x[0], collector.obs)
@@ -622,7 +623,8 @@ def _update(program: _Program, state: OffPolicyState) -> tuple[OffPolicyState, U
     key, k_collect, k_learn = jax.random.split(state.key, 3)
     ctx = _context(program, state)
     policy = hooks.behaviour(state.learner, ctx)
-    collector, items, episodes = collect(program.venv, state.env_params, lambda k, obs: (policy(k, obs), ()),
+    collector, items, episodes = collect(program.venv, stack_params(state.env_params, hyperparams),
+                                         lambda k, obs: (policy(k, obs), ()),
                                          state.collector, k_collect, config.num_steps, config.n_step,
                                          hyperparams.gamma, observe=normalize)
     buffer = replay.add(state.buffer, items)

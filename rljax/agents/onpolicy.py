@@ -37,7 +37,7 @@ from flax import struct
 
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, desync, epochs_of_minibatches,
                                first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
-                               observation_normalizer, pmean, schedule_fraction, space_dims)
+                               observation_normalizer, pmean, schedule_fraction, space_dims, stack_params)
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
 from rljax.core.counters import Count, as_float
 from rljax.core.networks import MEMORY_CELLS, ActorCritic, RecurrentActorCritic
@@ -314,7 +314,7 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     """``Agent.init`` of :func:`make_onpolicy_agent`."""
     k_params, k_run = jax.random.split(key)
     k_env, k_state = jax.random.split(jax.random.fold_in(k_run, device_index))
-    obs, env_state = program.venv.reset(k_env, env_params)
+    obs, env_state = program.venv.reset(k_env, stack_params(env_params, hyperparams))
     env_state = _with_gamma(program, env_state, hyperparams)
     params = program.hooks.init_params(k_params, first_obs(obs))
     opt_state = program.hooks.optimizer(hyperparams, hyperparams.learning_rate).init(params)
@@ -339,7 +339,8 @@ def _update(program: _Program, state: OnPolicyState) -> tuple[OnPolicyState, Upd
     hooks = program.hooks
     key, k_roll, k_learn = jax.random.split(state.key, 3)
     ctx = _context(program, state)
-    carry, traj, episodes = rollout(program.venv, state.env_params, hooks.behaviour(state.params, ctx),
+    carry, traj, episodes = rollout(program.venv, stack_params(state.env_params, state.hyperparams),
+                                    hooks.behaviour(state.params, ctx),
                                     RolloutCarry(_with_gamma(program, state.env_state, state.hyperparams), state.obs,
                                                  state.memory), k_roll, program.config.num_steps)
     params, opt_state, metrics = hooks.learn(state.params, state.opt_state, traj, k_learn, ctx)

@@ -24,7 +24,7 @@ from typing import Any
 __all__ = ["field", "hyperparams_class", "make_hyperparams", "sweepable_fields", "RunConfig", "BACKENDS", "MAX_SEED",
            "MAX_ENV_STEPS", "MAX_STEPS_PER_UPDATE", "FLOAT32_MAX", "NONFINITE_ACTIONS", "check_types", "check_ints",
            "check_floats", "check_choice", "check_sizes", "check_env_steps_per_update", "require", "config_from_dict",
-           "TOTAL_TIMESTEPS_HELP"]
+           "TOTAL_TIMESTEPS_HELP", "ENV_RANGES"]
 
 BACKENDS = ("shard_map", "pmap")
 NONFINITE_ACTIONS = ("stop", "rollback")
@@ -89,10 +89,17 @@ def hyperparams_class(config_cls: type) -> type:
     names = sweepable_fields(config_cls)
     name = config_cls.__name__.removesuffix("Config") + "HyperParams"
     namespace = {
-        "__annotations__": {n: jax.Array for n in names}, "__module__": config_cls.__module__, "__qualname__": name,
+        "__annotations__": {**{n: jax.Array for n in names}, ENV_RANGES: Any}, ENV_RANGES: None,
+        "__module__": config_cls.__module__, "__qualname__": name,
         "__doc__": f"The sweepable fields of ``{config_cls.__name__}`` as float32 scalars in the train state "
-                   f"({', '.join(names) or 'none'}): a sweep vmaps over them and PBT perturbs them."}
+                   f"({', '.join(names) or 'none'}): a sweep vmaps over them and PBT perturbs them. "
+                   f"``{ENV_RANGES}``: the bounds of the config's ``randomize`` ranges, float32 ``[R, 2]`` "
+                   f"(``rljax.core.wrappers.range_bounds``), so a sweep can vary them too; None without ranges."}
     return type(name, (struct.PyTreeNode,), namespace)
+
+
+ENV_RANGES = "env_ranges"
+"""The hyperparameters' field holding the domain-randomisation bounds (not a config field)."""
 
 
 def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
@@ -103,11 +110,17 @@ def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:
     """
     import jax.numpy as jnp
 
-    names = tuple(hyperparams_cls.__dataclass_fields__)
+    names = tuple(n for n in hyperparams_cls.__dataclass_fields__ if n != ENV_RANGES)
     if set(names) != set(sweepable_fields(type(config))):
         raise TypeError(f"{hyperparams_cls.__name__} fields {sorted(names)} differ from the sweepable fields of "
                         f"{type(config).__name__} {sorted(sweepable_fields(type(config)))}")
-    return hyperparams_cls(**{k: jnp.float32(getattr(config, k)) for k in names})
+    values = {k: jnp.float32(getattr(config, k)) for k in names}
+    if ENV_RANGES in hyperparams_cls.__dataclass_fields__:
+        from rljax.core.wrappers import range_bounds
+
+        bounds = range_bounds(getattr(config, "randomize", ()))
+        values[ENV_RANGES] = None if bounds is None else jnp.asarray(bounds)
+    return hyperparams_cls(**values)
 
 
 def require(cond: bool, message: str) -> None:

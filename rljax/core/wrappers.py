@@ -61,6 +61,8 @@ __all__ = [
     "check_param_ranges",
     "RandomizeParams",
     "RandomizeParamsState",
+    "RangedParams",
+    "range_bounds",
 ]
 
 TInnerState = TypeVar("TInnerState")
@@ -1095,11 +1097,17 @@ class ParamRange(NamedTuple):
     high: float
     log: bool = False
 
-    def draw(self, key: jax.Array) -> jax.Array:
-        """One float32 draw from the range."""
-        if self.log:
-            return jnp.exp(jax.random.uniform(key, (), jnp.float32, np.log(self.low), np.log(self.high)))
-        return jax.random.uniform(key, (), jnp.float32, self.low, self.high)
+    def bounds(self) -> tuple[float, float]:
+        """The uniform draw's bounds: ``(low, high)``, or ``(log low, log high)`` for a log range
+        (in float64 on the host, as :meth:`draw` uses them)."""
+        return (float(np.log(self.low)), float(np.log(self.high))) if self.log else (self.low, self.high)
+
+    def draw(self, key: jax.Array, bounds: Any = None) -> jax.Array:
+        """One float32 draw from the range; ``bounds``: traced float32 ``[2]`` replacing
+        :meth:`bounds` (a sweep member's range, :class:`RangedParams`)."""
+        low, high = self.bounds() if bounds is None else (bounds[0], bounds[1])
+        value = jax.random.uniform(key, (), jnp.float32, low, high)
+        return jnp.exp(value) if self.log else value
 
     def __str__(self) -> str:
         return f"{self.name}={'log:' if self.log else ''}{self.low:g}:{self.high:g}"
@@ -1187,6 +1195,28 @@ class RandomizeParamsState(Generic[TInnerState]):
     params: Any
 
 
+@struct.dataclass
+class RangedParams:
+    """Env params with the bounds a :class:`RandomizeParams` draws from, traced: what the training
+    env stack is given when the ranges may differ per sweep member (the run's traced
+    hyperparams hold them, :func:`range_bounds`).
+
+    Attributes:
+        params: the env's own params (the fields without a range are used as they are).
+        bounds: float32 ``[R, 2]``, row ``i`` the :meth:`ParamRange.bounds` of range ``i``.
+    """
+
+    params: Any
+    bounds: Any
+
+
+def range_bounds(specs: Any) -> np.ndarray | None:
+    """float32 ``[R, 2]``: the :meth:`ParamRange.bounds` of ``specs`` (``NAME=LOW:HIGH`` strings, in
+    :func:`param_ranges` order); None without ranges."""
+    ranges = param_ranges(specs)
+    return np.asarray([r.bounds() for r in ranges], np.float32) if ranges else None
+
+
 class RandomizeParams(Wrapper[TInnerState]):
     """Domain randomisation: draws the env params named by ``ranges`` at every episode start.
 
@@ -1202,6 +1232,9 @@ class RandomizeParams(Wrapper[TInnerState]):
     (the inner env's own auto-reset, with the old params, is discarded); ``info["final_observation"]``
     is the inner env's.
 
+    Given :class:`RangedParams` (``reset``/``step``), it draws from their traced bounds instead of
+    the ranges' own: which fields are drawn, and how (uniform or log-uniform), stays fixed.
+
     Args:
         env: a single (unbatched) env whose params are a dataclass.
         ranges: the fields to draw (:func:`param_ranges`), checked against the env's default params
@@ -1214,9 +1247,20 @@ class RandomizeParams(Wrapper[TInnerState]):
         self.ranges = tuple(ranges)
 
     def draw(self, key: jax.Array, params: Any) -> Any:
-        """``params`` with every ranged field replaced by a draw (one key per range)."""
+        """``params`` with every ranged field replaced by a draw (one key per range); from the
+        traced bounds of :class:`RangedParams`, whose own params it returns so drawn."""
+        bounds = None
+        if isinstance(params, RangedParams):
+            params, bounds = params.params, params.bounds
         keys = jax.random.split(key, len(self.ranges))
-        return params.replace(**{r.name: r.draw(k) for r, k in zip(self.ranges, keys)})
+        return params.replace(**{r.name: r.draw(k, None if bounds is None else bounds[i])
+                                 for i, (r, k) in enumerate(zip(self.ranges, keys))})
+
+    def observation_space(self, params: Any = None) -> Any:
+        return self.env.observation_space(params.params if isinstance(params, RangedParams) else params)
+
+    def action_space(self, params: Any = None) -> Any:
+        return self.env.action_space(params.params if isinstance(params, RangedParams) else params)
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, RandomizeParamsState]:
         params = _resolve_params(self, params)

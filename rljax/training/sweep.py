@@ -53,14 +53,15 @@ class Member:
     Attributes:
         index: position in the population.
         seed: its seed.
-        values: swept field -> value (config fields by name, env params as ``env.<name>``).
+        values: swept field -> value (config fields by name, env params as ``env.<name>``, the
+            bounds of a randomisation range as ``randomize.<name>`` -> ``"LOW:HIGH"``).
         name: its directory name under ``members/``.
         label: the config label (values without the seed), shared by a config's seeds.
     """
 
     index: int
     seed: int
-    values: dict[str, float]
+    values: dict[str, float | str]
     name: str
     label: str
 
@@ -98,13 +99,26 @@ class SweepSpec:
                    num_samples=d["num_samples"], seeds=tuple(d["seeds"]), sample_seed=d["sample_seed"], pbt=pbt)
 
 
-RANGES_NOT_SWEPT = ("the randomisation ranges (randomize) are compiled into the program, so one sweep cannot vary "
-                    "them: run one sweep per range, each with --randomize NAME=LOW:HIGH")
+RANGE_PREFIX = "randomize."
+"""How a sweep names the bounds of a randomisation range: ``randomize.length=0.25:1,0.25:2``."""
+
+RANGES_NOT_SWEPT = ("a sweep varies the bounds of one randomisation range at a time, listed with --grid: "
+                    "randomize.NAME=LOW:HIGH,LOW:HIGH,... (e.g. randomize.length=0.25:1,0.25:2; log:LOW:HIGH for a "
+                    "log range), the base run drawing NAME (--randomize NAME=...)")
+
+
+def _range_value(text: str, field: str) -> str:
+    """A grid value of ``randomize.NAME``: ``LOW:HIGH`` or ``log:LOW:HIGH``, checked as a range spec."""
+    from rljax.core.wrappers import param_ranges
+
+    name = field[len(RANGE_PREFIX):]
+    param_ranges([f"{name}={text.strip()}"])  # raises naming the spec and the valid forms
+    return text.strip()
 
 
 def _number(text: str, field: str) -> float:
-    if field == "randomize":
-        raise ValueError(f"sweep value {text!r}: {RANGES_NOT_SWEPT}")
+    if field == "randomize" or (field.startswith(RANGE_PREFIX) and field != RANGE_PREFIX):
+        raise ValueError(f"sweep value {text!r} for {field}: {RANGES_NOT_SWEPT}")
     try:
         return float(text)
     except ValueError:
@@ -118,8 +132,10 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[float]]:
         if "=" not in spec:
             raise ValueError(f"--grid {spec!r}: expected FIELD=V1,V2,... (e.g. learning_rate=1e-4,3e-4)")
         field, values = spec.split("=", 1)
-        field = field.strip().replace("-", "_") if not field.startswith(ENV_PREFIX) else field.strip()
-        parsed = [_number(v, field) for v in values.split(",") if v.strip()]
+        field = field.strip()
+        field = field if field.startswith((ENV_PREFIX, RANGE_PREFIX)) else field.replace("-", "_")
+        value = _range_value if field.startswith(RANGE_PREFIX) and field != RANGE_PREFIX else _number
+        parsed = [value(v, field) for v in values.split(",") if v.strip()]
         if not parsed:
             raise ValueError(f"--grid {spec!r}: no values")
         if field in out:
@@ -149,10 +165,18 @@ def _env_param_names(env_params: Any) -> list[str]:
 
 def validate_fields(config: Any, env_params: Any, fields: Sequence[str]) -> None:
     """Raises ``ValueError`` for a field that cannot be swept, listing those that can."""
+    from rljax.core.wrappers import param_ranges
+
     sweepable = sweepable_fields(type(config))
     env_names = _env_param_names(env_params)
+    ranged = [r.name for r in param_ranges(getattr(config, "randomize", ()))]
     for field in fields:
-        if field.startswith(ENV_PREFIX):
+        if field.startswith(RANGE_PREFIX):
+            if field[len(RANGE_PREFIX):] not in ranged:
+                raise ValueError(f"{field!r}: the base run draws {', '.join(ranged) or 'no env param'} per episode; "
+                                 f"add --randomize {field[len(RANGE_PREFIX):]}=LOW:HIGH to it (a sweep varies the "
+                                 f"bounds of the ranges the program draws, not which params it draws)")
+        elif field.startswith(ENV_PREFIX):
             if field[len(ENV_PREFIX):] not in env_names:
                 raise ValueError(f"{field!r} is not a param of env {config.env!r}; env params: "
                                  + ", ".join(ENV_PREFIX + n for n in env_names))
@@ -163,8 +187,8 @@ def validate_fields(config: Any, env_params: Any, fields: Sequence[str]) -> None
                              f"{ENV_PREFIX}<name>: {', '.join(env_names)}")
 
 
-def _fmt(v: float) -> str:
-    return f"{v:g}"
+def _fmt(v: float | str) -> str:
+    return v if isinstance(v, str) else f"{v:g}"
 
 
 def build_members(config: Any, env_params: Any, spec: SweepSpec) -> list[Member]:
@@ -200,11 +224,34 @@ def build_members(config: Any, env_params: Any, spec: SweepSpec) -> list[Member]
 
 
 def _member_config(config: Any, member: Member) -> Any:
-    overrides = {k: v for k, v in member.values.items() if not k.startswith(ENV_PREFIX)}
+    overrides = {k: v for k, v in member.values.items() if not k.startswith((ENV_PREFIX, RANGE_PREFIX))}
     for k, v in overrides.items():
         if isinstance(getattr(config, k), int) and not isinstance(getattr(config, k), bool):
             overrides[k] = int(v)
+    ranges = {k[len(RANGE_PREFIX):]: v for k, v in member.values.items() if k.startswith(RANGE_PREFIX)}
+    if ranges:
+        overrides["randomize"] = _member_ranges(config.randomize, ranges)
     return dataclasses.replace(config, seed=member.seed, **overrides)  # validates the values
+
+
+def _member_ranges(base: tuple[str, ...], bounds: dict[str, str]) -> tuple[str, ...]:
+    """The base run's ``randomize`` specs with the named ranges' bounds replaced; a member's range
+    must draw the way the base one does (uniform or log-uniform: that is compiled in)."""
+    from rljax.core.wrappers import param_ranges
+
+    out = []
+    for spec in base:
+        (old,) = param_ranges([spec])
+        if old.name not in bounds:
+            out.append(spec)
+            continue
+        (new,) = param_ranges([f"{old.name}={bounds[old.name]}"])
+        if new.log != old.log:
+            raise ValueError(f"{RANGE_PREFIX}{old.name}={bounds[old.name]}: the base run draws {old.name} "
+                             f"{'log-uniformly' if old.log else 'uniformly'} ({spec}); a sweep member must too "
+                             f"({'log:LOW:HIGH' if old.log else 'LOW:HIGH'})")
+        out.append(str(new))
+    return tuple(out)
 
 
 def _member_env_params(env_params: Any, member: Member) -> Any:

@@ -48,10 +48,41 @@ def test_grid_sample_and_members():
     assert [m.values for m in members] == [m.values for m in again]
 
 
-def test_a_randomisation_range_is_refused_as_a_sweep_value_with_the_way_to_sweep_it():
-    for parse, spec in ((parse_grid, "randomize=length=0.5:1,length=0.25:2"), (parse_sample, "randomize=log:1:2")):
-        with pytest.raises(ValueError, match="run one sweep per range, each with --randomize NAME=LOW:HIGH"):
+def test_a_randomisation_range_is_swept_by_its_bounds_and_refused_in_other_forms():
+    for parse, spec in ((parse_grid, "randomize=length=0.5:1,length=0.25:2"), (parse_sample, "randomize=log:1:2"),
+                        (parse_sample, "randomize.length=uniform:1:2")):
+        with pytest.raises(ValueError, match=r"--grid: randomize.NAME=LOW:HIGH,LOW:HIGH,\.\.\. \(e.g. "
+                                             r"randomize.length=0.25:1,0.25:2"):
             parse([spec])
+    assert parse_grid(["randomize.length=0.25:1, log:0.5:2"]) == {"randomize.length": ["0.25:1", "log:0.5:2"]}
+    with pytest.raises(ValueError, match="need finite LOW < HIGH, got LOW=2, HIGH=1"):
+        parse_grid(["randomize.length=2:1"])
+    base = dataclasses.replace(PPO, randomize=("length=0.25:2.0",))
+    env, params = envs.make(base.env)
+    with pytest.raises(ValueError, match=r"the base run draws length per episode; add --randomize masscart=LOW:HIGH"):
+        build_members(base, params, SweepSpec(grid={"randomize.masscart": ["1:2"]}))
+    with pytest.raises(ValueError, match=r"the base run draws length uniformly \(length=0.25:2.0\); a sweep member "
+                                         r"must too \(LOW:HIGH\)"):
+        run_sweep(base, SweepSpec(grid={"randomize.length": ["log:1:2"]}), quiet=True)
+
+
+def test_each_member_draws_from_its_own_range_and_equals_its_single_run():
+    from rljax.core.wrappers import RandomizeParamsState
+
+    base = dataclasses.replace(PPO, randomize=("length=0.25:2.0", "masscart=log:0.5:2"))
+    spec = SweepSpec(grid=parse_grid(["randomize.length=0.25:0.5,1.5:2", "randomize.masscart=log:1:1.1"]))
+    result, members, _ = run_sweep(base, spec, quiet=True)
+    assert [m.values for m in members] == [{"randomize.length": "0.25:0.5", "randomize.masscart": "log:1:1.1"},
+                                           {"randomize.length": "1.5:2", "randomize.masscart": "log:1:1.1"}]
+    drawn = [x for x in jax.tree.leaves(result.state, is_leaf=lambda x: isinstance(x, RandomizeParamsState))
+             if isinstance(x, RandomizeParamsState)][0].params
+    length, masscart = np.asarray(drawn.length), np.asarray(drawn.masscart)
+    assert np.all((length[0] >= 0.25) & (length[0] < 0.5)) and np.all((length[1] >= 1.5) & (length[1] < 2.0))
+    assert np.all((masscart >= 1.0) & (masscart < 1.1))
+    single = rljax.train(dataclasses.replace(base, randomize=("length=1.5:2", "masscart=log:1:1.1")),
+                         options=rljax.RunOptions(quiet=True))
+    for a, b in zip(_leaves(single.agent.params_of(single.state)), _leaves(result.agent.params_of(result.state), 1)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec, match", [
