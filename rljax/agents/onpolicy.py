@@ -94,9 +94,9 @@ class OnPolicyConfig(RolloutConfig):
     num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
     memory: str = field("none", "recurrent memory between the torso and the heads: none, gru or lstm "
                                 "(the policy then acts on the episode so far, not on one observation)")
-    memory_size: int = field(128, "width of the recurrent memory (with --memory gru|lstm)")
+    memory_size: int = field(128, "width of the recurrent memory (with --memory gru|lstm; unused without)")
     bptt_length: int = field(0, "steps per training sequence with memory (truncated backprop through time); "
-                                "0: the whole rollout (num_steps); must divide num_steps")
+                                "0: the whole rollout (num_steps); must divide num_steps; unused without memory")
 
     def validate(self) -> None:
         """The rollout checks (:meth:`RolloutConfig.validate`), then that each device's share of the
@@ -109,11 +109,7 @@ class OnPolicyConfig(RolloutConfig):
         require(local % self.num_minibatches == 0,
                 f"num_envs * num_steps / num_devices = {self.num_envs} * {self.num_steps} / "
                 f"{self.num_devices} = {local} is not divisible by num_minibatches={self.num_minibatches}")
-        if self.memory == "none":
-            size = type(self).__dataclass_fields__["memory_size"].default
-            require(self.bptt_length == 0 and self.memory_size == size,
-                    f"bptt_length={self.bptt_length} and memory_size={self.memory_size} apply only to a recurrent "
-                    f"policy: add --memory gru (or lstm), or leave them at their defaults (0, {size})")
+        if self.memory == "none":  # memory_size and bptt_length wait unused (one config file serves both)
             return
         require(not getattr(self, "shared_torso", False),
                 "shared_torso applies to the memoryless actor-critic: the recurrent one always shares its torso and "

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -131,6 +132,25 @@ def test_a_sweep_vmaps_the_memory_and_each_member_equals_its_single_run():
     for a, b in zip(jax.tree.leaves(single.agent.params_of(single.state)),
                     jax.tree.leaves(result.agent.params_of(result.state))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b)[1], atol=1e-5)
+
+
+def test_pbt_copies_a_members_memory_with_the_envs_it_belongs_to():
+    """Exploit copies the donor's params, envs and memory together; a member whose memory came
+    from other envs would act on episodes it never saw."""
+    import functools
+
+    from rljax.training.hooks.pbt import PBTSpec, exploit_explore
+
+    config = RESUME["ppo-gru"]
+    result, _, _ = run_sweep(config, SweepSpec(seeds=(0, 1, 2, 3)), quiet=True)
+    state = result.state
+    scores = jnp.asarray([1.0, 4.0, 3.0, 2.0])  # member 0 is replaced by member 1 (fraction 0.25)
+    spec = PBTSpec(interval=1, fields={"learning_rate": (1e-4, 1e-3)}, fraction=0.25)
+    new, source = jax.jit(functools.partial(exploit_explore, spec=spec))(state, scores, jnp.int32(0))
+    assert np.asarray(source).tolist() == [1, 1, 2, 3]
+    for leaf_new, leaf_old in zip(jax.tree.leaves((new.memory, new.obs)), jax.tree.leaves((state.memory, state.obs))):
+        np.testing.assert_array_equal(np.asarray(leaf_new)[0], np.asarray(leaf_old)[1])
+        np.testing.assert_array_equal(np.asarray(leaf_new)[2], np.asarray(leaf_old)[2])
 
 
 @pytest.mark.requires_bitexact_backend
