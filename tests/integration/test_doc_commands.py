@@ -320,8 +320,13 @@ def test_every_source_has_commands_and_groups_keep_dependencies():
         groups = _groups(commands)
         assert sorted(c for g in groups for c in g) == sorted(commands)
     readme = _groups(_commands("README.md"))
-    trains_cp3 = next(i for i, g in enumerate(readme) if any("--run-dir runs/cp3" in c for c in g))
-    assert all(i == trains_cp3 for i, g in enumerate(readme) for c in g if c.startswith(("rljax eval", "rljax export")))
+    for i, group in enumerate(readme):  # each eval/export runs in the group that trained its run directory
+        for command in group:
+            if command.startswith(("rljax eval", "rljax export")):
+                run = re.search(r"runs/[\w.-]+", runnable(command)).group(0)
+                trains = next(j for j, g in enumerate(readme) if any(f"--run-dir {run}" in c for c in g))
+                assert i == trains, (command, run)
+    assert any("rljax eval runs/cp3" in c for g in readme for c in g)
     writes_toml = next(i for i, g in enumerate(readme) if any("> run.toml" in c for c in g))
     assert all(i == writes_toml for i, g in enumerate(readme) for c in g if "--config run.toml" in c or "cfg3" in c)
 
