@@ -147,6 +147,31 @@ def test_two_processes_equal_one_process_with_the_same_devices(two_by_two, tmp_p
 
 
 @pytest.mark.timeout(600)
+def test_a_recurrent_policy_over_two_processes_equals_it_in_one(tmp_path):
+    """PPO-GRU, 2 processes x 2 devices against 1 x 4: the memory is split with the envs (one per
+    device), reset and carried the same way; the same episodes, params to float rounding."""
+    rnn = [a for a in PPO if a not in ("--num-devices", "4")] + [
+        "--memory", "gru", "--memory-size", "8", "--hidden-sizes", "16", "--bptt-length", "32"]
+    multi, single = tmp_path / "multi", tmp_path / "single"
+    done = _launch([*rnn, "--run-dir", str(multi)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run([*rnn, "--num-devices", "4", "--run-dir", str(single)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    multi_rows, single_rows = _rows(multi), _rows(single)
+    assert len(multi_rows) == len(single_rows) == 4
+    for m, s in zip(multi_rows, single_rows):
+        for k in ("env_steps", "episodes", "episode_length_mean", "episode_return_mean"):
+            assert m[k] == s[k], k
+    a, b = _final_checkpoint(multi), _final_checkpoint(single)
+    assert len(a) == len(b) and any(x.shape == (4, 1, 8) for x in a)  # the memory: [devices, envs, memory_size]
+    for x, y in zip(a, b):
+        if np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.timeout(600)
 def test_sigterm_to_one_process_stops_both_and_resume_is_bit_exact(two_by_two, tmp_path):
     run_dir = tmp_path / "run"
     procs = _start_processes([*PPO, "--run-dir", str(run_dir)])
