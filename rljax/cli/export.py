@@ -86,14 +86,21 @@ def summary(meta: dict[str, Any], out_dir: str) -> str:
     def shape(entry: dict[str, Any]) -> str:
         return f"{entry['dtype']}[{', '.join(map(str, entry['shape']))}]"
 
-    sig = meta["signature"]
+    sig, checks = meta["signature"], meta["checks"]
+    inputs = ", ".join(f"{e['name']} {shape(e)}" for e in sig["inputs"])
+    outputs = ", ".join(f"{e['name']} {shape(e)}" for e in sig["outputs"])
+    checked = (f"{checks['observations']} observations" if "observations" in checks else
+               f"{checks['steps']:,} steps of episodes fed its own state")  # a recurrent policy's check
     lines = [f"exported {meta['algorithm']} on {meta['env']} (step {meta['step']:,}"
              f"{', member ' + str(meta['member']) if meta['member'] is not None else ''}) to {out_dir} "
              f"in {meta['export_seconds']:.1f}s",
+             f"  ({inputs}) -> ({outputs}) (b: any batch size)" if "memory" in meta else
              f"  obs {shape(sig['inputs'][0])} -> action {shape(sig['outputs'][0])} (b: any batch size)"]
     lines += [f"  {name}: {entry['bytes']:,} bytes, max |action - policy.act| = "
-              f"{meta['checks']['max_abs_diff'][name]:.3g} on {meta['checks']['observations']} observations"
+              f"{checks['max_abs_diff'][name]:.3g} on {checked}"
               for name, entry in meta["files"].items()]
+    if "memory" in meta:
+        lines.append(f"  state: {', '.join(meta['memory']['state'])} (zeros at an episode's start; feed next_* back)")
     if "onnx_skipped" in meta:
         lines.append(f"  {ONNX_FILE} not written: {meta['onnx_skipped']}")
     return "\n".join(lines)

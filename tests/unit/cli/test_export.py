@@ -77,3 +77,20 @@ def test_the_summary():
         "  policy.stablehlo: 12,345 bytes, max |action - policy.act| = 0 on 256 observations",
         "  policy.onnx not written: not requested (onnx=False)"]
     assert "member 2" in summary({**_META, "member": 2}, "out").splitlines()[0]
+
+
+def test_the_summary_of_a_recurrent_policy_names_its_state_and_its_check():
+    """Regression: the summary read checks['observations'], which a recurrent export (checked over
+    steps of episodes) does not have: `rljax export` of a recurrent run ended in a KeyError."""
+    state = {"name": "state_h", "shape": ["b", 8], "dtype": "float32"}
+    meta = {**_META, "signature": {"inputs": [_META["signature"]["inputs"][0], state],
+                                   "outputs": [_META["signature"]["outputs"][0], {**state, "name": "next_state_h"}]},
+            "memory": {"cell": "gru", "size": 8, "state": ["state_h"]},
+            "checks": {"steps": 1000, "envs": 8, "episodes_ended": 250, "state": ["state_h"],
+                       "max_abs_diff": {"policy.stablehlo": 0.0}}}
+    assert summary(meta, "out").splitlines()[1:] == [
+        "  (obs float32[b, 3], state_h float32[b, 8]) -> (action float32[b, 1], next_state_h float32[b, 8]) "
+        "(b: any batch size)",
+        "  policy.stablehlo: 12,345 bytes, max |action - policy.act| = 0 on 1,000 steps of episodes fed its own state",
+        "  state: state_h (zeros at an episode's start; feed next_* back)",
+        "  policy.onnx not written: not requested (onnx=False)"]
