@@ -38,6 +38,7 @@ from flax import struct
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, desync, epochs_of_minibatches,
                                first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
                                observation_normalizer, pmean, schedule_fraction, space_dims, stack_params)
+from rljax.agents.recurrent import sequence_length
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
 from rljax.core.counters import Count, as_float
 from rljax.core.networks import MEMORY_CELLS, ActorCritic, RecurrentActorCritic
@@ -114,7 +115,7 @@ class OnPolicyConfig(RolloutConfig):
         require(not getattr(self, "shared_torso", False),
                 "shared_torso applies to the memoryless actor-critic: the recurrent one always shares its torso and "
                 "memory between the heads; leave shared_torso off with --memory")
-        length = self.bptt_length or self.num_steps
+        length = sequence_length(self)
         require(self.num_steps % length == 0,
                 f"bptt_length={self.bptt_length} does not divide num_steps={self.num_steps}: training sequences "
                 f"are whole windows of the rollout (0 means the whole rollout)")

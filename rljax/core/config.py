@@ -74,6 +74,10 @@ def sweepable_fields(config_cls: Any) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweepable"))
 
 
+ENV_RANGES = "env_ranges"
+"""The hyperparameters' field holding the domain-randomisation bounds (not a config field)."""
+
+
 @functools.cache
 def hyperparams_class(config_cls: type) -> type:
     """The traced hyperparameters of ``config_cls`` as a pytree class, ``<Algo>HyperParams``.
@@ -96,10 +100,6 @@ def hyperparams_class(config_cls: type) -> type:
                    f"``{ENV_RANGES}``: the bounds of the config's ``randomize`` ranges, float32 ``[R, 2]`` "
                    f"(``rljax.core.wrappers.range_bounds``), so a sweep can vary them too; None without ranges."}
     return type(name, (struct.PyTreeNode,), namespace)
-
-
-ENV_RANGES = "env_ranges"
-"""The hyperparameters' field holding the domain-randomisation bounds (not a config field)."""
 
 
 def make_hyperparams(config: Any, hyperparams_cls: Any) -> Any:

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.core.distributions import Categorical, DiagGaussian
+from rljax.core.rollout import reset_memory
 
 __all__ = ["ACTIVATIONS", "ENCODERS", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3", "ObsEncoder",
            "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
@@ -608,7 +609,7 @@ class MemoryCore(nn.Module):
 
         def step(m: Any, inputs: tuple[jax.Array, jax.Array]) -> tuple[Any, Any]:
             xw_t, reset_t = inputs
-            m = cell(jax.tree.map(lambda v: jnp.where(reset_t[:, None], jnp.zeros_like(v), v), m), xw_t)
+            m = cell(reset_memory(m, reset_t), xw_t)
             return m, m
 
         if x.shape[0] == 1:  # one step (acting): no loop, so the step also exports as plain ops (ONNX)

@@ -113,13 +113,11 @@ def run_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.Ar
 
 def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, key: jax.Array, num_episodes: int,
                    max_steps: int, deterministic: bool) -> Episodes:
-    """:func:`run_episodes` of an :class:`~rljax.agents.base.Agent`'s policy (a recurrent one with
-    its memory, from ``agent.initial_memory`` at each episode's start)."""
-    if not agent.recurrent:
-        return run_episodes(env, env_params, lambda obs, k: agent.policy(policy_params, obs, k, deterministic), key,
-                            num_episodes, max_steps)
-    return run_episodes(env, env_params, lambda obs, k, m: agent.policy(policy_params, obs, k, deterministic, m),
-                        key, num_episodes, max_steps, memory=agent.initial_memory(num_episodes))
+    """:func:`run_episodes` of an :class:`~rljax.agents.base.Agent`'s policy through
+    ``agent.policy_step``: a recurrent one with its memory from ``agent.memory`` at each episode's
+    start, a memoryless one with ``()`` (no leaves: the same program as without a memory)."""
+    return run_episodes(env, env_params, lambda obs, k, m: agent.policy_step(policy_params, obs, m, k, deterministic),
+                        key, num_episodes, max_steps, memory=agent.memory(num_episodes))
 
 
 @functools.lru_cache(maxsize=64)

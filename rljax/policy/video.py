@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rljax.core.rollout import reset_memory
+
 from rljax.policy.evaluate import max_episode_steps
 
 __all__ = ["NotDrawableError", "EpisodeFrames", "frame_drawer", "rollout_states", "episode_frames", "write_gif",
@@ -155,8 +157,8 @@ def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any,
         max_steps: scan length (a Python int); the first episode must end within it to be whole.
         batch: the evaluation's number of episodes whose keys are reproduced.
         index: which of them this is, ``0 <= index < batch``.
-        memory: a recurrent policy's memory at an episode's start (for one observation), carried
-            from step to step and reset to it where an episode ends; None for a memoryless ``act``.
+        memory: a recurrent policy's memory at an episode's start (zeros, for one observation),
+            carried from step to step and zeroed where an episode ends; None for a memoryless ``act``.
 
     Returns:
         ``(states, rewards, dones)``: the env state *before* each step, every leaf with a leading
@@ -176,8 +178,7 @@ def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any,
         next_obs, next_state, reward, terminated, truncated, _ = env.step(
             jax.random.split(step_key, batch)[index], state, action, env_params)
         done = jnp.logical_or(terminated, truncated)
-        if memory is not None:
-            mem = jax.tree.map(lambda m, m0: jnp.where(done, m0, m), mem, memory)
+        mem = reset_memory(mem, done)
         return (next_obs, next_state, key, mem), (state, jnp.asarray(reward, jnp.float32), done)
 
     init = (obs, state, key, () if memory is None else memory)
@@ -190,18 +191,12 @@ def _compiled_rollout(agent: Any, env: Any, max_steps: int, deterministic: bool,
                       index: int) -> Callable[[Any, Any, Any], tuple[Any, Any, Any]]:
     """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's policy."""
     def rollout(policy_params: Any, env_params: Any, key: Any) -> tuple[Any, Any, Any]:
-        one = lambda obs: jax.tree.map(lambda x: x[None].astype(jnp.float32), obs)  # noqa: E731
-        if not agent.recurrent:
-            return rollout_states(env, env_params, lambda obs, k: agent.policy(policy_params, one(obs), k,
-                                                                                deterministic)[0],
-                                  key, max_steps, batch, index)
-
-        def act(obs: Any, k: Any, memory: Any) -> tuple[Any, Any]:
-            action, memory = agent.policy(policy_params, one(obs), k, deterministic,
-                                          jax.tree.map(lambda m: m[None], memory))
+        def act(obs: Any, k: Any, memory: Any) -> tuple[Any, Any]:  # one observation, as a batch of one
+            action, memory = agent.policy_step(policy_params, jax.tree.map(lambda x: x[None].astype(jnp.float32), obs),
+                                               jax.tree.map(lambda m: m[None], memory), k, deterministic)
             return action[0], jax.tree.map(lambda m: m[0], memory)
         return rollout_states(env, env_params, act, key, max_steps, batch, index,
-                              memory=jax.tree.map(lambda m: m[0], agent.initial_memory(1)))
+                              memory=jax.tree.map(lambda m: m[0], agent.memory(1)))
     return jax.jit(rollout)
 
 
