@@ -40,7 +40,8 @@ env, params = make(config.env)
 program = Program(config, env, params)
 plan = plan_updates(config.total_timesteps, config.env_steps_per_update, config.updates_per_chunk)
 state = program.init_state(plan.num_updates)
-packed, _ = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name))
+packed, _ = pack_output(make_chunk(program.agent.update, plan.updates_per_chunk, program.axis_name,
+                                   program.resolve_log_every(0, plan)))  # the run's rows: one per update
 t0 = time.perf_counter(); lowered = program.map_chunk(packed).lower(state); t1 = time.perf_counter()
 compiled = lowered.compile(); t2 = time.perf_counter()
 state, out = compiled(state); jax.block_until_ready(out)

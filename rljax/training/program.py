@@ -190,17 +190,20 @@ def nonfinite_count(state: Any) -> jax.Array:
     for large buffers: non-finite data in it shows up in the params it trains within a chunk.
     Returns a float32 scalar (exactly 0 for a healthy state).
 
-    One reduction over the watched leaves, flattened and concatenated, rather than one per leaf: the
-    count is computed once per chunk, but each per-leaf reduction is its own kernel, and compiling
-    those kernels cost more than the copy of the state the concatenation makes.
+    One copy of the watched leaves (cast to float32, flattened, concatenated) and one reduction over
+    it, rather than one test per leaf: the count is computed once per chunk, but XLA makes each
+    per-leaf test its own kernel, and compiling those kernels costs more than the copy. The
+    optimisation barrier keeps XLA from splitting the reduction of the concatenation back into one
+    per leaf. A float32 value is non-finite exactly when the original (float16/bfloat16/float32)
+    value is; float64 values beyond float32's range would count as infinite.
     """
-    watched = [jnp.ravel(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
+    watched = [jnp.ravel(leaf).astype(jnp.float32) for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
                if not any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == "buffer" for k in path)
-               and hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)]
+               and hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)]
     if not watched:
         return jnp.zeros((), jnp.float32)
-    flat = jnp.concatenate([~jnp.isfinite(leaf) for leaf in watched])
-    return jnp.sum(flat, dtype=jnp.int32).astype(jnp.float32)
+    flat = jax.lax.optimization_barrier(jnp.concatenate(watched))
+    return jnp.sum(~jnp.isfinite(flat), dtype=jnp.int32).astype(jnp.float32)
 
 
 ROW_BUDGET = 200
