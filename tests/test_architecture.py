@@ -82,13 +82,14 @@ def test_no_import_cycles():
 
 
 # What each package may import from rljax (besides itself), as its __init__ docstring says:
-# env < core < runtime < {agents, store} < policy < training < cli; suites beside core. The most
+# env < core < runtime < {agents, store} < policy < training < cli; suites and host beside core. The most
 # specific entry names a module's package (rljax.training.hooks is inside rljax.training).
 _BELOW_POLICY = {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store"}
 ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.env": set(),
     "rljax.core": {"rljax.env"},
     "rljax.suites": {"rljax.env", "rljax.core"},
+    "rljax.host": {"rljax.env"},
     "rljax.runtime": {"rljax.env", "rljax.core"},
     "rljax.agents": {"rljax.env", "rljax.core", "rljax.runtime"},
     "rljax.store": {"rljax.env", "rljax.core", "rljax.runtime"},
@@ -96,7 +97,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.training": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
-                  "rljax.suites", "rljax.training", "rljax.cli"},
+                  "rljax.suites", "rljax.training", "rljax.host", "rljax.cli"},
 }
 FORBIDDEN_IMPORTS: dict[str, set[str]] = {
     "rljax.training.hooks": {"rljax.training.loop"},  # the loop calls its hooks, never the other way round

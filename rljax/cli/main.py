@@ -1,8 +1,7 @@
 """The ``rljax`` console script: one argparse parser with a subparser per command.
 
 Each command is a module of this package with ``add_parser(subparsers)`` (its flags and help) and
-``run(args) -> exit status``: ``envs``, ``train``, ``sweep``, ``resume``, ``eval``, ``export``,
-``inspect``, ``supervise`` and ``launch``. The experiment modules' ``main`` is
+``run(args) -> exit status`` (:data:`COMMANDS`). The experiment modules' ``main`` is
 :func:`rljax.cli.experiment.run_experiment`. Exit statuses: :mod:`rljax.cli.process`; a usage
 error the dispatcher finds (an unknown command or flag, bad input a command rejects with
 :class:`~rljax.cli.flags.UsageError`) is status 2, returned.
@@ -16,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import rljax
-from rljax.cli import (configfile, envs, eval as eval_command, export, inspect, launch, resume, status, stop,
-                       supervise, sweep, train)
+from rljax.cli import (configfile, env_server, envs, eval as eval_command, export, inspect, launch, resume, status,
+                       stop, supervise, sweep, train)
 from rljax.cli.experiment import run_experiment
 from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_parser, config_from_args
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
@@ -27,7 +26,8 @@ __all__ = ["main", "command_parser", "usage", "COMMANDS", "run_experiment", "bui
            "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED",
            "EXIT_SOFTWARE", "EXIT_IO"]
 
-COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, status, stop, configfile)
+COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, status, stop, configfile,
+            env_server)
 """The command modules, in the order ``rljax --help`` lists them."""
 
 
@@ -46,6 +46,8 @@ def usage() -> str:
             "       rljax launch --num-processes P --devices-per-process D -- COMMAND ...   (multi-host on this "
             "machine)\n"
             "       rljax inspect RUN_DIR [--out DIR] [--no-plots]   (a run's or sweep's summary and plots)\n"
+            "       rljax env-server gymnasium/ID --num-envs N [--host H] [--port P]   (serve an env over rljax's "
+            "env protocol)\n"
             "       rljax --version")
 
 

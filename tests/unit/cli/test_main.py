@@ -233,7 +233,7 @@ def test_version(capsys):
 def test_one_parser_with_a_subcommand_per_module(capsys):
     parser, commands = cli.command_parser()
     assert list(commands) == ["envs", "train", "sweep", "resume", "eval", "export", "supervise", "launch", "inspect",
-                             "status", "stop", "config"]
+                             "status", "stop", "config", "env-server"]
     assert all(sub.prog == f"rljax {name}" for name, sub in commands.items())
     args = parser.parse_args(["eval", "runs/x", "--episodes", "7", "--stochastic"])
     assert (args.subcommand, args.run_dir, args.episodes, args.stochastic) == ("eval", "runs/x", 7, True)

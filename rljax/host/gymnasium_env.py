@@ -1,0 +1,95 @@
+"""Gymnasium vector envs as a batch of host envs (``--env gymnasium/<id>``).
+
+:class:`GymnasiumEnv` steps ``N`` copies of a registered Gymnasium env in this process
+(``asynchronous=False``: ``SyncVectorEnv``) or in ``N`` worker processes (``AsyncVectorEnv``), with
+Gymnasium's same-step auto-reset, so a step's ``obs`` already belongs to the next episode where one
+ended and ``final_obs`` holds the observation the step reached (:mod:`rljax.host.base`). Gymnasium's
+``terminated`` and ``truncated`` (its ``TimeLimit``) pass through unchanged.
+
+Spaces: a Gymnasium ``Box`` becomes an :class:`rljax.env.Box` of the same dtype and bounds, a
+``Discrete(n)`` (start 0) an :class:`rljax.env.Discrete`; other spaces are refused with the space named.
+float64 Boxes become float32 ones (what JAX computes in): observations are cast, actions cast back to
+the env's dtype before stepping. Rewards are float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rljax.env import Box, Discrete
+from rljax.host.base import HostSpec, HostStep, check_actions, check_batch
+
+__all__ = ["GymnasiumEnv", "host_space"]
+
+
+def host_space(space: Any, what: str) -> Any:
+    """The rljax space of a Gymnasium ``Box`` or ``Discrete`` (start 0); a ValueError for any other."""
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete):
+        if int(space.start) != 0:
+            raise ValueError(f"{what} {space} starts at {space.start}: rljax's Discrete actions are 0..n-1 "
+                             f"(wrap the env to shift them)")
+        return Discrete(int(space.n), dtype=np.int64 if space.dtype == np.int64 else np.int32)
+    if isinstance(space, gymnasium.spaces.Box):
+        dtype = np.float32 if space.dtype == np.float64 else space.dtype  # JAX computes in float32
+        return Box(np.asarray(space.low, dtype), np.asarray(space.high, dtype), space.shape, dtype=dtype)
+    raise ValueError(f"{what} {space} ({type(space).__name__}) is not supported on the host path: use an env "
+                     f"with a Box or Discrete space, or flatten it with a Gymnasium wrapper")
+
+
+class GymnasiumEnv:
+    """``N`` copies of Gymnasium env ``env_id`` (see the module docstring).
+
+    Args:
+        env_id: a registered Gymnasium id, e.g. ``"CartPole-v1"``.
+        num_envs: N.
+        asynchronous: step the copies in worker processes instead of this one.
+        **make_kwargs: passed to ``gymnasium.make_vec`` for every copy (``max_episode_steps=...``,
+            the env's own keyword arguments).
+    """
+
+    def __init__(self, env_id: str, num_envs: int, asynchronous: bool = False, **make_kwargs: Any):
+        import gymnasium
+        from gymnasium.vector import AutoresetMode
+
+        if env_id not in gymnasium.registry:
+            import difflib
+
+            close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
+            raise ValueError(f"unknown Gymnasium env {env_id!r}" + (f"; did you mean {', '.join(close)}?" if close
+                                                                     else " (is the package that registers it imported?)"))
+        self._env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="async" if asynchronous else "sync",
+                                       vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **make_kwargs)
+        try:
+            self.spec = HostSpec(num_envs, host_space(self._env.single_observation_space, f"{env_id}'s observation space"),
+                                 host_space(self._env.single_action_space, f"{env_id}'s action space"))
+        except Exception:
+            self._env.close()
+            raise
+        self.env_id = env_id
+        self._action_dtype = self._env.single_action_space.dtype
+
+    def reset(self, seed: int) -> np.ndarray:
+        """Starts every env, env ``i`` seeded ``seed + i``; returns ``obs [N, *obs_shape]``."""
+        obs, _ = self._env.reset(seed=[int(seed) + i for i in range(self.spec.num_envs)])
+        return np.asarray(obs, self.spec.obs_dtype)
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        actions = check_actions(self.spec, np.asarray(actions, self.spec.action_dtype))
+        obs, reward, terminated, truncated, info = self._env.step(actions.astype(self._action_dtype, copy=False))
+        obs = np.asarray(obs, self.spec.obs_dtype)
+        final_obs = obs.copy()
+        if "_final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):
+                final_obs[i] = info["final_obs"][i]
+        return check_batch(self.spec, HostStep(obs, np.asarray(reward, np.float32), np.asarray(terminated, np.bool_),
+                                               np.asarray(truncated, np.bool_), final_obs))
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __repr__(self) -> str:
+        return f"GymnasiumEnv({self.env_id!r}, num_envs={self.spec.num_envs})"

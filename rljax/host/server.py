@@ -1,0 +1,176 @@
+"""The reference env server: any host env (a Gymnasium env, by default) served over rljax's protocol.
+
+Each connection gets its own batch of envs (``make_env()``), made after the client's HELLO and
+closed with the connection; connections are served on their own threads, so a client that breaks
+the protocol, or whose env raises, loses only its connection. The server:
+
+* binds to loopback unless told otherwise; on any other address it requires a shared token (the
+  ``RLJAX_ENV_SERVER_TOKEN`` environment variable, or ``token=``), compared in constant time and
+  never logged or echoed;
+* checks every message before it acts on it (:mod:`rljax.host.protocol`): header and size first
+  (nothing larger than one STEP message is read after the handshake), then the layout, then the
+  actions against the action space;
+* answers a bad message, a bad token or an env that raised with an ERROR message saying why, then
+  closes that connection; a client silent for ``idle_timeout_s`` is dropped.
+
+``rljax env-server gymnasium/CartPole-v1 --num-envs 8 --port 5555`` runs it from the command line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rljax.host.base import HostEnv, check_actions, check_obs
+from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, encode_spec, error_arrays, read_message,
+                                 send_message, step_limit)
+
+__all__ = ["EnvServer", "TOKEN_VARIABLE", "is_loopback"]
+
+TOKEN_VARIABLE = "RLJAX_ENV_SERVER_TOKEN"
+"""The environment variable both sides read the shared token from."""
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) resolves to a loopback address only."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+class EnvServer:
+    """Serves ``make_env()`` batches over TCP (see the module docstring).
+
+    Args:
+        make_env: makes one batch of envs (a :class:`~rljax.host.base.HostEnv`) per connection.
+        host, port: where to listen (port 0: any free port; :attr:`address` says which).
+        token: the shared token; None reads ``RLJAX_ENV_SERVER_TOKEN``. Required off loopback.
+        idle_timeout_s: how long a connection may stay silent before it is dropped.
+    """
+
+    def __init__(self, make_env: Callable[[], HostEnv], host: str = "127.0.0.1", port: int = 0,
+                 token: str | None = None, idle_timeout_s: float = 600.0):
+        token = os.environ.get(TOKEN_VARIABLE) if token is None else token
+        if not is_loopback(host) and not token:
+            raise ValueError(f"serving on {host!r}, beyond this machine, needs a shared token: set "
+                             f"{TOKEN_VARIABLE} here and where rljax runs (or serve on 127.0.0.1)")
+        if idle_timeout_s <= 0:
+            raise ValueError(f"idle_timeout_s={idle_timeout_s}: must be > 0")
+        self._make_env, self._token, self._idle = make_env, (token or "").encode(), float(idle_timeout_s)
+        self._sock = socket.create_server((host, int(port)))
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._closed = threading.Event()
+        self.connections = 0
+        """Connections accepted so far."""
+
+    def serve_forever(self) -> None:
+        """Accepts connections until :meth:`close`; each is served on its own daemon thread."""
+        while not self._closed.is_set():
+            try:
+                conn, peer = self._sock.accept()
+            except OSError:
+                if self._closed.is_set():
+                    return
+                raise
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True, name=f"rljax-env-{peer}").start()
+
+    def start(self) -> threading.Thread:
+        """Serves on a daemon thread; returns it."""
+        thread = threading.Thread(target=self.serve_forever, daemon=True, name="rljax-env-server")
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        """Stops accepting connections (the ones open finish on their own)."""
+        self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def __enter__(self) -> "EnvServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
+        env = None
+        conn.settimeout(self._idle)
+        try:
+            _, (token,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
+            if self._token and not (token.dtype == np.uint8 and token.ndim == 1
+                                    and hmac.compare_digest(token.tobytes(), self._token)):
+                raise ProtocolError("the token does not match this server's (RLJAX_ENV_SERVER_TOKEN)")
+            env = self._make_env()
+            send_message(conn, Kind.SPEC, encode_spec(env.spec))
+            self._loop(conn, env)
+        except (ProtocolError, ValueError, TypeError) as err:
+            log.warning("env server: closing the connection from %s: %s", peer, err)
+            _try_send_error(conn, str(err))
+        except (OSError, ConnectionError) as err:
+            log.info("env server: the connection from %s ended: %s", peer, err)
+        except Exception as err:  # the env raised: the client is told, the server keeps serving
+            log.warning("env server: the env raised %s for %s: %s", type(err).__name__, peer, err)
+            _try_send_error(conn, f"the env raised {type(err).__name__}: {err}")
+        finally:
+            if env is not None:
+                try:
+                    env.close()
+                except Exception as err:  # closing a broken env must not take the server down
+                    log.warning("env server: closing the env of %s raised %s", peer, err)
+            _close(conn)
+
+    @staticmethod
+    def _loop(conn: socket.socket, env: HostEnv) -> None:
+        spec, limit = env.spec, step_limit(env.spec)
+        while True:
+            kind, arrays = read_message(conn, limit, expect=(Kind.RESET, Kind.STEP, Kind.CLOSE))
+            if kind == Kind.CLOSE:
+                return
+            if kind == Kind.RESET:
+                seed = arrays[0]
+                if seed.dtype != np.int64 or seed.shape != (1,):
+                    raise ProtocolError(f"a RESET holds a seed, int64 [1]; got {seed.dtype} {seed.shape}")
+                send_message(conn, Kind.OBS, [check_obs(spec, env.reset(int(seed[0])))])
+            else:
+                step = env.step(check_actions(spec, arrays[0]))
+                send_message(conn, Kind.RESULT, list(step))
+
+
+def _try_send_error(conn: socket.socket, text: str) -> None:
+    try:
+        send_message(conn, Kind.ERROR, error_arrays(text))
+    except OSError:
+        pass
+
+
+def _close(conn: socket.socket) -> None:
+    """Closes ``conn`` so that the peer can read what was sent last (an ERROR): the write side first,
+    then unread input drained (at most 1 MiB, 1 s) so that closing does not reset the connection."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(1.0)
+        drained = 0
+        while drained < 1 << 20:
+            data = conn.recv(65536)
+            if not data:
+                break
+            drained += len(data)
+    except OSError:
+        pass
+    conn.close()

@@ -1,0 +1,57 @@
+"""Host env names: ``gymnasium/<id>`` and ``server:HOST:PORT`` to a batch of host envs.
+
+:func:`make_host_env` is what ``--env`` resolves to on the host path; :func:`is_host_env` tells a
+host env name from a JAX env name (the registry's ids, gymnax's, ``module:Name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rljax.host.base import HostEnv
+
+__all__ = ["HOST_PREFIXES", "is_host_env", "make_host_env", "parse_server"]
+
+HOST_PREFIXES = ("gymnasium/", "server:")
+"""How a host env name starts."""
+
+
+def is_host_env(name: str) -> bool:
+    """Whether ``name`` names a host env (see :data:`HOST_PREFIXES`)."""
+    return isinstance(name, str) and name.startswith(HOST_PREFIXES)
+
+
+def parse_server(name: str) -> tuple[str, int]:
+    """``(host, port)`` of ``server:HOST:PORT`` (an IPv6 host in brackets: ``server:[::1]:5555``)."""
+    rest = name[len("server:"):]
+    host, sep, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"env {name!r}: an env server is named server:HOST:PORT with a port in 1..65535, e.g. "
+                         f"server:127.0.0.1:5555")
+    return host, int(port)
+
+
+def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
+    """The batch of ``num_envs`` host envs ``name`` names.
+
+    * ``gymnasium/<id>``: :class:`~rljax.host.gymnasium_env.GymnasiumEnv` (``asynchronous=True`` steps
+      them in worker processes; other keyword arguments go to ``gymnasium.make_vec``);
+    * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
+      ``timeout_s``); the server decides the batch size, which must equal ``num_envs``.
+    """
+    if name.startswith("gymnasium/"):
+        from rljax.host.gymnasium_env import GymnasiumEnv
+
+        return GymnasiumEnv(name[len("gymnasium/"):], num_envs, **kwargs)
+    if name.startswith("server:"):
+        from rljax.host.client import ServerEnv
+
+        env = ServerEnv(*parse_server(name), **kwargs)
+        if env.spec.num_envs != num_envs:
+            env.close()
+            raise ValueError(f"the env server {name} serves {env.spec.num_envs} envs, not num_envs={num_envs}: pass "
+                             f"--num-envs {env.spec.num_envs}, or restart the server with --num-envs {num_envs}")
+        return env
+    raise ValueError(f"{name!r} is not a host env name: use gymnasium/<id> (e.g. gymnasium/CartPole-v1) or "
+                     f"server:HOST:PORT")
