@@ -21,7 +21,7 @@ The public API (everything else is reachable through its module, and may change)
   ``rljax export`` on the command line.
 * Environments: :func:`make`, :func:`register_env`, :func:`registered_envs`; the contract an env
   meets: :mod:`rljax.env`; wrappers: :mod:`rljax.core.wrappers`.
-* Numerics: :mod:`rljax.core.returns` (GAE, n-step), :mod:`rljax.core.distributions`, :mod:`rljax.core.buffers`.
+* Numerics: :mod:`rljax.core.returns` (GAE, V-trace, n-step), :mod:`rljax.core.distributions`, :mod:`rljax.core.buffers`.
 * Watching a run: the ``metrics.jsonl`` columns (``docs/metrics.md``), per-chunk host time and
   device memory (:mod:`rljax.training.hooks.observe`), stall reports (:mod:`rljax.training.hooks.watchdog`), ``rljax inspect``.
 * Errors a run can end with: :class:`NonFiniteError`, :class:`DesyncError`,

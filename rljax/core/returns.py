@@ -1,4 +1,4 @@
-"""Value targets: GAE(lambda), n-step and Q(lambda) returns over time-major trajectories, and the
+"""Value targets: GAE(lambda), V-trace, n-step and Q(lambda) returns over time-major trajectories, and the
 one-step bootstrapped targets of the twin-critic methods (TD3's smoothed target, SAC's soft target).
 
 Data layout and contract
@@ -41,8 +41,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-__all__ = ["gae", "n_step_targets", "NStep", "n_step_transitions", "q_lambda_targets", "smoothed_target_action",
-           "clipped_double_q_target", "soft_td_target"]
+__all__ = ["gae", "vtrace", "n_step_targets", "NStep", "n_step_transitions", "q_lambda_targets",
+           "smoothed_target_action", "clipped_double_q_target", "soft_td_target"]
 
 
 def _float_dtype(*arrays: jax.Array) -> jnp.dtype:
@@ -132,6 +132,73 @@ def gae(
     _, advantages = jax.lax.scan(step, jnp.zeros(deltas.shape[1:], dtype), (deltas, not_done),
                                  reverse=True)
     return advantages, advantages + values
+
+
+def vtrace(
+    rewards: jax.typing.ArrayLike,
+    values: jax.typing.ArrayLike,
+    next_values: jax.typing.ArrayLike,
+    terminated: jax.typing.ArrayLike,
+    truncated: jax.typing.ArrayLike,
+    log_rhos: jax.typing.ArrayLike,
+    gamma: float | jax.typing.ArrayLike,
+    lambda_: float | jax.typing.ArrayLike = 1.0,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+    pg_rho_clip: float = 1.0,
+) -> tuple[jax.Array, jax.Array]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, "IMPALA", Section 4.1),
+    episode-boundary aware, for a trajectory the behaviour policy ``mu`` collected and the current
+    policy ``pi`` learns from.
+
+    With ``log_rhos[t] = log pi(a_t|s_t) - log mu(a_t|s_t)``, ``rho_t = min(rho_clip, e^log_rho)``,
+    ``c_t = lambda * min(c_clip, e^log_rho)`` and ``done_t = terminated_t | truncated_t``::
+
+        delta_t  = rho_t * (r_t + gamma * (1 - terminated_t) * next_values[t] - values[t])
+        vs_t     = values[t] + delta_t + gamma * (1 - done_t) * c_t * (vs_{t+1} - values[t+1]),   vs_T - V_T = 0
+        pg_adv_t = min(pg_rho_clip, e^log_rho_t) * (r_t + gamma * (1 - terminated_t) * v'_{t+1} - values[t])
+
+    where ``v'_{t+1}`` is ``vs_{t+1}`` inside an episode and ``next_values[t]`` where the episode
+    ended at ``t`` (on truncation: the value of the final observation; on termination it is
+    multiplied by 0) or at the rollout's last step (the bootstrap). On-policy (``log_rhos = 0``)
+    with ``rho_clip, c_clip >= 1``, ``vs`` is the lambda-return: :func:`gae`'s targets.
+
+    Args:
+        rewards, values, next_values, terminated, truncated: as for :func:`gae` (``[T, B]`` or ``[T]``).
+        log_rhos: log importance ratios, same shape.
+        gamma: discount in ``[0, 1]``.
+        lambda_: the trace parameter in ``[0, 1]`` (1 in IMPALA).
+        rho_clip: rho-bar, the truncation of the ratio in ``delta`` (what the targets converge to).
+        c_clip: c-bar, the truncation of the traces (how far they reach).
+        pg_rho_clip: the truncation of the ratio weighting the policy gradient.
+
+    Returns:
+        ``(vs, pg_advantages)``: float ``[T, B]`` / ``[T]`` (value targets and the advantages that
+        weight ``grad log pi(a_t|s_t)``); targets only, so wrap them in ``jax.lax.stop_gradient``.
+    """
+    (rewards, values, next_values, log_rhos), (terminated, truncated) = _prepare(
+        "vtrace", {"rewards": rewards, "values": values, "next_values": next_values, "log_rhos": log_rhos},
+        {"terminated": terminated, "truncated": truncated})
+    dtype = values.dtype
+    gamma, lambda_ = jnp.asarray(gamma, dtype), jnp.asarray(lambda_, dtype)
+    ratio = jnp.exp(log_rhos)
+    rhos, cs = jnp.minimum(rho_clip, ratio), lambda_ * jnp.minimum(c_clip, ratio)
+    not_terminated = 1.0 - terminated.astype(dtype)
+    done = terminated | truncated
+    deltas = rhos * (rewards + gamma * not_terminated * next_values - values)
+
+    def step(next_acc: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        delta, c, cont = xs
+        acc = delta + gamma * cont * c * next_acc
+        return acc, acc
+
+    _, acc = jax.lax.scan(step, jnp.zeros(deltas.shape[1:], dtype), (deltas, cs, 1.0 - done.astype(dtype)),
+                          reverse=True)
+    vs = acc + values
+    ends = done.at[-1].set(True)  # the rollout's last step bootstraps from next_values too
+    following = jnp.where(ends, next_values, jnp.concatenate([vs[1:], vs[-1:]], axis=0))
+    pg_advantages = jnp.minimum(pg_rho_clip, ratio) * (rewards + gamma * not_terminated * following - values)
+    return vs, pg_advantages
 
 
 def n_step_targets(

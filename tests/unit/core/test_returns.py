@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rljax.core.returns import (clipped_double_q_target, gae, n_step_targets, n_step_transitions, q_lambda_targets,
-                                smoothed_target_action, soft_td_target)
+                                smoothed_target_action, soft_td_target, vtrace)
 
 GAMMA = 0.9
 LAMBDA = 0.8  # gamma * lambda = 0.72
@@ -434,3 +434,84 @@ def test_soft_td_target_by_hand():
     # alpha = 0: the clipped double-Q target.
     np.testing.assert_allclose(soft_td_target(REWARD, DISCOUNT, NEXT_Q, next_log_prob, 0.0),
                                clipped_double_q_target(REWARD, DISCOUNT, NEXT_Q), rtol=1e-6)
+
+
+# ----- V-trace -----
+
+
+def _vtrace_by_definition(r, v, nv, term, trunc, log_rho, gamma, lam, rho_clip, c_clip, pg_clip):
+    """IMPALA's sum form, episode by episode, in float64: v_s = V(s) + sum_t gamma^(t-s) (prod_{i<t} c_i) delta_t
+    over the steps t >= s of s's episode inside the rollout."""
+    T = len(r)
+    ratio = np.exp(log_rho)
+    rho, c = np.minimum(rho_clip, ratio), lam * np.minimum(c_clip, ratio)
+    delta = rho * (r + gamma * (1 - term) * nv - v)
+    vs = np.zeros(T)
+    for s in range(T):
+        total, weight = 0.0, 1.0
+        for t in range(s, T):
+            total += weight * delta[t]
+            if term[t] or trunc[t]:
+                break
+            weight *= gamma * c[t]
+        vs[s] = v[s] + total
+    following = np.array([nv[t] if (term[t] or trunc[t] or t == T - 1) else vs[t + 1] for t in range(T)])
+    pg = np.minimum(pg_clip, ratio) * (r + gamma * (1 - term) * following - v)
+    return vs, pg
+
+
+def test_vtrace_by_hand():
+    """T = 3, gamma 0.5, lambda 1; ratios e^0 = 1, e^ln2 = 2 (clipped to 1), e^ln(1/2); no episode end."""
+    r, v, nv = np.array([1.0, 0.0, 2.0]), np.array([0.5, 1.0, 1.5]), np.array([1.0, 1.5, 4.0])
+    log_rho = np.log([1.0, 2.0, 0.5])
+    vs, pg = vtrace(r, v, nv, np.zeros(3, bool), np.zeros(3, bool), log_rho, 0.5)
+    # delta = rho * (r + 0.5 nv - v): [1 + 0.5 - 0.5, 0 + 0.75 - 1, 0.5 * (2 + 2 - 1.5)] = [1, -0.25, 1.25]
+    # c = [1, 1, 0.5]; acc_2 = 1.25, acc_1 = -0.25 + 0.5 * 1 * 1.25 = 0.375, acc_0 = 1 + 0.5 * 0.375 = 1.1875
+    np.testing.assert_allclose(vs, [0.5 + 1.1875, 1.0 + 0.375, 1.5 + 1.25])
+    # pg: rho_pg = [1, 1, 0.5]; following = [vs_1, vs_2, nv_2] = [1.375, 2.75, 4]
+    np.testing.assert_allclose(pg, [1 + 0.5 * 1.375 - 0.5, 0 + 0.5 * 2.75 - 1.0, 0.5 * (2 + 0.5 * 4 - 1.5)])
+
+
+def test_vtrace_stops_at_episode_ends_and_bootstraps_only_through_truncation():
+    r, v, nv = np.array([1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0]), np.array([10.0, 20.0, 30.0])
+    zeros = np.zeros(3)
+    term = np.array([True, False, False])
+    trunc = np.array([False, True, False])
+    vs, pg = vtrace(r, v, nv, term, trunc, zeros, 0.9)
+    # t=0 terminated: no bootstrap, nothing of t=1 leaks in; t=1 truncated: r + 0.9 * V(final) = 19;
+    # t=2 the rollout's end: r + 0.9 * 30.
+    np.testing.assert_allclose(vs, [1.0, 1.0 + 0.9 * 20, 1.0 + 0.9 * 30], rtol=1e-6)
+    np.testing.assert_allclose(pg, [1.0, 1.0 + 0.9 * 20, 1.0 + 0.9 * 30], rtol=1e-6)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.7, 1.0])
+def test_on_policy_vtrace_targets_are_gaes_lambda_returns(lam):
+    rng = np.random.default_rng(int(lam * 10))
+    T, B = 12, 5
+    r, v, nv = (rng.normal(size=(T, B)).astype(np.float32) for _ in range(3))
+    term, trunc = rng.random((T, B)) < 0.15, rng.random((T, B)) < 0.15
+    vs, _ = vtrace(r, v, nv, term, trunc, np.zeros((T, B), np.float32), 0.95, lam)
+    _, targets = gae(r, v, nv, term, trunc, 0.95, lam)
+    np.testing.assert_allclose(vs, targets, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("clips", [(1.0, 1.0, 1.0), (2.0, 0.5, 1.5)])
+def test_vtrace_equals_its_definition_off_policy(clips):
+    rng = np.random.default_rng(3)
+    T, B = 10, 4
+    r, v, nv = (rng.normal(size=(T, B)) for _ in range(3))
+    term, trunc = rng.random((T, B)) < 0.2, rng.random((T, B)) < 0.2
+    log_rho = rng.normal(scale=0.7, size=(T, B))
+    vs, pg = jax.jit(vtrace, static_argnames=("rho_clip", "c_clip", "pg_rho_clip"))(
+        r.astype(np.float32), v.astype(np.float32), nv.astype(np.float32), term, trunc, log_rho.astype(np.float32),
+        0.9, 0.8, rho_clip=clips[0], c_clip=clips[1], pg_rho_clip=clips[2])
+    for b in range(B):
+        want_vs, want_pg = _vtrace_by_definition(r[:, b], v[:, b], nv[:, b], term[:, b], trunc[:, b], log_rho[:, b],
+                                                 0.9, 0.8, *clips)
+        np.testing.assert_allclose(vs[:, b], want_vs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(pg[:, b], want_pg, rtol=1e-5, atol=1e-5)
+
+
+def test_vtrace_checks_shapes():
+    with pytest.raises(AssertionError, match="vtrace: .*same shape"):
+        vtrace(np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3, bool), np.zeros(3, bool), np.zeros(4), 0.9)
