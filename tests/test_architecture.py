@@ -82,7 +82,8 @@ def test_no_import_cycles():
 
 
 # What each package may import from rljax (besides itself), as its __init__ docstring says:
-# env < core < runtime < {agents, store} < policy < training < cli; suites and host beside core. The most
+# env < core < runtime < {agents, store} < policy < training < cli; suites and host beside core, the
+# actor-learner path (host envs) beside training. The most
 # specific entry names a module's package (rljax.training.hooks is inside rljax.training).
 _BELOW_POLICY = {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store"}
 ALLOWED_IMPORTS: dict[str, set[str]] = {
@@ -90,6 +91,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.core": {"rljax.env"},
     "rljax.suites": {"rljax.env", "rljax.core"},
     "rljax.host": {"rljax.env"},
+    "rljax.actorlearner": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.host"},
     "rljax.runtime": {"rljax.env", "rljax.core"},
     "rljax.agents": {"rljax.env", "rljax.core", "rljax.runtime"},
     "rljax.store": {"rljax.env", "rljax.core", "rljax.runtime"},

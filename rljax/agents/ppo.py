@@ -27,8 +27,8 @@ from rljax.core.config import check_choice, check_floats, check_sizes, field, hy
 from rljax.core.networks import ACTIVATIONS
 from rljax.core.returns import gae
 
-__all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_loss", "ppo_optimizer", "ppo_learn",
-           "explained_variance", "make_ppo"]
+__all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_batch", "ppo_loss", "ppo_optimizer",
+           "ppo_learn", "explained_variance", "make_ppo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +226,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     network = actor_critic_network(config, env, env_params, "PPO")
     apply_fn = network.apply
     batch_of = _recurrent_ppo_batch(apply_fn, sequence_length(config)) if config.recurrent else \
-        functools.partial(_ppo_batch, apply_fn)
+        functools.partial(ppo_batch, apply_fn)
     loss_apply = sequence_apply(apply_fn) if config.recurrent else apply_fn
 
     def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
@@ -251,7 +251,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         normalize_obs=config.normalize_obs, normalize_reward=config.normalize_reward)
 
 
-def _ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParams
+def ppo_batch(apply_fn: Any, params: Any, traj: Any, hyperparams: PPOHyperParams
                ) -> tuple[PPOBatch, tuple[jax.Array, jax.Array]]:
     """The rollout ``traj`` (``[T, B]``, ``extras`` the log-probs) as a flat :class:`PPOBatch` ``[T * B]``
     with GAE advantages and value targets that bootstrap through truncation

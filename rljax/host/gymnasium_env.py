@@ -1,7 +1,8 @@
 """Gymnasium vector envs as a batch of host envs (``--env gymnasium/<id>``).
 
 :class:`GymnasiumEnv` steps ``N`` copies of a registered Gymnasium env in this process
-(``asynchronous=False``: ``SyncVectorEnv``) or in ``N`` worker processes (``AsyncVectorEnv``), with
+(``asynchronous=False``: ``SyncVectorEnv``) or in ``N`` worker processes (``AsyncVectorEnv``, started
+with ``spawn``: a forked worker would inherit JAX's threads), with
 Gymnasium's same-step auto-reset, so a step's ``obs`` already belongs to the next episode where one
 ended and ``final_obs`` holds the observation the step reached (:mod:`rljax.host.base`). Gymnasium's
 ``terminated`` and ``truncated`` (its ``TimeLimit``) pass through unchanged.
@@ -61,8 +62,11 @@ class GymnasiumEnv:
             close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
             raise ValueError(f"unknown Gymnasium env {env_id!r}" + (f"; did you mean {', '.join(close)}?" if close
                                                                      else " (is the package that registers it imported?)"))
+        vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        if asynchronous:  # workers started by fork would inherit JAX's threads; spawn starts them clean
+            vector_kwargs["context"] = "spawn"
         self._env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="async" if asynchronous else "sync",
-                                       vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **make_kwargs)
+                                       vector_kwargs=vector_kwargs, **make_kwargs)
         try:
             self.spec = HostSpec(num_envs, host_space(self._env.single_observation_space, f"{env_id}'s observation space"),
                                  host_space(self._env.single_action_space, f"{env_id}'s action space"))

@@ -1,0 +1,227 @@
+"""PPO on host envs: actors act with a (possibly stale) policy, the learner runs rljax's PPO update.
+
+The update is :func:`rljax.agents.ppo.ppo_learn` on :func:`rljax.agents.ppo.ppo_batch` (GAE from the
+learner's current critic, bootstrapping through truncation from the final observation): the ratio
+``pi_theta / mu`` against the *behaviour* log-probs the actor recorded, clipped to ``1 +- clip_eps``,
+is what corrects for the policy lag, as Cleanba's PPO does. With ``max_policy_lag = 0`` and one actor
+the run is the synchronous host loop: every rollout acts with the params of the update before it.
+
+:func:`train_host_ppo` is the Python entry point; a row per update reports the learning metrics
+beside the system's: env steps/s, the policy lag learned from, the queue depth, the actors' and the
+learner's busy fractions, env step time p50/p99 and the slowest actor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, Rollout, Schedule
+from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
+from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
+from rljax.env import Box
+from rljax.host.base import HostEnv, HostSpec
+
+__all__ = ["HostOptions", "HostResult", "host_ppo_functions", "train_host_ppo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostOptions:
+    """How the actor-learner path is laid out.
+
+    Attributes:
+        num_actors: actor threads, each with its own batch of ``config.num_envs`` host envs.
+        max_policy_lag: rollout ``k`` acts with params of version ``>= k - max_policy_lag`` (0: the
+            synchronous host loop).
+        queue_size: rollouts that may wait for the learner.
+        actor_device, learner_device: where the policy and the update run (default: the first device).
+        rollout_timeout_s: the learner's longest wait for a rollout before the run fails.
+    """
+
+    num_actors: int = 1
+    max_policy_lag: int = 1
+    queue_size: int = 2
+    actor_device: Any = None
+    learner_device: Any = None
+    rollout_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
+        if not self.rollout_timeout_s > 0:
+            raise ValueError(f"rollout_timeout_s={self.rollout_timeout_s}: must be > 0")
+
+
+@dataclasses.dataclass
+class HostResult:
+    """What :func:`train_host_ppo` returns: the final params and optimiser state, one row per update."""
+
+    params: Any
+    opt_state: Any
+    rows: list[dict[str, Any]]
+
+
+class _Spaces:
+    """The env-like view of a :class:`~rljax.host.base.HostSpec` the network builders take: its
+    spaces, and a ``reset`` whose observation has the declared shape and dtype."""
+
+    default_params = None
+
+    def __init__(self, spec: HostSpec):
+        self.spec = spec
+
+    def reset(self, key: Any, params: Any = None) -> tuple[Any, None]:
+        return jnp.zeros(self.spec.obs_shape, self.spec.obs_dtype), None
+
+    def observation_space(self, params: Any = None) -> Any:
+        return self.spec.observation_space
+
+    def action_space(self, params: Any = None) -> Any:
+        return self.spec.action_space
+
+
+def _check(config: PPOConfig) -> None:
+    unsupported = {"memory": config.memory != "none", "normalize_obs": config.normalize_obs,
+                   "normalize_reward": config.normalize_reward, "num_devices": config.num_devices != 1}
+    bad = [k for k, v in unsupported.items() if v]
+    if bad:
+        raise ValueError(f"the host path runs a memoryless PPO without normalisers on one learner device; "
+                         f"{', '.join(f'{k}={getattr(config, k)!r}' for k in bad)} are for JAX envs")
+
+
+def host_ppo_functions(config: PPOConfig, spec: HostSpec) -> tuple[Any, Callable, Callable]:
+    """``(network, policy, update)`` for ``spec``'s spaces.
+
+    ``policy(params, obs, key, step) -> (action, log_prob)`` samples the behaviour policy with
+    ``fold_in(key, step)`` (the actor clips a
+    Box action to the space's bounds when it steps the envs; the rollout keeps the sample). ``update(params,
+    opt_state, traj, key, updates, num_updates) -> (params, opt_state, metrics)`` is one PPO update on
+    a ``[T, N]`` :class:`~rljax.core.rollout.Transition`. Both are jitted.
+    """
+    network = actor_critic_network(config, _Spaces(spec), None, "PPO")
+    apply_fn, hyper = network.apply, config.hyperparams()
+
+    def policy(params: Any, obs: Any, key: jax.Array, step: Any) -> tuple[jax.Array, jax.Array]:
+        return sampling_policy(apply_fn, params)(jax.random.fold_in(key, step), obs)
+
+    def update(params: Any, opt_state: Any, traj: Any, key: jax.Array, updates: Any, num_updates: Any):
+        lr = annealed_learning_rate(hyper, updates, num_updates, config.anneal_lr)
+        batch, (values, targets) = ppo_batch(apply_fn, params, traj, hyper)
+        params, opt_state, metrics = ppo_learn(
+            params, opt_state, batch, key, hyper, lr, apply_fn, num_epochs=config.num_epochs,
+            num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
+            clip_value_loss=config.clip_value_loss)
+        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values),
+                                   "learning_rate": lr}
+
+    return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1))
+
+
+def train_host_ppo(config: PPOConfig, make_env: Callable[[int], HostEnv], options: HostOptions = HostOptions(),
+                   on_row: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+    """Trains PPO on host envs through actors and a learner (see the module docstring).
+
+    Args:
+        config: PPO's config; ``num_envs`` envs per actor, ``num_steps`` per rollout, and
+            ``total_timesteps // (num_envs * num_steps)`` updates, one per rollout. ``seed`` seeds the
+            params, the keys and the envs (actor ``a``'s env ``i``: ``seed + a * num_envs + i``).
+        make_env: ``make_env(actor) -> HostEnv`` with ``config.num_envs`` envs (e.g.
+            ``lambda a: make_host_env("gymnasium/CartPole-v1", config.num_envs)``).
+        options: the layout (:class:`HostOptions`).
+        on_row: called with each update's row as it is made.
+
+    Returns:
+        A :class:`HostResult`.
+    """
+    config.validate()
+    _check(config)
+    envs = []
+    try:
+        for a in range(options.num_actors):
+            envs.append(make_env(a))
+        return _train(config, envs, options, on_row)
+    finally:
+        for env in envs:
+            try:
+                env.close()
+            except Exception:  # a broken env must not hide the run's own error
+                pass
+
+
+def _train(config: PPOConfig, envs: list[HostEnv], options: HostOptions,
+           on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+    spec = envs[0].spec
+    shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
+    for a, env in enumerate(envs):
+        if shape(env.spec) != shape(spec):
+            raise ValueError(f"actor {a}'s envs differ from actor 0's: {env.spec} vs {spec}")
+    if spec.num_envs != config.num_envs:
+        raise ValueError(f"the host envs are batches of {spec.num_envs}, but num_envs={config.num_envs}")
+    actor_device = options.actor_device or jax.devices()[0]
+    learner_device = options.learner_device or jax.devices()[0]
+    network, policy, update = host_ppo_functions(config, spec)
+    k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
+    dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
+    params = jax.device_put(network.init(k_init, dummy), learner_device)
+    opt_state = ppo_optimizer(config.hyperparams(), config.learning_rate).init(params)
+    num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
+    store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False)), threading.Event()
+    out, schedule = queue.Queue(options.queue_size), Schedule(num_updates)
+    space = spec.action_space
+    bounds = (np.asarray(space.low), np.asarray(space.high)) if isinstance(space, Box) else None
+    pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
+                            config.seed + a * config.num_envs, config.num_steps, options.max_policy_lag,
+                            actor_device, stop, bounds) for a, env in enumerate(envs)], out, stop)
+    rows: list[dict[str, Any]] = []
+    pool.start()
+    try:
+        start, env_steps = time.perf_counter(), 0
+        for u in range(num_updates):
+            t0 = time.perf_counter()
+            rollout = pool.get(u, options.rollout_timeout_s)
+            t1 = time.perf_counter()
+            traj = jax.device_put(rollout.traj, learner_device)
+            params, opt_state, metrics = update(params, opt_state, traj, jax.random.fold_in(k_learn, u),
+                                                np.float32(u), np.float32(num_updates))
+            # A copy, never an alias: the next update donates the learner's params.
+            store.publish(jax.device_put(params, actor_device, may_alias=False), u + 1)
+            metrics = jax.device_get(metrics)
+            t2 = time.perf_counter()
+            env_steps += rollout.traj.reward.size
+            row = _row(u, env_steps, time.perf_counter() - start, rollout, metrics, pool.depth(), t1 - t0, t2 - t1)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    finally:
+        pool.close()
+    return HostResult(params, opt_state, rows)
+
+
+def _row(update: int, env_steps: int, elapsed: float, rollout: Rollout, metrics: dict, depth: int,
+         learner_wait_s: float, learner_busy_s: float) -> dict[str, Any]:
+    returns = [r for r, _ in rollout.episodes]
+    lengths = [n for _, n in rollout.episodes]
+    step_ms = rollout.env_step_s * 1e3
+    busy = rollout.policy_s + float(rollout.env_step_s.sum())
+    return {
+        "update": update + 1, "env_steps": env_steps, "episodes": len(returns),
+        "episode_return_mean": float(np.mean(returns)) if returns else None,
+        "episode_length_mean": float(np.mean(lengths)) if lengths else None,
+        **{k: float(v) for k, v in metrics.items()},
+        "sps": env_steps / max(elapsed, 1e-9), "wall_time_s": elapsed,
+        "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,
+        "host/actor_busy": busy / max(rollout.total_s, 1e-9),
+        "host/learner_busy": learner_busy_s / max(learner_busy_s + learner_wait_s, 1e-9),
+        "host/env_step_p50_ms": float(np.percentile(step_ms, 50)),
+        "host/env_step_p99_ms": float(np.percentile(step_ms, 99)),
+    }

@@ -1,0 +1,140 @@
+"""The actor-learner machinery with a scripted env and a numpy policy: rollouts, episode sums, the lag
+bound, in-order delivery, clipping, and an actor's error reaching the learner."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, Rollout, Schedule
+from rljax.env import Box, Discrete
+from rljax.host.base import HostSpec, HostStep
+
+
+class Counter:
+    """N envs whose observation is the step count; env i ends its episode every i + 2 steps (terminated
+    on even env indices, truncated on odd ones); the reward is the action."""
+
+    def __init__(self, n: int = 3, action_space=None, fail_at: int | None = None):
+        self.spec = HostSpec(n, Box(-1e9, 1e9, (1,)), action_space or Discrete(5))
+        self.t, self.fail_at, self.closed, self.actions = np.zeros(n, np.int64), fail_at, False, []
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.t[:] = 0
+        return self.t[:, None].astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        if self.fail_at is not None and len(self.actions) == self.fail_at:
+            raise RuntimeError("the simulator crashed")
+        self.actions.append(np.array(actions))
+        self.t += 1
+        final = self.t[:, None].astype(np.float32)
+        ended = self.t % (np.arange(len(self.t)) + 2) == 0
+        term, trunc = ended & (np.arange(len(self.t)) % 2 == 0), ended & (np.arange(len(self.t)) % 2 == 1)
+        self.t[ended] = 0
+        reward = np.asarray(actions, np.float32).reshape(len(self.t), -1)[:, 0]
+        return HostStep(self.t[:, None].astype(np.float32), reward, term, trunc, final)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _policy(params, obs, key, step):
+    """Action = params (a version-tagged constant); log-prob = -step."""
+    n = obs.shape[0]
+    return np.full(n, params, np.int64), np.full(n, -float(step), np.float32)
+
+
+def _actor(env, store, out, schedule, stop, num_steps=4, max_lag=0, bounds=None, policy=_policy):
+    return Actor(0, env, policy, store, out, schedule, jax.random.key(0), 0, num_steps, max_lag, jax.devices()[0],
+                 stop, bounds)
+
+
+def test_a_rollout_holds_the_steps_and_the_episodes_that_ended():
+    env, out, stop = Counter(), queue.Queue(), threading.Event()
+    actor = _actor(env, ParamStore(1), out, Schedule(1), stop, num_steps=4)
+    actor.run()
+    rollout = out.get_nowait()
+    traj = rollout.traj
+    assert (rollout.index, rollout.version) == (0, 0)
+    assert traj.obs.shape == (4, 3, 1) and traj.action.shape == (4, 3) and traj.extras.tolist()[1] == [-1.0] * 3
+    # next_obs is the observation each step reached (the step count of the episode it ended or continued).
+    assert traj.next_obs[:, :, 0].tolist() == [[1, 1, 1], [2, 2, 2], [1, 3, 3], [2, 1, 4]]
+    # env 0 ends every 2 steps (terminated), env 1 every 3 (truncated), env 2 every 4 (terminated).
+    assert traj.terminated[:, 0].tolist() == [False, True, False, True] and not traj.truncated[:, 0].any()
+    assert traj.truncated[:, 1].tolist() == [False, False, True, False] and not traj.terminated[:, 1].any()
+    assert traj.obs[:, 0, 0].tolist() == [0, 1, 0, 1]  # obs after an end is the next episode's first
+    assert sorted(rollout.episodes) == [(2.0, 2), (2.0, 2), (3.0, 3), (4.0, 4)]  # reward 1 a step
+    assert rollout.env_step_s.shape == (4,) and rollout.total_s >= rollout.policy_s
+
+
+def test_rollout_k_waits_for_version_k_minus_the_lag():
+    env, out, stop = Counter(), queue.Queue(), threading.Event()
+    store = ParamStore(1, version=0)
+    actor = _actor(env, store, out, Schedule(3), stop, max_lag=0)
+    actor.start()
+    first = out.get(timeout=10)
+    time.sleep(0.3)
+    assert out.empty(), "rollout 1 was collected before version 1 was published"
+    store.publish(2, 1)
+    second = out.get(timeout=10)
+    assert (first.version, second.version) == (0, 1) and second.traj.action[0, 0] == 2
+    stop.set()
+    actor.join(5)
+    assert not actor.is_alive()
+
+
+def test_the_pool_delivers_in_order_and_reports_an_actors_error():
+    out, stop = queue.Queue(), threading.Event()
+    pool = ActorPool([], out, stop)
+    dummy = lambda k: Rollout(k, 0, 0, None, [], np.zeros(1), 0.0, 0.0)  # noqa: E731
+    out.put(dummy(1))
+    out.put(dummy(0))
+    assert pool.get(0, 5).index == 0 and pool.depth() == 1 and pool.get(1, 5).index == 1
+    with pytest.raises(TimeoutError, match="rollout 2 did not arrive within 0.2 s"):
+        pool.get(2, 0.2)
+    env = Counter(fail_at=2)
+    actor = _actor(env, ParamStore(1), out, Schedule(5), stop)
+    pool = ActorPool([actor], out, stop)
+    pool.start()
+    with pytest.raises(RuntimeError, match="actor 0 .* failed: RuntimeError: the simulator crashed"):
+        pool.get(0, 10)
+    pool.close()
+    assert env.closed and stop.is_set()
+
+
+def test_box_actions_are_clipped_for_the_env_and_kept_as_sampled():
+    env = Counter(n=2, action_space=Box(-1.0, 1.0, (1,)))
+    out, stop = queue.Queue(), threading.Event()
+    policy = lambda params, obs, key, step: (np.array([[-3.0], [0.5]], np.float32), np.zeros(2, np.float32))  # noqa: E731
+    _actor(env, ParamStore(0), out, Schedule(1), stop, num_steps=2, bounds=(np.array([-1.0]), np.array([1.0])),
+           policy=policy).run()
+    assert env.actions[0].tolist() == [[-1.0], [0.5]]
+    assert out.get_nowait().traj.action[0].tolist() == [[-3.0], [0.5]]
+
+
+def test_the_schedule_hands_out_each_rollout_once():
+    schedule, got = Schedule(200), []
+
+    def claim():
+        while (k := schedule.claim()) is not None:
+            got.append(k)
+
+    threads = [threading.Thread(target=claim) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(200))
+
+
+def test_a_stopped_store_wait_returns_none():
+    stop = threading.Event()
+    stop.set()
+    assert ParamStore("p", 0).wait_for(5, stop) is None
+    assert ParamStore("p", 5).wait_for(5, stop) == ("p", 5)

@@ -1,0 +1,100 @@
+"""PPO on host envs: the synchronous mode is deterministic and a served env gives the same bits as
+the env itself; the lag stays within its bound; it learns CartPole; bad layouts and configs are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rljax.actorlearner.ppo import HostOptions, train_host_ppo
+from rljax.agents.ppo import PPOConfig
+from rljax.host.gymnasium_env import GymnasiumEnv
+from rljax.host.server import TOKEN_VARIABLE, EnvServer
+from rljax.host.sources import make_host_env
+from tests.support.runs import leaves
+
+SMALL = PPOConfig(env="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6, num_minibatches=2,
+                  num_epochs=2, hidden_sizes=(16, 16))
+SYNC = HostOptions(num_actors=1, max_policy_lag=0)
+MEASURED = ("sps", "wall_time_s", "host/")
+
+
+def _same(rows_a, rows_b):
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(MEASURED)} for r in rows]  # noqa: E731
+    assert strip(rows_a) == strip(rows_b)
+
+
+def _gym(config):
+    return lambda actor: make_host_env("gymnasium/CartPole-v1", config.num_envs, max_episode_steps=50)
+
+
+def test_the_synchronous_mode_is_deterministic_and_a_served_env_gives_the_same_bits(monkeypatch):
+    a = train_host_ppo(SMALL, _gym(SMALL), SYNC)
+    b = train_host_ppo(SMALL, _gym(SMALL), SYNC)
+    assert [r["host/policy_lag"] for r in a.rows] == [0] * 6
+    assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(b.params)))
+    _same(a.rows, b.rows)
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    with EnvServer(lambda: GymnasiumEnv("CartPole-v1", SMALL.num_envs, max_episode_steps=50)) as server:
+        server.start()
+        host, port = server.address
+        served = train_host_ppo(SMALL, lambda actor: make_host_env(f"server:{host}:{port}", SMALL.num_envs), SYNC)
+    assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(served.params)))
+    _same(a.rows, served.rows)
+
+
+def test_the_lag_learned_from_stays_within_its_bound():
+    rows = train_host_ppo(SMALL, _gym(SMALL), HostOptions(num_actors=2, max_policy_lag=1)).rows
+    assert len(rows) == 6 and {r["host/policy_lag"] for r in rows} <= {0, 1}
+    assert {r["host/actor"] for r in rows} <= {0, 1} and sum(r["episodes"] for r in rows) > 0
+    for r in rows:
+        assert 0 <= r["host/actor_busy"] <= 1 and 0 <= r["host/learner_busy"] <= 1
+        assert 0 < r["host/env_step_p50_ms"] <= r["host/env_step_p99_ms"]
+
+
+def test_it_learns_cartpole_with_a_lagged_policy():
+    config = PPOConfig(env="CartPole-v1", num_envs=8, num_steps=64, total_timesteps=8 * 64 * 40, learning_rate=1e-3,
+                       anneal_lr=False)
+    rows = train_host_ppo(config, lambda a: make_host_env("gymnasium/CartPole-v1", 8),
+                          HostOptions(num_actors=1, max_policy_lag=1)).rows
+    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+    early, late = np.mean(returns[:5]), np.mean(returns[-5:])
+    assert late > max(100.0, 3 * early), (early, late)
+
+
+def test_box_actions_train_on_pendulum():
+    config = PPOConfig(env="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, num_minibatches=2,
+                       num_epochs=1, hidden_sizes=(16,))
+    result = train_host_ppo(config, lambda a: make_host_env("gymnasium/Pendulum-v1", 2), SYNC)
+    assert len(result.rows) == 3 and all(np.isfinite(r["policy_loss"]) for r in result.rows)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(memory="gru"), "memory='gru'"),
+    (dict(normalize_obs=True), "normalize_obs=True"),
+    (dict(num_devices=2), "num_devices=2"),
+])
+def test_what_the_host_path_does_not_run_is_refused_by_name(change, message):
+    with pytest.raises(ValueError, match=message):
+        train_host_ppo(PPOConfig(**{**SMALL.__dict__, **change}), _gym(SMALL))
+
+
+def test_a_batch_that_is_not_num_envs_is_refused_and_the_envs_closed():
+    made = []
+
+    def make(actor):
+        made.append(GymnasiumEnv("CartPole-v1", 3))
+        return made[-1]
+
+    with pytest.raises(ValueError, match="batches of 3, but num_envs=4"):
+        train_host_ppo(SMALL, make)
+    assert made and all(env._env.closed for env in made)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(num_actors=0), "num_actors=0"), (dict(max_policy_lag=-1), "max_policy_lag=-1"),
+    (dict(queue_size=0), "queue_size=0"), (dict(rollout_timeout_s=0), "rollout_timeout_s=0"),
+])
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        HostOptions(**options)
