@@ -12,9 +12,11 @@ Each :class:`Actor` is a thread that owns one batch of host envs. Per step it ru
 ``policy(params, obs, key) -> (action, log_prob)`` (jitted, on its device), steps the envs and
 records a :class:`~rljax.core.rollout.Transition` row (``next_obs`` is the step's ``final_obs``,
 ``extras`` the behaviour log-probs). It times every env step (for p50/p99), the policy, and its
-waits for params and for room in the queue, and sums finished episodes. An exception in an actor
-(an env that raised or hung past its timeout) stops the run: :meth:`ActorPool.get` re-raises it on
-the learner's thread, naming the actor.
+waits for params and for room in the queue, and sums finished episodes. Envs that fail (raise, or
+hang past a server's timeout) are replaced by a :class:`RestartPolicy` with back-off; the episodes
+in flight are dropped and counted, and the interrupted rollout is collected again. Repeated failure,
+or any other exception in an actor, stops the run: :meth:`ActorPool.get` re-raises it on the
+learner's thread, naming the actor.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorPool", "ParamStore", "Rollout", "Schedule"]
+__all__ = ["Actor", "ActorPool", "EnvFailure", "ParamStore", "RestartPolicy", "Rollout", "Schedule"]
 
 
 class Schedule:
@@ -48,6 +50,30 @@ class Schedule:
                 return None
             self._next += 1
             return self._next - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """What an actor does when its envs fail (an env that raised, a server that hung past its timeout
+    or went away): make a new batch with ``remake()`` after a back-off of ``backoff_s * 2^(n-1)``
+    (at most ``max_backoff_s``) for the n-th failure in a row, and give up (stopping the run) after
+    ``max_failures`` failures in a row. A completed rollout resets the count."""
+
+    remake: Callable[[], HostEnv]
+    max_failures: int = 3
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+
+
+class EnvFailure(Exception):
+    """The envs raised while an actor stepped or reset them; ``episodes`` had ended in the partial rollout."""
+
+    def __init__(self, cause: BaseException, episodes: int = 0):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause, self.episodes = cause, episodes
 
 
 class ParamStore:
@@ -89,6 +115,8 @@ class Rollout:
         episodes: ``(return, length)`` of every episode that ended in it.
         env_step_s: seconds of each of the ``T`` env steps.
         policy_s, wait_params_s, wait_queue_s, total_s: where the actor's time went.
+        env_restarts, lost_episodes: the env restarts while collecting it, and the episodes they
+            dropped (every env's episode in flight, and those that ended in the discarded steps).
     """
 
     index: int
@@ -101,6 +129,8 @@ class Rollout:
     wait_params_s: float
     wait_queue_s: float = 0.0
     total_s: float = 0.0
+    env_restarts: int = 0
+    lost_episodes: int = 0
 
 
 class Actor(threading.Thread):
@@ -119,32 +149,86 @@ class Actor(threading.Thread):
         stop: set by anyone to end the run.
         bounds: ``(low, high)`` a Box action is clipped to when the envs are stepped (the rollout keeps
             the sampled action), or None.
+        restarts: how failed envs are replaced (:class:`RestartPolicy`); None: a failure stops the run.
+            A rollout the failure interrupted is collected again from its start with the new envs,
+            reset with seed ``seed + 7919 * restarts`` so that they do not replay the same episodes.
     """
 
     def __init__(self, index: int, env: HostEnv, policy: Callable[..., Any], store: ParamStore, out: queue.Queue,
                  schedule: Schedule, key: jax.Array, seed: int, num_steps: int, max_policy_lag: int, device: Any,
-                 stop: threading.Event, bounds: tuple[np.ndarray, np.ndarray] | None = None):
+                 stop: threading.Event, bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                 restarts: RestartPolicy | None = None):
         super().__init__(daemon=True, name=f"rljax-actor-{index}")
         self.index, self.env, self.policy, self.store, self.out = index, env, policy, store, out
         self.schedule, self.key, self.seed, self.num_steps = schedule, key, seed, num_steps
         self.max_policy_lag, self.device, self.stop, self.bounds = max_policy_lag, device, stop, bounds
-        self.error: BaseException | None = None
+        self.restarts, self.error = restarts, None
+        self.env_restarts, self._failures, self._lost = 0, 0, 0
         n = env.spec.num_envs
         self._returns, self._lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
 
     def run(self) -> None:
         try:
-            obs = self.env.reset(self.seed)
-            while not self.stop.is_set():
+            obs = self._reset()
+            while obs is not None and not self.stop.is_set():
                 k = self.schedule.claim()
                 if k is None:
                     return
-                rollout, obs = self._collect(k, obs)
+                rollout, obs = self._collect_with_restarts(k, obs)
                 if rollout is None or not self._put(rollout):
                     return
         except BaseException as err:  # reported on the learner's thread by ActorPool.get
             self.error = err
             self.stop.set()
+
+    def _reset(self) -> np.ndarray | None:
+        """The first observations of fresh episodes, through as many restarts as the policy allows."""
+        while True:
+            try:
+                self._returns[:], self._lengths[:] = 0.0, 0
+                return self.env.reset(self.seed + 7919 * self.env_restarts)
+            except Exception as err:
+                if not self._restart(EnvFailure(err)):
+                    return None
+
+    def _collect_with_restarts(self, k: int, obs: np.ndarray) -> tuple[Rollout | None, np.ndarray | None]:
+        restarts, lost = self.env_restarts, self._lost
+        while True:
+            try:
+                rollout, obs = self._collect(k, obs)
+            except EnvFailure as failure:
+                if not self._restart(failure):
+                    return None, None
+                obs = self._reset()
+                if obs is None:
+                    return None, None
+                continue
+            self._failures = 0
+            if rollout is not None:
+                rollout.env_restarts, rollout.lost_episodes = self.env_restarts - restarts, self._lost - lost
+            return rollout, obs
+
+    def _restart(self, failure: EnvFailure) -> bool:
+        """Replaces the failed envs after a back-off; False if the run stopped meanwhile. Raises when
+        there is no restart policy or the failures in a row exceed it."""
+        self._failures += 1
+        budget = 0 if self.restarts is None else self.restarts.max_failures
+        if self._failures > budget:
+            raise RuntimeError(f"the envs failed {self._failures} time(s) in a row (restarts allowed: {budget}); "
+                               f"the last failure: {failure}") from failure.cause
+        self._lost += self.env.spec.num_envs + failure.episodes
+        try:
+            self.env.close()
+        except Exception:  # a broken env may not close cleanly
+            pass
+        if self.stop.wait(self.restarts.delay(self._failures)):
+            return False
+        self.env_restarts += 1
+        try:
+            self.env = self.restarts.remake()
+        except Exception as err:  # the simulator is still down: another failure, another back-off
+            return self._restart(EnvFailure(err))
+        return True
 
     def _collect(self, k: int, obs: np.ndarray) -> tuple[Rollout | None, np.ndarray]:
         start = time.perf_counter()
@@ -161,7 +245,10 @@ class Actor(threading.Thread):
             t0 = time.perf_counter()
             action, log_prob = jax.device_get(self.policy(params, place(obs), key, np.uint32(t)))
             t1 = time.perf_counter()
-            step = self.env.step(np.asarray(action) if self.bounds is None else np.clip(action, *self.bounds))
+            try:
+                step = self.env.step(np.asarray(action) if self.bounds is None else np.clip(action, *self.bounds))
+            except Exception as err:
+                raise EnvFailure(err, len(episodes)) from err
             step_s[t] = time.perf_counter() - t1
             policy_s += t1 - t0
             rows.append((obs, action, step.reward, step.terminated, step.truncated, step.final_obs, log_prob))

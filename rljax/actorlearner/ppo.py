@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, Rollout, Schedule
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
@@ -44,6 +44,11 @@ class HostOptions:
         queue_size: rollouts that may wait for the learner.
         actor_device, learner_device: where the policy and the update run (default: the first device).
         rollout_timeout_s: the learner's longest wait for a rollout before the run fails.
+        max_env_restarts: failures in a row an actor's envs may have before the run stops; each
+            failure closes them and makes a new batch with ``make_env(actor)`` after a back-off of
+            ``restart_backoff_s`` doubling per failure in a row (at most 30 s). 0: the first failure
+            stops the run.
+        restart_backoff_s: the first back-off.
     """
 
     num_actors: int = 1
@@ -52,14 +57,17 @@ class HostOptions:
     actor_device: Any = None
     learner_device: Any = None
     rollout_timeout_s: float = 600.0
+    max_env_restarts: int = 3
+    restart_backoff_s: float = 1.0
 
     def __post_init__(self):
-        for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1)):
+        for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1), ("max_env_restarts", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
-        if not self.rollout_timeout_s > 0:
-            raise ValueError(f"rollout_timeout_s={self.rollout_timeout_s}: must be > 0")
+        for name in ("rollout_timeout_s", "restart_backoff_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
 
 
 @dataclasses.dataclass
@@ -149,7 +157,7 @@ def train_host_ppo(config: PPOConfig, make_env: Callable[[int], HostEnv], option
     try:
         for a in range(options.num_actors):
             envs.append(make_env(a))
-        return _train(config, envs, options, on_row)
+        return _train(config, envs, make_env, options, on_row)
     finally:
         for env in envs:
             try:
@@ -158,7 +166,7 @@ def train_host_ppo(config: PPOConfig, make_env: Callable[[int], HostEnv], option
                 pass
 
 
-def _train(config: PPOConfig, envs: list[HostEnv], options: HostOptions,
+def _train(config: PPOConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv], options: HostOptions,
            on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
     spec = envs[0].spec
     shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
@@ -179,13 +187,15 @@ def _train(config: PPOConfig, envs: list[HostEnv], options: HostOptions,
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates)
     space = spec.action_space
     bounds = (np.asarray(space.low), np.asarray(space.high)) if isinstance(space, Box) else None
+    restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
+                                       options.restart_backoff_s)
     pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
                             config.seed + a * config.num_envs, config.num_steps, options.max_policy_lag,
-                            actor_device, stop, bounds) for a, env in enumerate(envs)], out, stop)
+                            actor_device, stop, bounds, restarts(a)) for a, env in enumerate(envs)], out, stop)
     rows: list[dict[str, Any]] = []
     pool.start()
     try:
-        start, env_steps = time.perf_counter(), 0
+        start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
         for u in range(num_updates):
             t0 = time.perf_counter()
             rollout = pool.get(u, options.rollout_timeout_s)
@@ -198,7 +208,9 @@ def _train(config: PPOConfig, envs: list[HostEnv], options: HostOptions,
             metrics = jax.device_get(metrics)
             t2 = time.perf_counter()
             env_steps += rollout.traj.reward.size
+            restarted, lost = restarted + rollout.env_restarts, lost + rollout.lost_episodes
             row = _row(u, env_steps, time.perf_counter() - start, rollout, metrics, pool.depth(), t1 - t0, t2 - t1)
+            row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
             rows.append(row)
             if on_row is not None:
                 on_row(row)

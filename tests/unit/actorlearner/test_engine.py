@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, Rollout, Schedule
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule
 from rljax.env import Box, Discrete
 from rljax.host.base import HostSpec, HostStep
 
@@ -50,9 +50,9 @@ def _policy(params, obs, key, step):
     return np.full(n, params, np.int64), np.full(n, -float(step), np.float32)
 
 
-def _actor(env, store, out, schedule, stop, num_steps=4, max_lag=0, bounds=None, policy=_policy):
+def _actor(env, store, out, schedule, stop, num_steps=4, max_lag=0, bounds=None, policy=_policy, restarts=None):
     return Actor(0, env, policy, store, out, schedule, jax.random.key(0), 0, num_steps, max_lag, jax.devices()[0],
-                 stop, bounds)
+                 stop, bounds, restarts)
 
 
 def test_a_rollout_holds_the_steps_and_the_episodes_that_ended():
@@ -102,7 +102,8 @@ def test_the_pool_delivers_in_order_and_reports_an_actors_error():
     actor = _actor(env, ParamStore(1), out, Schedule(5), stop)
     pool = ActorPool([actor], out, stop)
     pool.start()
-    with pytest.raises(RuntimeError, match="actor 0 .* failed: RuntimeError: the simulator crashed"):
+    with pytest.raises(RuntimeError, match=r"actor 0 .* failed: RuntimeError: the envs failed 1 time\(s\) in a row "
+                                           r"\(restarts allowed: 0\); the last failure: RuntimeError: the simulator crashed"):
         pool.get(0, 10)
     pool.close()
     assert env.closed and stop.is_set()
@@ -138,3 +139,38 @@ def test_a_stopped_store_wait_returns_none():
     stop.set()
     assert ParamStore("p", 0).wait_for(5, stop) is None
     assert ParamStore("p", 5).wait_for(5, stop) == ("p", 5)
+
+
+def test_failed_envs_are_replaced_and_the_interrupted_rollout_collected_again():
+    """The env fails at its 7th step (rollout 1's third, after its second step ended the episodes of
+    envs 0 and 1): a new batch replaces it, rollout 1 is collected again from its start, and the 3
+    episodes in flight plus the 2 that ended in the discarded steps are counted as lost."""
+    first = Counter(fail_at=6)
+    made = []
+    remake = lambda: made.append(Counter()) or made[-1]  # noqa: E731
+    out, stop = queue.Queue(), threading.Event()
+    _actor(first, ParamStore(1), out, Schedule(3), stop, max_lag=10,
+           restarts=RestartPolicy(remake, backoff_s=0.01)).run()
+    rollouts = [out.get_nowait() for _ in range(3)]
+    assert [r.index for r in rollouts] == [0, 1, 2] and first.closed and len(made) == 1
+    assert [(r.env_restarts, r.lost_episodes) for r in rollouts] == [(0, 0), (1, 5), (0, 0)]
+    assert rollouts[1].traj.obs[0, :, 0].tolist() == [0, 0, 0]  # from the new batch's first observations
+    assert len(made[0].actions) == 8
+
+
+def test_envs_that_keep_failing_stop_the_run_after_the_allowed_restarts():
+    def remake():
+        raise ConnectionError("the env server is down")
+
+    out, stop = queue.Queue(), threading.Event()
+    actor = _actor(Counter(fail_at=0), ParamStore(1), out, Schedule(3), stop,
+                   restarts=RestartPolicy(remake, max_failures=2, backoff_s=0.01))
+    actor.run()
+    assert stop.is_set() and out.empty()
+    assert "the envs failed 3 time(s) in a row (restarts allowed: 2); the last failure: ConnectionError: the env " \
+           "server is down" in str(actor.error)
+
+
+def test_the_back_off_doubles_up_to_its_cap():
+    policy = RestartPolicy(lambda: None, backoff_s=0.5, max_backoff_s=3.0)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
