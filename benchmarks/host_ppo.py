@@ -20,7 +20,7 @@ import numpy as np
 
 
 def run(layout: str, args: argparse.Namespace) -> dict:
-    from rljax.actorlearner.ppo import HostOptions, train_host_ppo
+    from rljax.actorlearner.learner import HostOptions, train_host
     from rljax.agents.ppo import PPOConfig
     from rljax.host.sources import make_host_env
 
@@ -28,7 +28,7 @@ def run(layout: str, args: argparse.Namespace) -> dict:
     config = PPOConfig(env="CartPole-v1", num_envs=args.num_envs, num_steps=args.num_steps,
                        total_timesteps=args.num_envs * args.num_steps * args.updates, learning_rate=1e-3,
                        anneal_lr=False)
-    rows = train_host_ppo(config, lambda a: make_host_env(args.env, args.num_envs),
+    rows = train_host(config, lambda a: make_host_env(args.env, args.num_envs),
                           HostOptions(num_actors=actors, max_policy_lag=lag)).rows
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
     mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731

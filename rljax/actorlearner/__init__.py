@@ -4,8 +4,8 @@ Host simulators (:mod:`rljax.host`) cannot run inside a compiled program, so thi
 acting from learning (:mod:`~rljax.actorlearner.engine`): actor threads step their batches of host
 envs with the policy on an actor device and push whole rollouts into a bounded queue; the learner
 pops them, updates on a learner device and publishes versioned params; the policy lag (the versions
-between acting and learning) is bounded and measured. :mod:`~rljax.actorlearner.ppo` is PPO on it,
-with the clipped ratio against the behaviour policy correcting the lag.
+between acting and learning) is bounded and measured. :mod:`~rljax.actorlearner.learner` runs PPO
+(its clipped ratio against the behaviour policy corrects the lag) or IMPALA (V-trace) on it.
 
 May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rljax.agents`,
 :mod:`rljax.host`.

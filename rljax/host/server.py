@@ -72,6 +72,8 @@ class EnvServer:
         self._sock = socket.create_server((host, int(port)))
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self._closed = threading.Event()
+        self._open: dict[threading.Thread, socket.socket] = {}
+        self._lock = threading.Lock()
         self.connections = 0
         """Connections accepted so far."""
 
@@ -85,7 +87,10 @@ class EnvServer:
                     return
                 raise
             self.connections += 1
-            threading.Thread(target=self._serve, args=(conn, peer), daemon=True, name=f"rljax-env-{peer}").start()
+            thread = threading.Thread(target=self._serve, args=(conn, peer), daemon=True, name=f"rljax-env-{peer}")
+            with self._lock:
+                self._open[thread] = conn
+            thread.start()
 
     def start(self) -> threading.Thread:
         """Serves on a daemon thread; returns it."""
@@ -94,13 +99,27 @@ class EnvServer:
         return thread
 
     def close(self) -> None:
-        """Stops accepting connections (the ones open finish on their own)."""
+        """Stops accepting connections; the ones open finish on their own."""
         self._closed.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._sock.close()
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """:meth:`close`, then ends the open connections (their envs closed) and waits for their
+        threads, so that none is left running when the process exits."""
+        self.close()
+        with self._lock:
+            open_ = list(self._open.items())
+        for _, conn in open_:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread, _ in open_:
+            thread.join(timeout_s)
 
     def __enter__(self) -> "EnvServer":
         return self
@@ -134,6 +153,8 @@ class EnvServer:
                 except Exception as err:  # closing a broken env must not take the server down
                     log.warning("env server: closing the env of %s raised %s", peer, err)
             _close(conn)
+            with self._lock:
+                self._open.pop(threading.current_thread(), None)
 
     @staticmethod
     def _loop(conn: socket.socket, env: HostEnv) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rljax.actorlearner.ppo import HostOptions, train_host_ppo
+from rljax.actorlearner.learner import HostOptions, train_host
 from rljax.agents.ppo import PPOConfig
 from rljax.host.sources import make_host_env
 from tests.conftest import cpu_subprocess_env
@@ -38,7 +38,7 @@ def test_a_server_killed_twice_mid_run_costs_episodes_not_the_run(monkeypatch):
     config = PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 10, num_minibatches=2,
                        num_epochs=1, hidden_sizes=(16,))
     try:
-        rows = train_host_ppo(config, lambda a: make_host_env(f"server:127.0.0.1:{port}", 4, timeout_s=20),
+        rows = train_host(config, lambda a: make_host_env(f"server:127.0.0.1:{port}", 4, timeout_s=20),
                               HostOptions(max_policy_lag=0, max_env_restarts=6, restart_backoff_s=0.2),
                               on_row=kill_at_updates_3_and_6).rows
     finally:

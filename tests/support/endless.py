@@ -51,3 +51,20 @@ class Endless(Environment[EndlessState, EndlessParams]):
 
 TRUE_VALUE = 2.0          # gamma = 0.5, bootstrapping through truncation
 WRONG_VALUE = 1.0 / (1.0 - 0.5 * 4 / 5)   # truncation treated as termination
+
+
+def assert_actor_critic_bootstraps_through_truncation(config_cls, **overrides) -> None:
+    """Trains ``config_cls`` (an actor-critic on rljax's on-policy skeleton) on :class:`Endless` with
+    gamma 0.5 and asserts its critic learned V = :data:`TRUE_VALUE`, not :data:`WRONG_VALUE`."""
+    import numpy as np
+
+    import rljax
+    from rljax.core.networks import ActorCritic
+
+    cfg = config_cls(**{**dict(num_envs=16, num_steps=8, hidden_sizes=(16,), gamma=0.5, anneal_lr=False, ent_coef=0.0,
+                               learning_rate=3e-3, total_timesteps=16 * 8 * 200), **overrides})
+    result = rljax.train(cfg, env=Endless(), options=rljax.RunOptions(quiet=True))
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=cfg.hidden_sizes)
+    _, v = net.apply(result.state.params, jnp.ones((1, 1)))
+    np.testing.assert_allclose(np.asarray(v), [TRUE_VALUE], atol=0.1)
+    assert abs(float(v[0]) - WRONG_VALUE) > 0.2

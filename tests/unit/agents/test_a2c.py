@@ -15,8 +15,7 @@ import pytest
 import rljax
 from rljax.agents.a2c import A2CBatch, A2CConfig, a2c_loss, a2c_optimizer
 from rljax.core.distributions import Categorical
-from rljax.core.networks import ActorCritic
-from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
+from tests.support.endless import assert_actor_critic_bootstraps_through_truncation
 
 
 def _hp(**kw):
@@ -104,13 +103,7 @@ def test_registered_with_its_action_space_rule():
 def test_value_bootstraps_through_truncation():
     """A never-ending MDP cut by a time limit: V = 1 / (1 - gamma) = 2, not the 1.67 of a learner
     that treats the cut as termination."""
-    cfg = A2CConfig(num_envs=16, num_steps=8, hidden_sizes=(16,), gamma=0.5, anneal_lr=False, ent_coef=0.0,
-                    learning_rate=3e-3, total_timesteps=16 * 8 * 200)
-    result = rljax.train(cfg, env=Endless(), options=rljax.RunOptions(quiet=True))
-    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=cfg.hidden_sizes)
-    _, v = net.apply(result.state.params, jnp.ones((1, 1)))
-    np.testing.assert_allclose(np.asarray(v), [TRUE_VALUE], atol=0.1)
-    assert abs(float(v[0]) - WRONG_VALUE) > 0.2
+    assert_actor_critic_bootstraps_through_truncation(A2CConfig)
 
 
 def test_cartpole_learns_end_to_end():

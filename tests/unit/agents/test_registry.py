@@ -15,11 +15,10 @@ from rljax.core.config import RunConfig
 
 def test_each_builtin_rule_matches_its_action_spaces():
     cartpole, pendulum = rljax.make("CartPole-v1"), rljax.make("Pendulum-v1")
-    assert [n for n in ("a2c", "dqn", "ppo", "pqn", "sac", "td3") if fits_env(n, *cartpole)] == ["a2c", "dqn", "ppo",
-                                                                                                   "pqn"]
-    assert [n for n in ("a2c", "dqn", "ppo", "pqn", "sac", "td3") if fits_env(n, *pendulum)] == ["a2c", "ppo", "sac",
-                                                                                                   "td3"]
-    assert all(algorithms()[n].fits is not None for n in ("a2c", "dqn", "ppo", "pqn", "sac", "td3"))
+    names = ("a2c", "dqn", "impala", "ppo", "pqn", "sac", "td3")
+    assert [n for n in names if fits_env(n, *cartpole)] == ["a2c", "dqn", "impala", "ppo", "pqn"]
+    assert [n for n in names if fits_env(n, *pendulum)] == ["a2c", "impala", "ppo", "sac", "td3"]
+    assert all(algorithms()[n].fits is not None for n in names)
     with pytest.raises(ValueError, match="DQN needs a Discrete action space"):
         algorithms()["dqn"].fits(*pendulum)
 

@@ -105,8 +105,8 @@ def test_a_parser_without_a_hint_prints_its_usage_line(capsys):
 
 def test_the_algorithm_argument_names_the_registered_algorithms():
     assert algorithm_config(argparse.Namespace(algorithm="ppo"), "train") is PPOConfig
-    with pytest.raises(UsageError, match=r"^sweep needs an algorithm, one of \['a2c', 'dqn', 'ppo', 'pqn', 'sac', 'td3'\]; "
-                                         r"got \['impala'\]$"):
-        algorithm_config(argparse.Namespace(algorithm="impala"), "sweep")
+    with pytest.raises(UsageError, match=r"^sweep needs an algorithm, one of \['a2c', 'dqn', 'impala', 'ppo', 'pqn', 'sac', 'td3'\]; "
+                                         r"got \['r2d2'\]$"):
+        algorithm_config(argparse.Namespace(algorithm="r2d2"), "sweep")
     with pytest.raises(UsageError, match=r"got \[\]$"):
         algorithm_config(argparse.Namespace(algorithm=None), "train")

@@ -31,10 +31,10 @@ def test_a_missing_run_directory_is_a_usage_error(tmp_path, capsys):
 
 
 def test_an_unknown_algorithm_points_to_the_experiment_module(tmp_path, capsys):
-    run = _run_dir(tmp_path, "IMPALAConfig")
+    run = _run_dir(tmp_path, "R2D2Config")
     assert main(["resume", str(run)]) == 2
     err = capsys.readouterr().err
-    assert f"cannot tell which algorithm {run} trained" in err and "'IMPALAConfig'" in err and "'PPOConfig'" in err
+    assert f"cannot tell which algorithm {run} trained" in err and "'R2D2Config'" in err and "'PPOConfig'" in err
     assert f"python -m experiments.<name> --resume {run}" in err
 
 

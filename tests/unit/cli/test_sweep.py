@@ -15,7 +15,7 @@ from rljax.cli.sweep import sweep_command, sweep_parser
 def test_sweep_help_lists_the_algorithms(capsys):
     assert main(["sweep", "--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: rljax sweep ALGO ") and "  ppo  PPOConfig" in out.splitlines()
+    assert out.startswith("usage: rljax sweep ALGO ") and ["ppo", "PPOConfig"] in [line.split() for line in out.splitlines()]
 
 
 def test_the_sweep_flags_are_the_runs_plus_the_sweeps(capsys):

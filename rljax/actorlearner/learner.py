@@ -1,14 +1,18 @@
-"""PPO on host envs: actors act with a (possibly stale) policy, the learner runs rljax's PPO update.
+"""The learner of the actor-learner path: PPO or IMPALA on rollouts that actors collected with a
+(possibly stale) policy.
 
-The update is :func:`rljax.agents.ppo.ppo_learn` on :func:`rljax.agents.ppo.ppo_batch` (GAE from the
-learner's current critic, bootstrapping through truncation from the final observation): the ratio
-``pi_theta / mu`` against the *behaviour* log-probs the actor recorded, clipped to ``1 +- clip_eps``,
-is what corrects for the policy lag, as Cleanba's PPO does. With ``max_policy_lag = 0`` and one actor
-the run is the synchronous host loop: every rollout acts with the params of the update before it.
+- PPO: :func:`rljax.agents.ppo.ppo_learn` on :func:`rljax.agents.ppo.ppo_batch` (GAE from the
+  learner's current critic, bootstrapping through truncation from the final observation); the ratio
+  ``pi_theta / mu`` against the *behaviour* log-probs the actor recorded, clipped to ``1 +- clip_eps``,
+  is what corrects for the policy lag, as Cleanba's PPO does.
+- IMPALA: :func:`rljax.agents.impala.impala_learn`, one step on V-trace targets and advantages whose
+  truncated importance ratios correct for the lag.
 
-:func:`train_host_ppo` is the Python entry point; a row per update reports the learning metrics
-beside the system's: env steps/s, the policy lag learned from, the queue depth, the actors' and the
-learner's busy fractions, env step time p50/p99 and the slowest actor.
+With ``max_policy_lag = 0`` and one actor the run is the synchronous host loop: every rollout acts
+with the params of the update before it. :func:`train_host` is the Python entry point; a row per
+update reports the learning metrics beside the system's: env steps/s, the policy lag learned from,
+the queue depth, the actors' and the learner's busy fractions, env step time p50/p99, and env
+restarts and the episodes they lost.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import numpy as np
 
 from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
+from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
 from rljax.host.base import HostEnv, HostSpec
 
-__all__ = ["HostOptions", "HostResult", "host_ppo_functions", "train_host_ppo"]
+__all__ = ["HostOptions", "HostResult", "host_functions", "train_host"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +77,7 @@ class HostOptions:
 
 @dataclasses.dataclass
 class HostResult:
-    """What :func:`train_host_ppo` returns: the final params and optimiser state, one row per update."""
+    """What :func:`train_host` returns: the final params and optimiser state, one row per update."""
 
     params: Any
     opt_state: Any
@@ -98,49 +103,62 @@ class _Spaces:
         return self.spec.action_space
 
 
-def _check(config: PPOConfig) -> None:
-    unsupported = {"memory": config.memory != "none", "normalize_obs": config.normalize_obs,
+def _check(config: Any) -> None:
+    if not isinstance(config, (PPOConfig, IMPALAConfig)):
+        raise TypeError(f"the host path trains PPO or IMPALA (a PPOConfig or an IMPALAConfig), not "
+                        f"{type(config).__name__}")
+    unsupported = {"memory": getattr(config, "memory", "none") != "none", "normalize_obs": config.normalize_obs,
                    "normalize_reward": config.normalize_reward, "num_devices": config.num_devices != 1}
     bad = [k for k, v in unsupported.items() if v]
     if bad:
-        raise ValueError(f"the host path runs a memoryless PPO without normalisers on one learner device; "
+        raise ValueError(f"the host path runs memoryless policies without normalisers on one learner device; "
                          f"{', '.join(f'{k}={getattr(config, k)!r}' for k in bad)} are for JAX envs")
 
 
-def host_ppo_functions(config: PPOConfig, spec: HostSpec) -> tuple[Any, Callable, Callable]:
-    """``(network, policy, update)`` for ``spec``'s spaces.
+def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[Any, Callable, Callable, Any]:
+    """``(network, policy, update, optimizer)`` for ``spec``'s spaces.
 
     ``policy(params, obs, key, step) -> (action, log_prob)`` samples the behaviour policy with
-    ``fold_in(key, step)`` (the actor clips a
-    Box action to the space's bounds when it steps the envs; the rollout keeps the sample). ``update(params,
-    opt_state, traj, key, updates, num_updates) -> (params, opt_state, metrics)`` is one PPO update on
-    a ``[T, N]`` :class:`~rljax.core.rollout.Transition`. Both are jitted.
+    ``fold_in(key, step)`` (the actor clips a Box action to the space's bounds when it steps the envs;
+    the rollout keeps the sample). ``update(params, opt_state, traj, key, updates, num_updates) ->
+    (params, opt_state, metrics)`` is one PPO or IMPALA update on a ``[T, N]``
+    :class:`~rljax.core.rollout.Transition`. Both are jitted; ``optimizer`` initialises the state.
     """
-    network = actor_critic_network(config, _Spaces(spec), None, "PPO")
+    name = "IMPALA" if isinstance(config, IMPALAConfig) else "PPO"
+    network = actor_critic_network(config, _Spaces(spec), None, name)
     apply_fn, hyper = network.apply, config.hyperparams()
 
     def policy(params: Any, obs: Any, key: jax.Array, step: Any) -> tuple[jax.Array, jax.Array]:
         return sampling_policy(apply_fn, params)(jax.random.fold_in(key, step), obs)
 
-    def update(params: Any, opt_state: Any, traj: Any, key: jax.Array, updates: Any, num_updates: Any):
-        lr = annealed_learning_rate(hyper, updates, num_updates, config.anneal_lr)
+    def ppo_update(params: Any, opt_state: Any, traj: Any, key: jax.Array, lr: jax.Array):
         batch, (values, targets) = ppo_batch(apply_fn, params, traj, hyper)
         params, opt_state, metrics = ppo_learn(
             params, opt_state, batch, key, hyper, lr, apply_fn, num_epochs=config.num_epochs,
             num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
             clip_value_loss=config.clip_value_loss)
-        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values),
-                                   "learning_rate": lr}
+        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values)}
 
-    return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1))
+    def impala_update(params: Any, opt_state: Any, traj: Any, key: jax.Array, lr: jax.Array):
+        return impala_learn(params, opt_state, traj, hyper, lr, apply_fn)
+
+    learn = impala_update if name == "IMPALA" else ppo_update
+
+    def update(params: Any, opt_state: Any, traj: Any, key: jax.Array, updates: Any, num_updates: Any):
+        lr = annealed_learning_rate(hyper, updates, num_updates, config.anneal_lr)
+        params, opt_state, metrics = learn(params, opt_state, traj, key, lr)
+        return params, opt_state, {**metrics, "learning_rate": lr}
+
+    optimizer = (impala_optimizer if name == "IMPALA" else ppo_optimizer)(hyper, config.learning_rate)
+    return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1)), optimizer
 
 
-def train_host_ppo(config: PPOConfig, make_env: Callable[[int], HostEnv], options: HostOptions = HostOptions(),
+def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv], options: HostOptions = HostOptions(),
                    on_row: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
-    """Trains PPO on host envs through actors and a learner (see the module docstring).
+    """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
-        config: PPO's config; ``num_envs`` envs per actor, ``num_steps`` per rollout, and
+        config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`; ``num_envs`` envs per actor, ``num_steps`` per rollout, and
             ``total_timesteps // (num_envs * num_steps)`` updates, one per rollout. ``seed`` seeds the
             params, the keys and the envs (actor ``a``'s env ``i``: ``seed + a * num_envs + i``).
         make_env: ``make_env(actor) -> HostEnv`` with ``config.num_envs`` envs (e.g.
@@ -166,7 +184,7 @@ def train_host_ppo(config: PPOConfig, make_env: Callable[[int], HostEnv], option
                 pass
 
 
-def _train(config: PPOConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv], options: HostOptions,
+def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv], options: HostOptions,
            on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
     spec = envs[0].spec
     shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
@@ -177,11 +195,11 @@ def _train(config: PPOConfig, envs: list[HostEnv], make_env: Callable[[int], Hos
         raise ValueError(f"the host envs are batches of {spec.num_envs}, but num_envs={config.num_envs}")
     actor_device = options.actor_device or jax.devices()[0]
     learner_device = options.learner_device or jax.devices()[0]
-    network, policy, update = host_ppo_functions(config, spec)
+    network, policy, update, optimizer = host_functions(config, spec)
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
     params = jax.device_put(network.init(k_init, dummy), learner_device)
-    opt_state = ppo_optimizer(config.hyperparams(), config.learning_rate).init(params)
+    opt_state = optimizer.init(params)
     num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
     store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False)), threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates)

@@ -1,12 +1,15 @@
-"""PPO on host envs: the synchronous mode is deterministic and a served env gives the same bits as
-the env itself; the lag stays within its bound; it learns CartPole; bad layouts and configs are refused."""
+"""PPO and IMPALA on host envs: the synchronous mode is deterministic and a served env gives the same bits
+as the env itself; the lag stays within its bound; both learn CartPole with a lagged policy; bad
+layouts and configs are refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rljax.actorlearner.ppo import HostOptions, train_host_ppo
+from rljax.actorlearner.learner import HostOptions, train_host
+from rljax.agents.a2c import A2CConfig
+from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.host.gymnasium_env import GymnasiumEnv
 from rljax.host.server import TOKEN_VARIABLE, EnvServer
@@ -29,8 +32,8 @@ def _gym(config):
 
 
 def test_the_synchronous_mode_is_deterministic_and_a_served_env_gives_the_same_bits(monkeypatch):
-    a = train_host_ppo(SMALL, _gym(SMALL), SYNC)
-    b = train_host_ppo(SMALL, _gym(SMALL), SYNC)
+    a = train_host(SMALL, _gym(SMALL), SYNC)
+    b = train_host(SMALL, _gym(SMALL), SYNC)
     assert [r["host/policy_lag"] for r in a.rows] == [0] * 6
     assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(b.params)))
     _same(a.rows, b.rows)
@@ -38,13 +41,13 @@ def test_the_synchronous_mode_is_deterministic_and_a_served_env_gives_the_same_b
     with EnvServer(lambda: GymnasiumEnv("CartPole-v1", SMALL.num_envs, max_episode_steps=50)) as server:
         server.start()
         host, port = server.address
-        served = train_host_ppo(SMALL, lambda actor: make_host_env(f"server:{host}:{port}", SMALL.num_envs), SYNC)
+        served = train_host(SMALL, lambda actor: make_host_env(f"server:{host}:{port}", SMALL.num_envs), SYNC)
     assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(served.params)))
     _same(a.rows, served.rows)
 
 
 def test_the_lag_learned_from_stays_within_its_bound():
-    rows = train_host_ppo(SMALL, _gym(SMALL), HostOptions(num_actors=2, max_policy_lag=1)).rows
+    rows = train_host(SMALL, _gym(SMALL), HostOptions(num_actors=2, max_policy_lag=1)).rows
     assert len(rows) == 6 and {r["host/policy_lag"] for r in rows} <= {0, 1}
     assert {r["host/actor"] for r in rows} <= {0, 1} and sum(r["episodes"] for r in rows) > 0
     for r in rows:
@@ -55,17 +58,27 @@ def test_the_lag_learned_from_stays_within_its_bound():
 def test_it_learns_cartpole_with_a_lagged_policy():
     config = PPOConfig(env="CartPole-v1", num_envs=8, num_steps=64, total_timesteps=8 * 64 * 40, learning_rate=1e-3,
                        anneal_lr=False)
-    rows = train_host_ppo(config, lambda a: make_host_env("gymnasium/CartPole-v1", 8),
+    rows = train_host(config, lambda a: make_host_env("gymnasium/CartPole-v1", 8),
                           HostOptions(num_actors=1, max_policy_lag=1)).rows
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
     early, late = np.mean(returns[:5]), np.mean(returns[-5:])
     assert late > max(100.0, 3 * early), (early, late)
 
 
+def test_impala_learns_cartpole_from_two_actors_with_a_lagged_policy():
+    config = IMPALAConfig(num_envs=8, num_steps=32, total_timesteps=8 * 32 * 120, anneal_lr=False)
+    rows = train_host(config, lambda a: make_host_env("gymnasium/CartPole-v1", 8),
+                      HostOptions(num_actors=2, max_policy_lag=1)).rows
+    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+    early, late = np.mean(returns[:5]), np.mean(returns[-5:])
+    assert late > max(100.0, 3 * early), (early, late)
+    assert {r["host/policy_lag"] for r in rows} <= {0, 1} and all(0 < r["rho_mean"] < 10 for r in rows)
+
+
 def test_box_actions_train_on_pendulum():
     config = PPOConfig(env="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, num_minibatches=2,
                        num_epochs=1, hidden_sizes=(16,))
-    result = train_host_ppo(config, lambda a: make_host_env("gymnasium/Pendulum-v1", 2), SYNC)
+    result = train_host(config, lambda a: make_host_env("gymnasium/Pendulum-v1", 2), SYNC)
     assert len(result.rows) == 3 and all(np.isfinite(r["policy_loss"]) for r in result.rows)
 
 
@@ -76,7 +89,12 @@ def test_box_actions_train_on_pendulum():
 ])
 def test_what_the_host_path_does_not_run_is_refused_by_name(change, message):
     with pytest.raises(ValueError, match=message):
-        train_host_ppo(PPOConfig(**{**SMALL.__dict__, **change}), _gym(SMALL))
+        train_host(PPOConfig(**{**SMALL.__dict__, **change}), _gym(SMALL))
+
+
+def test_an_algorithm_the_host_path_does_not_run_is_refused():
+    with pytest.raises(TypeError, match="trains PPO or IMPALA .* not A2CConfig"):
+        train_host(A2CConfig(), _gym(SMALL))
 
 
 def test_a_batch_that_is_not_num_envs_is_refused_and_the_envs_closed():
@@ -87,7 +105,7 @@ def test_a_batch_that_is_not_num_envs_is_refused_and_the_envs_closed():
         return made[-1]
 
     with pytest.raises(ValueError, match="batches of 3, but num_envs=4"):
-        train_host_ppo(SMALL, make)
+        train_host(SMALL, make)
     assert made and all(env._env.closed for env in made)
 
 
