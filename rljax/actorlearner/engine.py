@@ -9,7 +9,7 @@ that acted, and the learner consumes rollouts in their order, so the lag it lear
 ``max_policy_lag`` whatever the number of actors.
 
 Each :class:`Actor` is a thread that owns one batch of host envs. Per step it runs
-``policy(params, obs, key) -> (action, log_prob)`` (jitted, on its device), steps the envs and
+``policy(params, obs, key, step) -> (action, log_prob)`` (jitted, on its device), steps the envs and
 records a :class:`~rljax.core.rollout.Transition` row (``next_obs`` is the step's ``final_obs``,
 ``extras`` the behaviour log-probs). It times every env step (for p50/p99), the policy, and its
 waits for params and for room in the queue, and sums finished episodes. Envs that fail (raise, or
@@ -34,14 +34,14 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorPool", "EnvFailure", "ParamStore", "RestartPolicy", "Rollout", "Schedule"]
+__all__ = ["Actor", "ActorPool", "EnvFailure", "ParamStore", "RestartPolicy", "Rollout", "Schedule", "close_envs"]
 
 
 class Schedule:
     """Hands out rollout numbers ``0 .. total - 1`` to whichever actor asks first (thread-safe)."""
 
-    def __init__(self, total: int, start: int = 0):
-        self._next, self.total, self._lock = start, total, threading.Lock()
+    def __init__(self, total: int):
+        self._next, self.total, self._lock = 0, total, threading.Lock()
 
     def claim(self) -> int | None:
         """The next rollout's number, or None when every rollout has been handed out."""
@@ -87,10 +87,6 @@ class ParamStore:
         with self._cond:
             self._params, self._version = params, version
             self._cond.notify_all()
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     def wait_for(self, version: int, stop: threading.Event, poll_s: float = 0.05) -> tuple[Any, int] | None:
         """``(params, their version)`` once the version is at least ``version``; None if ``stop`` is set first."""
@@ -217,10 +213,7 @@ class Actor(threading.Thread):
             raise RuntimeError(f"the envs failed {self._failures} time(s) in a row (restarts allowed: {budget}); "
                                f"the last failure: {failure}") from failure.cause
         self._lost += self.env.spec.num_envs + failure.episodes
-        try:
-            self.env.close()
-        except Exception:  # a broken env may not close cleanly
-            pass
+        close_envs([self.env])
         if self.stop.wait(self.restarts.delay(self._failures)):
             return False
         self.env_restarts += 1
@@ -279,6 +272,15 @@ class Actor(threading.Thread):
         return False
 
 
+def close_envs(envs: list[HostEnv]) -> None:
+    """Closes every env; one that fails to close does not stop the others (or hide the run's error)."""
+    for env in envs:
+        try:
+            env.close()
+        except Exception:  # a broken env may not close cleanly
+            pass
+
+
 class ActorPool:
     """The actors, their queue and the stop event, started together; :meth:`get` is the learner's side."""
 
@@ -322,8 +324,4 @@ class ActorPool:
         self.stop.set()
         for actor in self.actors:
             actor.join(join_s)
-        for actor in self.actors:
-            try:
-                actor.env.close()
-            except Exception:  # closing a failed env must not hide the run's own error
-                pass
+        close_envs([actor.env for actor in self.actors])

@@ -22,13 +22,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule, close_envs
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
@@ -153,12 +153,14 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
     return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1)), optimizer
 
 
-def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv], options: HostOptions = HostOptions(),
-                   on_row: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
+               options: HostOptions = HostOptions(),
+               on_row: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
     """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
-        config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`; ``num_envs`` envs per actor, ``num_steps`` per rollout, and
+        config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`;
+            ``num_envs`` envs per actor, ``num_steps`` per rollout, and
             ``total_timesteps // (num_envs * num_steps)`` updates, one per rollout. ``seed`` seeds the
             params, the keys and the envs (actor ``a``'s env ``i``: ``seed + a * num_envs + i``).
         make_env: ``make_env(actor) -> HostEnv`` with ``config.num_envs`` envs (e.g.
@@ -171,21 +173,48 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     """
     config.validate()
     _check(config)
-    envs = []
+    envs: list[HostEnv] = []
     try:
         for a in range(options.num_actors):
             envs.append(make_env(a))
-        return _train(config, envs, make_env, options, on_row)
+    except BaseException:
+        close_envs(envs)
+        raise
+    return _train(config, envs, make_env, options, on_row)
+
+
+def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
+           options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+    """Runs the actors and the learner; the envs are closed once, on every way out: by the actor pool
+    (each actor's current batch, restarts included) once it exists, before that here."""
+    pool = None
+    try:
+        pool, learner = _start(config, envs, make_env, options)
+        return _learn(pool, learner, options, on_row)
     finally:
-        for env in envs:
-            try:
-                env.close()
-            except Exception:  # a broken env must not hide the run's own error
-                pass
+        if pool is not None:
+            pool.close()
+        else:
+            close_envs(envs)
 
 
-def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv], options: HostOptions,
-           on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+class _Learner(NamedTuple):
+    """What the learner's loop needs: the jitted update, the initial params and optimiser state, the
+    store it publishes to, its key, the number of updates and the two devices."""
+
+    update: Callable
+    params: Any
+    opt_state: Any
+    store: ParamStore
+    key: jax.Array
+    num_updates: int
+    device: Any
+    actor_device: Any
+
+
+def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
+           options: HostOptions) -> tuple[ActorPool, _Learner]:
+    """Checks the envs, builds the learner's state and the actors, and starts the actors."""
     spec = envs[0].spec
     shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
     for a, env in enumerate(envs):
@@ -199,7 +228,6 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
     params = jax.device_put(network.init(k_init, dummy), learner_device)
-    opt_state = optimizer.init(params)
     num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
     store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False)), threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates)
@@ -210,30 +238,35 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
                             config.seed + a * config.num_envs, config.num_steps, options.max_policy_lag,
                             actor_device, stop, bounds, restarts(a)) for a, env in enumerate(envs)], out, stop)
-    rows: list[dict[str, Any]] = []
+    learner = _Learner(update, params, optimizer.init(params), store, k_learn, num_updates, learner_device,
+                       actor_device)
     pool.start()
-    try:
-        start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
-        for u in range(num_updates):
-            t0 = time.perf_counter()
-            rollout = pool.get(u, options.rollout_timeout_s)
-            t1 = time.perf_counter()
-            traj = jax.device_put(rollout.traj, learner_device)
-            params, opt_state, metrics = update(params, opt_state, traj, jax.random.fold_in(k_learn, u),
-                                                np.float32(u), np.float32(num_updates))
-            # A copy, never an alias: the next update donates the learner's params.
-            store.publish(jax.device_put(params, actor_device, may_alias=False), u + 1)
-            metrics = jax.device_get(metrics)
-            t2 = time.perf_counter()
-            env_steps += rollout.traj.reward.size
-            restarted, lost = restarted + rollout.env_restarts, lost + rollout.lost_episodes
-            row = _row(u, env_steps, time.perf_counter() - start, rollout, metrics, pool.depth(), t1 - t0, t2 - t1)
-            row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-    finally:
-        pool.close()
+    return pool, learner
+
+
+def _learn(pool: ActorPool, learner: _Learner, options: HostOptions,
+           on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+    """One update per rollout, in rollout order; publishes each update's params as the next version."""
+    params, opt_state, rows = learner.params, learner.opt_state, []
+    start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
+    for u in range(learner.num_updates):
+        t0 = time.perf_counter()
+        rollout = pool.get(u, options.rollout_timeout_s)
+        t1 = time.perf_counter()
+        traj = jax.device_put(rollout.traj, learner.device)
+        params, opt_state, metrics = learner.update(params, opt_state, traj, jax.random.fold_in(learner.key, u),
+                                                    np.float32(u), np.float32(learner.num_updates))
+        # A copy, never an alias: the next update donates the learner's params.
+        learner.store.publish(jax.device_put(params, learner.actor_device, may_alias=False), u + 1)
+        metrics = jax.device_get(metrics)
+        t2 = time.perf_counter()
+        env_steps += rollout.traj.reward.size
+        restarted, lost = restarted + rollout.env_restarts, lost + rollout.lost_episodes
+        row = _row(u, env_steps, time.perf_counter() - start, rollout, metrics, pool.depth(), t1 - t0, t2 - t1)
+        row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
     return HostResult(params, opt_state, rows)
 
 

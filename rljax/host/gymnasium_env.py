@@ -60,15 +60,17 @@ class GymnasiumEnv:
             import difflib
 
             close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
-            raise ValueError(f"unknown Gymnasium env {env_id!r}" + (f"; did you mean {', '.join(close)}?" if close
-                                                                     else " (is the package that registers it imported?)"))
+            hint = f"; did you mean {', '.join(close)}?" if close else " (is the package that registers it imported?)"
+            raise ValueError(f"unknown Gymnasium env {env_id!r}{hint}")
         vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if asynchronous:  # workers started by fork would inherit JAX's threads; spawn starts them clean
             vector_kwargs["context"] = "spawn"
-        self._env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="async" if asynchronous else "sync",
-                                       vector_kwargs=vector_kwargs, **make_kwargs)
+        mode = "async" if asynchronous else "sync"
+        self._env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
+                                       **make_kwargs)
         try:
-            self.spec = HostSpec(num_envs, host_space(self._env.single_observation_space, f"{env_id}'s observation space"),
+            self.spec = HostSpec(num_envs,
+                                 host_space(self._env.single_observation_space, f"{env_id}'s observation space"),
                                  host_space(self._env.single_action_space, f"{env_id}'s action space"))
         except Exception:
             self._env.close()
