@@ -31,6 +31,8 @@ import tomllib
 
 import pytest
 
+from tests.conftest import suite_xla_flags
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "docs/runbook.md", "docs/scale-out.md")
 PLACEHOLDERS = {"RUN_DIR": "runs/cp3", "SWEEP_DIR": "runs/sweep1"}
@@ -187,7 +189,7 @@ def shell_env(tmp_path_factory):
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home),
            "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    env.pop("XLA_FLAGS", None)  # --num-devices sets up its own fake CPU devices
+    env["XLA_FLAGS"] = suite_xla_flags()  # --num-devices sets up its own fake CPU devices
     return env
 
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from rljax.store.tracking import read_chunks
-from tests.conftest import cpu_subprocess_env
+from tests.conftest import cpu_subprocess_env, suite_xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
@@ -26,7 +26,7 @@ TIMEOUT_S = 300
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = cpu_subprocess_env(1)
-    env.pop("XLA_FLAGS")  # --num-devices sets up the fake devices itself
+    env["XLA_FLAGS"] = suite_xla_flags()  # --num-devices sets up the fake devices itself
     done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)
     assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import cpu_subprocess_env
+from tests.conftest import cpu_subprocess_env, suite_xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ def _smoke(tmp_path, rows: tuple[str, ...], *only: str) -> dict:
     ``rows`` is printed and did not fail, and returns the JSON results."""
     out = tmp_path / "gpu.json"
     env = cpu_subprocess_env(1)
-    env.pop("XLA_FLAGS")
+    env["XLA_FLAGS"] = suite_xla_flags()
     sections = ["--only", ",".join(only)] if only else []
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--smoke", *sections, "--json", str(out)], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=850)

@@ -21,6 +21,7 @@ import pytest
 
 from rljax.cli.launch import job_status, process_env
 from rljax.training.hooks.observe import is_measured
+from tests.conftest import suite_xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
@@ -30,8 +31,8 @@ PPO = ["-m", "experiments.ppo_cartpole", "--num-devices", "4", "--total-timestep
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLJAX_") and k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), RLJAX_HEARTBEAT_TIMEOUT_S="10", **extra)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLJAX_")}
+    env.update(XLA_FLAGS=suite_xla_flags(), JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), RLJAX_HEARTBEAT_TIMEOUT_S="10", **extra)
     return env
 
 

@@ -125,7 +125,12 @@ def test_epsilon_schedule_and_learning_starts_in_metrics():
 
 
 def test_cartpole_learns_end_to_end():
-    result = rljax.train(DQNConfig(total_timesteps=150_000, seed=0), options=rljax.RunOptions(quiet=True))
-    # Random play scores ~22 and learning starts at 1e4 steps; by 1.5e5 steps DQN reaches 292
-    # (seed 0; 279 and 500 with seeds 1 and 2).
-    assert result.final_return > 250, [r["episode_return_mean"] for r in result.rows]
+    """Seeds 0-2 as one compiled population (one seed alone is too noisy a judge: its final return
+    at 1.5e5 steps ranges over ~230-500 with the seed and the XLA build)."""
+    from rljax.training.sweep import SweepSpec, run_sweep
+
+    _, _, (summary,) = run_sweep(DQNConfig(total_timesteps=150_000), SweepSpec(seeds=(0, 1, 2)), devices=1,
+                                 quiet=True)
+    # Random play scores ~22 and learning starts at 1e4 steps; by 1.5e5 steps the three seeds'
+    # final returns average 461 +- 40.
+    assert summary["final_mean"] > 300 and summary["final_mean"] - summary["final_std"] > 250, summary

@@ -17,7 +17,7 @@ from rljax.runtime import determinism
 from rljax.agents.ppo import PPOConfig
 from rljax.training.options import RunOptions
 from rljax.training.sweep import SweepSpec, run_sweep
-from tests.conftest import bitexact_backend, cpu_subprocess_env
+from tests.conftest import bitexact_backend, cpu_subprocess_env, suite_xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 TINY = PPOConfig(total_timesteps=8 * 16 * 2, updates_per_chunk=1, num_envs=8, num_steps=16, num_epochs=1,
@@ -65,13 +65,13 @@ def test_on_sets_the_flags_before_jax_starts_and_keeps_the_users():
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["added"] is True and out["backend"] == "cpu"
-    assert out["flags"].split() == ["--xla_force_host_platform_device_count=1", *determinism.DETERMINISTIC_XLA_FLAGS]
+    assert out["flags"].split() == [*suite_xla_flags(1).split(), *determinism.DETERMINISTIC_XLA_FLAGS]
     for mode in ("auto", "off"):
         proc = subprocess.run([sys.executable, "-c", code, mode], env=cpu_subprocess_env(1), cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         out = json.loads(proc.stdout.splitlines()[-1])
-        assert out["added"] is False and out["flags"] == "--xla_force_host_platform_device_count=1"
+        assert out["added"] is False and out["flags"] == suite_xla_flags(1)
 
 
 def test_on_after_a_gpu_started_without_the_flags_is_an_error_not_silence(monkeypatch):
@@ -110,7 +110,7 @@ def test_the_cli_flag_is_applied_at_start_recorded_and_kept_by_a_resume(tmp_path
     set), and ``rljax resume`` keeps the saved mode without being told again."""
     run = tmp_path / "run"
     env = cpu_subprocess_env(1)
-    env.pop("XLA_FLAGS")
+    env["XLA_FLAGS"] = suite_xla_flags()
     first = subprocess.run([sys.executable, "-m", "experiments.ppo_cartpole", *TINY_FLAGS, "--deterministic", "on",
                             "--run-dir", str(run)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -146,4 +146,4 @@ def test_the_suite_knows_which_backends_are_bit_exact_across_processes(monkeypat
     assert conftest.bitexact_backend() and conftest.float_rtol() == 1e-5
     env = conftest.cpu_subprocess_env(4)
     assert env["JAX_PLATFORMS"] == "cpu" and env["CUDA_VISIBLE_DEVICES"] == ""
-    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    assert env["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=4", *conftest.SUITE_XLA_FLAGS]

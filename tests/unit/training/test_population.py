@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rljax.training.population import auto_devices
-from tests.conftest import cpu_subprocess_env
+from tests.conftest import cpu_subprocess_env, suite_xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -32,7 +32,7 @@ def test_the_sweep_cli_splits_over_the_cores_by_default_and_resume_keeps_the_spl
     """No --devices: the CLI makes one fake CPU device per core (as many as divide the members),
     records the split in sweep.json, and a resume runs on the saved split."""
     env = cpu_subprocess_env(1)
-    env.pop("XLA_FLAGS")  # let the sweep choose its own device count
+    env["XLA_FLAGS"] = suite_xla_flags()  # let the sweep choose its own device count
     run = tmp_path / "s"
     cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--total-timesteps", "1024",
            "--num-envs", "4", "--num-steps", "32", "--updates-per-chunk", "2", "--hidden-sizes", "8",
