@@ -91,7 +91,8 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.core": {"rljax.env"},
     "rljax.suites": {"rljax.env", "rljax.core"},
     "rljax.host": {"rljax.env"},
-    "rljax.actorlearner": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.host"},
+    "rljax.actorlearner": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.host", "rljax.store",
+                           "rljax.training"},
     "rljax.runtime": {"rljax.env", "rljax.core"},
     "rljax.agents": {"rljax.env", "rljax.core", "rljax.runtime"},
     "rljax.store": {"rljax.env", "rljax.core", "rljax.runtime"},
@@ -99,10 +100,13 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.training": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
-                  "rljax.suites", "rljax.training", "rljax.host", "rljax.cli"},
+                  "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.cli"},
 }
 FORBIDDEN_IMPORTS: dict[str, set[str]] = {
     "rljax.training.hooks": {"rljax.training.loop"},  # the loop calls its hooks, never the other way round
+    # The actor-learner path shares the JAX path's run options and signal handling, not its loop.
+    "rljax.actorlearner": {"rljax.training.loop", "rljax.training.program", "rljax.training.population",
+                           "rljax.training.sweep"},
 }
 """Modules a package may not import even though ALLOWED_IMPORTS admits the package they are in."""
 

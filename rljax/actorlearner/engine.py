@@ -38,10 +38,11 @@ __all__ = ["Actor", "ActorPool", "EnvFailure", "ParamStore", "RestartPolicy", "R
 
 
 class Schedule:
-    """Hands out rollout numbers ``0 .. total - 1`` to whichever actor asks first (thread-safe)."""
+    """Hands out rollout numbers ``start .. total - 1`` to whichever actor asks first (thread-safe);
+    a resumed run starts at the number of updates it had done."""
 
-    def __init__(self, total: int):
-        self._next, self.total, self._lock = 0, total, threading.Lock()
+    def __init__(self, total: int, start: int = 0):
+        self._next, self.total, self._lock = start, total, threading.Lock()
 
     def claim(self) -> int | None:
         """The next rollout's number, or None when every rollout has been handed out."""

@@ -77,11 +77,24 @@ class HostOptions:
 
 @dataclasses.dataclass
 class HostResult:
-    """What :func:`train_host` returns: the final params and optimiser state, one row per update."""
+    """What :func:`train_host` returns: the final params and optimiser state, one row per update
+    (this call's), the updates done in all (a resumed run's earlier ones included), and what
+    stopped the run early (None: it ran to the end)."""
 
     params: Any
     opt_state: Any
     rows: list[dict[str, Any]]
+    updates: int = 0
+    preempted: str | None = None
+
+
+Restore = Callable[[Any, Any], "tuple[Any, Any, int] | None"]
+"""``restore(params, opt_state) -> (params, opt_state, updates_done)`` from a checkpoint shaped like
+the fresh ones, or None to start from them."""
+
+OnUpdate = Callable[[int, Any, Any, dict], "str | None"]
+"""``on_update(updates_done, params, opt_state, row) -> reason or None``: called after every update
+(before the next one may donate ``params``); a reason stops the run there."""
 
 
 class _Spaces:
@@ -155,7 +168,8 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
 
 def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
                options: HostOptions = HostOptions(),
-               on_row: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+               on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
+               on_update: OnUpdate | None = None) -> HostResult:
     """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
@@ -167,6 +181,9 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
             ``lambda a: make_host_env("gymnasium/CartPole-v1", config.num_envs)``).
         options: the layout (:class:`HostOptions`).
         on_row: called with each update's row as it is made.
+        restore: continues from a checkpoint (:data:`Restore`): rollouts, keys and env seeds go on
+            from the update it had reached; the episodes the envs were in start over.
+        on_update: called after every update (:data:`OnUpdate`); it may stop the run.
 
     Returns:
         A :class:`HostResult`.
@@ -180,17 +197,18 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     except BaseException:
         close_envs(envs)
         raise
-    return _train(config, envs, make_env, options, on_row)
+    return _train(config, envs, make_env, options, on_row, restore, on_update)
 
 
 def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
-           options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+           options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None, restore: Restore | None,
+           on_update: OnUpdate | None) -> HostResult:
     """Runs the actors and the learner; the envs are closed once, on every way out: by the actor pool
     (each actor's current batch, restarts included) once it exists, before that here."""
     pool = None
     try:
-        pool, learner = _start(config, envs, make_env, options)
-        return _learn(pool, learner, options, on_row)
+        pool, learner = _start(config, envs, make_env, options, restore)
+        return _learn(pool, learner, options, on_row, on_update)
     finally:
         if pool is not None:
             pool.close()
@@ -200,7 +218,7 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
 
 class _Learner(NamedTuple):
     """What the learner's loop needs: the jitted update, the initial params and optimiser state, the
-    store it publishes to, its key, the number of updates and the two devices."""
+    store it publishes to, its key, the updates to reach and those already done, and the two devices."""
 
     update: Callable
     params: Any
@@ -208,13 +226,15 @@ class _Learner(NamedTuple):
     store: ParamStore
     key: jax.Array
     num_updates: int
+    start: int
     device: Any
     actor_device: Any
 
 
 def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
-           options: HostOptions) -> tuple[ActorPool, _Learner]:
-    """Checks the envs, builds the learner's state and the actors, and starts the actors."""
+           options: HostOptions, restore: Restore | None) -> tuple[ActorPool, _Learner]:
+    """Checks the envs, builds (or restores) the learner's state and the actors, and starts the actors.
+    Actor ``a``'s envs are seeded ``seed + (a + num_actors * start) * num_envs`` (then ``+ i`` per env)."""
     spec = envs[0].spec
     shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
     for a, env in enumerate(envs):
@@ -228,28 +248,32 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
     params = jax.device_put(network.init(k_init, dummy), learner_device)
+    opt_state, start = optimizer.init(params), 0
+    restored = restore(params, opt_state) if restore is not None else None
+    if restored is not None:
+        params, opt_state, start = restored
     num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
-    store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False)), threading.Event()
-    out, schedule = queue.Queue(options.queue_size), Schedule(num_updates)
+    store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False), start), threading.Event()
+    out, schedule = queue.Queue(options.queue_size), Schedule(num_updates, start)
     space = spec.action_space
     bounds = (np.asarray(space.low), np.asarray(space.high)) if isinstance(space, Box) else None
     restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
                                        options.restart_backoff_s)
     pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
-                            config.seed + a * config.num_envs, config.num_steps, options.max_policy_lag,
+                            config.seed + (a + len(envs) * start) * config.num_envs, config.num_steps,
+                            options.max_policy_lag,
                             actor_device, stop, bounds, restarts(a)) for a, env in enumerate(envs)], out, stop)
-    learner = _Learner(update, params, optimizer.init(params), store, k_learn, num_updates, learner_device,
-                       actor_device)
+    learner = _Learner(update, params, opt_state, store, k_learn, num_updates, start, learner_device, actor_device)
     pool.start()
     return pool, learner
 
 
-def _learn(pool: ActorPool, learner: _Learner, options: HostOptions,
-           on_row: Callable[[dict[str, Any]], None] | None) -> HostResult:
+def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None,
+           on_update: OnUpdate | None) -> HostResult:
     """One update per rollout, in rollout order; publishes each update's params as the next version."""
     params, opt_state, rows = learner.params, learner.opt_state, []
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
-    for u in range(learner.num_updates):
+    for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
         rollout = pool.get(u, options.rollout_timeout_s)
         t1 = time.perf_counter()
@@ -262,26 +286,31 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions,
         t2 = time.perf_counter()
         env_steps += rollout.traj.reward.size
         restarted, lost = restarted + rollout.env_restarts, lost + rollout.lost_episodes
-        row = _row(u, env_steps, time.perf_counter() - start, rollout, metrics, pool.depth(), t1 - t0, t2 - t1)
+        row = _row(u, (u + 1) * rollout.traj.reward.size, env_steps, time.perf_counter() - start, rollout, metrics,
+                   pool.depth(), t1 - t0, t2 - t1)
         row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
         rows.append(row)
         if on_row is not None:
             on_row(row)
-    return HostResult(params, opt_state, rows)
+        stopped = on_update(u + 1, params, opt_state, row) if on_update is not None else None
+        if stopped is not None:
+            return HostResult(params, opt_state, rows, u + 1, stopped)
+    return HostResult(params, opt_state, rows, learner.num_updates)
 
 
-def _row(update: int, env_steps: int, elapsed: float, rollout: Rollout, metrics: dict, depth: int,
+def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: Rollout, metrics: dict, depth: int,
          learner_wait_s: float, learner_busy_s: float) -> dict[str, Any]:
+    """Update ``update``'s row; ``env_steps`` counts the run's, ``steps_here`` and ``elapsed`` this call's."""
     returns = [r for r, _ in rollout.episodes]
     lengths = [n for _, n in rollout.episodes]
     step_ms = rollout.env_step_s * 1e3
     busy = rollout.policy_s + float(rollout.env_step_s.sum())
     return {
-        "update": update + 1, "env_steps": env_steps, "episodes": len(returns),
+        "updates": update + 1, "env_steps": env_steps, "episodes": len(returns),
         "episode_return_mean": float(np.mean(returns)) if returns else None,
         "episode_length_mean": float(np.mean(lengths)) if lengths else None,
         **{k: float(v) for k, v in metrics.items()},
-        "sps": env_steps / max(elapsed, 1e-9), "wall_time_s": elapsed,
+        "sps": steps_here / max(elapsed, 1e-9), "wall_time_s": elapsed,
         "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,
         "host/actor_busy": busy / max(rollout.total_s, 1e-9),
         "host/learner_busy": learner_busy_s / max(learner_busy_s + learner_wait_s, 1e-9),

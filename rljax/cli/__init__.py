@@ -10,5 +10,6 @@ config (:mod:`rljax.cli.flags`), exit statuses and the process around a run
 The top of the stack: may import every layer. Nothing below imports it.
 
 May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rljax.agents`,
-:mod:`rljax.store`, :mod:`rljax.policy`, :mod:`rljax.suites`, :mod:`rljax.training`, :mod:`rljax.host`.
+:mod:`rljax.store`, :mod:`rljax.policy`, :mod:`rljax.suites`, :mod:`rljax.training`, :mod:`rljax.host`,
+:mod:`rljax.actorlearner`.
 """

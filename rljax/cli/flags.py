@@ -162,6 +162,10 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
         group.add_argument(_flag(f.name), dest=f.name, type=conv, default=default, help=help_text,
                            metavar=metavar)
     _add_run_flags(parser.add_argument_group("run"))
+    from rljax.cli.host import add_host_flags, supports_host
+
+    if supports_host(config_cls):
+        add_host_flags(parser, _parse_int, _parse_float)
     return parser
 
 

@@ -125,6 +125,30 @@ def _cost_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"collectives {_fmt_bytes(collective[-1] if collective else 0)} per device per update"]
 
 
+def _host_lines(rows: list[dict[str, Any]], manifest: dict[str, Any]) -> list[str]:
+    """A host-env run's actors and learner (``host/*`` columns over its chunks; docs/metrics.md)."""
+    layout = manifest.get("host")
+    if not layout or not any("host/policy_lag" in r for r in rows):
+        return []
+
+    def values(key: str) -> list[float]:
+        return [v for _, v in finite_values(rows, key)]
+
+    slow = [int(v) for v in values("host/slowest_actor")]
+    slowest = max(set(slow), key=slow.count) if slow else None
+    last = rows[-1]
+    return [f"host: {layout['num_actors']} actor(s), policy lag <= {layout['max_policy_lag']} (largest seen "
+            f"{int(max(values('host/policy_lag'), default=0))}), queue depth mean "
+            f"{fmt_number(float(np.mean(values('host/queue_depth') or [0])), 2)}; busy: actors "
+            f"{float(np.mean(values('host/actor_busy') or [0])):.0%}, learner "
+            f"{float(np.mean(values('host/learner_busy') or [0])):.0%}; env step p50 "
+            f"{fmt_number(float(np.median(values('host/env_step_p50_ms') or [0])), 2)} ms, p99 up to "
+            f"{fmt_number(max(values('host/env_step_p99_ms'), default=0), 2)} ms"
+            + (f", slowest actor {slowest}" if slowest is not None else "")
+            + f"; env restarts {int(last.get('host/env_restarts') or 0)}, lost episodes "
+            f"{int(last.get('host/lost_episodes') or 0)}"]
+
+
 def _run_cost_lines(manifest: dict[str, Any]) -> list[str]:
     """The whole run's cost, as its manifest records it when a session ends (every session, the
     chunks later taken back and the final saves included), or nothing for a run without it."""
@@ -203,7 +227,7 @@ def _run_summary(run_dir: pathlib.Path) -> tuple[str, list[dict[str, Any]]]:
     config = read_json(run_dir / "config.json") or {}
     rows = read_chunks(run_dir)
     lines = [_header(run_dir, manifest, config, "run"), _progress_line(rows, planned_total(manifest, config))]
-    lines += _score_lines(rows) + _throughput_lines(rows) + _run_cost_lines(manifest)
+    lines += _score_lines(rows) + _throughput_lines(rows) + _host_lines(rows, manifest) + _run_cost_lines(manifest)
     lines += _history_lines(run_dir, manifest)
     return "\n".join(lines), rows
 

@@ -105,6 +105,14 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
         run_dir = os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{config.seed}")
     elif run_dir.lower() == "none":
         run_dir = None
+    from rljax.cli.host import refuse_host_flags_for_jax_envs, train_host_command
+    from rljax.host.sources import is_host_env
+
+    if is_host_env(config.env):
+        if not args.quiet:
+            print(setting_up_line(config, run_dir), flush=True)
+        return train_host_command(config, args, parser, explicit, options, args.resume, run_dir)
+    refuse_host_flags_for_jax_envs(parser, args, explicit)
     from rljax.runtime.distributed import launched_as_leader
 
     if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet

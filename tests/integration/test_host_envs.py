@@ -30,7 +30,7 @@ def test_a_server_killed_twice_mid_run_costs_episodes_not_the_run(monkeypatch):
     procs = [proc]
 
     def kill_at_updates_3_and_6(row):
-        if row["update"] in (3, 6):
+        if row["updates"] in (3, 6):
             procs[-1].kill()
             procs[-1].wait(30)
             procs.append(_server(port)[0])  # the same address, as a supervisor would restart it
@@ -45,6 +45,6 @@ def test_a_server_killed_twice_mid_run_costs_episodes_not_the_run(monkeypatch):
         for p in procs:
             p.kill()
             p.wait(30)
-    assert [r["update"] for r in rows] == list(range(1, 11))
+    assert [r["updates"] for r in rows] == list(range(1, 11))
     assert rows[-1]["host/env_restarts"] >= 2 and rows[-1]["host/lost_episodes"] >= 2 * 4, rows[-1]
     assert rows[2]["host/env_restarts"] == 0  # nothing was lost before the first kill

@@ -60,3 +60,19 @@ def test_the_configs_plot_says_what_it_draws_and_counts_seeds_in_english():
     assert (seeds_text(1), seeds_text(4)) == ("1 seed", "4 seeds")
     assert configs_plot_title(False) == "training return: lines, mean ± std over seeds"
     assert configs_plot_title(True).endswith("; greedy evaluation: dots") and len(configs_plot_title(True)) < 80
+
+
+def test_a_host_runs_actors_and_learner_in_one_line():
+    from rljax.cli.inspect import _host_lines
+
+    def row(lag, depth, p50, p99, slowest, restarts):
+        return {"host/policy_lag": lag, "host/queue_depth": depth, "host/actor_busy": 0.5, "host/learner_busy": 0.25,
+                "host/env_step_p50_ms": p50, "host/env_step_p99_ms": p99, "host/slowest_actor": slowest,
+                "host/env_restarts": restarts, "host/lost_episodes": 4 * restarts}
+
+    rows = [row(0, 1.0, 0.1, 2.0, 1, 0), row(1, 2.0, 0.3, 7.5, 1, 1), row(1, 0.0, 0.2, 3.0, 0, 2)]
+    (line,) = _host_lines(rows, {"host": {"num_actors": 2, "max_policy_lag": 1}})
+    assert line == ("host: 2 actor(s), policy lag <= 1 (largest seen 1), queue depth mean 1.00; busy: actors 50%, "
+                    "learner 25%; env step p50 0.20 ms, p99 up to 7.50 ms, slowest actor 1; env restarts 2, lost "
+                    "episodes 8")
+    assert _host_lines(rows, {}) == [] and _host_lines([{"env_steps": 1}], {"host": {"num_actors": 1}}) == []

@@ -1,0 +1,237 @@
+"""A run of the actor-learner path with a run directory, as the JAX path keeps one.
+
+:func:`run_host` wraps :func:`~rljax.actorlearner.learner.train_host` with what a run of
+:func:`rljax.train` has:
+
+- ``config.json`` and ``manifest.json`` (the algorithm, the run options and the layout under
+  ``host``) before the first rollout; one row per update in ``metrics.jsonl`` and tensorboard, one
+  per chunk of ``updates_per_chunk`` updates in ``chunks.jsonl`` with a progress line
+  (:class:`~rljax.store.tracking.Tracker`);
+- checkpoints (:class:`~rljax.store.checkpoint.Checkpointer`: Orbax, checksummed) of the learner's
+  params and optimiser state with the update count, every ``checkpoint_every`` chunks (0: every
+  ``checkpoint_interval_s`` seconds), after the last update and when SIGTERM/SIGINT stops the run
+  (:class:`~rljax.training.signals.PreemptionGuard`: the update in flight finishes first);
+- ``resume``: the newest checkpoint that restores; rollout numbers, the actors' and the learner's
+  keys and the env seeds go on from its update count, and the saved layout (actors, policy lag,
+  queue) is kept. Host envs keep their state outside the run, so the episodes they were in when
+  the run stopped start over. Rows logged after that checkpoint move to ``*.superseded.jsonl``;
+- the run directory lock, and no directory left behind by a run that fails to start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rljax.actorlearner.learner import HostOptions, HostResult, train_host
+from rljax.agents.impala import IMPALAConfig
+from rljax.agents.ppo import PPOConfig
+from rljax.host.base import HostEnv
+from rljax.training.options import RunOptions
+
+__all__ = ["HOST_SAVED_FIELDS", "run_host", "saved_host", "updates_per_chunk"]
+
+HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
+                     "restart_backoff_s")
+"""The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
+
+
+def updates_per_chunk(config: PPOConfig | IMPALAConfig) -> int:
+    """Updates per logged chunk: ``config.updates_per_chunk``, or (0) a tenth of the run's updates."""
+    num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
+    return config.updates_per_chunk or max(1, math.ceil(num_updates / 10))
+
+
+def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(),
+             host: HostOptions | None = None, make_env: Callable[[int], HostEnv] | None = None) -> HostResult:
+    """Trains ``config`` on the host envs ``config.env`` names (``gymnasium/<id>``, ``server:HOST:PORT``)
+    with a run directory (see the module docstring).
+
+    Args:
+        config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`.
+        options: the run options; used here: ``run_dir`` (None: nothing written), ``resume``,
+            ``checkpoint_every``, ``checkpoint_interval_s``, ``keep_checkpoints``, ``checkpoints``,
+            ``tensorboard``, ``quiet``, ``handle_signals``.
+        host: the layout (:class:`~rljax.actorlearner.learner.HostOptions`); None: the saved one on
+            a resume (:func:`saved_host`), else the defaults.
+        make_env: ``make_env(actor) -> HostEnv`` (default: :func:`rljax.host.sources.make_host_env`
+            of ``config.env`` with ``config.num_envs`` envs).
+
+    Returns:
+        The :class:`~rljax.actorlearner.learner.HostResult`; ``preempted`` names the signal that
+        stopped the run after its checkpoint, if one did.
+    """
+    from rljax.store.rundir import removed_if_start_fails
+    from rljax.store.runlock import RunLock
+    from rljax.training.signals import PreemptionGuard
+
+    run_dir = options.run_dir
+    if options.resume and (run_dir is None or not pathlib.Path(run_dir).is_dir()):
+        raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
+    if make_env is None:
+        from rljax.host.sources import make_host_env
+
+        make_env = lambda actor: make_host_env(config.env, config.num_envs)  # noqa: E731
+    with contextlib.ExitStack() as stack:
+        if run_dir is not None:
+            stack.enter_context(removed_if_start_fails(None if options.resume else run_dir))
+            stack.enter_context(RunLock(run_dir))
+        guard = stack.enter_context(PreemptionGuard(options.handle_signals, announce=not options.quiet))
+        if host is None:
+            host = saved_host(run_dir) if options.resume else HostOptions()
+        session = _Session(config, options, host, guard)
+        stack.callback(session.close)
+        return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update)
+
+
+def saved_host(run_dir: str | pathlib.Path, base: HostOptions = HostOptions()) -> HostOptions:
+    """``base`` with the layout a run directory recorded (its newest checkpoint's, else its
+    manifest's :data:`HOST_SAVED_FIELDS`)."""
+    from rljax.store.rundir import newest_checkpoint_meta, read_json
+
+    newest = newest_checkpoint_meta(run_dir)
+    manifest = pathlib.Path(run_dir) / "manifest.json"
+    saved = newest[1].get("host") if newest else (read_json(manifest).get("host") if manifest.exists() else None)
+    return dataclasses.replace(base, **{k: v for k, v in (saved or {}).items() if k in HOST_SAVED_FIELDS})
+
+
+class _Session:
+    """The run directory's side of a host run: its tracker and checkpointer, opened by :meth:`begin`
+    (once the learner's fresh state exists), fed by :meth:`after_update`."""
+
+    def __init__(self, config: Any, options: RunOptions, host: HostOptions, guard: Any):
+        self.config, self.options, self.host, self.guard = config, options, host, guard
+        self.chunk = updates_per_chunk(config)
+        self.num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
+        self.tracker = self.checkpointer = None
+        self.lines: list[dict[str, Any]] = []
+        self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
+        self.last_save = time.monotonic()
+
+    def begin(self, params: Any, opt_state: Any) -> tuple[Any, Any, int] | None:
+        """Restores the newest checkpoint on a resume, then opens the run directory's files."""
+        from rljax.store.checkpoint import Checkpointer, NoCheckpointError
+        from rljax.store.rundir import check_resume_config
+
+        options, restored, meta = self.options, None, None
+        if options.run_dir is not None and (options.checkpoints or options.resume):
+            self.checkpointer = Checkpointer(options.run_dir, keep=options.keep_checkpoints)
+        if options.resume and self.checkpointer.steps():
+            try:
+                state, meta, _ = self.checkpointer.restore({"params": params, "opt_state": opt_state})
+            except NoCheckpointError:
+                meta = None
+            if meta is not None:
+                check_resume_config(meta["config"], self.config)
+                restored = (state["params"], state["opt_state"], int(meta["updates"]))
+                self.chunk_index, self.wall0 = int(meta["chunk_index"]) + 1, float(meta["wall_time_s"])
+        if options.run_dir is not None:
+            self._open_tracker(meta)
+        self.t0, self.chunk_wall = time.perf_counter(), self.wall0
+        if restored is not None and not options.quiet:
+            print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); the episodes the "
+                  f"envs were in start over", flush=True)
+        return restored
+
+    def _open_tracker(self, meta: dict[str, Any] | None) -> None:
+        from rljax.store.tracking import Tracker
+
+        options = self.options
+        total = self.num_updates * self.config.num_envs * self.config.num_steps
+        extra = {"algorithm": type(self.config).__name__, "run_options": options.saved(),
+                 "host": {k: getattr(self.host, k) for k in HOST_SAVED_FIELDS},
+                 "plan": {"updates_per_chunk": self.chunk, "num_updates": self.num_updates,
+                          "env_steps_per_update": self.config.num_envs * self.config.num_steps}}
+        self.tracker = Tracker(options.run_dir, self.config, seed=self.config.seed, resume=options.resume,
+                               tensorboard=options.tensorboard, quiet=options.quiet, total_env_steps=total,
+                               manifest_extra=extra,
+                               resume_env_steps=None if not options.resume else int(meta["env_steps"]) if meta else 0,
+                               recovered_rows=(meta or {}).get("rows"), recovered_lines=(meta or {}).get("lines"))
+
+    def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any]) -> str | None:
+        """Collects the update's row; at a chunk's end logs it and saves when due. Returns the signal's
+        name once a requested stop has been saved."""
+        wall = self.wall0 + time.perf_counter() - self.t0
+        self.lines.append({**row, "wall_time_s": wall})
+        last = updates >= self.num_updates
+        stop = self.guard.requested
+        if not (last or stop or len(self.lines) >= self.chunk):
+            return None
+        chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.config.num_envs * self.config.num_steps)
+        self.chunk_wall = wall
+        if self.tracker is not None:
+            self.tracker.log(chunk_row, self.lines)
+        elif not self.options.quiet:
+            from rljax.store.tracking import format_progress
+
+            print(format_progress(chunk_row, self.num_updates * self.config.num_envs * self.config.num_steps),
+                  flush=True)
+        if self.checkpointer is not None and self.options.checkpoints and (last or stop or self._due()):
+            self.guard.finishing = stop or last
+            self._save(params, opt_state, chunk_row)
+        self.lines, self.chunk_index = [], self.chunk_index + 1
+        return self.guard.signal_name if stop and not last else None
+
+    def _due(self) -> bool:
+        if self.options.checkpoint_every:
+            return (self.chunk_index + 1) % self.options.checkpoint_every == 0
+        return time.monotonic() - self.last_save >= self.options.checkpoint_interval_s
+
+    def _save(self, params: Any, opt_state: Any, row: dict[str, Any]) -> None:
+        from rljax.store.tracking import boundary_line, config_to_dict, json_scalar
+
+        meta = {"chunk_index": self.chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
+                "wall_time_s": row["wall_time_s"], "algorithm": type(self.config).__name__,
+                "config": config_to_dict(self.config), "run_options": self.options.saved(),
+                "host": {k: getattr(self.host, k) for k in HOST_SAVED_FIELDS},
+                "rows": [{k: json_scalar(v) for k, v in row.items()}],
+                "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.lines).items()}]}
+        self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
+        self.last_save = time.monotonic()
+
+    def close(self) -> None:
+        """Waits for the pending save and closes the files (idempotent)."""
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+            self.checkpointer.close()
+            self.checkpointer = None
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
+
+
+def _chunk_row(lines: list[dict[str, Any]], wall_time_s: float, start_wall_s: float,
+               steps_per_update: int) -> dict[str, Any]:
+    """A chunk's row from its updates' rows: the last update's counters, episodes summed and their
+    return and length averaged over them, env steps/s over the chunk (which began at
+    ``start_wall_s``), the other numbers' means, the largest policy lag and p99, and the actor whose
+    env steps were slowest (the largest median)."""
+    last = lines[-1]
+    episodes = sum(int(r["episodes"]) for r in lines)
+
+    def per_episode(key: str) -> float | None:
+        pairs = [(r[key], r["episodes"]) for r in lines if r.get(key) is not None]
+        return sum(v * n for v, n in pairs) / episodes if episodes else None
+
+    numbers = {k for r in lines for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    row = {k: float(np.mean([r[k] for r in lines if r.get(k) is not None])) for k in sorted(numbers)
+           if any(r.get(k) is not None for r in lines)}
+    del row["host/actor"]
+    slowest = max(lines, key=lambda r: r["host/env_step_p50_ms"])
+    row.update({"env_steps": int(last["env_steps"]), "updates": int(last["updates"]), "wall_time_s": wall_time_s,
+                "episodes": episodes, "episode_return_mean": per_episode("episode_return_mean"),
+                "episode_length_mean": per_episode("episode_length_mean"),
+                "sps": len(lines) * steps_per_update / max(wall_time_s - start_wall_s, 1e-9),
+                "host/policy_lag": max(r["host/policy_lag"] for r in lines),
+                "host/env_step_p99_ms": max(r["host/env_step_p99_ms"] for r in lines),
+                "host/slowest_actor": int(slowest["host/actor"]),
+                "host/env_restarts": int(last["host/env_restarts"]),
+                "host/lost_episodes": int(last["host/lost_episodes"])})
+    return row

@@ -1,0 +1,152 @@
+"""The actor-learner path from the command line: ``rljax train ppo|impala --env gymnasium/<id>|server:HOST:PORT``.
+
+::
+
+    rljax train ppo --env gymnasium/CartPole-v1 --num-envs 8 --num-steps 64 --max-policy-lag 1
+    rljax env-server gymnasium/CartPole-v1 --num-envs 8 --port 5555 &
+    rljax train impala --env server:127.0.0.1:5555 --num-envs 8 --num-actors 2
+    rljax resume runs/host-cp                   # continues with the saved layout
+
+An ``--env`` that names host envs (:func:`rljax.host.sources.is_host_env`) sends ``rljax train``
+and ``rljax resume`` here (:func:`train_host_command`) instead of the compiled JAX path. The flags of
+:func:`add_host_flags` lay out actors and learner (:class:`rljax.actorlearner.learner.HostOptions`);
+a resume keeps the saved layout except for the flags typed again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device", "refuse_host_flags_for_jax_envs",
+           "supports_host", "train_host_command"]
+
+HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
+              "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
+              "restart_backoff": "restart_backoff_s"}
+"""Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
+
+UNSUPPORTED_RUN_FLAGS = ("wandb", "mlflow", "log_every")
+"""Run flags the host path does not take yet; given with a host env they are refused by name."""
+
+
+def supports_host(config_cls: Any) -> bool:
+    """Whether the actor-learner path trains ``config_cls`` (PPO and IMPALA)."""
+    from rljax.agents.impala import IMPALAConfig
+    from rljax.agents.ppo import PPOConfig
+
+    return issubclass(config_cls, (PPOConfig, IMPALAConfig))
+
+
+def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any) -> None:
+    """The ``host envs`` flag group (used only with an ``--env`` that names host envs)."""
+    group = parser.add_argument_group(
+        "host envs (--env gymnasium/<id> or server:HOST:PORT: actors step them, a learner updates; docs/host-envs.md)")
+    group.add_argument("--num-actors", type=parse_int, default=1, metavar="N",
+                       help="actor threads, each with its own batch of --num-envs host envs")
+    group.add_argument("--max-policy-lag", type=parse_int, default=1, metavar="K",
+                       help="a rollout acts with params at most K updates old (0: act and learn in turn)")
+    group.add_argument("--queue-size", type=parse_int, default=2, metavar="N",
+                       help="rollouts that may wait for the learner")
+    group.add_argument("--actor-device", default=None, metavar="DEVICE",
+                       help="where the actors run the policy: an index into the devices or PLATFORM:INDEX "
+                            "(e.g. 0, cpu:1, gpu:0); default: the first device")
+    group.add_argument("--learner-device", default=None, metavar="DEVICE",
+                       help="where the learner updates (as --actor-device)")
+    group.add_argument("--rollout-timeout", type=parse_float, default=600.0, metavar="SECONDS",
+                       help="the learner's longest wait for a rollout before the run fails")
+    group.add_argument("--max-env-restarts", type=parse_int, default=3, metavar="N",
+                       help="failures in a row an actor's envs may have (each one restarts them after a back-off) "
+                            "before the run stops")
+    group.add_argument("--restart-backoff", type=parse_float, default=1.0, metavar="SECONDS",
+                       help="the first back-off before restarting failed envs (doubling per failure in a row)")
+
+
+def parse_device(text: str | None) -> Any:
+    """The JAX device ``text`` names (an index into ``jax.devices()`` or ``PLATFORM:INDEX``); None for None.
+
+    Raises:
+        ValueError: no such device; the message lists the devices there are.
+    """
+    if text is None:
+        return None
+    import jax
+
+    platform, _, index = text.rpartition(":")
+    try:
+        devices = jax.devices(platform) if platform else jax.devices()
+    except RuntimeError:
+        devices = []
+    if index.isdigit() and int(index) < len(devices):
+        return devices[int(index)]
+    have = ", ".join(f"{d.platform}:{i}" for i, d in enumerate(jax.devices()))
+    raise ValueError(f"no device {text!r}: this process has {have} (give an index or PLATFORM:INDEX)")
+
+
+def host_options(args: argparse.Namespace, saved: dict[str, Any] | None, explicit: set[str]) -> Any:
+    """The :class:`~rljax.actorlearner.learner.HostOptions` of the flags, the saved layout (a resume)
+    under those typed again."""
+    from rljax.actorlearner.learner import HostOptions
+
+    values = {field: getattr(args, dest) for dest, field in HOST_FLAGS.items()}
+    for dest, field in HOST_FLAGS.items():
+        if saved and field in saved and dest not in explicit:
+            values[field] = saved[field]
+    return HostOptions(**values, actor_device=parse_device(args.actor_device),
+                       learner_device=parse_device(args.learner_device))
+
+
+def refuse_host_flags_for_jax_envs(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                                   explicit: set[str]) -> None:
+    """A host flag set to other than its default with an env that is not a host env is a usage error
+    naming it (a config file that ``rljax config`` wrote holds every flag at its default)."""
+    typed = sorted(f"--{d.replace('_', '-')}" for d in [*HOST_FLAGS, "actor_device", "learner_device"]
+                   if d in explicit and getattr(args, d) != parser.get_default(d))
+    if typed:
+        parser.error(f"{', '.join(typed)} lay out the actor-learner path for host envs (--env gymnasium/<id> or "
+                     f"server:HOST:PORT); this run's env runs inside the compiled program")
+
+
+def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.ArgumentParser, explicit: set[str],
+                       options: dict[str, Any], saved_run_dir: str | None, run_dir: str | None) -> int:
+    """Trains ``config`` on host envs with the run options ``options`` (those of
+    :func:`rljax.cli.flags.train_kwargs`); returns the exit status."""
+    typed = [f"--{d.replace('_', '-')}" for d in UNSUPPORTED_RUN_FLAGS if d in explicit]
+    if typed:
+        parser.error(f"{', '.join(typed)}: not available on the actor-learner path (host envs) yet")
+    if not supports_host(type(config)):
+        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo or impala, "
+                     f"not {type(config).__name__.removesuffix('Config').lower()}")
+    from rljax.actorlearner.run import saved_host, run_host
+    from rljax.cli.process import call_training
+    from rljax.training.options import RunOptions
+
+    try:
+        saved = dataclasses.asdict(saved_host(saved_run_dir)) if saved_run_dir else None
+        host = host_options(args, saved, explicit)
+    except ValueError as err:
+        parser.error(str(err))
+    kept = {k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(RunOptions)}}
+    result, status = call_training(lambda: run_host(config, RunOptions(run_dir=run_dir, **kept), host), run_dir)
+    if status is not None:
+        return status
+    print(done_line(result, config, run_dir), flush=True)
+    return 0
+
+
+def done_line(result: Any, config: Any, run_dir: str | None) -> str:
+    """The summary line of a finished host run: env steps, the return of the episodes of its last
+    tenth of updates, env steps/s, restarts and lost episodes."""
+    rows = result.rows
+    tail = rows[-max(1, len(rows) // 10):]
+    episodes = sum(r["episodes"] for r in tail)
+    ret = (sum(r["episode_return_mean"] * r["episodes"] for r in tail if r["episodes"]) / episodes
+           if episodes else float("nan"))
+    last = rows[-1] if rows else {}
+    sps = last.get("sps", 0.0)
+    return (f"done: {result.updates * config.num_envs * config.num_steps:,} env steps, return {ret:.2f} (the "
+            f"episodes of the last {len(tail)} updates), {sps:,.0f} env steps/s, policy lag <= "
+            f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
+            f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))
+

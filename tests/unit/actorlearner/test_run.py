@@ -1,0 +1,134 @@
+"""A host run's run directory: rows per update and per chunk, the layout in the manifest, checkpoints,
+a stop on SIGTERM that saves, a resume that continues from the saved update, and a chunk row computed
+by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rljax.actorlearner.learner import HostOptions
+from rljax.actorlearner.run import _chunk_row, run_host, saved_host, updates_per_chunk
+from rljax.agents.ppo import PPOConfig
+from rljax.store.checkpoint import Checkpointer
+from rljax.store.rundir import ConfigMismatchError, run_record
+from rljax.training.options import RunOptions
+from tests.support.runs import leaves
+
+CONFIG = PPOConfig(env="gymnasium/CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6,
+                   updates_per_chunk=2, num_minibatches=2, num_epochs=1, hidden_sizes=(16,))
+LAYOUT = HostOptions(max_policy_lag=0, queue_size=3)
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends_it(tmp_path):
+    run = tmp_path / "run"
+    first = run_host(CONFIG, RunOptions(run_dir=run, checkpoint_every=1, quiet=True), LAYOUT)
+    assert first.updates == 6 and first.preempted is None
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["algorithm"] == "PPOConfig" and manifest["host"]["queue_size"] == 3
+    assert manifest["plan"] == {"updates_per_chunk": 2, "num_updates": 6, "env_steps_per_update": 128}
+    assert json.loads((run / "config.json").read_text())["env"] == "gymnasium/CartPole-v1"
+    lines, chunks = _rows(run / "metrics.jsonl"), _rows(run / "chunks.jsonl")
+    assert [r["env_steps"] for r in lines] == [128 * u for u in range(1, 7)]
+    assert [r["updates"] for r in chunks] == [2, 4, 6] and all(r["host/policy_lag"] == 0 for r in chunks)
+    assert Checkpointer(run, read_only=True).steps() == [256, 512, 768]
+    record = run_record(run)
+    assert record.algorithm == "PPOConfig" and record.source == "checkpoint 768"
+    assert saved_host(run) == HostOptions(max_policy_lag=0, queue_size=3)
+
+    longer = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 10})
+    second = run_host(longer, RunOptions(run_dir=run, resume=True, checkpoint_every=1, quiet=True))
+    assert second.updates == 10 and [r["updates"] for r in second.rows] == [7, 8, 9, 10]
+    assert [r["env_steps"] for r in _rows(run / "metrics.jsonl")] == [128 * u for u in range(1, 11)]
+    assert [r["updates"] for r in _rows(run / "chunks.jsonl")] == [2, 4, 6, 8, 10]
+    assert json.loads((run / "manifest.json").read_text())["host"]["queue_size"] == 3  # kept by the resume
+
+    with pytest.raises(ConfigMismatchError, match="learning_rate"):
+        run_host(PPOConfig(**{**longer.__dict__, "learning_rate": 1e-3}), RunOptions(run_dir=run, resume=True,
+                                                                                    quiet=True))
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_after_a_saved_update_and_the_resume_starts_from_its_params(tmp_path):
+    run = tmp_path / "run"
+    config = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 400, "updates_per_chunk": 1})
+
+    def signal_after_two_rows():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            path = run / "metrics.jsonl"
+            if path.exists() and len(path.read_text().splitlines()) >= 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=signal_after_two_rows, daemon=True).start()
+    stopped = run_host(config, RunOptions(run_dir=run, checkpoint_interval_s=3600, quiet=True), LAYOUT)
+    assert stopped.preempted == "SIGTERM" and 2 <= stopped.updates < 400
+    reader = Checkpointer(run, read_only=True)
+    (step,) = reader.steps()  # only the stop's save: the interval never came due
+    _, meta = reader.read(step)
+    assert meta["updates"] == stopped.updates and step == 128 * stopped.updates
+    np.testing.assert_array_equal(np.concatenate([x.ravel() for x in leaves(stopped.params)]),
+                                  np.concatenate([x.ravel() for x in leaves(_restored_params(run, config))]))
+    shorter = PPOConfig(**{**config.__dict__, "total_timesteps": 128 * (stopped.updates + 2)})
+    resumed = run_host(shorter, RunOptions(run_dir=run, resume=True, quiet=True))
+    assert [r["updates"] for r in resumed.rows] == [stopped.updates + 1, stopped.updates + 2]
+
+
+def _restored_params(run, config):
+    """The params checkpoint restore gives for ``run`` on a template built as the learner builds it."""
+    import jax
+
+    from rljax.actorlearner.learner import host_functions
+    from rljax.host.sources import make_host_env
+
+    env = make_host_env(config.env, config.num_envs)
+    env.close()
+    network, _, _, optimizer = host_functions(config, env.spec)
+    params = network.init(jax.random.key(1), np.zeros((1, *env.spec.obs_shape), env.spec.obs_dtype))
+    checkpointer = Checkpointer(run)
+    try:
+        state, _, _ = checkpointer.restore({"params": params, "opt_state": optimizer.init(params)})
+    finally:
+        checkpointer.close()
+    return jax.device_get(state["params"])
+
+
+def test_updates_per_chunk_defaults_to_a_tenth_of_the_run():
+    assert updates_per_chunk(CONFIG) == 2
+    assert updates_per_chunk(PPOConfig(**{**CONFIG.__dict__, "updates_per_chunk": 0})) == 1  # ceil(6 / 10)
+    assert updates_per_chunk(PPOConfig(**{**CONFIG.__dict__, "updates_per_chunk": 0,
+                                          "total_timesteps": 128 * 95})) == 10
+
+
+def test_a_chunk_row_by_hand():
+    def line(updates, episodes, ret, lag, p50, p99, actor, loss):
+        return {"updates": updates, "env_steps": 100 * updates, "episodes": episodes, "episode_return_mean": ret,
+                "episode_length_mean": None if ret is None else 2 * ret, "wall_time_s": 10.0 + updates,
+                "sps": 1.0, "policy_loss": loss, "host/policy_lag": lag, "host/env_step_p50_ms": p50,
+                "host/env_step_p99_ms": p99, "host/actor": actor, "host/env_restarts": updates // 3,
+                "host/lost_episodes": updates // 3 * 4}
+
+    lines = [line(1, 2, 10.0, 0, 1.0, 3.0, 0, 0.5), line(2, 0, None, 1, 4.0, 5.0, 1, 1.5),
+             line(3, 3, 20.0, 1, 2.0, 9.0, 0, 1.0)]
+    row = _chunk_row(lines, wall_time_s=13.0, start_wall_s=10.0, steps_per_update=100)
+    assert row["episodes"] == 5 and row["episode_return_mean"] == pytest.approx((2 * 10 + 3 * 20) / 5)
+    assert row["episode_length_mean"] == pytest.approx((2 * 20 + 3 * 40) / 5)
+    assert row["sps"] == pytest.approx(300 / 3.0) and row["policy_loss"] == pytest.approx(1.0)
+    assert (row["env_steps"], row["updates"], row["wall_time_s"]) == (300, 3, 13.0)
+    assert row["host/policy_lag"] == 1 and row["host/env_step_p99_ms"] == 9.0
+    assert row["host/slowest_actor"] == 1 and "host/actor" not in row
+    assert (row["host/env_restarts"], row["host/lost_episodes"]) == (1, 4)
+    no_episodes = _chunk_row(lines[1:2], 12.0, 11.0, 100)
+    assert no_episodes["episodes"] == 0 and no_episodes["episode_return_mean"] is None

@@ -1,0 +1,88 @@
+"""``rljax train ppo|impala --env gymnasium/<id>|server:...``: the host flags, devices by name, a run
+directory, SIGTERM -> exit 75 -> ``rljax resume`` with the saved layout; misuse is one line and status 2."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+
+from rljax.cli.host import parse_device
+from rljax.cli.main import main
+from tests.conftest import cpu_subprocess_env
+
+SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--num-epochs", "1", "--hidden-sizes",
+         "16", "--no-compile-cache"]
+
+
+def test_devices_by_index_or_platform_and_index():
+    assert parse_device(None) is None
+    assert parse_device("0") == jax.devices()[0] and parse_device("cpu:0") == jax.devices("cpu")[0]
+    for bad in ("99", "cpu:99", "tpu:0", "first"):
+        with pytest.raises(ValueError, match=rf"no device '{bad}': this process has cpu:0"):
+            parse_device(bad)
+
+
+def test_a_config_file_with_every_flag_at_its_default_trains_a_jax_env(tmp_path, capsys):
+    """``rljax config ppo`` writes the host flags too, at their defaults: not a host layout."""
+    assert main(["config", "ppo"]) == 0
+    (tmp_path / "run.toml").write_text(capsys.readouterr().out)
+    assert main(["train", "ppo", "--config", str(tmp_path / "run.toml"), "--total-timesteps", "512", "--hidden-sizes",
+                 "8", "--run-dir", "none", "--quiet", "--no-compile-cache"]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "ppo", "--num-actors", "2", "--env", "CartPole-v1"],
+     "--num-actors lay out the actor-learner path for host envs"),
+    (["train", "ppo", "--actor-device", "0", "--max-policy-lag", "0"],
+     "--actor-device, --max-policy-lag lay out the actor-learner path"),
+    (["train", "pqn", "--env", "gymnasium/CartPole-v1"],
+     "names host envs, which the actor-learner path trains with ppo or impala, not pqn"),
+    (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--wandb", "p"],
+     "--wandb: not available on the actor-learner path"),
+    (["train", "impala", "--env", "gymnasium/CartPole-v1", "--learner-device", "gpu:3"],
+     "no device 'gpu:3'"),
+    (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--num-actors", "0"], "num_actors=0: must be an integer >= 1"),
+])
+def test_misuse_is_one_line_and_status_2(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--run-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_exits_75_and_resume_continues_with_the_saved_layout(tmp_path):
+    run = tmp_path / "run"
+    env = cpu_subprocess_env()
+    cmd = [sys.executable, "-m", "rljax.cli.main", "train", "ppo", "--env", "gymnasium/CartPole-v1", *SMALL,
+           "--total-timesteps", "1e6", "--updates-per-chunk", "1", "--max-policy-lag", "0", "--queue-size", "3",
+           "--run-dir", str(run)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "chunks.jsonl").exists() and (run / "chunks.jsonl").read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err[-2000:]
+    assert "preempted (SIGTERM); exit status 75. Resume with: rljax resume" in err
+    stopped = json.loads((run / "chunks.jsonl").read_text().splitlines()[-1])["updates"]
+    resumed = subprocess.run([sys.executable, "-m", "rljax.cli.main", "resume", str(run), "--total-timesteps",
+                              str(128 * (stopped + 2)), "--no-compile-cache"], env=env, capture_output=True,
+                             text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming from update {stopped:,}" in resumed.stdout and "done: " in resumed.stdout
+    chunks = [json.loads(line) for line in (run / "chunks.jsonl").read_text().splitlines()]
+    assert [c["updates"] for c in chunks] == list(range(1, stopped + 3))
+    assert all(c["host/policy_lag"] == 0 for c in chunks)  # --max-policy-lag 0 was kept
+    assert json.loads((run / "manifest.json").read_text())["host"]["queue_size"] == 3
