@@ -1,4 +1,4 @@
-"""The actor-learner path from the command line: ``rljax train ppo|impala --env gymnasium/<id>|server:HOST:PORT``.
+"""The actor-learner path from the command line: ``rljax train ppo|impala --env HOST_ENV``.
 
 ::
 
@@ -19,8 +19,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device", "refuse_host_flags_for_jax_envs",
-           "supports_host", "train_host_command"]
+__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device",
+           "refuse_host_flags_for_jax_envs", "supports_host", "train_host_command"]
 
 HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
               "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
@@ -42,7 +42,8 @@ def supports_host(config_cls: Any) -> bool:
 def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any) -> None:
     """The ``host envs`` flag group (used only with an ``--env`` that names host envs)."""
     group = parser.add_argument_group(
-        "host envs (--env gymnasium/<id> or server:HOST:PORT: actors step them, a learner updates; docs/host-envs.md)")
+        "host envs (--env gymnasium/<id>, envpool/<id> or server:HOST:PORT: actors step them, a learner updates; "
+        "docs/host-envs.md)")
     group.add_argument("--num-actors", type=parse_int, default=1, metavar="N",
                        help="actor threads, each with its own batch of --num-envs host envs")
     group.add_argument("--max-policy-lag", type=parse_int, default=1, metavar="K",
@@ -104,8 +105,8 @@ def refuse_host_flags_for_jax_envs(parser: argparse.ArgumentParser, args: argpar
     typed = sorted(f"--{d.replace('_', '-')}" for d in [*HOST_FLAGS, "actor_device", "learner_device"]
                    if d in explicit and getattr(args, d) != parser.get_default(d))
     if typed:
-        parser.error(f"{', '.join(typed)} lay out the actor-learner path for host envs (--env gymnasium/<id> or "
-                     f"server:HOST:PORT); this run's env runs inside the compiled program")
+        parser.error(f"{', '.join(typed)} lay out the actor-learner path for host envs (--env gymnasium/<id>, "
+                     f"envpool/<id> or server:HOST:PORT); this run's env runs inside the compiled program")
 
 
 def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.ArgumentParser, explicit: set[str],

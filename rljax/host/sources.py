@@ -1,4 +1,4 @@
-"""Host env names: ``gymnasium/<id>`` and ``server:HOST:PORT`` to a batch of host envs.
+"""Host env names: ``gymnasium/<id>``, ``envpool/<id>`` and ``server:HOST:PORT`` to a batch of host envs.
 
 :func:`make_host_env` is what ``--env`` resolves to on the host path; :func:`is_host_env` tells a
 host env name from a JAX env name (the registry's ids, gymnax's, ``module:Name``).
@@ -12,7 +12,7 @@ from rljax.host.base import HostEnv
 
 __all__ = ["HOST_PREFIXES", "is_host_env", "make_host_env", "parse_server"]
 
-HOST_PREFIXES = ("gymnasium/", "server:")
+HOST_PREFIXES = ("gymnasium/", "envpool/", "server:")
 """How a host env name starts."""
 
 
@@ -37,6 +37,8 @@ def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
 
     * ``gymnasium/<id>``: :class:`~rljax.host.gymnasium_env.GymnasiumEnv` (``asynchronous=True`` steps
       them in worker processes; other keyword arguments go to ``gymnasium.make_vec``);
+    * ``envpool/<id>``: :class:`~rljax.host.envpool_env.EnvPoolEnv` (the ``envpool`` extra; keyword
+      arguments go to ``envpool.make``);
     * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
       ``timeout_s``); the server decides the batch size, which must equal ``num_envs``.
     """
@@ -44,6 +46,10 @@ def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
         from rljax.host.gymnasium_env import GymnasiumEnv
 
         return GymnasiumEnv(name[len("gymnasium/"):], num_envs, **kwargs)
+    if name.startswith("envpool/"):
+        from rljax.host.envpool_env import EnvPoolEnv
+
+        return EnvPoolEnv(name[len("envpool/"):], num_envs, **kwargs)
     if name.startswith("server:"):
         from rljax.host.client import ServerEnv
 
@@ -53,5 +59,5 @@ def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
             raise ValueError(f"the env server {name} serves {env.spec.num_envs} envs, not num_envs={num_envs}: pass "
                              f"--num-envs {env.spec.num_envs}, or restart the server with --num-envs {num_envs}")
         return env
-    raise ValueError(f"{name!r} is not a host env name: use gymnasium/<id> (e.g. gymnasium/CartPole-v1) or "
-                     f"server:HOST:PORT")
+    raise ValueError(f"{name!r} is not a host env name: use gymnasium/<id> (e.g. gymnasium/CartPole-v1), "
+                     f"envpool/<id> (e.g. envpool/Pong-v5) or server:HOST:PORT")

@@ -11,6 +11,7 @@ from rljax.host.sources import is_host_env, make_host_env, parse_server
 
 def test_names():
     assert is_host_env("gymnasium/CartPole-v1") and is_host_env("server:127.0.0.1:5555")
+    assert is_host_env("envpool/Pong-v5")
     assert not is_host_env("CartPole-v1") and not is_host_env("gymnax/CartPole-v1") and not is_host_env("m:Env")
     assert parse_server("server:127.0.0.1:5555") == ("127.0.0.1", 5555)
     assert parse_server("server:[::1]:80") == ("::1", 80)
@@ -36,8 +37,8 @@ def test_make_host_env_builds_each_source_and_checks_the_batch_size(monkeypatch)
         env = make_host_env(f"server:{host}:{port}", 3)
         assert env.reset(0).shape == (3, 4)
         env.close()
-    with pytest.raises(ValueError, match="not a host env name: use gymnasium/<id>"):
-        make_host_env("envpool/Pong-v5", 2)
+    with pytest.raises(ValueError, match="not a host env name: use gymnasium/<id> .*, envpool/<id> .* or server:"):
+        make_host_env("atari/Pong-v5", 2)
 
 
 def test_the_documented_example_runs_as_written():
