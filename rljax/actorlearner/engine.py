@@ -34,7 +34,8 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorPool", "EnvFailure", "ParamStore", "RestartPolicy", "Rollout", "Schedule", "close_envs"]
+__all__ = ["Actor", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout", "Schedule",
+           "close_envs"]
 
 
 class Schedule:
@@ -128,6 +129,18 @@ class Rollout:
     total_s: float = 0.0
     env_restarts: int = 0
     lost_episodes: int = 0
+    snapshot: "EnvSnapshot | None" = None
+
+
+@dataclasses.dataclass
+class EnvSnapshot:
+    """Where an actor stands between two rollouts: its envs' state (``HostEnv.get_state``), the
+    observations to act on next, and the returns and lengths of the episodes in flight."""
+
+    env_state: bytes
+    obs: np.ndarray
+    returns: np.ndarray
+    lengths: np.ndarray
 
 
 class Actor(threading.Thread):
@@ -149,12 +162,14 @@ class Actor(threading.Thread):
         restarts: how failed envs are replaced (:class:`RestartPolicy`); None: a failure stops the run.
             A rollout the failure interrupted is collected again from its start with the new envs,
             reset with seed ``seed + 7919 * restarts`` so that they do not replay the same episodes.
+        snapshots: attach an :class:`EnvSnapshot` to every rollout (its envs must have ``get_state``).
+        initial: start from this snapshot instead of resetting the envs.
     """
 
     def __init__(self, index: int, env: HostEnv, policy: Callable[..., Any], store: ParamStore, out: queue.Queue,
                  schedule: Schedule, key: jax.Array, seed: int, num_steps: int, max_policy_lag: int, device: Any,
                  stop: threading.Event, bounds: tuple[np.ndarray, np.ndarray] | None = None,
-                 restarts: RestartPolicy | None = None):
+                 restarts: RestartPolicy | None = None, snapshots: bool = False, initial: EnvSnapshot | None = None):
         super().__init__(daemon=True, name=f"rljax-actor-{index}")
         self.index, self.env, self.policy, self.store, self.out = index, env, policy, store, out
         self.schedule, self.key, self.seed, self.num_steps = schedule, key, seed, num_steps
@@ -163,10 +178,11 @@ class Actor(threading.Thread):
         self.env_restarts, self._failures, self._lost = 0, 0, 0
         n = env.spec.num_envs
         self._returns, self._lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
+        self.snapshots, self.initial = snapshots, initial
 
     def run(self) -> None:
         try:
-            obs = self._reset()
+            obs = self._reset() if self.initial is None else self._restore(self.initial)
             while obs is not None and not self.stop.is_set():
                 k = self.schedule.claim()
                 if k is None:
@@ -177,6 +193,11 @@ class Actor(threading.Thread):
         except BaseException as err:  # reported on the learner's thread by ActorPool.get
             self.error = err
             self.stop.set()
+
+    def _restore(self, snapshot: EnvSnapshot) -> np.ndarray:
+        self.env.set_state(snapshot.env_state)
+        self._returns[:], self._lengths[:] = snapshot.returns, snapshot.lengths
+        return snapshot.obs
 
     def _reset(self) -> np.ndarray | None:
         """The first observations of fresh episodes, through as many restarts as the policy allows."""
@@ -249,7 +270,9 @@ class Actor(threading.Thread):
             episodes += self._count_episodes(step)
             obs = step.obs
         traj = Transition(*(np.stack(column) for column in zip(*rows)))
-        return Rollout(k, self.index, version, traj, episodes, step_s, policy_s, waited), obs
+        snapshot = EnvSnapshot(self.env.get_state(), obs, self._returns.copy(), self._lengths.copy()) \
+            if self.snapshots else None
+        return Rollout(k, self.index, version, traj, episodes, step_s, policy_s, waited, snapshot=snapshot), obs
 
     def _count_episodes(self, step: Any) -> list[tuple[float, int]]:
         self._returns += step.reward

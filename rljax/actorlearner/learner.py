@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule, close_envs
+from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, ParamStore, RestartPolicy, Rollout, Schedule,
+                                      close_envs)
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
@@ -88,13 +89,15 @@ class HostResult:
     preempted: str | None = None
 
 
-Restore = Callable[[Any, Any], "tuple[Any, Any, int] | None"]
-"""``restore(params, opt_state) -> (params, opt_state, updates_done)`` from a checkpoint shaped like
-the fresh ones, or None to start from them."""
+Restore = Callable[[Any, Any], tuple[Any, Any, int, EnvSnapshot | None] | None]
+"""``restore(params, opt_state) -> (params, opt_state, updates_done, envs)`` from a checkpoint shaped
+like the fresh ones (``envs``: the one actor's :class:`~rljax.actorlearner.engine.EnvSnapshot`
+saved with it, or None to reset the envs), or None to start from the fresh ones."""
 
-OnUpdate = Callable[[int, Any, Any, dict], "str | None"]
-"""``on_update(updates_done, params, opt_state, row) -> reason or None``: called after every update
-(before the next one may donate ``params``); a reason stops the run there."""
+OnUpdate = Callable[[int, Any, Any, dict, EnvSnapshot | None], str | None]
+"""``on_update(updates_done, params, opt_state, row, envs) -> reason or None``: called after every
+update (before the next one may donate ``params``), with the actor's snapshot after the rollout it
+learned from when snapshots are on; a reason stops the run there."""
 
 
 class _Spaces:
@@ -169,7 +172,7 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
 def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
                options: HostOptions = HostOptions(),
                on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
-               on_update: OnUpdate | None = None) -> HostResult:
+               on_update: OnUpdate | None = None, snapshots: bool = False) -> HostResult:
     """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
@@ -184,6 +187,10 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
         restore: continues from a checkpoint (:data:`Restore`): rollouts, keys and env seeds go on
             from the update it had reached; the episodes the envs were in start over.
         on_update: called after every update (:data:`OnUpdate`); it may stop the run.
+        snapshots: with one actor whose envs can save their state (``get_state`` not None, e.g. a
+            synchronous ``gymnasium/`` batch), hand ``on_update`` the envs' state after each rollout,
+            and let ``restore`` put it back: with ``max_policy_lag = 0`` a resumed run is then the same
+            bits as one never stopped.
 
     Returns:
         A :class:`HostResult`.
@@ -197,17 +204,17 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     except BaseException:
         close_envs(envs)
         raise
-    return _train(config, envs, make_env, options, on_row, restore, on_update)
+    return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots)
 
 
 def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
            options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None, restore: Restore | None,
-           on_update: OnUpdate | None) -> HostResult:
+           on_update: OnUpdate | None, snapshots: bool) -> HostResult:
     """Runs the actors and the learner; the envs are closed once, on every way out: by the actor pool
     (each actor's current batch, restarts included) once it exists, before that here."""
     pool = None
     try:
-        pool, learner = _start(config, envs, make_env, options, restore)
+        pool, learner = _start(config, envs, make_env, options, restore, snapshots)
         return _learn(pool, learner, options, on_row, on_update)
     finally:
         if pool is not None:
@@ -232,7 +239,7 @@ class _Learner(NamedTuple):
 
 
 def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
-           options: HostOptions, restore: Restore | None) -> tuple[ActorPool, _Learner]:
+           options: HostOptions, restore: Restore | None, snapshots: bool) -> tuple[ActorPool, _Learner]:
     """Checks the envs, builds (or restores) the learner's state and the actors, and starts the actors.
     Actor ``a``'s envs are seeded ``seed + (a + num_actors * start) * num_envs`` (then ``+ i`` per env)."""
     spec = envs[0].spec
@@ -248,10 +255,11 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
     params = jax.device_put(network.init(k_init, dummy), learner_device)
-    opt_state, start = optimizer.init(params), 0
+    opt_state, start, initial = optimizer.init(params), 0, None
     restored = restore(params, opt_state) if restore is not None else None
     if restored is not None:
-        params, opt_state, start = restored
+        params, opt_state, start, initial = restored
+    snapshots = snapshots and len(envs) == 1 and getattr(envs[0], "get_state", lambda: None)() is not None
     num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
     store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False), start), threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates, start)
@@ -262,7 +270,8 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
                             config.seed + (a + len(envs) * start) * config.num_envs, config.num_steps,
                             options.max_policy_lag,
-                            actor_device, stop, bounds, restarts(a)) for a, env in enumerate(envs)], out, stop)
+                            actor_device, stop, bounds, restarts(a), snapshots, initial if snapshots else None)
+                       for a, env in enumerate(envs)], out, stop)
     learner = _Learner(update, params, opt_state, store, k_learn, num_updates, start, learner_device, actor_device)
     pool.start()
     return pool, learner
@@ -292,7 +301,7 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         rows.append(row)
         if on_row is not None:
             on_row(row)
-        stopped = on_update(u + 1, params, opt_state, row) if on_update is not None else None
+        stopped = on_update(u + 1, params, opt_state, row, rollout.snapshot) if on_update is not None else None
         if stopped is not None:
             return HostResult(params, opt_state, rows, u + 1, stopped)
     return HostResult(params, opt_state, rows, learner.num_updates)

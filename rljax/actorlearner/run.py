@@ -13,8 +13,12 @@
   (:class:`~rljax.training.signals.PreemptionGuard`: the update in flight finishes first);
 - ``resume``: the newest checkpoint that restores; rollout numbers, the actors' and the learner's
   keys and the env seeds go on from its update count, and the saved layout (actors, policy lag,
-  queue) is kept. Host envs keep their state outside the run, so the episodes they were in when
-  the run stopped start over. Rows logged after that checkpoint move to ``*.superseded.jsonl``;
+  queue) is kept. With one actor whose envs can save their state (a synchronous ``gymnasium/``
+  batch: ``get_state``), every checkpoint also holds the envs' state, the observations to act on
+  and the episodes in flight after the rollout it learned from, and a resume continues them: with
+  ``max_policy_lag = 0`` the resumed run is the same bits as one never stopped. Other envs (servers,
+  EnvPool, worker processes) keep their state outside the run, so the episodes they were in start
+  over. Rows logged after that checkpoint move to ``*.superseded.jsonl``;
 - the run directory lock, and no directory left behind by a run that fails to start.
 """
 
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from rljax.actorlearner.engine import EnvSnapshot
 from rljax.actorlearner.learner import HostOptions, HostResult, train_host
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
@@ -88,7 +93,8 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             host = saved_host(run_dir) if options.resume else HostOptions()
         session = _Session(config, options, host, guard)
         stack.callback(session.close)
-        return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update)
+        return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update,
+                          snapshots=options.checkpoints and run_dir is not None)
 
 
 def saved_host(run_dir: str | pathlib.Path, base: HostOptions = HostOptions()) -> HostOptions:
@@ -130,14 +136,15 @@ class _Session:
                 meta = None
             if meta is not None:
                 check_resume_config(meta["config"], self.config)
-                restored = (state["params"], state["opt_state"], int(meta["updates"]))
+                restored = (state["params"], state["opt_state"], int(meta["updates"]), _decode(meta.get("envs")))
                 self.chunk_index, self.wall0 = int(meta["chunk_index"]) + 1, float(meta["wall_time_s"])
         if options.run_dir is not None:
             self._open_tracker(meta)
         self.t0, self.chunk_wall = time.perf_counter(), self.wall0
         if restored is not None and not options.quiet:
-            print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); the episodes the "
-                  f"envs were in start over", flush=True)
+            envs = ("the envs continue from their saved state" if restored[3] is not None and self.host.num_actors == 1
+                    else "the episodes the envs were in start over")
+            print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); {envs}", flush=True)
         return restored
 
     def _open_tracker(self, meta: dict[str, Any] | None) -> None:
@@ -155,7 +162,8 @@ class _Session:
                                resume_env_steps=None if not options.resume else int(meta["env_steps"]) if meta else 0,
                                recovered_rows=(meta or {}).get("rows"), recovered_lines=(meta or {}).get("lines"))
 
-    def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any]) -> str | None:
+    def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any],
+                     envs: EnvSnapshot | None) -> str | None:
         """Collects the update's row; at a chunk's end logs it and saves when due. Returns the signal's
         name once a requested stop has been saved."""
         wall = self.wall0 + time.perf_counter() - self.t0
@@ -175,7 +183,7 @@ class _Session:
                   flush=True)
         if self.checkpointer is not None and self.options.checkpoints and (last or stop or self._due()):
             self.guard.finishing = stop or last
-            self._save(params, opt_state, chunk_row)
+            self._save(params, opt_state, chunk_row, envs)
         self.lines, self.chunk_index = [], self.chunk_index + 1
         return self.guard.signal_name if stop and not last else None
 
@@ -184,7 +192,7 @@ class _Session:
             return (self.chunk_index + 1) % self.options.checkpoint_every == 0
         return time.monotonic() - self.last_save >= self.options.checkpoint_interval_s
 
-    def _save(self, params: Any, opt_state: Any, row: dict[str, Any]) -> None:
+    def _save(self, params: Any, opt_state: Any, row: dict[str, Any], envs: EnvSnapshot | None) -> None:
         from rljax.store.tracking import boundary_line, config_to_dict, json_scalar
 
         meta = {"chunk_index": self.chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
@@ -193,6 +201,8 @@ class _Session:
                 "host": {k: getattr(self.host, k) for k in HOST_SAVED_FIELDS},
                 "rows": [{k: json_scalar(v) for k, v in row.items()}],
                 "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.lines).items()}]}
+        if envs is not None:
+            meta["envs"] = _encode(envs)
         self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
         self.last_save = time.monotonic()
 
@@ -235,3 +245,29 @@ def _chunk_row(lines: list[dict[str, Any]], wall_time_s: float, start_wall_s: fl
                 "host/env_restarts": int(last["host/env_restarts"]),
                 "host/lost_episodes": int(last["host/lost_episodes"])})
     return row
+
+
+def _encode(snapshot: EnvSnapshot) -> dict[str, str]:
+    """An :class:`~rljax.actorlearner.engine.EnvSnapshot` as JSON for a checkpoint's meta (which the
+    checkpointer checksums): each field base64 (arrays in ``.npy`` form)."""
+    import base64
+    import io
+
+    def npy(x: np.ndarray) -> str:
+        buf = io.BytesIO()
+        np.save(buf, x, allow_pickle=False)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    return {"env_state": base64.b64encode(snapshot.env_state).decode(), "obs": npy(snapshot.obs),
+            "returns": npy(snapshot.returns), "lengths": npy(snapshot.lengths)}
+
+
+def _decode(saved: dict[str, str] | None) -> EnvSnapshot | None:
+    import base64
+    import io
+
+    if not saved:
+        return None
+    npy = lambda text: np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)  # noqa: E731
+    return EnvSnapshot(base64.b64decode(saved["env_state"]), npy(saved["obs"]), npy(saved["returns"]),
+                       npy(saved["lengths"]))

@@ -94,6 +94,25 @@ class GymnasiumEnv:
         return check_batch(self.spec, HostStep(obs, np.asarray(reward, np.float32), np.asarray(terminated, np.bool_),
                                                np.asarray(truncated, np.bool_), final_obs))
 
+    def get_state(self) -> bytes | None:
+        """The sub-envs' whole state (pickled), for a bit-exact resume of a synchronous run; None
+        with ``asynchronous=True`` (the state lives in the worker processes)."""
+        if not hasattr(self._env, "envs"):
+            return None
+        import pickle
+
+        return pickle.dumps(self._env.envs)
+
+    def set_state(self, state: bytes) -> None:
+        """Puts back a state :meth:`get_state` returned (a run directory's own checkpoint: unpickled,
+        so only ever from a trusted file)."""
+        import pickle
+
+        envs = pickle.loads(state)  # noqa: S301 - written by get_state into the run's own checkpoint
+        if len(envs) != self.spec.num_envs:
+            raise ValueError(f"the saved state holds {len(envs)} envs, this batch {self.spec.num_envs}")
+        self._env.envs = envs
+
     def close(self) -> None:
         self._env.close()
 

@@ -105,6 +105,24 @@ def _restored_params(run, config):
     return jax.device_get(state["params"])
 
 
+def test_one_actor_at_lag_0_resumes_to_the_same_bits_as_a_run_never_stopped(tmp_path):
+    """The checkpoint holds the envs' state (pickled Gymnasium envs), the observations and the episodes
+    in flight: a run stopped after 3 updates and resumed to 7 equals one that ran 7, params and rows."""
+    config = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 7, "anneal_lr": False,
+                          "updates_per_chunk": 1})
+    whole = run_host(config, RunOptions(run_dir=tmp_path / "whole", quiet=True), LAYOUT)
+    run = tmp_path / "cut"
+    run_host(PPOConfig(**{**config.__dict__, "total_timesteps": 4 * 32 * 3}), RunOptions(run_dir=run, quiet=True),
+             LAYOUT)
+    resumed = run_host(config, RunOptions(run_dir=run, resume=True, quiet=True))
+    assert resumed.updates == 7 and len(resumed.rows) == 4
+    assert all(np.array_equal(a, b) for a, b in zip(leaves(whole.params), leaves(resumed.params)))
+    measured = ("sps", "wall_time_s", "host/")
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(measured)} for r in rows]  # noqa: E731
+    assert strip(_rows(run / "metrics.jsonl")) == strip(_rows(tmp_path / "whole" / "metrics.jsonl"))
+    assert sum(r["episodes"] for r in _rows(run / "metrics.jsonl")) > 0
+
+
 def test_updates_per_chunk_defaults_to_a_tenth_of_the_run():
     assert updates_per_chunk(CONFIG) == 2
     assert updates_per_chunk(PPOConfig(**{**CONFIG.__dict__, "updates_per_chunk": 0})) == 1  # ceil(6 / 10)

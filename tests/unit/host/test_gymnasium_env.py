@@ -94,3 +94,22 @@ def test_bad_actions_are_refused_with_the_value():
             env.step(np.array([0, 1, 1]))
     finally:
         env.close()
+
+
+def test_a_saved_state_replays_the_same_steps_and_episodes():
+    env = GymnasiumEnv("CartPole-v1", 3)
+    env.reset(0)
+    for _ in range(5):
+        env.step(np.ones(3, np.int64))
+    state = env.get_state()
+    actions = [np.array([t % 2, 1, 0]) for t in range(40)]  # long enough for every env to end an episode
+    first = [env.step(a) for a in actions]
+    env.set_state(state)
+    again = [env.step(a) for a in actions]
+    assert any(s.terminated.any() for s in first)
+    for a, b in zip(first, again):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="the saved state holds 3 envs, this batch 2"):
+        GymnasiumEnv("CartPole-v1", 2).set_state(state)
+    env.close()
