@@ -19,6 +19,7 @@
   ``max_policy_lag = 0`` the resumed run is the same bits as one never stopped. Other envs (servers,
   EnvPool, worker processes) keep their state outside the run, so the episodes they were in start
   over. Rows logged after that checkpoint move to ``*.superseded.jsonl``;
+- W&B and MLflow (``wandb``, ``mlflow``: :mod:`rljax.store.trackers`) get the ``metrics.jsonl`` rows;
 - the run directory lock, and no directory left behind by a run that fails to start.
 """
 
@@ -63,7 +64,7 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`.
         options: the run options; used here: ``run_dir`` (None: nothing written), ``resume``,
             ``checkpoint_every``, ``checkpoint_interval_s``, ``keep_checkpoints``, ``checkpoints``,
-            ``tensorboard``, ``quiet``, ``handle_signals``.
+            ``tensorboard``, ``wandb``, ``mlflow``, ``quiet``, ``handle_signals``.
         host: the layout (:class:`~rljax.actorlearner.learner.HostOptions`); None: the saved one on
             a resume (:func:`saved_host`), else the defaults.
         make_env: ``make_env(actor) -> HostEnv`` (default: :func:`rljax.host.sources.make_host_env`
@@ -116,7 +117,7 @@ class _Session:
         self.config, self.options, self.host, self.guard = config, options, host, guard
         self.chunk = updates_per_chunk(config)
         self.num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
-        self.tracker = self.checkpointer = None
+        self.tracker = self.checkpointer = self.trackers = None
         self.lines: list[dict[str, Any]] = []
         self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
         self.last_save = time.monotonic()
@@ -161,6 +162,12 @@ class _Session:
                                manifest_extra=extra,
                                resume_env_steps=None if not options.resume else int(meta["env_steps"]) if meta else 0,
                                recovered_rows=(meta or {}).get("rows"), recovered_lines=(meta or {}).get("lines"))
+        if options.wandb or options.mlflow:
+            from rljax.store.trackers import Trackers, backends
+
+            self.trackers = Trackers(backends(options.wandb, options.mlflow, options.run_dir), options.run_dir,
+                                     _OneRun(self.config))
+            self.trackers.start(None)
 
     def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any],
                      envs: EnvSnapshot | None) -> str | None:
@@ -176,6 +183,9 @@ class _Session:
         self.chunk_wall = wall
         if self.tracker is not None:
             self.tracker.log(chunk_row, self.lines)
+            if self.trackers is not None:  # W&B / MLflow: the same metrics.jsonl rows
+                self.trackers.record(_Rows([self.lines]), self.chunk_index, [chunk_row])
+                self.trackers.finished = last
         elif not self.options.quiet:
             from rljax.store.tracking import format_progress
 
@@ -207,7 +217,10 @@ class _Session:
         self.last_save = time.monotonic()
 
     def close(self) -> None:
-        """Waits for the pending save and closes the files (idempotent)."""
+        """Waits for the pending save and closes the files and tracker runs (idempotent)."""
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
         if self.checkpointer is not None:
             self.checkpointer.wait()
             self.checkpointer.close()
@@ -215,6 +228,22 @@ class _Session:
         if self.tracker is not None:
             self.tracker.close()
             self.tracker = None
+
+
+class _OneRun:
+    """What :class:`rljax.store.trackers.Trackers` reads of a run's program: one member, not isolated."""
+
+    isolated = False
+
+    def __init__(self, config: Any):
+        self.configs, self.names, self.seeds = [config], ["run"], [config.seed]
+
+
+class _Rows:
+    """What :meth:`rljax.store.trackers.Trackers.record` reads of a run: its chunk's per-update rows."""
+
+    def __init__(self, update_rows: list[list[dict[str, Any]]]):
+        self.update_rows = update_rows
 
 
 def _chunk_row(lines: list[dict[str, Any]], wall_time_s: float, start_wall_s: float,

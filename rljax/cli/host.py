@@ -27,7 +27,7 @@ HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "q
               "restart_backoff": "restart_backoff_s"}
 """Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
 
-UNSUPPORTED_RUN_FLAGS = ("wandb", "mlflow", "log_every")
+UNSUPPORTED_RUN_FLAGS = ("log_every",)
 """Run flags the host path does not take yet; given with a host env they are refused by name."""
 
 

@@ -150,3 +150,20 @@ def test_a_chunk_row_by_hand():
     assert (row["host/env_restarts"], row["host/lost_episodes"]) == (1, 4)
     no_episodes = _chunk_row(lines[1:2], 12.0, 11.0, 100)
     assert no_episodes["episodes"] == 0 and no_episodes["episode_return_mean"] is None
+
+
+def test_mlflow_gets_every_row_and_a_resume_continues_the_same_run(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    run, store = tmp_path / "run", tmp_path / "mlruns"
+    run_host(CONFIG, RunOptions(run_dir=run, quiet=True, mlflow=str(store)), LAYOUT)
+    longer = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 8})
+    run_host(longer, RunOptions(run_dir=run, resume=True, quiet=True, mlflow=str(store)))
+    (run_id,) = {ids[""] for name, ids in json.loads((run / "trackers.json").read_text()).items() if name == "MLflow"}
+    client = mlflow.MlflowClient(store.as_uri())
+    logged = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "policy_loss"))
+    assert [step for step, _ in logged] == [128 * u for u in range(1, 9)]
+    expected = [r["policy_loss"] for r in _rows(run / "metrics.jsonl")]
+    np.testing.assert_allclose([v for _, v in logged], expected, rtol=1e-6)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    lag = sorted(m.step for m in client.get_metric_history(run_id, "host/policy_lag"))
+    assert lag == [128 * u for u in range(1, 9)]
