@@ -97,7 +97,8 @@ saved with it, or None to reset the envs), or None to start from the fresh ones.
 OnUpdate = Callable[[int, Any, Any, dict, EnvSnapshot | None], str | None]
 """``on_update(updates_done, params, opt_state, row, envs) -> reason or None``: called after every
 update (before the next one may donate ``params``), with the actor's snapshot after the rollout it
-learned from when snapshots are on; a reason stops the run there."""
+learned from when snapshots are on; a reason stops the run there. Called once more with ``row``
+None when the run is about to fail (an actor's error or a rollout timeout) after updates it made."""
 
 
 class _Spaces:
@@ -284,7 +285,12 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
     for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
-        rollout = pool.get(u, options.rollout_timeout_s)
+        try:
+            rollout = pool.get(u, options.rollout_timeout_s)
+        except Exception:
+            if on_update is not None and u > learner.start:  # the run fails: let the caller keep what it learned
+                on_update(u, params, opt_state, None, None)
+            raise
         t1 = time.perf_counter()
         traj = jax.device_put(rollout.traj, learner.device)
         params, opt_state, metrics = learner.update(params, opt_state, traj, jax.random.fold_in(learner.key, u),

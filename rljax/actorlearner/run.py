@@ -9,8 +9,9 @@
   (:class:`~rljax.store.tracking.Tracker`);
 - checkpoints (:class:`~rljax.store.checkpoint.Checkpointer`: Orbax, checksummed) of the learner's
   params and optimiser state with the update count, every ``checkpoint_every`` chunks (0: every
-  ``checkpoint_interval_s`` seconds), after the last update and when SIGTERM/SIGINT stops the run
-  (:class:`~rljax.training.signals.PreemptionGuard`: the update in flight finishes first);
+  ``checkpoint_interval_s`` seconds), after the last update, when SIGTERM/SIGINT stops the run
+  (:class:`~rljax.training.signals.PreemptionGuard`: the update in flight finishes first), and when
+  an actor gives up (its envs failed past ``max_env_restarts``), before the error ends the run;
 - ``resume``: the newest checkpoint that restores; rollout numbers, the actors' and the learner's
   keys and the env seeds go on from its update count, and the saved layout (actors, policy lag,
   queue) is kept. With one actor whose envs can save their state (a synchronous ``gymnasium/``
@@ -117,7 +118,7 @@ class _Session:
         self.config, self.options, self.host, self.guard = config, options, host, guard
         self.chunk = updates_per_chunk(config)
         self.num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
-        self.tracker = self.checkpointer = self.trackers = None
+        self.tracker = self.checkpointer = self.trackers = self.unsaved = None
         self.lines: list[dict[str, Any]] = []
         self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
         self.last_save = time.monotonic()
@@ -169,16 +170,30 @@ class _Session:
                                      _OneRun(self.config))
             self.trackers.start(None)
 
-    def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any],
+    def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any] | None,
                      envs: EnvSnapshot | None) -> str | None:
         """Collects the update's row; at a chunk's end logs it and saves when due. Returns the signal's
-        name once a requested stop has been saved."""
-        wall = self.wall0 + time.perf_counter() - self.t0
-        self.lines.append({**row, "wall_time_s": wall})
+        name once a requested stop has been saved. ``row`` None: the run fails after ``updates``
+        updates (an actor gave up): the updates not yet saved are logged and saved first."""
+        if row is None:
+            if self.lines:
+                self._end_chunk(params, opt_state, None, force=True)
+            elif self.unsaved is not None:
+                self._save(params, opt_state, self.unsaved, None)
+            return None
+        self.lines.append({**row, "wall_time_s": self.wall0 + time.perf_counter() - self.t0})
         last = updates >= self.num_updates
         stop = self.guard.requested
         if not (last or stop or len(self.lines) >= self.chunk):
             return None
+        self.guard.finishing = stop or last
+        self._end_chunk(params, opt_state, envs, force=last or stop, last=last)
+        return self.guard.signal_name if stop and not last else None
+
+    def _end_chunk(self, params: Any, opt_state: Any, envs: EnvSnapshot | None, force: bool,
+                   last: bool = False) -> None:
+        """Logs the chunk of :attr:`lines` and saves it when due (or ``force``)."""
+        wall = self.lines[-1]["wall_time_s"]
         chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.config.num_envs * self.config.num_steps)
         self.chunk_wall = wall
         if self.tracker is not None:
@@ -191,11 +206,10 @@ class _Session:
 
             print(format_progress(chunk_row, self.num_updates * self.config.num_envs * self.config.num_steps),
                   flush=True)
-        if self.checkpointer is not None and self.options.checkpoints and (last or stop or self._due()):
-            self.guard.finishing = stop or last
+        self.unsaved = chunk_row
+        if self.checkpointer is not None and self.options.checkpoints and (force or self._due()):
             self._save(params, opt_state, chunk_row, envs)
         self.lines, self.chunk_index = [], self.chunk_index + 1
-        return self.guard.signal_name if stop and not last else None
 
     def _due(self) -> bool:
         if self.options.checkpoint_every:
@@ -214,7 +228,7 @@ class _Session:
         if envs is not None:
             meta["envs"] = _encode(envs)
         self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
-        self.last_save = time.monotonic()
+        self.last_save, self.unsaved = time.monotonic(), None
 
     def close(self) -> None:
         """Waits for the pending save and closes the files and tracker runs (idempotent)."""

@@ -167,3 +167,42 @@ def test_mlflow_gets_every_row_and_a_resume_continues_the_same_run(tmp_path):
     assert client.get_run(run_id).info.status == "FINISHED"
     lag = sorted(m.step for m in client.get_metric_history(run_id, "host/policy_lag"))
     assert lag == [128 * u for u in range(1, 9)]
+
+
+def test_an_actor_that_gives_up_ends_the_run_with_its_updates_saved(tmp_path):
+    """The envs fail for good after 5 rollouts (a raise, then every remake fails): the run raises the
+    actor's error, and the updates it made before are logged and checkpointed first."""
+    from rljax.host.gymnasium_env import GymnasiumEnv
+
+    class Breaks:
+        def __init__(self):
+            self.inner, self.steps = GymnasiumEnv("CartPole-v1", CONFIG.num_envs), 0
+            self.spec = self.inner.spec
+
+        def reset(self, seed):
+            return self.inner.reset(seed)
+
+        def step(self, actions):
+            self.steps += 1
+            if self.steps > 5 * CONFIG.num_steps:
+                raise ConnectionError("the simulator went away")
+            return self.inner.step(actions)
+
+        def close(self):
+            self.inner.close()
+
+    made = []
+
+    def make_env(actor):
+        made.append(actor)
+        if len(made) > 1:
+            raise ConnectionError("still down")
+        return Breaks()
+
+    run = tmp_path / "run"
+    config = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 20, "updates_per_chunk": 4})
+    with pytest.raises(RuntimeError, match=r"actor 0 .*failed 2 time\(s\) in a row"):
+        run_host(config, RunOptions(run_dir=run, checkpoint_interval_s=3600, quiet=True),
+                 HostOptions(max_policy_lag=0, max_env_restarts=1, restart_backoff_s=0.01), make_env)
+    assert [r["updates"] for r in _rows(run / "chunks.jsonl")] == [4, 5]  # the partial chunk logged too
+    assert Checkpointer(run, read_only=True).steps() == [128 * 5]
