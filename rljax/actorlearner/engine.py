@@ -34,8 +34,13 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout", "Schedule",
+__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout", "Schedule",
            "close_envs"]
+
+
+class ActorFailedError(RuntimeError):
+    """An actor stopped the run: its envs failed past the restart budget, or it raised. The message
+    names the actor, its envs and the last failure; the failure itself is the ``__cause__``."""
 
 
 class Schedule:
@@ -340,8 +345,8 @@ class ActorPool:
     def _raise_actor_error(self) -> None:
         for actor in self.actors:
             if actor.error is not None:
-                raise RuntimeError(f"actor {actor.index} ({actor.env!r}) failed: {type(actor.error).__name__}: "
-                                   f"{actor.error}") from actor.error
+                raise ActorFailedError(f"actor {actor.index} ({actor.env!r}) failed: {type(actor.error).__name__}: "
+                                       f"{actor.error}") from actor.error
 
     def close(self, join_s: float = 10.0) -> None:
         """Stops the actors, waits for them and closes their envs."""

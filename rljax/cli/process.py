@@ -111,6 +111,11 @@ def _failure_status(err: Exception, resume_hint: str) -> int | None:
         print(f"error: I/O error: {io}.{resume_hint} once it is fixed (the newest committed checkpoint is "
               f"intact)", file=sys.stderr)
         return EXIT_IO
+    from rljax.actorlearner.engine import ActorFailedError
+
+    if isinstance(err, ActorFailedError):  # host envs that kept failing: the run saved what it had first
+        print(f"error: {err}.{resume_hint} once the envs work again", file=sys.stderr)
+        return EXIT_SOFTWARE
     outside = raised_outside_rljax(err)
     if outside is not None:
         if os.environ.get(TRACEBACK_ENV):
