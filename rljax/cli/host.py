@@ -116,6 +116,8 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     typed = [f"--{d.replace('_', '-')}" for d in UNSUPPORTED_RUN_FLAGS if d in explicit]
     if typed:
         parser.error(f"{', '.join(typed)}: not available on the actor-learner path (host envs) yet")
+    if config.env.startswith("envpool/") and not _installed("envpool"):
+        parser.error(f"--env {config.env} needs EnvPool, which is not installed: pip install -e \".[envpool]\"")
     if not supports_host(type(config)):
         parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo or impala, "
                      f"not {type(config).__name__.removesuffix('Config').lower()}")
@@ -134,6 +136,12 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
         return status
     print(done_line(result, config, run_dir), flush=True)
     return 0
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def done_line(result: Any, config: Any, run_dir: str | None) -> str:

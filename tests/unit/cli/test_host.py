@@ -36,6 +36,16 @@ def test_a_config_file_with_every_flag_at_its_default_trains_a_jax_env(tmp_path,
                  "8", "--run-dir", "none", "--quiet", "--no-compile-cache"]) == 0
 
 
+def test_envpool_without_the_extra_is_one_line_and_status_2(monkeypatch, capsys, tmp_path):
+    from rljax.cli import host
+
+    monkeypatch.setattr(host, "_installed", lambda module: module != "envpool")
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "ppo", "--env", "envpool/Pong-v5", "--run-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and not (tmp_path / "run").exists()
+    assert 'needs EnvPool, which is not installed: pip install -e ".[envpool]"' in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo", "--num-actors", "2", "--env", "CartPole-v1"],
      "--num-actors lay out the actor-learner path for host envs"),
