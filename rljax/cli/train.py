@@ -111,6 +111,8 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     if is_host_env(config.env):
         if not args.quiet:
             print(setting_up_line(config, run_dir), flush=True)
+        if not args.no_compile_cache:
+            enable_compilation_cache()
         return train_host_command(config, args, parser, explicit, options, args.resume, run_dir)
     refuse_host_flags_for_jax_envs(parser, args, explicit)
     from rljax.runtime.distributed import launched_as_leader
