@@ -154,8 +154,9 @@ def done_line(result: Any, config: Any, run_dir: str | None) -> str:
            if episodes else float("nan"))
     last = rows[-1] if rows else {}
     sps = last.get("sps", 0.0)
-    return (f"done: {result.updates * config.num_envs * config.num_steps:,} env steps, return {ret:.2f} (the "
-            f"episodes of the last {len(tail)} updates), {sps:,.0f} env steps/s, policy lag <= "
+    over = "the last update's episodes" if len(tail) == 1 else f"the episodes of the last {len(tail)} updates"
+    return (f"done: {result.updates * config.num_envs * config.num_steps:,} env steps, return {ret:.2f} ({over}), "
+            f"{sps:,.0f} env steps/s, policy lag <= "
             f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
             f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))
 

@@ -96,3 +96,20 @@ def test_sigterm_exits_75_and_resume_continues_with_the_saved_layout(tmp_path):
     assert [c["updates"] for c in chunks] == list(range(1, stopped + 3))
     assert all(c["host/policy_lag"] == 0 for c in chunks)  # --max-policy-lag 0 was kept
     assert json.loads((run / "manifest.json").read_text())["host"]["queue_size"] == 3
+
+
+def test_the_done_line_says_over_which_episodes():
+    from types import SimpleNamespace
+
+    from rljax.cli.host import done_line
+
+    row = lambda u, ret, n: {"updates": u, "episodes": n, "episode_return_mean": ret, "sps": 1234.0,  # noqa: E731
+                             "host/policy_lag": u % 2, "host/env_restarts": 1, "host/lost_episodes": 4}
+    config = SimpleNamespace(num_envs=4, num_steps=32)
+    one = done_line(SimpleNamespace(rows=[row(1, 10.0, 2)], updates=1), config, "runs/x")
+    assert one == ("done: 128 env steps, return 10.00 (the last update's episodes), 1,234 env steps/s, policy lag "
+                   "<= 1, env restarts 1, lost episodes 4; run directory: runs/x")
+    rows = [row(u, 10.0 * u, u % 3) for u in range(1, 21)]  # the last 2 updates: 19 (1 episode), 20 (2 episodes)
+    many = done_line(SimpleNamespace(rows=rows, updates=20), config, None)
+    assert many.startswith(f"done: 2,560 env steps, return {(190 + 2 * 200) / 3:.2f} (the episodes of the last 2 "
+                           f"updates)")
