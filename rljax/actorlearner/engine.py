@@ -34,13 +34,18 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout", "Schedule",
-           "close_envs"]
+__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout",
+           "RolloutTimeoutError", "Schedule", "close_envs"]
 
 
 class ActorFailedError(RuntimeError):
     """An actor stopped the run: its envs failed past the restart budget, or it raised. The message
     names the actor, its envs and the last failure; the failure itself is the ``__cause__``."""
+
+
+class RolloutTimeoutError(ActorFailedError):
+    """The learner waited longer than its rollout timeout for the next rollout (actors or their envs
+    stalled without failing)."""
 
 
 class Schedule:
@@ -325,7 +330,7 @@ class ActorPool:
         """Rollout ``index``: the learner consumes rollouts in order, so rollout ``k``, acted with a
         version ``>= k - max_policy_lag``, is learned from at update ``k`` and its lag never exceeds
         the bound (rollouts that arrive early wait here). Re-raises an actor's error (naming the
-        actor); a TimeoutError after ``timeout_s`` without it."""
+        actor, :class:`ActorFailedError`); a :class:`RolloutTimeoutError` after ``timeout_s`` without it."""
         deadline = time.monotonic() + timeout_s
         while index not in self._pending:
             self._raise_actor_error()
@@ -334,7 +339,7 @@ class ActorPool:
                 self._pending[rollout.index] = rollout
             except queue.Empty:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"rollout {index} did not arrive within {timeout_s:g} s (actors alive: "
+                    raise RolloutTimeoutError(f"rollout {index} did not arrive within {timeout_s:g} s (actors alive: "
                                        f"{sum(a.is_alive() for a in self.actors)} of {len(self.actors)})") from None
         return self._pending.pop(index)
 

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, Schedule
+from rljax.actorlearner.engine import Actor, ActorPool, ParamStore, RestartPolicy, Rollout, RolloutTimeoutError, Schedule
 from rljax.env import Box, Discrete
 from rljax.host.base import HostSpec, HostStep
 
@@ -96,7 +96,7 @@ def test_the_pool_delivers_in_order_and_reports_an_actors_error():
     out.put(dummy(1))
     out.put(dummy(0))
     assert pool.get(0, 5).index == 0 and pool.depth() == 1 and pool.get(1, 5).index == 1
-    with pytest.raises(TimeoutError, match="rollout 2 did not arrive within 0.2 s"):
+    with pytest.raises(RolloutTimeoutError, match="rollout 2 did not arrive within 0.2 s"):
         pool.get(2, 0.2)
     env = Counter(fail_at=2)
     actor = _actor(env, ParamStore(1), out, Schedule(5), stop)

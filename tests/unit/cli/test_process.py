@@ -12,7 +12,7 @@ import pytest
 
 from rljax.agents.ppo import PPOConfig
 
-from rljax.actorlearner.engine import ActorFailedError
+from rljax.actorlearner.engine import ActorFailedError, RolloutTimeoutError
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training, finished_run,
                                setting_up_line)
 from rljax.store.checkpoint import PREEMPTED_EXIT_CODE
@@ -38,6 +38,8 @@ def _io_error_inside_a_value_error():
     (OSError(errno.EROFS, "Read-only file system"), EXIT_IO,
      "error: I/O error: [Errno 30] Read-only file system. Resume with: rljax resume runs/x once it is fixed"),
     (_io_error_inside_a_value_error(), EXIT_IO, "error: I/O error: [Errno 28] No space left on device. Resume with"),
+    (RolloutTimeoutError("rollout 7 did not arrive within 600 s (actors alive: 1 of 1)"), EXIT_SOFTWARE,
+     "error: rollout 7 did not arrive within 600 s (actors alive: 1 of 1). Resume with: rljax resume runs/x"),
     (ActorFailedError("actor 0 (ServerEnv) failed: RuntimeError: the envs failed 4 time(s) in a row"), EXIT_SOFTWARE,
      "error: actor 0 (ServerEnv) failed: RuntimeError: the envs failed 4 time(s) in a row. Resume with: rljax "
      "resume runs/x once the envs work again"),
