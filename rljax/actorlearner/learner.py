@@ -36,7 +36,7 @@ from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
 from rljax.host.base import HostEnv, HostSpec
 
-__all__ = ["HostOptions", "HostResult", "host_functions", "train_host"]
+__all__ = ["HostOptions", "HostResult", "host_functions", "num_updates", "train_host"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +170,12 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
     return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1)), optimizer
 
 
+def num_updates(config: PPOConfig | IMPALAConfig) -> int:
+    """The updates a host run makes: one per rollout of ``env_steps_per_update`` steps,
+    ``total_timesteps // env_steps_per_update``."""
+    return config.total_timesteps // config.env_steps_per_update
+
+
 def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
                options: HostOptions = HostOptions(),
                on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
@@ -261,9 +267,8 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     if restored is not None:
         params, opt_state, start, initial = restored
     snapshots = snapshots and len(envs) == 1 and getattr(envs[0], "get_state", lambda: None)() is not None
-    num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
     store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False), start), threading.Event()
-    out, schedule = queue.Queue(options.queue_size), Schedule(num_updates, start)
+    out, schedule = queue.Queue(options.queue_size), Schedule(num_updates(config), start)
     space = spec.action_space
     bounds = (np.asarray(space.low), np.asarray(space.high)) if isinstance(space, Box) else None
     restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
@@ -273,7 +278,8 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
                             options.max_policy_lag,
                             actor_device, stop, bounds, restarts(a), snapshots, initial if snapshots else None)
                        for a, env in enumerate(envs)], out, stop)
-    learner = _Learner(update, params, opt_state, store, k_learn, num_updates, start, learner_device, actor_device)
+    learner = _Learner(update, params, opt_state, store, k_learn, num_updates(config), start, learner_device,
+                       actor_device)
     pool.start()
     return pool, learner
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from rljax.actorlearner.engine import EnvSnapshot
-from rljax.actorlearner.learner import HostOptions, HostResult, train_host
+from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, train_host
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.host.base import HostEnv
@@ -52,8 +52,7 @@ HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_time
 
 def updates_per_chunk(config: PPOConfig | IMPALAConfig) -> int:
     """Updates per logged chunk: ``config.updates_per_chunk``, or (0) a tenth of the run's updates."""
-    num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
-    return config.updates_per_chunk or max(1, math.ceil(num_updates / 10))
+    return config.updates_per_chunk or max(1, math.ceil(num_updates(config) / 10))
 
 
 def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(),
@@ -116,8 +115,9 @@ class _Session:
 
     def __init__(self, config: Any, options: RunOptions, host: HostOptions, guard: Any):
         self.config, self.options, self.host, self.guard = config, options, host, guard
-        self.chunk = updates_per_chunk(config)
-        self.num_updates = config.total_timesteps // (config.num_envs * config.num_steps)
+        self.chunk, self.num_updates, self.per_update = updates_per_chunk(config), num_updates(config), \
+            config.env_steps_per_update
+        self.layout = {k: getattr(host, k) for k in HOST_SAVED_FIELDS}  # recorded in the manifest and checkpoints
         self.tracker = self.checkpointer = self.trackers = self.unsaved = None
         self.lines: list[dict[str, Any]] = []
         self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
@@ -153,13 +153,12 @@ class _Session:
         from rljax.store.tracking import Tracker
 
         options = self.options
-        total = self.num_updates * self.config.num_envs * self.config.num_steps
-        extra = {"algorithm": type(self.config).__name__, "run_options": options.saved(),
-                 "host": {k: getattr(self.host, k) for k in HOST_SAVED_FIELDS},
+        extra = {"algorithm": type(self.config).__name__, "run_options": options.saved(), "host": self.layout,
                  "plan": {"updates_per_chunk": self.chunk, "num_updates": self.num_updates,
-                          "env_steps_per_update": self.config.num_envs * self.config.num_steps}}
+                          "env_steps_per_update": self.per_update}}
         self.tracker = Tracker(options.run_dir, self.config, seed=self.config.seed, resume=options.resume,
-                               tensorboard=options.tensorboard, quiet=options.quiet, total_env_steps=total,
+                               tensorboard=options.tensorboard, quiet=options.quiet,
+                               total_env_steps=self.num_updates * self.per_update,
                                manifest_extra=extra,
                                resume_env_steps=None if not options.resume else int(meta["env_steps"]) if meta else 0,
                                recovered_rows=(meta or {}).get("rows"), recovered_lines=(meta or {}).get("lines"))
@@ -194,7 +193,7 @@ class _Session:
                    last: bool = False) -> None:
         """Logs the chunk of :attr:`lines` and saves it when due (or ``force``)."""
         wall = self.lines[-1]["wall_time_s"]
-        chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.config.num_envs * self.config.num_steps)
+        chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.per_update)
         self.chunk_wall = wall
         if self.tracker is not None:
             self.tracker.log(chunk_row, self.lines)
@@ -204,8 +203,7 @@ class _Session:
         elif not self.options.quiet:
             from rljax.store.tracking import format_progress
 
-            print(format_progress(chunk_row, self.num_updates * self.config.num_envs * self.config.num_steps),
-                  flush=True)
+            print(format_progress(chunk_row, self.num_updates * self.per_update), flush=True)
         self.unsaved = chunk_row
         if self.checkpointer is not None and self.options.checkpoints and (force or self._due()):
             self._save(params, opt_state, chunk_row, envs)
@@ -222,8 +220,7 @@ class _Session:
         meta = {"chunk_index": self.chunk_index, "env_steps": row["env_steps"], "updates": row["updates"],
                 "wall_time_s": row["wall_time_s"], "algorithm": type(self.config).__name__,
                 "config": config_to_dict(self.config), "run_options": self.options.saved(),
-                "host": {k: getattr(self.host, k) for k in HOST_SAVED_FIELDS},
-                "rows": [{k: json_scalar(v) for k, v in row.items()}],
+                "host": self.layout, "rows": [{k: json_scalar(v) for k, v in row.items()}],
                 "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.lines).items()}]}
         if envs is not None:
             meta["envs"] = _encode(envs)

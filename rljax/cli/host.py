@@ -130,8 +130,7 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
         host = host_options(args, saved, explicit)
     except ValueError as err:
         parser.error(str(err))
-    kept = {k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(RunOptions)}}
-    result, status = call_training(lambda: run_host(config, RunOptions(run_dir=run_dir, **kept), host), run_dir)
+    result, status = call_training(lambda: run_host(config, RunOptions(run_dir=run_dir, **options), host), run_dir)
     if status is not None:
         return status
     print(done_line(result, config, run_dir), flush=True)
@@ -155,7 +154,7 @@ def done_line(result: Any, config: Any, run_dir: str | None) -> str:
     last = rows[-1] if rows else {}
     sps = last.get("sps", 0.0)
     over = "the last update's episodes" if len(tail) == 1 else f"the episodes of the last {len(tail)} updates"
-    return (f"done: {result.updates * config.num_envs * config.num_steps:,} env steps, return {ret:.2f} ({over}), "
+    return (f"done: {result.updates * config.env_steps_per_update:,} env steps, return {ret:.2f} ({over}), "
             f"{sps:,.0f} env steps/s, policy lag <= "
             f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
             f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))

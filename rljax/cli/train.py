@@ -107,15 +107,11 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
         run_dir = None
     from rljax.cli.host import refuse_host_flags_for_jax_envs, train_host_command
     from rljax.host.sources import is_host_env
-
-    if is_host_env(config.env):
-        if not args.quiet:
-            print(setting_up_line(config, run_dir), flush=True)
-        if not args.no_compile_cache:
-            enable_compilation_cache()
-        return train_host_command(config, args, parser, explicit, options, args.resume, run_dir)
-    refuse_host_flags_for_jax_envs(parser, args, explicit)
     from rljax.runtime.distributed import launched_as_leader
+
+    host_envs = is_host_env(config.env)
+    if not host_envs:
+        refuse_host_flags_for_jax_envs(parser, args, explicit)
 
     if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
         print(setting_up_line(config, run_dir), flush=True)
@@ -124,6 +120,8 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     request_deterministic(options["deterministic"])
     if not args.no_compile_cache:
         enable_compilation_cache()
+    if host_envs:  # the actor-learner path, on the same run directory and options
+        return train_host_command(config, args, parser, explicit, options, args.resume, run_dir)
     config = _all_devices_of_a_job(config, parser, explicit)
 
     from rljax.training.loop import train

@@ -105,7 +105,7 @@ def test_the_done_line_says_over_which_episodes():
 
     row = lambda u, ret, n: {"updates": u, "episodes": n, "episode_return_mean": ret, "sps": 1234.0,  # noqa: E731
                              "host/policy_lag": u % 2, "host/env_restarts": 1, "host/lost_episodes": 4}
-    config = SimpleNamespace(num_envs=4, num_steps=32)
+    config = SimpleNamespace(env_steps_per_update=4 * 32)
     one = done_line(SimpleNamespace(rows=[row(1, 10.0, 2)], updates=1), config, "runs/x")
     assert one == ("done: 128 env steps, return 10.00 (the last update's episodes), 1,234 env steps/s, policy lag "
                    "<= 1, env restarts 1, lost episodes 4; run directory: runs/x")
