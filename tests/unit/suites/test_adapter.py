@@ -30,7 +30,10 @@ def test_suites_are_registered_and_an_unknown_suite_is_a_one_line_error():
     ("navix/Navix-Empty-5x5-v0", "navix", "navix", True), ("xminigrid/MiniGrid-Empty-5x5", "xminigrid", "xminigrid", True),
     ("craftax/Craftax-Classic-Symbolic-v1", "craftax", "craftax", False), ("brax/ant", "brax", "brax", False)])
 def test_missing_package_names_the_extra(monkeypatch, name, module, extra, ids_need_it):
-    monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
+    # Makes `import <module>` fail, and `import <module>.<sub>` too once another test imported a submodule
+    # (importlib finds an imported submodule in sys.modules without importing its parent).
+    for name_ in [module, *(m for m in list(sys.modules) if m.startswith(module + "."))]:
+        monkeypatch.setitem(sys.modules, name_, None)
     with pytest.raises(ImportError, match=rf"pip install -e \"\.\[{extra}\]\".*'rljax-chunked\[{extra}\]'"):
         rljax.make(name)
     prefix = name.split("/")[0]
