@@ -441,7 +441,8 @@ class EncoderConfig(RunConfig):
 
     encoder: str = field("auto", "observation encoder: 'auto' (vectors, scalars and 2-D grids flattened into "
                                  "the MLP, images [H, W, C] through a CNN), 'mlp' (every observation leaf "
-                                 "flattened) or 'cnn' (a CNN for every leaf of 2 or more axes)")
+                                 "flattened), 'cnn' (a CNN for every leaf of 2 or more axes) or 'nature' (the "
+                                 "Nature DQN CNN for images of 36 x 36 or more, uint8 scaled to [0, 1]: Atari)")
     cnn_channels: tuple[int, ...] = field((16,), "conv widths of the image encoder, one 3x3 stride-1 VALID conv "
                                                  "+ relu layer each (MinAtar's torso: (16,))")
 

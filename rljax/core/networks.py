@@ -40,7 +40,8 @@ import jax.numpy as jnp
 from rljax.core.distributions import Categorical, DiagGaussian
 from rljax.core.rollout import reset_memory
 
-__all__ = ["ACTIVATIONS", "ENCODERS", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3", "ObsEncoder",
+__all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3",
+           "PatchConv", "ObsEncoder",
            "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
            "MEMORY_CELLS", "initial_memory", "MemoryCore", "RecurrentActorCritic", "RecurrentQNetwork"]
 
@@ -97,10 +98,16 @@ def _dense(features: int, gain: float, name: str | None = None) -> nn.Dense:
                     bias_init=nn.initializers.zeros, name=name)
 
 
-ENCODERS = ("auto", "mlp", "cnn")
+ENCODERS = ("auto", "mlp", "cnn", "nature")
 """How observations are encoded (the ``encoder`` config field), see :func:`encoder_layout`."""
 
 _CNN_KERNEL = 3
+
+NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+"""The convolutions of the DQN Nature paper's torso (Mnih et al. 2015), ``(features, kernel, stride)``,
+VALID: the Atari torso of DQN, CleanRL's and PureJaxRL's PPO, Cleanba and PQN."""
+
+_NATURE_MIN_SIDE = 36  # the smallest H, W that leaves the last convolution at least one output
 
 
 class LeafEncoding(NamedTuple):
@@ -110,7 +117,8 @@ class LeafEncoding(NamedTuple):
         path: the leaf's place in the observation, as ``jax.tree_util.keystr`` writes it (``""``
             for an observation that is a single array, ``"['image']"`` in a dict), for messages.
         name: a parameter-name prefix for the leaf (``""`` for a single array, ``"image"``).
-        kind: ``"flat"`` (reshaped to a vector) or ``"cnn"`` (the convolutional torso).
+        kind: ``"flat"`` (reshaped to a vector), ``"cnn"`` (the 3x3 convolutional torso) or
+            ``"nature"`` (:data:`NATURE_CNN`).
         shape: the shape of the leaf in ONE observation (no batch axes).
     """
 
@@ -141,8 +149,11 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
     * ``"mlp"``: every leaf ``"flat"``.
     * ``"cnn"``: every leaf with ``ndim >= 2`` -> ``"cnn"`` (a grid ``[H, W]`` as one channel); a
       leaf with ``ndim < 2`` is an error naming it.
+    * ``"nature"``: every leaf with ``ndim >= 3`` (Atari frames ``[84, 84, 4]``) -> ``"nature"``
+      (:data:`NATURE_CNN`), the others ``"flat"``.
 
-    A ``"cnn"`` leaf needs ``H, W >= 1 + (kernel - 1) * len(cnn_channels)`` (VALID 3x3 convolutions).
+    A ``"cnn"`` leaf needs ``H, W >= 1 + (kernel - 1) * len(cnn_channels)`` (VALID 3x3 convolutions),
+    a ``"nature"`` leaf ``H, W >= 36``.
 
     Args:
         obs_spec: the observation pytree (arrays or ``jax.ShapeDtypeStruct`` values of ONE observation,
@@ -170,7 +181,12 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
         if not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_) or jnp.issubdtype(dtype, jnp.complexfloating):
             raise ValueError(f"{where} has dtype {dtype}; observations must be real numbers or bools")
         small = len(shape) >= 2 and min(shape[:2]) < min_side
-        if encoder == "mlp" or (encoder == "auto" and (len(shape) <= 2 or small)):
+        if encoder == "nature":
+            kind = "nature" if len(shape) >= 3 else "flat"
+            if kind == "nature" and min(shape[:2]) < _NATURE_MIN_SIDE:
+                raise ValueError(f"{where} of shape {shape} is too small for the Nature CNN: H and W must be >= "
+                                 f"{_NATURE_MIN_SIDE} (use encoder='cnn' or 'mlp')")
+        elif encoder == "mlp" or (encoder == "auto" and (len(shape) <= 2 or small)):
             kind = "flat"
         elif len(shape) < 2:
             raise ValueError(f"encoder='cnn' needs observation leaves of at least 2 axes [H, W, ...]; {where} has "
@@ -184,7 +200,7 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
         layout.append(LeafEncoding(jax.tree_util.keystr(path), _leaf_name(path), kind, shape))
     names: dict[str, str] = {}
     for leaf in layout:
-        if leaf.kind == "cnn" and names.setdefault(leaf.name, leaf.path) != leaf.path:
+        if leaf.kind in ("cnn", "nature") and names.setdefault(leaf.name, leaf.path) != leaf.path:
             raise ValueError(f"observation{names[leaf.name]} and observation{leaf.path} would share the parameter "
                              f"names {leaf.name}_conv_*: rename one of the keys")
     return tuple(layout)
@@ -220,6 +236,33 @@ class Conv3x3(nn.Module):
         return patches @ kernel.reshape(-1, self.features) + bias
 
 
+class PatchConv(nn.Module):
+    """A ``kernel x kernel`` convolution with stride ``stride``, VALID, written as patches times a matrix.
+
+    ``y[b, h, w, :] = sum_{i, j, c} x[b, s h + i, s w + j, c] * kernel[i, j, c, :] + bias`` for
+    ``x [B, H, W, C] -> y [B, (H - k) // s + 1, (W - k) // s + 1, features]``: the patches come from
+    ``lax.conv_general_dilated_patches`` (an exact copy of the inputs) and are multiplied by the
+    kernel as a ``[C k k, features]`` matrix. Parameters and their initial values are those of
+    ``flax.linen.Conv(features, (k, k), strides=(s, s), padding="VALID")`` with orthogonal weights
+    (gain ``sqrt(2)``) and zero biases; the outputs agree with it to float rounding. (Why patches:
+    see :class:`Conv3x3`.)
+    """
+
+    features: int
+    kernel: int
+    stride: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cin, k = x.shape[-1], self.kernel
+        kernel = self.param("kernel", nn.initializers.orthogonal(_HIDDEN_GAIN), (k, k, cin, self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        patches = jax.lax.conv_general_dilated_patches(x, (k, k), (self.stride, self.stride), "VALID",
+                                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        # The patches' features are ordered (channel, row, column): the kernel's [k, k, C] as [C, k, k].
+        return patches @ kernel.transpose(2, 0, 1, 3).reshape(cin * k * k, self.features) + bias
+
+
 class ObsEncoder(nn.Module):
     """Observations of any shape and pytree structure -> one feature vector ``[*batch, F]``.
 
@@ -232,9 +275,15 @@ class ObsEncoder(nn.Module):
       ``F = (H - 2L) * (W - 2L) * cnn_channels[-1]`` for ``L`` layers. This is the MinAtar torso of
       the JAX baselines (Young & Tian 2019; gymnax; Stoix): one 16-filter 3x3 conv, relu, flatten,
       then the algorithm's hidden MLP layers. Orthogonal weights with gain ``sqrt(2)``, zero biases.
+    * ``"nature"``: a ``uint8`` image is first scaled to ``[0, 1]`` (``x / 255``), then the Nature
+      DQN torso (:data:`NATURE_CNN`: ``Conv(32, 8x8, stride 4) -> relu -> Conv(64, 4x4, stride 2)
+      -> relu -> Conv(64, 3x3, stride 1) -> relu``, VALID; :class:`PatchConv`), flattened: ``F =
+      3136`` for ``[84, 84, C]`` frames. With ``hidden_sizes=(512,)``, ``activation="relu"`` and a
+      shared torso this is the Atari network of CleanRL's and PureJaxRL's PPO.
 
-    The leaves' features are concatenated in leaf order. Parameters: ``conv_{j}`` for a single
-    array, ``{leaf.name}_conv_{j}`` per image leaf of a pytree; a flat leaf has none, so for a
+    The leaves' features are concatenated in leaf order. Parameters: ``conv_{j}`` (``nature_{j}``)
+    for a single array, ``{leaf.name}_conv_{j}`` (``{leaf.name}_nature_{j}``) per image leaf of a
+    pytree; a flat leaf has none, so for a
     vector observation the encoder is the identity (cast to float) with no parameters.
 
     Attributes:
@@ -263,8 +312,8 @@ class ObsEncoder(nn.Module):
             raise ValueError(f"ObsEncoder: the observation has {len(leaves)} arrays, the layout expects "
                              f"{len(self.layout)} ({[leaf.path for leaf in self.layout]})")
         features = []
-        for leaf, x in zip(self.layout, leaves):
-            x = _as_float(x)
+        for leaf, raw in zip(self.layout, leaves):
+            x = _as_float(raw)
             nd = len(leaf.shape)
             if x.ndim < nd or x.shape[x.ndim - nd:] != leaf.shape:
                 raise ValueError(f"observation{leaf.path} has shape {x.shape}; expected [..., *{leaf.shape}]")
@@ -274,6 +323,13 @@ class ObsEncoder(nn.Module):
                 continue
             image = x.reshape((-1,) + leaf.shape[:2] + (math.prod(leaf.shape[2:]),))
             prefix = f"{leaf.name}_" if len(self.layout) > 1 else ""
+            if leaf.kind == "nature":
+                if raw.dtype == jnp.uint8:
+                    image = image / 255.0
+                for j, (channels, kernel, stride) in enumerate(NATURE_CNN):
+                    image = nn.relu(PatchConv(channels, kernel, stride, name=f"{prefix}nature_{j}")(image))
+                features.append(image.reshape(batch + (-1,)))
+                continue
             for j, channels in enumerate(self.cnn_channels):
                 image = nn.relu(Conv3x3(channels, name=f"{prefix}conv_{j}")(image))
             features.append(image.reshape(batch + (-1,)))

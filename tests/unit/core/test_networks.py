@@ -248,3 +248,49 @@ def test_the_memory_core_computes_flax_cells_equations_with_fused_kernels(cell):
     np.testing.assert_allclose(jax.tree.leaves(memories)[-1][-1], jax.tree.leaves(carry)[-1], rtol=1e-5, atol=1e-6)
     one, y1 = MemoryCore(cell, h).apply({"params": params}, carry0, x[:1], reset[:1])  # the loop-free step
     np.testing.assert_allclose(y1[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+# ----- the Nature CNN (encoder="nature") -----
+
+@pytest.mark.parametrize("kernel, stride", [(8, 4), (4, 2), (3, 1)])
+def test_patch_conv_is_flax_conv_in_params_init_and_outputs(kernel, stride):
+    from rljax.core.networks import PatchConv
+
+    x = jax.random.normal(jax.random.key(0), (3, 21, 18, 5))
+    ref = nn.Conv(7, (kernel, kernel), strides=(stride, stride), padding="VALID",
+                  kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)), bias_init=nn.initializers.zeros)
+    ours = PatchConv(7, kernel, stride)
+    ours_p, ref_p = jax.jit(ours.init)(jax.random.key(1), x), jax.jit(ref.init)(jax.random.key(1), x)
+    jax.tree.map(np.testing.assert_array_equal, ours_p, ref_p)
+    perturbed = jax.tree.map(lambda a: a + jax.random.normal(jax.random.key(3), a.shape), ours_p)
+    out = jax.jit(ours.apply)(perturbed, x)
+    assert out.shape == (3, (21 - kernel) // stride + 1, (18 - kernel) // stride + 1, 7)
+    np.testing.assert_allclose(out, jax.jit(ref.apply)(perturbed, x), atol=5e-5, rtol=1e-5)
+
+
+def test_the_nature_encoder_takes_atari_frames_scales_uint8_and_flattens_3136_features():
+    from rljax.core.networks import ObsEncoder, encoder_layout
+
+    spec = {"frames": jax.ShapeDtypeStruct((84, 84, 4), jnp.uint8), "lives": jax.ShapeDtypeStruct((1,), jnp.float32)}
+    layout = encoder_layout(spec, "nature")
+    assert [(leaf.name, leaf.kind) for leaf in layout] == [("frames", "nature"), ("lives", "flat")]
+    frames = jax.random.randint(jax.random.key(0), (2, 84, 84, 4), 0, 256).astype(jnp.uint8)
+    obs = {"frames": frames, "lives": jnp.ones((2, 1))}
+    encoder = ObsEncoder(layout)
+    params = jax.jit(encoder.init)(jax.random.key(1), obs)
+    assert sorted(params["params"]) == ["frames_nature_0", "frames_nature_1", "frames_nature_2"]
+    assert params["params"]["frames_nature_0"]["kernel"].shape == (8, 8, 4, 32)
+    out = jax.jit(encoder.apply)(params, obs)
+    assert out.shape == (2, 7 * 7 * 64 + 1)
+    as_float = jax.jit(encoder.apply)(params, {"frames": frames.astype(jnp.float32) / 255.0,
+                                               "lives": jnp.ones((2, 1))})
+    np.testing.assert_allclose(out, as_float, rtol=1e-6, atol=1e-6)  # uint8 frames are scaled to [0, 1]
+
+
+def test_the_nature_encoder_refuses_frames_smaller_than_its_convolutions():
+    from rljax.core.networks import encoder_layout
+
+    with pytest.raises(ValueError, match=r"observation of shape \(10, 10, 4\) is too small for the Nature CNN: H and W "
+                                         r"must be >= 36"):
+        encoder_layout(jax.ShapeDtypeStruct((10, 10, 4), jnp.uint8), "nature")
+    assert encoder_layout(jax.ShapeDtypeStruct((36, 36, 1), jnp.uint8), "nature")[0].kind == "nature"
