@@ -21,12 +21,14 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, ParamStore, RestartPolicy, Rollout, Schedule,
                                       close_envs)
@@ -34,9 +36,10 @@ from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, 
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
+from rljax.runtime.devices import AXIS
 from rljax.host.base import HostEnv, HostSpec
 
-__all__ = ["HostOptions", "HostResult", "host_functions", "num_updates", "train_host"]
+__all__ = ["HostOptions", "HostResult", "host_functions", "learner_shardings", "num_updates", "train_host"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,14 @@ class HostOptions:
         max_policy_lag: rollout ``k`` acts with params of version ``>= k - max_policy_lag`` (0: the
             synchronous host loop).
         queue_size: rollouts that may wait for the learner.
-        actor_device, learner_device: where the policy and the update run (default: the first device).
+        actor_devices: where the actors run the policy: actor ``a`` on ``actor_devices[a % len]``
+            (default: the first device).
+        learner_devices: where the update runs (default: the first device). On ``D`` devices it is
+            data-parallel: each rollout's envs are split over them (``num_envs`` must be a multiple of
+            ``D``), each computes its share's advantages and gradients, and gradients and statistics
+            are averaged (``lax.pmean``), so the update equals the one-device update on the whole
+            rollout whenever the minibatches are the same sets (IMPALA's one full-batch step;
+            PPO with ``num_minibatches=1``), to float rounding.
         rollout_timeout_s: the learner's longest wait for a rollout before the run fails.
         max_env_restarts: failures in a row an actor's envs may have before the run stops; each
             failure closes them and makes a new batch with ``make_env(actor)`` after a back-off of
@@ -60,8 +70,8 @@ class HostOptions:
     num_actors: int = 1
     max_policy_lag: int = 1
     queue_size: int = 2
-    actor_device: Any = None
-    learner_device: Any = None
+    actor_devices: tuple[Any, ...] = ()
+    learner_devices: tuple[Any, ...] = ()
     rollout_timeout_s: float = 600.0
     max_env_restarts: int = 3
     restart_backoff_s: float = 1.0
@@ -74,6 +84,11 @@ class HostOptions:
         for name in ("rollout_timeout_s", "restart_backoff_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        for name in ("actor_devices", "learner_devices"):
+            devices = tuple(getattr(self, name))
+            object.__setattr__(self, name, devices)
+            if len(set(devices)) != len(devices):
+                raise ValueError(f"{name}={list(devices)}: names a device more than once")
 
 
 @dataclasses.dataclass
@@ -128,11 +143,13 @@ def _check(config: Any) -> None:
                    "normalize_reward": config.normalize_reward, "num_devices": config.num_devices != 1}
     bad = [k for k, v in unsupported.items() if v]
     if bad:
-        raise ValueError(f"the host path runs memoryless policies without normalisers on one learner device; "
-                         f"{', '.join(f'{k}={getattr(config, k)!r}' for k in bad)} are for JAX envs")
+        raise ValueError(f"the host path runs memoryless policies without normalisers; "
+                         f"{', '.join(f'{k}={getattr(config, k)!r}' for k in bad)} are for JAX envs (the host "
+                         f"path's learner devices: HostOptions.learner_devices, --learner-devices)")
 
 
-def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[Any, Callable, Callable, Any]:
+def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec, learner_devices: Sequence[Any] = ()
+                   ) -> tuple[Any, Callable, Callable, Any]:
     """``(network, policy, update, optimizer)`` for ``spec``'s spaces.
 
     ``policy(params, obs, key, step) -> (action, log_prob)`` samples the behaviour policy with
@@ -140,6 +157,9 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
     the rollout keeps the sample). ``update(params, opt_state, traj, key, updates, num_updates) ->
     (params, opt_state, metrics)`` is one PPO or IMPALA update on a ``[T, N]``
     :class:`~rljax.core.rollout.Transition`. Both are jitted; ``optimizer`` initialises the state.
+    With several ``learner_devices`` the update is ``shard_map``-ped over them: params, optimiser
+    state, key and metrics replicated, ``traj`` split along its env axis ``N``
+    (:func:`learner_shardings`), gradients averaged.
     """
     name = "IMPALA" if isinstance(config, IMPALAConfig) else "PPO"
     network = actor_critic_network(config, _Spaces(spec), None, name)
@@ -148,16 +168,18 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
     def policy(params: Any, obs: Any, key: jax.Array, step: Any) -> tuple[jax.Array, jax.Array]:
         return sampling_policy(apply_fn, params)(jax.random.fold_in(key, step), obs)
 
+    axis = AXIS if len(learner_devices) > 1 else None
+
     def ppo_update(params: Any, opt_state: Any, traj: Any, key: jax.Array, lr: jax.Array):
         batch, (values, targets) = ppo_batch(apply_fn, params, traj, hyper)
         params, opt_state, metrics = ppo_learn(
             params, opt_state, batch, key, hyper, lr, apply_fn, num_epochs=config.num_epochs,
             num_minibatches=config.num_minibatches, normalize_advantages=config.normalize_advantages,
-            clip_value_loss=config.clip_value_loss)
-        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values)}
+            clip_value_loss=config.clip_value_loss, axis_name=axis)
+        return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values, axis)}
 
     def impala_update(params: Any, opt_state: Any, traj: Any, key: jax.Array, lr: jax.Array):
-        return impala_learn(params, opt_state, traj, hyper, lr, apply_fn)
+        return impala_learn(params, opt_state, traj, hyper, lr, apply_fn, axis)
 
     learn = impala_update if name == "IMPALA" else ppo_update
 
@@ -167,7 +189,19 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec) -> tuple[An
         return params, opt_state, {**metrics, "learning_rate": lr}
 
     optimizer = (impala_optimizer if name == "IMPALA" else ppo_optimizer)(hyper, config.learning_rate)
+    if axis is not None:
+        # check_vma=False: the learning code is written pmean style (replicated results of collectives).
+        update = jax.shard_map(update, mesh=learner_shardings(learner_devices)[0].mesh,
+                               in_specs=(P(), P(), P(None, AXIS), P(), P(), P()), out_specs=(P(), P(), P()),
+                               check_vma=False)
     return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1)), optimizer
+
+
+def learner_shardings(devices: Sequence[Any]) -> tuple[NamedSharding, NamedSharding]:
+    """``(replicated, split)`` over a 1-D mesh of the learner's ``devices``: the params', optimiser
+    state's and key's sharding, and a rollout's (``[T, N, ...]`` leaves split along ``N``)."""
+    mesh = Mesh(np.array(list(devices)), (AXIS,))
+    return NamedSharding(mesh, P()), NamedSharding(mesh, P(None, AXIS))
 
 
 def num_updates(config: PPOConfig | IMPALAConfig) -> int:
@@ -232,17 +266,42 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
 
 class _Learner(NamedTuple):
     """What the learner's loop needs: the jitted update, the initial params and optimiser state, the
-    store it publishes to, its key, the updates to reach and those already done, and the two devices."""
+    stores it publishes to (one per actor device), its key, the updates to reach and those already
+    done, and where a rollout goes (a device, or the split over the learner's devices)."""
 
     update: Callable
     params: Any
     opt_state: Any
-    store: ParamStore
+    stores: dict[Any, ParamStore]
     key: jax.Array
     num_updates: int
     start: int
-    device: Any
-    actor_device: Any
+    rollout_sharding: Any
+
+    def publish(self, params: Any, version: int) -> None:
+        """Copies (never aliases: the next update donates the learner's params) to every actor device."""
+        for device, store in self.stores.items():
+            copy = jax.device_put(params, device, may_alias=False)
+            if isinstance(self.rollout_sharding, NamedSharding):
+                # may_alias=False is not honoured when one device's shard of a replicated array is taken.
+                copy = _fresh(copy)
+            store.publish(copy, version)
+
+
+_fresh = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+"""New buffers holding ``tree``'s values, on its device."""
+
+
+def _check_split(config: PPOConfig | IMPALAConfig, devices: int) -> None:
+    """A rollout's envs split evenly over the learner's ``devices``, and each share into PPO's minibatches."""
+    if config.num_envs % devices:
+        raise ValueError(f"num_envs={config.num_envs} is split over {devices} learner devices: give a multiple of "
+                         f"{devices} (e.g. --num-envs {devices * max(1, round(config.num_envs / devices))})")
+    per_device = config.num_steps * config.num_envs // devices
+    minibatches = getattr(config, "num_minibatches", 1) if isinstance(config, PPOConfig) else 1
+    if per_device % minibatches:
+        raise ValueError(f"each of the {devices} learner devices gets num_steps * num_envs / {devices} = {per_device} "
+                         f"samples, which num_minibatches={minibatches} does not divide")
 
 
 def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
@@ -256,30 +315,37 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
             raise ValueError(f"actor {a}'s envs differ from actor 0's: {env.spec} vs {spec}")
     if spec.num_envs != config.num_envs:
         raise ValueError(f"the host envs are batches of {spec.num_envs}, but num_envs={config.num_envs}")
-    actor_device = options.actor_device or jax.devices()[0]
-    learner_device = options.learner_device or jax.devices()[0]
-    network, policy, update, optimizer = host_functions(config, spec)
+    actor_devices = options.actor_devices or (jax.devices()[0],)
+    learner_devices = options.learner_devices or (jax.devices()[0],)
+    _check_split(config, len(learner_devices))
+    network, policy, update, optimizer = host_functions(config, spec, learner_devices)
+    if len(learner_devices) > 1:
+        place, rollout_sharding = learner_shardings(learner_devices)
+    else:
+        place = rollout_sharding = learner_devices[0]
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
-    params = jax.device_put(network.init(k_init, dummy), learner_device)
-    opt_state, start, initial = optimizer.init(params), 0, None
+    params = jax.device_put(network.init(k_init, dummy), place)
+    opt_state, start, initial = jax.device_put(optimizer.init(params), place), 0, None
     restored = restore(params, opt_state) if restore is not None else None
     if restored is not None:
         params, opt_state, start, initial = restored
+        params, opt_state = jax.device_put((params, opt_state), place)
     snapshots = snapshots and len(envs) == 1 and getattr(envs[0], "get_state", lambda: None)() is not None
-    store, stop = ParamStore(jax.device_put(params, actor_device, may_alias=False), start), threading.Event()
+    stores = {d: ParamStore(jax.device_put(params, d, may_alias=False), start) for d in actor_devices}
+    stop = threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates(config), start)
     space = spec.action_space
     bounds = (np.asarray(space.low), np.asarray(space.high)) if isinstance(space, Box) else None
     restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
                                        options.restart_backoff_s)
-    pool = ActorPool([Actor(a, env, policy, store, out, schedule, jax.random.fold_in(k_act, a),
+    device = lambda a: actor_devices[a % len(actor_devices)]  # noqa: E731
+    pool = ActorPool([Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, a),
                             config.seed + (a + len(envs) * start) * config.num_envs, config.num_steps,
                             options.max_policy_lag,
-                            actor_device, stop, bounds, restarts(a), snapshots, initial if snapshots else None)
+                            device(a), stop, bounds, restarts(a), snapshots, initial if snapshots else None)
                        for a, env in enumerate(envs)], out, stop)
-    learner = _Learner(update, params, opt_state, store, k_learn, num_updates(config), start, learner_device,
-                       actor_device)
+    learner = _Learner(update, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding)
     pool.start()
     return pool, learner
 
@@ -298,11 +364,10 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
                 on_update(u, params, opt_state, None, None)
             raise
         t1 = time.perf_counter()
-        traj = jax.device_put(rollout.traj, learner.device)
+        traj = jax.device_put(rollout.traj, learner.rollout_sharding)
         params, opt_state, metrics = learner.update(params, opt_state, traj, jax.random.fold_in(learner.key, u),
                                                     np.float32(u), np.float32(learner.num_updates))
-        # A copy, never an alias: the next update donates the learner's params.
-        learner.store.publish(jax.device_put(params, learner.actor_device, may_alias=False), u + 1)
+        learner.publish(params, u + 1)
         metrics = jax.device_get(metrics)
         t2 = time.perf_counter()
         env_steps += rollout.traj.reward.size

@@ -20,7 +20,10 @@
   ``max_policy_lag = 0`` the resumed run is the same bits as one never stopped. Other envs (servers,
   EnvPool, worker processes) keep their state outside the run, so the episodes they were in start
   over. Rows logged after that checkpoint move to ``*.superseded.jsonl``;
-- W&B and MLflow (``wandb``, ``mlflow``: :mod:`rljax.store.trackers`) get the ``metrics.jsonl`` rows;
+- W&B and MLflow (``wandb``, ``mlflow``: :mod:`rljax.store.trackers`) get the ``metrics.jsonl`` rows
+  (one per update, or per ``log_every`` updates);
+- the stall watchdog (:class:`~rljax.training.hooks.watchdog.StallWatchdog`): a chunk that does not
+  finish in time gets one warning and a report with every thread's stack, the actors' included;
 - the run directory lock, and no directory left behind by a run that fails to start.
 """
 
@@ -41,9 +44,10 @@ from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, tra
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.host.base import HostEnv
-from rljax.training.options import RunOptions
+from rljax.training.hooks.watchdog import StallWatchdog
+from rljax.training.options import RunOptions, auto_log_every
 
-__all__ = ["HOST_SAVED_FIELDS", "run_host", "saved_host", "updates_per_chunk"]
+__all__ = ["HOST_SAVED_FIELDS", "group_rows", "run_host", "saved_host", "updates_per_chunk"]
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
                      "restart_backoff_s")
@@ -64,7 +68,12 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`.
         options: the run options; used here: ``run_dir`` (None: nothing written), ``resume``,
             ``checkpoint_every``, ``checkpoint_interval_s``, ``keep_checkpoints``, ``checkpoints``,
-            ``tensorboard``, ``wandb``, ``mlflow``, ``quiet``, ``handle_signals``.
+            ``tensorboard``, ``log_every`` (0: one row per update unless a chunk has more than
+            :data:`~rljax.training.options.ROW_BUDGET`), ``wandb``, ``mlflow``, ``quiet``,
+            ``handle_signals``, and the stall watchdog's ``stall_factor``, ``stall_first_chunk_s``
+            and ``stall_min_s`` (:mod:`rljax.training.hooks.watchdog`: a chunk of updates that does
+            not finish in time gets one warning and ``RUN_DIR/stall-*.txt`` with every thread's
+            stack, the actors' included).
         host: the layout (:class:`~rljax.actorlearner.learner.HostOptions`); None: the saved one on
             a resume (:func:`saved_host`), else the defaults.
         make_env: ``make_env(actor) -> HostEnv`` (default: :func:`rljax.host.sources.make_host_env`
@@ -117,9 +126,16 @@ class _Session:
         self.config, self.options, self.host, self.guard = config, options, host, guard
         self.chunk, self.num_updates, self.per_update = updates_per_chunk(config), num_updates(config), \
             config.env_steps_per_update
+        self.log_every = options.log_every or auto_log_every(self.chunk)
+        self.plan = {"updates_per_chunk": self.chunk, "num_updates": self.num_updates,
+                     "env_steps_per_update": self.per_update, "log_every": self.log_every}
+        self.phase = "waiting for the first update (compiling the policy and the update, the actors' first rollouts)"
+        self.watchdog = StallWatchdog(options.run_dir, options.stall_factor, options.stall_first_chunk_s,
+                                      options.stall_min_s)  # reads .plan and .phase of this session
         self.layout = {k: getattr(host, k) for k in HOST_SAVED_FIELDS}  # recorded in the manifest and checkpoints
         self.tracker = self.checkpointer = self.trackers = self.unsaved = None
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[dict[str, Any]] = []  # the chunk's rows so far, one per update
+        self.rows: list[dict[str, Any]] = []  # the last chunk's metrics.jsonl rows, one per log_every updates
         self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
         self.last_save = time.monotonic()
 
@@ -143,6 +159,7 @@ class _Session:
         if options.run_dir is not None:
             self._open_tracker(meta)
         self.t0, self.chunk_wall = time.perf_counter(), self.wall0
+        self.watchdog.start(self)
         if restored is not None and not options.quiet:
             envs = ("the envs continue from their saved state" if restored[3] is not None and self.host.num_actors == 1
                     else "the episodes the envs were in start over")
@@ -154,8 +171,7 @@ class _Session:
 
         options = self.options
         extra = {"algorithm": type(self.config).__name__, "run_options": options.saved(), "host": self.layout,
-                 "plan": {"updates_per_chunk": self.chunk, "num_updates": self.num_updates,
-                          "env_steps_per_update": self.per_update}}
+                 "plan": self.plan}
         self.tracker = Tracker(options.run_dir, self.config, seed=self.config.seed, resume=options.resume,
                                tensorboard=options.tensorboard, quiet=options.quiet,
                                total_env_steps=self.num_updates * self.per_update,
@@ -181,6 +197,7 @@ class _Session:
                 self._save(params, opt_state, self.unsaved, None)
             return None
         self.lines.append({**row, "wall_time_s": self.wall0 + time.perf_counter() - self.t0})
+        self.phase = f"learning: {updates:,} of {self.num_updates:,} updates done, waiting for the next rollout"
         last = updates >= self.num_updates
         stop = self.guard.requested
         if not (last or stop or len(self.lines) >= self.chunk):
@@ -194,17 +211,19 @@ class _Session:
         """Logs the chunk of :attr:`lines` and saves it when due (or ``force``)."""
         wall = self.lines[-1]["wall_time_s"]
         chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.per_update)
+        self.rows = group_rows(self.lines, self.log_every, self.chunk_wall, self.per_update)
         self.chunk_wall = wall
         if self.tracker is not None:
-            self.tracker.log(chunk_row, self.lines)
+            self.tracker.log(chunk_row, self.rows)
             if self.trackers is not None:  # W&B / MLflow: the same metrics.jsonl rows
-                self.trackers.record(_Rows([self.lines]), self.chunk_index, [chunk_row])
+                self.trackers.record(_Rows([self.rows]), self.chunk_index, [chunk_row])
                 self.trackers.finished = last
         elif not self.options.quiet:
             from rljax.store.tracking import format_progress
 
             print(format_progress(chunk_row, self.num_updates * self.per_update), flush=True)
         self.unsaved = chunk_row
+        self.watchdog.record(self, self.chunk_index, [chunk_row])
         if self.checkpointer is not None and self.options.checkpoints and (force or self._due()):
             self._save(params, opt_state, chunk_row, envs)
         self.lines, self.chunk_index = [], self.chunk_index + 1
@@ -221,7 +240,7 @@ class _Session:
                 "wall_time_s": row["wall_time_s"], "algorithm": type(self.config).__name__,
                 "config": config_to_dict(self.config), "run_options": self.options.saved(),
                 "host": self.layout, "rows": [{k: json_scalar(v) for k, v in row.items()}],
-                "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.lines).items()}]}
+                "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.rows).items()}]}
         if envs is not None:
             meta["envs"] = _encode(envs)
         self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
@@ -229,6 +248,7 @@ class _Session:
 
     def close(self) -> None:
         """Waits for the pending save and closes the files and tracker runs (idempotent)."""
+        self.watchdog.close()
         if self.trackers is not None:
             self.trackers.close()
             self.trackers = None
@@ -255,6 +275,22 @@ class _Rows:
 
     def __init__(self, update_rows: list[list[dict[str, Any]]]):
         self.update_rows = update_rows
+
+
+def group_rows(lines: list[dict[str, Any]], log_every: int, start_wall_s: float,
+               steps_per_update: int) -> list[dict[str, Any]]:
+    """A chunk's ``metrics.jsonl`` rows from its updates' ``lines`` (the chunk began at
+    ``start_wall_s``): the lines themselves with ``log_every = 1``, else one row per group of
+    ``log_every`` consecutive updates (the last group may be shorter), each summarising its group as
+    a chunk's row does (:func:`_chunk_row`)."""
+    if log_every == 1:
+        return lines
+    rows = []
+    for i in range(0, len(lines), log_every):
+        group = lines[i:i + log_every]
+        rows.append(_chunk_row(group, group[-1]["wall_time_s"], start_wall_s, steps_per_update))
+        start_wall_s = group[-1]["wall_time_s"]
+    return rows
 
 
 def _chunk_row(lines: list[dict[str, Any]], wall_time_s: float, start_wall_s: float,

@@ -19,16 +19,13 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device",
+__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device", "parse_devices",
            "refuse_host_flags_for_jax_envs", "supports_host", "train_host_command"]
 
 HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
               "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
               "restart_backoff": "restart_backoff_s"}
 """Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
-
-UNSUPPORTED_RUN_FLAGS = ("log_every",)
-"""Run flags the host path does not take yet; given with a host env they are refused by name."""
 
 
 def supports_host(config_cls: Any) -> bool:
@@ -50,11 +47,13 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                        help="a rollout acts with params at most K updates old (0: act and learn in turn)")
     group.add_argument("--queue-size", type=parse_int, default=2, metavar="N",
                        help="rollouts that may wait for the learner")
-    group.add_argument("--actor-device", default=None, metavar="DEVICE",
-                       help="where the actors run the policy: an index into the devices or PLATFORM:INDEX "
-                            "(e.g. 0, cpu:1, gpu:0); default: the first device")
-    group.add_argument("--learner-device", default=None, metavar="DEVICE",
-                       help="where the learner updates (as --actor-device)")
+    group.add_argument("--actor-devices", default=None, metavar="DEVICES",
+                       help="where the actors run the policy, comma-separated: each an index into the devices or "
+                            "PLATFORM:INDEX (e.g. 0, cpu:1, gpu:0,gpu:1); actor a on the (a mod count)-th; "
+                            "default: the first device")
+    group.add_argument("--learner-devices", default=None, metavar="DEVICES",
+                       help="where the learner updates (as --actor-devices); on several it is data-parallel, each "
+                            "rollout's envs split over them (--num-envs a multiple of their count)")
     group.add_argument("--rollout-timeout", type=parse_float, default=600.0, metavar="SECONDS",
                        help="the learner's longest wait for a rollout before the run fails")
     group.add_argument("--max-env-restarts", type=parse_int, default=3, metavar="N",
@@ -64,14 +63,29 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                        help="the first back-off before restarting failed envs (doubling per failure in a row)")
 
 
-def parse_device(text: str | None) -> Any:
-    """The JAX device ``text`` names (an index into ``jax.devices()`` or ``PLATFORM:INDEX``); None for None.
+def parse_devices(text: str | None) -> tuple[Any, ...]:
+    """The JAX devices a comma-separated ``text`` names (each as :func:`parse_device`); ``()`` for None.
+
+    Raises:
+        ValueError: an empty item, no such device, or a device named twice.
+    """
+    if text is None:
+        return ()
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise ValueError(f"devices {text!r}: an empty item (give e.g. 0,1 or gpu:0,gpu:1)")
+    devices = tuple(parse_device(item) for item in items)
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"devices {text!r}: names a device more than once")
+    return devices
+
+
+def parse_device(text: str) -> Any:
+    """The JAX device ``text`` names (an index into ``jax.devices()`` or ``PLATFORM:INDEX``).
 
     Raises:
         ValueError: no such device; the message lists the devices there are.
     """
-    if text is None:
-        return None
     import jax
 
     platform, _, index = text.rpartition(":")
@@ -94,15 +108,15 @@ def host_options(args: argparse.Namespace, saved: dict[str, Any] | None, explici
     for dest, field in HOST_FLAGS.items():
         if saved and field in saved and dest not in explicit:
             values[field] = saved[field]
-    return HostOptions(**values, actor_device=parse_device(args.actor_device),
-                       learner_device=parse_device(args.learner_device))
+    return HostOptions(**values, actor_devices=parse_devices(args.actor_devices),
+                       learner_devices=parse_devices(args.learner_devices))
 
 
 def refuse_host_flags_for_jax_envs(parser: argparse.ArgumentParser, args: argparse.Namespace,
                                    explicit: set[str]) -> None:
     """A host flag set to other than its default with an env that is not a host env is a usage error
     naming it (a config file that ``rljax config`` wrote holds every flag at its default)."""
-    typed = sorted(f"--{d.replace('_', '-')}" for d in [*HOST_FLAGS, "actor_device", "learner_device"]
+    typed = sorted(f"--{d.replace('_', '-')}" for d in [*HOST_FLAGS, "actor_devices", "learner_devices"]
                    if d in explicit and getattr(args, d) != parser.get_default(d))
     if typed:
         parser.error(f"{', '.join(typed)} lay out the actor-learner path for host envs (--env gymnasium/<id>, "
@@ -113,9 +127,6 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
                        options: dict[str, Any], saved_run_dir: str | None, run_dir: str | None) -> int:
     """Trains ``config`` on host envs with the run options ``options`` (those of
     :func:`rljax.cli.flags.train_kwargs`); returns the exit status."""
-    typed = [f"--{d.replace('_', '-')}" for d in UNSUPPORTED_RUN_FLAGS if d in explicit]
-    if typed:
-        parser.error(f"{', '.join(typed)}: not available on the actor-learner path (host envs) yet")
     if config.env.startswith("envpool/") and not _installed("envpool"):
         parser.error(f"--env {config.env} needs EnvPool, which is not installed: pip install -e \".[envpool]\"")
     if not supports_host(type(config)):

@@ -21,7 +21,18 @@ from typing import Any
 
 from rljax.training.population import Population
 
-__all__ = ["RunOptions", "SAVED_FIELDS", "OnChunkCallback"]
+__all__ = ["ROW_BUDGET", "RunOptions", "SAVED_FIELDS", "OnChunkCallback", "auto_log_every"]
+
+ROW_BUDGET = 200
+"""With ``log_every = 0`` (automatic), a chunk writes at most about this many rows over all members."""
+
+
+def auto_log_every(updates_per_chunk: int, members: int = 1) -> int:
+    """The automatic ``log_every``: one row per update while a chunk's rows over its ``members``
+    stay within :data:`ROW_BUDGET` (a single run with the automatic chunk size: every update),
+    else the fewest updates per row that keep them there (at least one row per chunk)."""
+    rows = max(1, ROW_BUDGET // max(1, members))
+    return max(1, math.ceil(updates_per_chunk / rows))
 
 OnChunkCallback = Callable[[int, Any, dict[str, Any]], Any]
 """``on_chunk(chunk_index, state, row) -> stop``: called after every chunk with its train state and
@@ -60,8 +71,8 @@ class RunOptions:
             updates: a row never spans two chunks; the value used is in ``manifest.json``'s
             ``plan``); 0 (automatic): every
             update while a chunk's rows over all members stay within
-            :data:`rljax.training.program.ROW_BUDGET`, else fewer
-            (:func:`~rljax.training.program.auto_log_every`). Rows per chunk (progress lines,
+            :data:`ROW_BUDGET`, else fewer
+            (:func:`auto_log_every`). Rows per chunk (progress lines,
             health, PBT, checkpoints) go to ``chunks.jsonl`` whatever this is.
         wandb: a W&B project to log to as well (the ``wandb`` extra; online with W&B credentials,
             else offline into ``RUN_DIR/wandb``), or None. Needs ``run_dir``.

@@ -36,6 +36,7 @@ from rljax.agents import build_agent
 from rljax.agents.base import psum
 from rljax.core.rollout import EpisodeSummary
 from rljax.runtime.devices import DataParallel, first_device, run_once, serial_map
+from rljax.training.options import ROW_BUDGET, auto_log_every
 from rljax.training.population import Population
 
 __all__ = ["COLLECTIVES", "collective_bytes", "AUTO_CHUNKS", "MAX_AUTO_CHUNK", "ROW_BUDGET", "ChunkOutput", "Plan", "Program", "UpdateRows",
@@ -204,18 +205,6 @@ def nonfinite_count(state: Any) -> jax.Array:
         return jnp.zeros((), jnp.float32)
     flat = jax.lax.optimization_barrier(jnp.concatenate(watched))
     return jnp.sum(~jnp.isfinite(flat), dtype=jnp.int32).astype(jnp.float32)
-
-
-ROW_BUDGET = 200
-"""With ``log_every = 0`` (automatic), a chunk writes at most about this many rows over all members."""
-
-
-def auto_log_every(updates_per_chunk: int, members: int = 1) -> int:
-    """The automatic ``log_every``: one row per update while a chunk's rows over its ``members``
-    stay within :data:`ROW_BUDGET` (a single run with the automatic chunk size: every update),
-    else the fewest updates per row that keep them there (at least one row per chunk)."""
-    rows = max(1, ROW_BUDGET // max(1, members))
-    return max(1, math.ceil(updates_per_chunk / rows))
 
 
 def row_groups(values: Any, log_every: int, reduce: str = "mean") -> Any:

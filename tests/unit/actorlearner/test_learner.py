@@ -65,6 +65,7 @@ def test_it_learns_cartpole_with_a_lagged_policy():
     assert late > max(100.0, 3 * early), (early, late)
 
 
+@pytest.mark.slow  # a learning run; by default PPO's lagged run above and test_devices.py's two actors stand for it
 def test_impala_learns_cartpole_from_two_actors_with_a_lagged_policy():
     # 200 updates: the last 5 updates' return is 188-276 over three runs here (120 updates gave 161-172
     # alone, and 98 once beside the rest of the suite: two actors' timing decides who collects what).
@@ -114,6 +115,7 @@ def test_a_batch_that_is_not_num_envs_is_refused_and_the_envs_closed():
 @pytest.mark.parametrize("options, message", [
     (dict(num_actors=0), "num_actors=0"), (dict(max_policy_lag=-1), "max_policy_lag=-1"),
     (dict(queue_size=0), "queue_size=0"), (dict(rollout_timeout_s=0), "rollout_timeout_s=0"),
+    (dict(learner_devices=["cpu0", "cpu0"]), r"learner_devices=\['cpu0', 'cpu0'\]: names a device more than once"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):

@@ -9,12 +9,14 @@ import os
 import signal
 import threading
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from rljax.actorlearner import run as run_module
 from rljax.actorlearner.learner import HostOptions
-from rljax.actorlearner.run import _chunk_row, run_host, saved_host, updates_per_chunk
+from rljax.actorlearner.run import _chunk_row, group_rows, run_host, saved_host, updates_per_chunk
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import Checkpointer
 from rljax.store.rundir import ConfigMismatchError, run_record
@@ -24,6 +26,9 @@ from tests.support.runs import leaves
 CONFIG = PPOConfig(env="gymnasium/CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6,
                    updates_per_chunk=2, num_minibatches=2, num_epochs=1, hidden_sizes=(16,))
 LAYOUT = HostOptions(max_policy_lag=0, queue_size=3)
+
+
+_AFTER = run_module._Session.after_update
 
 
 def _rows(path):
@@ -36,7 +41,8 @@ def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends
     assert first.updates == 6 and first.preempted is None
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["algorithm"] == "PPOConfig" and manifest["host"]["queue_size"] == 3
-    assert manifest["plan"] == {"updates_per_chunk": 2, "num_updates": 6, "env_steps_per_update": 128}
+    assert manifest["plan"] == {"updates_per_chunk": 2, "num_updates": 6, "env_steps_per_update": 128,
+                                "log_every": 1}
     assert json.loads((run / "config.json").read_text())["env"] == "gymnasium/CartPole-v1"
     lines, chunks = _rows(run / "metrics.jsonl"), _rows(run / "chunks.jsonl")
     assert [r["env_steps"] for r in lines] == [128 * u for u in range(1, 7)]
@@ -150,6 +156,79 @@ def test_a_chunk_row_by_hand():
     assert (row["host/env_restarts"], row["host/lost_episodes"]) == (1, 4)
     no_episodes = _chunk_row(lines[1:2], 12.0, 11.0, 100)
     assert no_episodes["episodes"] == 0 and no_episodes["episode_return_mean"] is None
+
+
+def test_log_every_groups_the_updates_of_each_chunk_as_a_chunk_row_does(tmp_path):
+    """3 updates per chunk, --log-every 2: rows of updates [1-2], [3], [4-5], [6], each the chunk-row
+    summary of the same updates' rows in a run that logs every update (the synchronous mode: the
+    same updates)."""
+    config = PPOConfig(**{**CONFIG.__dict__, "updates_per_chunk": 3})
+    every = run_host(config, RunOptions(run_dir=tmp_path / "every", quiet=True), LAYOUT)
+    run_host(config, RunOptions(run_dir=tmp_path / "two", quiet=True, log_every=2), LAYOUT)
+    assert len(every.rows) == 6 and len(_rows(tmp_path / "every" / "metrics.jsonl")) == 6
+    grouped = _rows(tmp_path / "two" / "metrics.jsonl")
+    assert [r["updates"] for r in grouped] == [2, 3, 5, 6]
+    for row, group in zip(grouped, ([0, 1], [2], [3, 4], [5])):
+        lines = [every.rows[i] for i in group]
+        assert row["episodes"] == sum(r["episodes"] for r in lines)
+        assert row["policy_loss"] == pytest.approx(np.mean([r["policy_loss"] for r in lines]), rel=1e-6)
+        assert row["host/slowest_actor"] == 0 and "host/actor" not in row
+    assert json.loads((tmp_path / "two" / "manifest.json").read_text())["plan"]["log_every"] == 2
+    assert len(_rows(tmp_path / "two" / "chunks.jsonl")) == 2
+
+
+class _HangingGym:
+    """A Gymnasium batch whose steps block, once armed, until the stall report is in the run directory."""
+
+    armed = False
+
+    def __init__(self, run_dir):
+        from rljax.host.gymnasium_env import GymnasiumEnv
+
+        self.inner, self.run_dir = GymnasiumEnv("CartPole-v1", CONFIG.num_envs), run_dir
+        self.spec, self.get_state = self.inner.spec, lambda: None
+
+    def reset(self, seed):
+        return self.inner.reset(seed)
+
+    def step(self, action):
+        deadline = time.monotonic() + 60
+        while _HangingGym.armed and not list(self.run_dir.glob("stall-*.txt")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _HangingGym.armed = False
+        return self.inner.step(action)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_a_stalled_chunk_gets_one_warning_with_the_actors_stacks(tmp_path, capsys):
+    """The JAX path's stall watchdog: after two chunks of one update, the envs block in ``step``
+    until the report is written; it names the phase and holds the actor thread's stack."""
+    run = tmp_path / "run"
+    _HangingGym.armed = False
+
+    def arm(updates, *rest):
+        _HangingGym.armed = updates == 2
+        return None
+
+    config = PPOConfig(**{**CONFIG.__dict__, "updates_per_chunk": 1, "total_timesteps": 4 * 32 * 4})
+    with mock.patch("rljax.actorlearner.run._Session.after_update", autospec=True,
+                    side_effect=lambda self, *a: (arm(*a), _AFTER(self, *a))[1]):
+        result = run_host(config, RunOptions(run_dir=run, quiet=True, stall_factor=3.0, stall_min_s=1.0),
+                          LAYOUT, make_env=lambda actor: _HangingGym(run))
+    assert result.updates == 4
+    (report,) = run.glob("stall-*.txt")
+    text = report.read_text()
+    assert "phase: learning: 2 of 4 updates done, waiting for the next rollout" in text, text[:2000]
+    assert "--- thread rljax-actor-0" in text and "in step\n" in text
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "no chunk finished" in line]
+    assert len(warnings) == 1 and str(report) in warnings[0]
+
+
+def test_group_rows_of_one_update_are_the_lines_themselves():
+    lines = [{"updates": 1, "wall_time_s": 1.0}]
+    assert group_rows(lines, 1, 0.0, 100) is lines
 
 
 def test_mlflow_gets_every_row_and_a_resume_continues_the_same_run(tmp_path):

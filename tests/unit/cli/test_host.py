@@ -12,7 +12,7 @@ import time
 import jax
 import pytest
 
-from rljax.cli.host import parse_device
+from rljax.cli.host import parse_device, parse_devices
 from rljax.cli.main import main
 from tests.conftest import cpu_subprocess_env
 
@@ -21,11 +21,16 @@ SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--nu
 
 
 def test_devices_by_index_or_platform_and_index():
-    assert parse_device(None) is None
+    assert parse_devices(None) == ()
     assert parse_device("0") == jax.devices()[0] and parse_device("cpu:0") == jax.devices("cpu")[0]
+    assert parse_devices("cpu:0") == parse_devices(" 0 ") == (jax.devices()[0],)
     for bad in ("99", "cpu:99", "tpu:0", "first"):
         with pytest.raises(ValueError, match=rf"no device '{bad}': this process has cpu:0"):
             parse_device(bad)
+    for bad, says in (("0,,1", "an empty item"), ("0,cpu:0", "names a device more than once"),
+                      ("0,7", "no device '7'")):
+        with pytest.raises(ValueError, match=says):
+            parse_devices(bad)
 
 
 def test_a_config_file_with_every_flag_at_its_default_trains_a_jax_env(tmp_path, capsys):
@@ -49,13 +54,11 @@ def test_envpool_without_the_extra_is_one_line_and_status_2(monkeypatch, capsys,
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo", "--num-actors", "2", "--env", "CartPole-v1"],
      "--num-actors lay out the actor-learner path for host envs"),
-    (["train", "ppo", "--actor-device", "0", "--max-policy-lag", "0"],
-     "--actor-device, --max-policy-lag lay out the actor-learner path"),
+    (["train", "ppo", "--actor-devices", "0", "--max-policy-lag", "0"],
+     "--actor-devices, --max-policy-lag lay out the actor-learner path"),
     (["train", "pqn", "--env", "gymnasium/CartPole-v1"],
      "names host envs, which the actor-learner path trains with ppo or impala, not pqn"),
-    (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--log-every", "2"],
-     "--log-every: not available on the actor-learner path"),
-    (["train", "impala", "--env", "gymnasium/CartPole-v1", "--learner-device", "gpu:3"],
+    (["train", "impala", "--env", "gymnasium/CartPole-v1", "--learner-devices", "gpu:3"],
      "no device 'gpu:3'"),
     (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--num-actors", "0"], "num_actors=0: must be an integer >= 1"),
 ])
