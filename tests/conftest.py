@@ -6,9 +6,13 @@ and compiling dominates their time on a 2-core machine. Recompilation tests coun
 during chunks, which a cache hit does not hide (a hit is not a compile).
 
 The suite's own XLA flags (:data:`SUITE_XLA_FLAGS`), in this process and every subprocess a test
-starts: the CPU backend's loop emitters instead of its fusion emitters. They compile the suite's
-small programs about 30 % faster and run them slower, which tiny programs do not notice; what they
-compute is the same maths (every comparison in the suite is between two programs compiled alike).
+starts: the CPU backend's loop emitters instead of its fusion emitters, and each program's machine
+code generated as one piece instead of split for parallel code generation (which two workers on two
+cores cannot use). Measured on a 2-core machine, the emitters compile the suite's small programs
+about 30 % faster and the single piece another ~6 %; the programs run slower, which tiny ones do not
+notice, and compute the same maths (every comparison in the suite is between two programs compiled
+alike). (Backend optimisation level 1 compiled ~17 % faster still but aborted XLA on a sweep's
+program, and level 0 made SAC's losses NaN: neither is used.)
 ``RLJAX_SUITE_XLA_DEFAULTS=1`` runs the suite with XLA's defaults instead, as a user's runs compile.
 """
 
@@ -18,7 +22,8 @@ import tempfile
 import jax
 import pytest
 
-SUITE_XLA_FLAGS = () if os.environ.get("RLJAX_SUITE_XLA_DEFAULTS") else ("--xla_cpu_use_fusion_emitters=false",)
+SUITE_XLA_FLAGS = () if os.environ.get("RLJAX_SUITE_XLA_DEFAULTS") else (
+    "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 """The XLA flags every program of the suite compiles with (the module docstring says why)."""
 
 
@@ -128,6 +133,18 @@ def cpu_subprocess_env(devices: int = 1, **extra: str) -> dict:
             "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": root, **extra}
 
 
+# ----- the default suite and --slow -----
+#
+# The default suite (CI's, about 12 minutes with two workers on a 2-core machine) runs every unit
+# test and one end-to-end check of every guarantee; a test marked ``slow`` is a longer or repeated
+# version of a check the default suite runs in short, and its marker's comment names that short
+# version. What is marked slow: learning runs beyond PPO's, IMPALA's and the host path's (each
+# algorithm's probe-env tests stand for them); multi-process and multi-device variants beyond one
+# per mechanism; repeats of a guarantee over more algorithms, games or envs than it needs to be
+# checked by default; registry-wide training; the benchmark scripts' full tables; README commands
+# that are variants of others (tests/integration/test_doc_commands.py: README_VARIANTS).
+
+
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,
                      help="also run the tests marked slow: registry-wide training, full benchmark tables, long "
@@ -142,7 +159,46 @@ def pytest_configure(config):
                    "runs on the CPU always, elsewhere only with XLA's deterministic flags in XLA_FLAGS")
 
 
+# ----- scheduling over pytest-xdist workers (pyproject.toml: --dist loadfile --no-loadscope-reorder) -----
+#
+# Each test module is one unit of work, handed to whichever worker is free, so a module-scoped
+# fixture (a trained run, a multi-process job) is built once. (pytest-xdist's finer ``loadgroup``
+# cannot group tests under pytest 9: it renames node ids, which pytest 9 no longer lets a plugin do.)
+# The modules below go first, the most expensive first (measured on a 2-core machine): long units
+# started last would leave one worker alone at the end of the suite.
+
+RUN_FIRST = (
+    "tests/integration/test_doc_commands.py",
+    "tests/integration/test_multihost.py",
+    "tests/unit/policy/test_export.py",
+    "tests/unit/test_env.py",
+    "tests/integration/test_memory.py",
+    "tests/integration/test_reliability.py",
+    "tests/unit/store/test_checkpoint.py",
+    "tests/integration/test_data_parallel.py",
+    "tests/unit/training/test_sweep.py",
+    "tests/unit/agents/test_ppo.py",
+    "tests/unit/suites/test_brax.py",
+    "tests/integration/test_observation_shapes.py",
+    "tests/unit/suites/test_craftax.py",
+    "tests/integration/test_gymnax_envs.py",
+    "tests/integration/test_learning_signal.py",
+    "tests/unit/agents/test_sac.py",
+    "tests/integration/test_fault_soak.py",
+    "tests/integration/test_run_directory.py",
+)
+"""Modules whose tests start first, in this order (the rest follow in collection order)."""
+
+
+def _schedule(items: list) -> None:
+    """Orders ``items`` as :data:`RUN_FIRST` says."""
+    rank = {path: i for i, path in enumerate(RUN_FIRST)}
+    keys = {id(item): rank.get(item.nodeid.split("::")[0], len(RUN_FIRST)) for item in items}
+    items.sort(key=lambda item: keys[id(item)])  # stable: collection order within a module
+
+
 def pytest_collection_modifyitems(config, items):
+    _schedule(items)
     if not config.getoption("--slow"):
         skip_slow = pytest.mark.skip(reason="a long version of a check the default suite runs in short: run with --slow")
         for item in items:

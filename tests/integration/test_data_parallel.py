@@ -24,9 +24,12 @@ def run_check(name: str, devices: int = 4, timeout: int = 300) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-@pytest.mark.parametrize("backend", ["shard_map", "pmap", "recurrent"])
+@pytest.mark.parametrize("backend", ["shard_map", pytest.param("pmap", marks=pytest.mark.slow),
+                                     pytest.param("recurrent", marks=pytest.mark.slow)])
 def test_four_device_update_equals_single_device_update(backend):
-    """Also for a recurrent actor-critic on whole sequences ("recurrent": shard_map)."""
+    """Also for a recurrent actor-critic on whole sequences ("recurrent": shard_map). With --slow only:
+    pmap (by default test_shard_map_and_pmap_backends_agree) and the recurrent one (by default the
+    recurrent resume below)."""
     r = run_check(f"learn_{backend}")
     assert r["devices"] == 4
     assert r["param_change"] > 1e-4  # the update did something
@@ -35,6 +38,7 @@ def test_four_device_update_equals_single_device_update(backend):
     assert abs(r["value_loss"][0] - r["value_loss"][1]) < 1e-4 * max(1.0, abs(r["value_loss"][0]))
 
 
+@pytest.mark.slow  # by default test_dqn_four_devices compares the two backends
 def test_shard_map_and_pmap_backends_agree():
     r = run_check("backends_agree")
     assert r["params_shape0"] == 4  # a leading device axis
@@ -59,6 +63,7 @@ def test_desync_is_detected():
     assert "params differ across devices" in r["error"]
 
 
+@pytest.mark.slow  # by default test_desync_is_detected (the same check, outside train())
 @pytest.mark.timeout(400)
 def test_train_raises_desync_error_on_two_devices():
     """The health check runs inside train(): an update that perturbs device 1's params once (at
@@ -79,14 +84,18 @@ def test_dqn_four_devices():
     assert r["td_loss"][0][-1] > 0.0
 
 
-def test_resume_is_bit_exact_on_four_devices():
-    r = run_check("resume")
-    for name in ("ppo", "dqn", "sac", "ppo_gru"):
-        assert r[name]["equal"], r
-        assert r[name]["start_chunk"] == 3 and r[name]["leading_axis"] == 4
-    assert r["ppo_gru"]["memory"] == [4, 2, 8]  # [devices, envs per device, memory_size]
+# The recurrent PPO by default (shard_map, with its memory split over the devices); the others with --slow
+# (by default tests/unit/store/test_checkpoint.py resumes DQN, SAC and TD3 bit-exactly on one device).
+@pytest.mark.parametrize("name", ["ppo_gru", *(pytest.param(n, marks=pytest.mark.slow) for n in ("ppo", "dqn", "sac"))])
+def test_resume_is_bit_exact_on_four_devices(name):
+    r = run_check(f"resume_{name}")
+    assert r["equal"], r
+    assert r["start_chunk"] == 3 and r["leading_axis"] == 4
+    if name == "ppo_gru":
+        assert r["memory"] == [4, 2, 8]  # [devices, envs per device, memory_size]
 
 
+@pytest.mark.slow  # by default tests/unit/training/test_population.py splits a sweep over 2 devices
 def test_sweep_split_over_two_devices_equals_single_runs():
     r = run_check("sweep", devices=2)
     assert r["devices_used"] == 2 and r["members"] == 4
@@ -94,6 +103,7 @@ def test_sweep_split_over_two_devices_equals_single_runs():
     assert r["pbt_devices_used"] == 2 and r["pbt_max_diff"] < 1e-5, r
 
 
+@pytest.mark.slow  # by default tests/unit/policy/test_evaluate.py (one device) and the resume above
 def test_evaluation_and_load_on_two_devices():
     r = run_check("eval_load", devices=2)
     assert r["shard_map"] == {"identical": True, "same_actions": True, "evaluated": True}, r

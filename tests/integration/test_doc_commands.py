@@ -175,11 +175,13 @@ def runnable(command: str, cwd: pathlib.Path = ROOT) -> str:
     return "".join(p if i % 2 else _small(p, cwd) for i, p in enumerate(parts))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def shell_env(tmp_path_factory):
     """PATH with ``python``, ``python3`` and ``rljax`` for this interpreter and checkout; a HOME of
     its own beside the test session's compile cache (tests/conftest.py), so the experiments' cache
-    (~/.cache/rljax/xla) is shared by every command and xdist worker, and leaves the user's alone."""
+    (~/.cache/rljax/xla) is shared by every command and xdist worker, and leaves the user's alone.
+    (Per test, not per module: a module-scoped fixture keeps a module's tests on one xdist worker, see
+    tests/conftest.py, and the README's groups should run side by side.)"""
     bin_dir = tmp_path_factory.mktemp("bin")
     # Scripts, not symlinks: a venv's python finds its venv from the path it was started by.
     _script(bin_dir / "python", "")
@@ -272,7 +274,26 @@ def test_setup_commands_have_the_documented_shape():
 ALWAYS_RUN = ("README.md",)
 """The sources whose commands every suite run executes; the others need RLJAX_ALL_DOC_COMMANDS=1."""
 
-GROUPS = 3  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
+README_VARIANTS = (
+    "python -m experiments.ppo_cartpole --num-devices 2",
+    "python -m experiments.ppo_cartpole --env gymnax/Acrobot-v1",
+    "python -m experiments.ppo_minatar --encoder mlp --env SpaceInvaders-MinAtar",
+    "python -m experiments.ppo_cartpole --randomize length=0.25:2.0 --total-timesteps 1e6 --run-dir runs/dr-mlp",
+    "python -m experiments.ppo_cartpole sweep --grid env.length=0.25,0.5,1.0 --seeds 2 --num-devices 2",
+    "rljax train sac --env Pendulum-v1",
+    "rljax train dqn --env my_envs:make_grid --env-kwarg size=12",
+    "python -m experiments.ppo_cartpole --eval-interval 5 --eval-episodes 32",
+    "python -m experiments.ppo_pendulum",
+    "rljax eval runs/cp3 --env-param length=0.7",
+)
+"""README commands that run only with ``--slow``: variants of a command the README runs anyway (the same
+experiment or subcommand with one more flag or another action space), whose difference other default
+tests cover (data parallelism, gymnax envs, the flat encoder, domain randomisation, env-param sweeps,
+``rljax train`` of a user env factory, evaluation during training, continuous PPO, ``rljax eval
+--env-param``). Every other README command runs in every suite run, and every
+command of every doc is parsed in every run (:func:`test_every_documented_command_parses_as_written`)."""
+
+GROUPS = 4  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
 
 
 def _groups(commands: list[str], n: int = GROUPS) -> list[list[str]]:
@@ -292,24 +313,38 @@ def _groups(commands: list[str], n: int = GROUPS) -> list[list[str]]:
     return groups
 
 
-def _commands(source: str) -> list[str]:
-    """A doc's commands (the set-up commands' final parts; not the test suite itself), or, for
-    ``--help``, the help examples that are not already in a doc."""
+def _commands(source: str, variants: bool = True) -> list[str]:
+    """A doc's commands (the set-up commands' final parts; not the test suite itself; without
+    ``variants``, not the README's :data:`README_VARIANTS`), or, for ``--help``, the help examples
+    that are not already in a doc."""
     if source != "--help":
-        return [c for c in _doc_commands(source) if not c.startswith(".venv/bin/python -m pytest")]
+        return [c for c in _doc_commands(source) if not c.startswith(".venv/bin/python -m pytest")
+                and (variants or source != "README.md" or _variant(c) is None)]
     in_docs = {c for doc in DOCS for c in _doc_commands(doc)}
     return [c for c in help_commands() if c not in in_docs]
+
+
+def _variant(command: str) -> str | None:
+    """The entry of :data:`README_VARIANTS` that ``command`` is (its comment dropped), or None."""
+    return next((v for v in README_VARIANTS if command.split("  #")[0].strip() == v), None)
+
+
+def test_the_readme_variants_are_readme_commands():
+    commands = _commands("README.md")
+    assert all(any(_variant(c) == v for c in commands) for v in README_VARIANTS), \
+        [v for v in README_VARIANTS if not any(_variant(c) == v for c in commands)]
+    assert len(_commands("README.md", variants=False)) == len(commands) - len(README_VARIANTS)
 
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("source", [*DOCS, "--help"])
 @pytest.mark.parametrize("group", range(GROUPS))
-def test_documented_commands_run(source, group, tmp_path, shell_env):
+def test_documented_commands_run(source, group, tmp_path, shell_env, request):
     if source not in ALWAYS_RUN and not os.environ.get("RLJAX_ALL_DOC_COMMANDS"):
         # Each command is a fresh process that compiles: all sources take ~7 CPU-minutes more than the
         # README's, which would push the suite past its budget. The README's always run.
         pytest.skip(f"the commands of {source} run with RLJAX_ALL_DOC_COMMANDS=1")
-    commands = _groups(_commands(source))[group]
+    commands = _groups(_commands(source, variants=request.config.getoption("--slow")))[group]
     if not commands:
         pytest.skip(f"no commands of {source} fell in group {group}")
     _run_all(commands, _workdir(tmp_path), shell_env)

@@ -17,11 +17,13 @@ TINY = soak.RunConfig("ppo-tiny", "experiments.ppo_cartpole",
                       ("--checkpoint-every", "2", "--no-compile-cache"))
 
 CASES = [
-    # Before config.json exists (imports): the original command runs again.
-    pytest.param(0, Kill("SIGKILL", after_line=0, delay=0.5), id="sigkill-startup"),
+    # Before config.json exists (imports): the original command runs again (with --slow only: by default
+    # tests/unit/cli/test_supervise.py restarts a run killed before its first checkpoint).
+    pytest.param(0, Kill("SIGKILL", after_line=0, delay=0.5), id="sigkill-startup", marks=pytest.mark.slow),
     # After the 5th chunk: the chunk-3 checkpoint is committed, the chunk-5 one may be under way.
     pytest.param(1, Kill("SIGKILL", after_line=5, delay=0.0), id="sigkill-mid-run"),
-    pytest.param(2, Kill("SIGTERM", after_line=3, delay=0.0), id="sigterm"),
+    # With --slow only: by default SIGTERM and resume are checked in process by tests/unit/store/test_checkpoint.py.
+    pytest.param(2, Kill("SIGTERM", after_line=3, delay=0.0), id="sigterm", marks=pytest.mark.slow),
     # The first SIGTERM after chunk 0 asks for a stop; the second comes while that stop's checkpoint
     # (the run's first) is being written, or just after it commits: the stop must still commit it
     # and exit 75, not 143 with only a *.orbax-checkpoint-tmp directory.

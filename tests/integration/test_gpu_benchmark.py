@@ -1,5 +1,5 @@
-"""benchmarks/gpu.py runs here too: ``--smoke`` prints the accelerator table at tiny sizes on the CPU (two
-rows by default, every row with ``--slow``)."""
+"""benchmarks/gpu.py runs here too: ``--smoke`` prints the accelerator table at tiny sizes on the CPU (with
+``--slow``: its env-stepping rows, and every row); by default the script's argument checks."""
 
 from __future__ import annotations
 
@@ -33,12 +33,13 @@ def _smoke(tmp_path, rows: tuple[str, ...], *only: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # by default test_gpu_benchmark_refuses_an_unknown_row imports and parses the script
 @pytest.mark.timeout(300)
-def test_gpu_benchmark_smoke_prints_the_ppo_and_env_stepping_rows(tmp_path):
-    results = _smoke(tmp_path, ("PPO CartPole, PureJaxRL config, 1 seed", "env stepping, CartPole-v1, 64 envs"),
-                     "ppo1", "envstep")
-    assert set(results) >= {"ppo1", "envstep"} and "ppo512" not in results, sorted(results)
-    assert results["ppo1"]["rljax"]["sps"] > 0 and results["envstep"]["CartPole-v1 64 gymnax"] > 0
+def test_gpu_benchmark_smoke_prints_the_env_stepping_rows(tmp_path):
+    """The script end to end on one section (the PPO rows, compiling two trainers, run with --slow)."""
+    results = _smoke(tmp_path, ("env stepping, CartPole-v1, 64 envs",), "envstep")
+    assert set(results) >= {"envstep"} and "ppo1" not in results, sorted(results)
+    assert results["envstep"]["CartPole-v1 64 gymnax"] > 0
 
 
 @pytest.mark.slow

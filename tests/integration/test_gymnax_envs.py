@@ -3,8 +3,9 @@
 The list comes from gymnax's own registry at collection time, so an environment a new gymnax release
 adds is tested (or fails) without anyone editing this file; one that cannot be built offline must
 be listed in :data:`rljax.core.registry.GYMNAX_UNAVAILABLE` with its reason. The default suite trains
-one environment per family (classic control, bsuite, MinAtar, misc) and algorithm, the first in
-gymnax's registry order; ``--slow`` trains every one (every environment is also stepped through the
+one environment per family (classic control, bsuite, misc; MinAtar's games train as rljax's own
+``<Game>-MinAtar`` in tests/integration/test_minatar.py) and algorithm, the first in gymnax's
+registry order; ``--slow`` trains every one (every environment is also stepped through the
 env contract by ``tests/unit/test_env.py`` by default). Each case trains two
 chunks of a tiny configuration (compiling dominates) and checks the rows: finite losses, the env
 steps done, and, for replay, that the buffer keeps the observation's own shape and dtype.
@@ -45,7 +46,8 @@ def _cases() -> list:
         discrete = is_discrete(env.action_space(params))
         for algo in ("ppo", "dqn" if discrete else "sac"):
             key = (_family(gid), algo)
-            cases.append(pytest.param(gid, algo, id=f"{gid}-{algo}", marks=pytest.mark.slow if key in seen else ()))
+            slow = key in seen or _family(gid) == "MinAtar"  # rljax's own MinAtar games train in test_minatar.py
+            cases.append(pytest.param(gid, algo, id=f"{gid}-{algo}", marks=pytest.mark.slow if slow else ()))
             seen.add(key)
     return cases
 
@@ -137,6 +139,7 @@ def test_an_observation_the_encoder_cannot_take_is_one_line():
     assert "encoder='auto' or 'mlp'" in msg
 
 
+@pytest.mark.slow  # by default tests/unit/core/test_buffers.py keeps each leaf's dtype and test_minatar.py trains on bool planes
 def test_replay_keeps_minatar_bool_planes():
     """rljax's Breakout-MinAtar stores its [10, 10, 4] planes as bool: a quarter of gymnax's float32."""
     config = _config("Breakout-MinAtar", "dqn")

@@ -58,7 +58,9 @@ def learned(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", list(LEARN))
+# PQN's LSTM with --slow only (by default PPO's GRU learns here and tests/unit/agents/test_recurrent.py checks the
+# LSTM's mechanics).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n == "pqn-lstm" else ()) for n in LEARN])
 def test_memory_solves_a_memory_task_that_a_memoryless_policy_cannot(name, learned):
     _, result = learned(name)
     greedy = result.rows[-1]["eval/return_mean"]  # 64 greedy episodes after the last update
@@ -69,7 +71,8 @@ def test_memory_solves_a_memory_task_that_a_memoryless_policy_cannot(name, learn
         assert greedy >= 0.9, (greedy, [r["episode_return_mean"] for r in result.rows])
 
 
-@pytest.mark.parametrize("name", list(RESUME))
+# The LSTMs with --slow only (by default tests/unit/agents/test_recurrent.py carries an LSTM's state).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if "lstm" in n else ()) for n in RESUME])
 def test_a_recurrent_run_stopped_and_resumed_is_bit_identical_and_its_policy_acts_with_state(name, tmp_path):
     config = RESUME[name]
     full = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=1))
@@ -134,6 +137,7 @@ def test_a_sweep_vmaps_the_memory_and_each_member_equals_its_single_run():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b)[1], atol=1e-5)
 
 
+@pytest.mark.slow  # by default the sweep above vmaps the memory and tests/unit/training/hooks/test_pbt.py copies members
 def test_pbt_copies_a_members_memory_with_the_envs_it_belongs_to():
     """Exploit copies the donor's params, envs and memory together; a member whose memory came
     from other envs would act on episodes it never saw."""
@@ -153,6 +157,7 @@ def test_pbt_copies_a_members_memory_with_the_envs_it_belongs_to():
         np.testing.assert_array_equal(np.asarray(leaf_new)[2], np.asarray(leaf_old)[2])
 
 
+@pytest.mark.slow  # by default the in-process recurrent resume above, test_data_parallel.py's and the CLI's SIGTERM resumes
 @pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(600)
 def test_a_recurrent_run_preempted_by_sigterm_resumes_bit_exactly_from_the_command_line(tmp_path):

@@ -24,7 +24,10 @@ def _rollout(env, params, key, steps=300):
     return obs, jax.lax.scan(body, (obs, state), jax.random.split(key, steps))[1]
 
 
-@pytest.mark.parametrize("game", GAMES)
+# Two games by default (the wrapper is the same for every game; each game is stepped by the env contract in
+# tests/unit/test_env.py), every game with --slow.
+@pytest.mark.parametrize("game", [pytest.param(g, marks=() if g in ("Breakout", "SpaceInvaders") else pytest.mark.slow)
+                                  for g in GAMES])
 def test_minatar_is_gymnax_with_bool_planes(game):
     env, params = rljax.make(f"{game}-MinAtar")
     genv, gparams = rljax.make(f"gymnax/{game}-MinAtar")
@@ -49,7 +52,10 @@ def test_unknown_game_lists_the_games():
         MinAtar("Pong")
 
 
-@pytest.mark.parametrize("module, algo", [("ppo_minatar", "ppo"), ("dqn_minatar", "dqn"), ("pqn_minatar", "pqn")])
+# ppo_minatar and dqn_minatar with --slow only: by default the README's commands run them.
+@pytest.mark.parametrize("module, algo", [pytest.param("ppo_minatar", "ppo", marks=pytest.mark.slow),
+                                          pytest.param("dqn_minatar", "dqn", marks=pytest.mark.slow),
+                                          ("pqn_minatar", "pqn")])
 def test_minatar_experiments_train(module, algo, capsys):
     import importlib
 

@@ -147,6 +147,7 @@ def test_two_processes_equal_one_process_with_the_same_devices(two_by_two, tmp_p
     assert len(manifest["devices"]) == 4
 
 
+@pytest.mark.slow  # by default the MLP equivalence above and the recurrent resume in test_data_parallel.py
 @pytest.mark.timeout(600)
 def test_a_recurrent_policy_over_two_processes_equals_it_in_one(tmp_path):
     """PPO-GRU, 2 processes x 2 devices against 1 x 4: the memory is split with the envs (one per
@@ -191,6 +192,7 @@ def test_sigterm_to_one_process_stops_both_and_resume_is_bit_exact(two_by_two, t
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # by default tests/integration/test_elastic_resume.py and the README's launch + resume
 @pytest.mark.timeout(600)
 def test_a_two_by_two_run_continues_on_a_smaller_job_and_then_in_one_process(two_by_two, tmp_path):
     """Elastic resume across changed jobs: 2 processes x 2 devices, requeued as 2 x 1 (no flag: a
@@ -211,7 +213,7 @@ def test_a_two_by_two_run_continues_on_a_smaller_job_and_then_in_one_process(two
                                               {"from_num_devices": 2, "num_devices": 1, "processes": 1}]
 
 
-@pytest.mark.slow  # a learning run; the short version above checks the continuation
+@pytest.mark.slow  # a learning run; by default the SIGTERM resume above stands for it
 @pytest.mark.timeout(1500)
 def test_a_preempted_two_by_two_run_resumed_as_one_by_two_still_learns_cartpole(tmp_path):
     run_dir = tmp_path / "run"
@@ -231,6 +233,7 @@ def test_a_preempted_two_by_two_run_resumed_as_one_by_two_still_learns_cartpole(
     assert _rows(run_dir)[-1]["env_steps"] == planned and sum(returns[-2:]) / 2 >= 475, returns[-10:]
 
 
+@pytest.mark.slow  # by default tests/unit/cli/test_stop.py (one process) and the SIGTERM-to-a-follower test above
 @pytest.mark.timeout(600)
 def test_rljax_stop_stops_every_process_of_a_job_through_the_run_directory(tmp_path):
     """``rljax stop`` from outside the job (any host that sees the run directory): the leader reads the
@@ -249,6 +252,7 @@ def test_rljax_stop_stops_every_process_of_a_job_through_the_run_directory(tmp_p
     assert status["last_checkpoint_env_steps"] == status["env_steps"] == _rows(run_dir)[-1]["env_steps"]
 
 
+@pytest.mark.slow  # by default tests/unit/store/test_shards.py and the multi-process resume above
 @pytest.mark.timeout(600)
 def test_every_process_writes_its_own_shards_and_a_damaged_shard_falls_back_to_an_older_step(two_by_two, tmp_path):
     """Checkpoints in shards: each process writes its own devices' rows (Orbax's per-process
@@ -278,6 +282,7 @@ def test_every_process_writes_its_own_shards_and_a_damaged_shard_falls_back_to_a
     assert rows[:3] == _rows(two_by_two)[:3] and [r["env_steps"] for r in rows[3:]] == [newest, newest + 1024]
 
 
+@pytest.mark.slow  # by default the run equivalence above and the device-split sweep of test_population.py
 @pytest.mark.timeout(600)
 def test_a_sweep_over_two_processes_equals_the_same_sweep_in_one(tmp_path):
     sweep = ["-m", "experiments.ppo_cartpole", "sweep", "--seeds", "4", "--num-devices", "4", "--total-timesteps",
@@ -321,6 +326,7 @@ def test_a_killed_process_makes_the_other_fail_fast(tmp_path):
     assert (run_dir / "checkpoints").is_dir()  # the committed checkpoints stay for the restart
 
 
+@pytest.mark.slow  # by default tests/unit/training/hooks/test_stragglers.py (the same reductions in one process)
 @pytest.mark.timeout(300)
 def test_a_process_that_sleeps_in_every_chunk_is_named_the_straggler(tmp_path):
     """Process 1 sleeps 0.5 s in every chunk's callback: from chunk 1 on it launches every chunk late,
@@ -412,6 +418,7 @@ def _supervise_killing_process_1(cmd: list[str], run_dir: pathlib.Path, after_a_
     return err
 
 
+@pytest.mark.slow  # by default the killed-process test above and tests/unit/cli/test_supervise.py's real runs
 @pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
 @pytest.mark.timeout(600)
 def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):
@@ -431,6 +438,7 @@ def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # by default tests/unit/cli/test_supervise.py (--shrink-after) and the elastic resume tests
 @pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
 @pytest.mark.timeout(600)
 def test_the_supervisor_continues_a_job_on_the_hosts_left_after_one_is_lost_for_good(tmp_path):

@@ -74,6 +74,7 @@ def _partial_run(run_dir, stop_after_chunk=2):
 # ----------------------------------------------------------------------------------------------
 # 1. A second SIGTERM while the stop's checkpoint is being written.
 
+@pytest.mark.slow  # by default tests/integration/test_fault_soak.py's double-sigterm-during-write case
 @pytest.mark.timeout(420)
 def test_a_second_sigterm_during_the_stop_save_keeps_the_save_and_status_75(tmp_path):
     """Regression: the signal guard was restored before the async save committed, so a second
@@ -131,6 +132,7 @@ def test_resume_of_a_run_without_a_committed_checkpoint_starts_it_over(tmp_path,
     assert len((run / "metrics.superseded.jsonl").read_text().splitlines()) == 4  # the 2 chunks' updates
 
 
+@pytest.mark.slow  # by default the same resume from Python above (the CLI only prints its warning)
 def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
     run = tmp_path / "run"
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,

@@ -157,6 +157,7 @@ LAUNCHER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # by default the CLI resume of a named env object below and the fault soak's SIGTERM/SIGKILL resumes
 @pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(900)
 def test_a_named_user_env_preempted_by_sigterm_resumes_bit_exactly(user_module, tmp_path):

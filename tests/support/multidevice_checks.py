@@ -7,6 +7,7 @@ Prints one JSON line with the measured quantities; the test asserts on them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 
@@ -224,9 +225,9 @@ def dqn_learn_equivalence() -> dict:
     return out
 
 
-def resume_bit_exact() -> dict:
-    """Interrupt + resume on 4 devices == uninterrupted, for PPO (shard_map), DQN (pmap), SAC and a
-    recurrent PPO (its memory split over the devices with the envs)."""
+def resume_bit_exact(name: str) -> dict:
+    """Interrupt + resume on 4 devices == uninterrupted, for ``name``: PPO (shard_map), DQN (pmap),
+    SAC or a recurrent PPO (``ppo_gru``: its memory split over the devices with the envs)."""
     import tempfile
 
     from rljax.agents.dqn import DQNConfig
@@ -243,22 +244,19 @@ def resume_bit_exact() -> dict:
         "ppo_gru": PPOConfig(env="MemoryCue-v0", num_devices=d, memory="gru", memory_size=8, bptt_length=8,
                              **{**SMALL, "updates_per_chunk": 1}),
     }
-    out = {}
-    for name, cfg in configs.items():
-        root = tempfile.mkdtemp()
-        full = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/full", quiet=True, checkpoint_every=1))
-        rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, checkpoint_every=1,
-                                                  on_chunk=lambda c, s, r: c == 2))
-        rest = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, resume=True,
-                                                         checkpoint_every=1))
-        la = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-              for x in jax.tree.leaves(full.state)]
-        lb = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-              for x in jax.tree.leaves(rest.state)]
-        out[name] = {"equal": all(np.array_equal(x, y) for x, y in zip(la, lb)) and len(la) == len(lb),
-                     "leading_axis": int(la[0].shape[0]), "start_chunk": rest.timings["start_chunk"],
-                     "memory": None if getattr(full.state, "memory", None) is None else list(full.state.memory.shape)}
-    return out
+    cfg, root = configs[name], tempfile.mkdtemp()
+    full = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/full", quiet=True, checkpoint_every=1))
+    rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, checkpoint_every=1,
+                                              on_chunk=lambda c, s, r: c == 2))
+    rest = rljax.train(cfg, options=rljax.RunOptions(run_dir=f"{root}/cut", quiet=True, resume=True,
+                                                     checkpoint_every=1))
+    la = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+          for x in jax.tree.leaves(full.state)]
+    lb = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+          for x in jax.tree.leaves(rest.state)]
+    return {"equal": all(np.array_equal(x, y) for x, y in zip(la, lb)) and len(la) == len(lb),
+            "leading_axis": int(la[0].shape[0]), "start_chunk": rest.timings["start_chunk"],
+            "memory": None if getattr(full.state, "memory", None) is None else list(full.state.memory.shape)}
 
 
 def sweep_two_devices() -> dict:
@@ -327,11 +325,12 @@ def eval_and_load() -> dict:
     return out
 
 
-CHECKS = {"eval_load": eval_and_load, "sweep": sweep_two_devices, "resume": resume_bit_exact, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
+CHECKS = {"eval_load": eval_and_load, "sweep": sweep_two_devices, "dqn_learn": dqn_learn_equivalence, "learn_shard_map": lambda: learn_equivalence("shard_map"),
           "learn_pmap": lambda: learn_equivalence("pmap"),
           "learn_recurrent": lambda: learn_equivalence("shard_map", recurrent=True),
           "backends_agree": backends_agree, "learns": learns, "desync_detected": desync_detected,
-          "desync_train": desync_through_train}
+          "desync_train": desync_through_train,
+          **{f"resume_{name}": functools.partial(resume_bit_exact, name) for name in ("ppo", "dqn", "sac", "ppo_gru")}}
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -28,8 +28,12 @@ GYMNAX_UNBUILDABLE = {
 
 
 def _gymnax_params() -> list:
+    """gymnax's ids; its MinAtar games with ``--slow`` only: rljax registers each of them itself (the same
+    game with bool planes, tests/integration/test_minatar.py), and that one's contract runs by default."""
     return [pytest.param(name, marks=pytest.mark.skip(reason=GYMNAX_UNBUILDABLE[name]))
-            if name in GYMNAX_UNBUILDABLE else name for name in envs.gymnax_registered()]
+            if name in GYMNAX_UNBUILDABLE else
+            pytest.param(name, marks=pytest.mark.slow) if name.endswith("-MinAtar") else name
+            for name in envs.gymnax_registered()]
 
 
 ALL_IDS = envs.registered() + _gymnax_params()
@@ -113,7 +117,9 @@ def test_contract(name):
     np.testing.assert_array_equal(np.asarray(reward), np.asarray(reward2))
 
 
-@pytest.mark.parametrize("name", envs.registered())
+# MinAtar's games step eagerly op by op for seconds each: Breakout by default, the others with --slow.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.endswith("-MinAtar") and
+                                  n != "Breakout-MinAtar" else n for n in envs.registered()])
 def test_rljax_env_unjitted_step_matches_jitted(name):
     env, params = envs.make(name)
     key = jax.random.key(3)

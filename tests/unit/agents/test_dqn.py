@@ -124,6 +124,7 @@ def test_epsilon_schedule_and_learning_starts_in_metrics():
     assert result.rows[0]["td_loss"] == 0.0 and result.rows[-1]["td_loss"] > 0.0
 
 
+@pytest.mark.slow  # a learning run; by default the probe-env tests above and PPO's CartPole run stand for it
 def test_cartpole_learns_end_to_end():
     """Seeds 0-2 as one compiled population (one seed alone is too noisy a judge: its final return
     at 1.5e5 steps ranges over ~230-500 with the seed and the XLA build)."""

@@ -133,6 +133,7 @@ def test_same_seed_same_bits_and_no_recompile():
     assert any(not np.array_equal(x, y) for x, y in zip(_params_leaves(a), _params_leaves(c)))
 
 
+@pytest.mark.slow  # eager PPO is slow op by op; by default every other test runs the update jitted, and the envs' eager steps are checked in tests/unit/test_env.py
 def test_update_jit_equals_no_jit():
     cfg = PPOConfig(total_timesteps=4 * 4, num_envs=4, num_steps=4, num_epochs=1, num_minibatches=2,
                     hidden_sizes=(8,))

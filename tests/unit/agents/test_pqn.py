@@ -111,6 +111,7 @@ SMALL = PQNConfig(total_timesteps=16 * 16 * 8, updates_per_chunk=2, num_envs=16,
                   num_minibatches=2, hidden_sizes=(16,))
 
 
+@pytest.mark.slow  # a learning run; by default the probe-env tests above and PPO's CartPole run stand for it
 def test_cartpole_learns_end_to_end():
     cfg = PQNConfig(**{**pqn_cartpole.DEFAULTS, "total_timesteps": 40_960, "updates_per_chunk": 10})
     result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))

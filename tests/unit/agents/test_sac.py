@@ -230,6 +230,7 @@ def test_probe_two_step_values_with_prioritized_replay():
     np.testing.assert_allclose(r.rows[-1]["alpha"], 0.01, rtol=1e-5)  # autotune off: alpha fixed
 
 
+@pytest.mark.slow  # a learning run; by default the probe-env tests above and PPO's CartPole run stand for it
 def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1; with one gradient step per
     # env step SAC reaches -234 within 5000 steps (seed 0; -410 and -192 with seeds 1 and 2).
@@ -250,6 +251,7 @@ def test_pendulum_learns_end_to_end():
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "support" / "multidevice_sac_checks.py"
 
 
+@pytest.mark.slow  # by default DQN's and PPO's 4-device equivalences in tests/integration/test_data_parallel.py
 def test_four_device_learning_step_equals_single_device():
     proc = subprocess.run([sys.executable, str(SCRIPT), "learn", "train"], env=cpu_subprocess_env(4), capture_output=True,
                           text=True, timeout=240, cwd=SCRIPT.parents[1])

@@ -169,6 +169,7 @@ def test_probe_action_conditioned_on_the_observation():
     assert all(row["param_desync"] == 0.0 for row in r.rows)
 
 
+@pytest.mark.slow  # a learning run; by default the probe-env tests above and PPO's CartPole run stand for it
 def test_pendulum_learns_end_to_end():
     # Uniformly random actions score about -1200 to -1500 on Pendulum-v1.
     cfg = TD3Config(total_timesteps=6000, gradient_steps=4, learning_starts=500, updates_per_chunk=150, seed=0)

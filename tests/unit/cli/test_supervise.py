@@ -437,6 +437,7 @@ def test_a_real_run_killed_after_its_first_checkpoint_is_resumed_to_completion(t
     assert len(json.loads((run / "manifest.json").read_text())["resumes"]) == 1
 
 
+@pytest.mark.slow  # by default the run killed after its first checkpoint above and the fake-command restarts
 @pytest.mark.timeout(200)
 def test_a_real_run_killed_before_its_first_checkpoint_is_restarted_to_completion(tmp_path):
     proc, run, command = _supervised_ppo(tmp_path, "before")

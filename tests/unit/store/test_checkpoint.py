@@ -43,8 +43,9 @@ TD3_SMALL = TD3Config(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, 
                       learning_starts=32, hidden_sizes=(16,), gradient_steps=3)
 
 
-@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, DQN_ONE_STEP, SAC_SMALL, TD3_SMALL],
-                         ids=["ppo", "dqn", "dqn-1step", "sac", "td3"])
+# DQN's one-step variant with --slow only (by default DQN with its n-step tail).
+@pytest.mark.parametrize("config", [PPO_SMALL, DQN_SMALL, pytest.param(DQN_ONE_STEP, marks=pytest.mark.slow), SAC_SMALL,
+                                    TD3_SMALL], ids=["ppo", "dqn", "dqn-1step", "sac", "td3"])
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, config):
     full = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=2))
     part = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=2,

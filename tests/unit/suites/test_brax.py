@@ -27,7 +27,10 @@ def test_brax_ids_and_errors():
         rljax.make(PENDULUM, backend="warp")
 
 
-@pytest.mark.parametrize("env_id,obs_size,act_size", [("hopper", 11, 3), ("halfcheetah", 17, 6), ("ant", 27, 8)])
+# hopper by default, the others with --slow (the adapter is the same for every Brax env).
+@pytest.mark.parametrize("env_id,obs_size,act_size", [("hopper", 11, 3),
+                                                      pytest.param("halfcheetah", 17, 6, marks=pytest.mark.slow),
+                                                      pytest.param("ant", 27, 8, marks=pytest.mark.slow)])
 def test_brax_spaces_under_jit_and_vmap(env_id, obs_size, act_size):
     """Shapes and dtypes of a jitted, vmapped reset and step (traced, not compiled)."""
     need("brax", "brax")
@@ -57,6 +60,7 @@ def test_brax_contract_truncation_and_termination():
     np.testing.assert_array_equal(term, np.abs(out["final"][..., 1]) > 0.2)
 
 
+@pytest.mark.slow  # by default Brax's contract above and the Navix and XLand-MiniGrid PPO chunks (the same adapter layer)
 def test_brax_sac_chunk():
     need("brax", "brax")
     env, params = rljax.make(PENDULUM, backend="positional")

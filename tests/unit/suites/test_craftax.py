@@ -27,7 +27,9 @@ def test_craftax_ids_and_errors():
         rljax.make(CLASSIC, foo=1)
 
 
-@pytest.mark.parametrize("name,obs_size,num_actions", [(CLASSIC, 1345, 17), ("craftax/Craftax-Symbolic-v1", 8268, 43)])
+# Craftax-Classic by default, the full game with --slow (the same adapter).
+@pytest.mark.parametrize("name,obs_size,num_actions", [(CLASSIC, 1345, 17), pytest.param("craftax/Craftax-Symbolic-v1",
+                                                                                         8268, 43, marks=pytest.mark.slow)])
 def test_craftax_spaces_under_jit_and_vmap(name, obs_size, num_actions):
     """Shapes and dtypes of a jitted, vmapped reset and step (traced, not compiled)."""
     need("craftax", "craftax")
@@ -44,6 +46,7 @@ def test_craftax_spaces_under_jit_and_vmap(name, obs_size, num_actions):
     assert jax.tree.structure(out[1]) == jax.tree.structure(state)
 
 
+@pytest.mark.slow  # compiles Craftax's step for seconds; by default the jitted, vmapped reset and step above
 def test_craftax_contract_truncation_and_termination():
     need("craftax", "craftax")
     env, params = rljax.make(CLASSIC)
@@ -59,6 +62,7 @@ def test_craftax_contract_truncation_and_termination():
     assert trunc[TIME_LIMIT - 1, 1:].all() and not term[TIME_LIMIT - 1, 1:].any()
 
 
+@pytest.mark.slow  # by default the Navix and XLand-MiniGrid PPO chunks and the jitted, vmapped reset and step above
 def test_craftax_ppo_chunk():
     need("craftax", "craftax")
     config = rljax.PPOConfig(env=CLASSIC, total_timesteps=4 * 8 * 1, updates_per_chunk=1, num_envs=4, num_steps=8,

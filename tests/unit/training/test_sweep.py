@@ -104,7 +104,11 @@ SAC = SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_st
                 buffer_size=128, learning_starts=32, hidden_sizes=(16,))
 
 
-@pytest.mark.parametrize("config, field", [(PPO, "learning_rate"), (DQN, "learning_rate"), (SAC, "critic_learning_rate")],
+# DQN and SAC with --slow only (by default PQN's sweep member equals its single run in tests/unit/agents/test_pqn.py,
+# and replay-buffer members are swept in tests/integration/test_learning_signal.py).
+@pytest.mark.parametrize("config, field", [(PPO, "learning_rate"),
+                                           pytest.param(DQN, "learning_rate", marks=pytest.mark.slow),
+                                           pytest.param(SAC, "critic_learning_rate", marks=pytest.mark.slow)],
                          ids=["ppo", "dqn", "sac"])
 def test_member_equals_single_run(config, field):
     spec = SweepSpec(grid={field: [1e-4, 1e-3]}, seeds=(0, 1))

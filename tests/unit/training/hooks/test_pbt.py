@@ -270,7 +270,8 @@ def test_pbt_hook_rebuilds_the_lineage_curves_on_resume(tmp_path):
     assert [p["env_steps"] for p in hook.curves[0]] == [100, 200]
 
 
-@pytest.mark.parametrize("eval_interval", [0, 1], ids=["training-score", "eval-score"])
+# Ranking by the training return with --slow only (by default the ranking tests above and the README's PBT command).
+@pytest.mark.parametrize("eval_interval", [pytest.param(0, marks=pytest.mark.slow), 1], ids=["training-score", "eval-score"])
 def test_pbt_sweep_logs_lineage_and_resumes_bit_exactly(tmp_path, eval_interval):
     config = dataclasses.replace(PPO, eval_interval=eval_interval, eval_episodes=4)
     pbt = PBTSpec(interval=1, fields={"learning_rate": (1e-5, 1e-2)})
