@@ -22,7 +22,7 @@ CASES = [
     pytest.param(0, Kill("SIGKILL", after_line=0, delay=0.5), id="sigkill-startup", marks=pytest.mark.slow),
     # After the 5th chunk: the chunk-3 checkpoint is committed, the chunk-5 one may be under way.
     pytest.param(1, Kill("SIGKILL", after_line=5, delay=0.0), id="sigkill-mid-run"),
-    # With --slow only: by default SIGTERM and resume are checked in process by tests/unit/store/test_checkpoint.py.
+    # With --slow only: by default the double-SIGTERM case below (its first SIGTERM is this one) and test_stop.py.
     pytest.param(2, Kill("SIGTERM", after_line=3, delay=0.0), id="sigterm", marks=pytest.mark.slow),
     # The first SIGTERM after chunk 0 asks for a stop; the second comes while that stop's checkpoint
     # (the run's first) is being written, or just after it commits: the stop must still commit it

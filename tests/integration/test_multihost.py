@@ -301,6 +301,7 @@ def test_a_sweep_over_two_processes_equals_the_same_sweep_in_one(tmp_path):
     assert (multi / "summary.md").exists()
 
 
+@pytest.mark.slow  # by default the SIGTERM-to-a-follower test above and tests/unit/cli/test_supervise.py's restarts
 @pytest.mark.timeout(300)
 def test_a_killed_process_makes_the_other_fail_fast(tmp_path):
     run_dir = tmp_path / "run"
@@ -418,7 +419,7 @@ def _supervise_killing_process_1(cmd: list[str], run_dir: pathlib.Path, after_a_
     return err
 
 
-@pytest.mark.slow  # by default the killed-process test above and tests/unit/cli/test_supervise.py's real runs
+@pytest.mark.slow  # by default tests/unit/cli/test_supervise.py's real runs and the SIGTERM resume above
 @pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
 @pytest.mark.timeout(600)
 def test_the_supervisor_restarts_a_job_that_lost_a_process(two_by_two, tmp_path):

@@ -440,7 +440,8 @@ def run_pytest(args: list[str], root: pathlib.Path, timeout_s: float, xla_cache:
 
     The run gets its own process group, so a timeout also ends the subprocesses its tests started.
     """
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    # --slow: the tests a mutant names run whatever their tier (a skipped test would let the mutant survive).
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow", *args]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=root, env=_env(root, xla_cache, extra_env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -165,7 +165,7 @@ def _train_probe(name, **kw):
 
 
 @pytest.mark.parametrize("name, obs, values, atol", [
-    ("ProbeConstantReward-v0", [[0.0]], [1.0], 0.1),
+    pytest.param("ProbeConstantReward-v0", [[0.0]], [1.0], 0.1, marks=pytest.mark.slow),  # implied by the two below
     ("ProbeObsReward-v0", [[-1.0], [1.0]], [-1.0, 1.0], 0.1),
     # gamma = 0.9: V(0) = 0.9. The tolerance must be well below the discount gap 0.1, or an
     # undiscounted V(0) = 1 would pass (PPO reaches 0.9 to ~1e-6 on seeds 0-2).
@@ -178,7 +178,7 @@ def test_probe_values(name, obs, values, atol):
 
 
 @pytest.mark.parametrize("name, obs, right", [
-    ("ProbeActionReward-v0", [[0.0]], [1]),                  # obs is always 0; action 1 pays
+    pytest.param("ProbeActionReward-v0", [[0.0]], [1], marks=pytest.mark.slow),  # obs always 0, action 1 pays: implied below
     ("ProbeActionObsReward-v0", [[-1.0], [1.0]], [0, 1]),    # action (obs + 1) / 2 pays
 ])
 def test_probe_discrete_actions(name, obs, right):
@@ -189,7 +189,8 @@ def test_probe_discrete_actions(name, obs, right):
     np.testing.assert_allclose(np.asarray(v), np.ones(len(right)), atol=0.15)
 
 
-@pytest.mark.parametrize("name", ["ProbeActionRewardContinuous-v0", "ProbeActionObsRewardContinuous-v0"])
+@pytest.mark.parametrize("name", [pytest.param("ProbeActionRewardContinuous-v0", marks=pytest.mark.slow),  # implied by the next
+                                  "ProbeActionObsRewardContinuous-v0"])
 def test_probe_continuous_actions(name):
     net = _train_probe(name, total_timesteps=16 * 8 * 250)
     if name == "ProbeActionRewardContinuous-v0":

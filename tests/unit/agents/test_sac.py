@@ -206,7 +206,7 @@ def _train_probe(name, **kw):
 
 
 @pytest.mark.parametrize("name, obs, target, atol", [
-    ("ProbeActionRewardContinuous-v0", [[0.0]], [0.5], 0.15),              # a* = 0.5
+    pytest.param("ProbeActionRewardContinuous-v0", [[0.0]], [0.5], 0.15, marks=pytest.mark.slow),  # a* = 0.5 (implied by the next)
     ("ProbeActionObsRewardContinuous-v0", [[-1.0], [1.0]], [-0.5, 0.5], 0.2),  # a* = 0.5 * obs
 ])
 def test_probe_continuous_actions(name, obs, target, atol):

@@ -105,6 +105,7 @@ def test_the_manifest_records_the_mode_and_whether_the_run_is_deterministic(tmp_
         assert json.loads(path.read_text())["determinism"]["mode"] == "off", path
 
 
+@pytest.mark.slow  # by default the flags set before JAX starts and the manifest's record, tested above in one process
 def test_the_cli_flag_is_applied_at_start_recorded_and_kept_by_a_resume(tmp_path):
     """``--deterministic on`` from the command line: the run's manifest says so (with the flags it
     set), and ``rljax resume`` keeps the saved mode without being told again."""

@@ -163,6 +163,7 @@ def test_fresh_run_refuses_a_used_directory_and_resume_needs_readable_checkpoint
     assert not (tmp_path / "b" / "metrics.superseded.jsonl").exists()  # and nothing restarted
 
 
+@pytest.mark.slow  # by default the fault soak's SIGTERM-during-the-stop-save case and tests/unit/cli/test_stop.py
 @pytest.mark.requires_bitexact_backend
 @pytest.mark.timeout(900)
 def test_sigterm_mid_run_then_resume_matches_uninterrupted(tmp_path):

@@ -104,9 +104,9 @@ SAC = SACConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, num_st
                 buffer_size=128, learning_starts=32, hidden_sizes=(16,))
 
 
-# DQN and SAC with --slow only (by default PQN's sweep member equals its single run in tests/unit/agents/test_pqn.py,
-# and replay-buffer members are swept in tests/integration/test_learning_signal.py).
-@pytest.mark.parametrize("config, field", [(PPO, "learning_rate"),
+# With --slow only: by default test_each_member_draws_from_its_own_range_and_equals_its_single_run (PPO), PQN's
+# member in tests/unit/agents/test_pqn.py, and replay-buffer members swept in tests/integration/test_learning_signal.py.
+@pytest.mark.parametrize("config, field", [pytest.param(PPO, "learning_rate", marks=pytest.mark.slow),
                                            pytest.param(DQN, "learning_rate", marks=pytest.mark.slow),
                                            pytest.param(SAC, "critic_learning_rate", marks=pytest.mark.slow)],
                          ids=["ppo", "dqn", "sac"])
