@@ -325,8 +325,9 @@ def _commands(source: str, variants: bool = True) -> list[str]:
 
 
 def _variant(command: str) -> str | None:
-    """The entry of :data:`README_VARIANTS` that ``command`` is (its comment dropped), or None."""
-    return next((v for v in README_VARIANTS if command.split("  #")[0].strip() == v), None)
+    """The entry of :data:`README_VARIANTS` that ``command`` is, or None (:func:`fenced_commands` has
+    already dropped its comment)."""
+    return command if command in README_VARIANTS else None
 
 
 def test_the_readme_variants_are_readme_commands():
