@@ -268,7 +268,8 @@ class Actor(threading.Thread):
         place = (lambda x: x) if self.device == jax.devices()[0] else (lambda x: jax.device_put(x, self.device))
         for t in range(self.num_steps):
             t0 = time.perf_counter()
-            action, log_prob = jax.device_get(self.policy(params, place(obs), key, np.uint32(t)))
+            # np.asarray per output: jax.device_get of the pair costs ~45 us more a step on the CPU.
+            action, log_prob = (np.asarray(x) for x in self.policy(params, place(obs), key, np.uint32(t)))
             t1 = time.perf_counter()
             try:
                 step = self.env.step(np.asarray(action) if self.bounds is None else np.clip(action, *self.bounds))

@@ -24,8 +24,8 @@ from typing import Any
 from rljax.cli.configfile import parse_with_config
 from rljax.cli.flags import (add_algorithm_command, algorithm_config, build_parser, config_from_args, explicit_flags,
                              train_kwargs)
-from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_cpu_devices,
-                               setting_up_line)
+from rljax.cli.process import (call_training, enable_compilation_cache, report_finished, request_caller_thread_cpu_ops,
+                               request_cpu_devices, setting_up_line)
 from rljax.runtime.determinism import request_deterministic
 
 __all__ = ["add_parser", "run", "train_command"]
@@ -115,6 +115,8 @@ def train_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
 
     if not args.quiet and launched_as_leader():  # processes 1.. of a multi-process run stay quiet
         print(setting_up_line(config, run_dir), flush=True)
+    if host_envs:  # before JAX starts: XLA reads its flags once
+        request_caller_thread_cpu_ops()
     request_cpu_devices(config.num_devices)
     # XLA reads its flags once, when JAX starts: deterministic mode must be set before anything uses it.
     request_deterministic(options["deterministic"])

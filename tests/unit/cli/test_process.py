@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import types
 
 import jax
@@ -157,3 +158,45 @@ def test_ctrl_c_twice_is_one_line_and_status_130(capsys):
     assert call_training(_raised_by_rljax(KeyboardInterrupt()), "runs/x") == (None, EXIT_INTERRUPTED) == (None, 130)
     assert capsys.readouterr().err == ("interrupted (Ctrl-C twice): stopped without saving; the newest committed "
                                        "checkpoint, if any, is intact. Resume with: rljax resume runs/x\n")
+
+
+@pytest.mark.parametrize("before, after", [
+    ("", "--xla_cpu_multi_thread_eigen=false"),
+    ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_use_fusion_emitters=false --xla_cpu_multi_thread_eigen=false"),
+    ("--xla_cpu_multi_thread_eigen=true", "--xla_cpu_multi_thread_eigen=true"),  # the user's choice wins
+])
+def test_caller_thread_cpu_ops_are_requested_before_jax_starts(before, after, monkeypatch):
+    from jax._src import xla_bridge
+
+    from rljax.cli.process import request_caller_thread_cpu_ops
+
+    monkeypatch.setenv("XLA_FLAGS", before)
+    jax.devices()
+    assert request_caller_thread_cpu_ops() is False  # JAX has started in this process: too late, nothing changes
+    assert os.environ["XLA_FLAGS"] == before
+    monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)
+    assert request_caller_thread_cpu_ops() is (before != after)
+    assert os.environ["XLA_FLAGS"] == after
+
+
+def test_rljax_train_requests_them_for_host_envs_only(monkeypatch):
+    """The actor-learner path asks before anything starts JAX (devices are requested next); a JAX env's run does not."""
+    import rljax.cli.train as train
+
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def devices(n):
+        calls.append("devices")
+        raise Stop
+
+    monkeypatch.setattr(train, "request_caller_thread_cpu_ops", lambda: calls.append("caller-thread ops"))
+    monkeypatch.setattr(train, "request_cpu_devices", devices)
+    for env, expected in (("gymnasium/CartPole-v1", ["caller-thread ops", "devices"]), ("CartPole-v1", ["devices"])):
+        calls.clear()
+        with pytest.raises(Stop):
+            train.train_command(PPOConfig, None, ["--env", env, "--run-dir", "none", "--quiet"], name="ppo",
+                                prog="rljax train ppo", sweep_prog="rljax sweep ppo")
+        assert calls == expected, env
