@@ -36,10 +36,12 @@ from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, 
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
+from rljax.runtime import distributed
 from rljax.runtime.devices import AXIS
 from rljax.host.base import HostEnv, HostSpec
 
-__all__ = ["HostOptions", "HostResult", "host_functions", "learner_shardings", "num_updates", "train_host"]
+__all__ = ["HostOptions", "HostResult", "host_functions", "job_learner_devices", "learner_shardings", "num_updates",
+           "steps_per_update", "train_host"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +54,15 @@ class HostOptions:
             synchronous host loop).
         queue_size: rollouts that may wait for the learner.
         actor_devices: where the actors run the policy: actor ``a`` on ``actor_devices[a % len]``
-            (default: the first device).
-        learner_devices: where the update runs (default: the first device). On ``D`` devices it is
-            data-parallel: each rollout's envs are split over them (``num_envs`` must be a multiple of
-            ``D``), each computes its share's advantages and gradients, and gradients and statistics
-            are averaged (``lax.pmean``), so the update equals the one-device update on the whole
-            rollout whenever the minibatches are the same sets (IMPALA's one full-batch step;
-            PPO with ``num_minibatches=1``), to float rounding.
+            (default: this process's first device).
+        learner_devices: where the update runs (default: this process's first device). On ``D``
+            devices it is data-parallel: each rollout's envs are split over them (``num_envs`` must
+            be a multiple of ``D``), each computes its share's advantages and gradients, and
+            gradients and statistics are averaged (``lax.pmean``), so the update equals the
+            one-device update on the whole rollout whenever the minibatches are the same sets
+            (IMPALA's one full-batch step; PPO with ``num_minibatches=1``), to float rounding. In a
+            run of several processes (:mod:`rljax.runtime.distributed`) these are each process's
+            own devices, and the update spans every process's (:func:`job_learner_devices`).
         rollout_timeout_s: the learner's longest wait for a rollout before the run fails.
         max_env_restarts: failures in a row an actor's envs may have before the run stops; each
             failure closes them and makes a new batch with ``make_env(actor)`` after a back-off of
@@ -204,10 +208,36 @@ def learner_shardings(devices: Sequence[Any]) -> tuple[NamedSharding, NamedShard
     return NamedSharding(mesh, P()), NamedSharding(mesh, P(None, AXIS))
 
 
+def steps_per_update(config: PPOConfig | IMPALAConfig) -> int:
+    """The env steps one update learns from: one rollout (``env_steps_per_update``) of every process."""
+    return config.env_steps_per_update * jax.process_count()
+
+
 def num_updates(config: PPOConfig | IMPALAConfig) -> int:
-    """The updates a host run makes: one per rollout of ``env_steps_per_update`` steps,
-    ``total_timesteps // env_steps_per_update``."""
-    return config.total_timesteps // config.env_steps_per_update
+    """The updates a host run makes, ``total_timesteps // steps_per_update(config)``."""
+    return config.total_timesteps // steps_per_update(config)
+
+
+def job_learner_devices(local: Sequence[Any]) -> list[Any]:
+    """The learner's devices in the whole run: ``local`` with one process; with several, every
+    process's devices at the positions ``local`` takes among this process's own, process by process
+    (every process runs the same command, so the positions must agree: checked, one all-gather).
+
+    Raises:
+        ValueError: a device in ``local`` is not this process's, or the processes' positions differ.
+    """
+    if jax.process_count() == 1:
+        return list(local)
+    mine = jax.local_devices()
+    foreign = [d for d in local if d not in mine]
+    if foreign:
+        raise ValueError(f"learner devices {foreign} are not this process's ({mine})")
+    positions = [mine.index(d) for d in local]
+    everyone = distributed.allgather_json(positions)
+    if any(p != positions for p in everyone):
+        raise ValueError(f"the processes name different learner devices (local positions {everyone}); run the same "
+                         f"--learner-devices on every process")
+    return [jax.local_devices(process_index=p)[i] for p in range(jax.process_count()) for i in positions]
 
 
 def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
@@ -219,8 +249,12 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     Args:
         config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`;
             ``num_envs`` envs per actor, ``num_steps`` per rollout, and
-            ``total_timesteps // (num_envs * num_steps)`` updates, one per rollout. ``seed`` seeds the
-            params, the keys and the envs (actor ``a``'s env ``i``: ``seed + a * num_envs + i``).
+            ``total_timesteps // (P * num_envs * num_steps)`` updates (:func:`num_updates`), each
+            on one rollout of each of the run's ``P`` processes (``P = 1`` unless the run spans
+            several: :mod:`rljax.runtime.distributed`; every process runs this same call with its
+            own actors and envs, and the update is data-parallel over all of them). ``seed`` seeds
+            the params, the keys and the envs (actor ``a`` of process ``p`` is the job's actor
+            ``b = p * num_actors + a``; its env ``i``: ``seed + b * num_envs + i``).
         make_env: ``make_env(actor) -> HostEnv`` with ``config.num_envs`` envs (e.g.
             ``lambda a: make_host_env("gymnasium/CartPole-v1", config.num_envs)``).
         options: the layout (:class:`HostOptions`).
@@ -231,7 +265,7 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
         snapshots: with one actor whose envs can save their state (``get_state`` not None, e.g. a
             synchronous ``gymnasium/`` batch), hand ``on_update`` the envs' state after each rollout,
             and let ``restore`` put it back: with ``max_policy_lag = 0`` a resumed run is then the same
-            bits as one never stopped.
+            bits as one never stopped (with several processes too: each saves and restores its own).
 
     Returns:
         A :class:`HostResult`.
@@ -267,7 +301,8 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
 class _Learner(NamedTuple):
     """What the learner's loop needs: the jitted update, the initial params and optimiser state, the
     stores it publishes to (one per actor device), its key, the updates to reach and those already
-    done, and where a rollout goes (a device, or the split over the learner's devices)."""
+    done, where a rollout goes (a device, or the split over the learner's devices) and where the
+    replicated state goes."""
 
     update: Callable
     params: Any
@@ -277,19 +312,44 @@ class _Learner(NamedTuple):
     num_updates: int
     start: int
     rollout_sharding: Any
+    place: Any
 
     def publish(self, params: Any, version: int) -> None:
         """Copies (never aliases: the next update donates the learner's params) to every actor device."""
         for device, store in self.stores.items():
-            copy = jax.device_put(params, device, may_alias=False)
-            if isinstance(self.rollout_sharding, NamedSharding):
-                # may_alias=False is not honoured when one device's shard of a replicated array is taken.
-                copy = _fresh(copy)
-            store.publish(copy, version)
+            store.publish(_actor_copy(params, device), version)
+
+
+def _actor_copy(params: Any, device: Any) -> Any:
+    """A copy of the learner's ``params`` on an actor's ``device`` (of this process), sharing no buffer."""
+    if not all(isinstance(x.sharding, NamedSharding) for x in jax.tree.leaves(params)):
+        return jax.device_put(params, device, may_alias=False)
+    # Replicated over the learner's devices: this process's first shard holds the whole value.
+    # may_alias=False is not honoured when one device's shard of a replicated array is taken.
+    return _fresh(jax.device_put(jax.tree.map(lambda x: x.addressable_data(0), params), device))
 
 
 _fresh = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 """New buffers holding ``tree``'s values, on its device."""
+
+
+def _place(tree: Any, place: Any) -> Any:
+    """``tree`` (host values, or arrays of this process) on the learner's ``place``: a device, or a
+    sharding that may span processes (every process holds the same values)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, place)
+    return jax.tree.map(lambda x: distributed.put(x if _is_key(x) else np.asarray(x), place), tree)
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _local(tree: Any) -> Any:
+    """Host copies of replicated arrays, from this process's own shard (no collective)."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
 
 
 def _check_split(config: PPOConfig | IMPALAConfig, devices: int) -> None:
@@ -315,9 +375,10 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
             raise ValueError(f"actor {a}'s envs differ from actor 0's: {env.spec} vs {spec}")
     if spec.num_envs != config.num_envs:
         raise ValueError(f"the host envs are batches of {spec.num_envs}, but num_envs={config.num_envs}")
-    actor_devices = options.actor_devices or (jax.devices()[0],)
-    learner_devices = options.learner_devices or (jax.devices()[0],)
-    _check_split(config, len(learner_devices))
+    actor_devices = options.actor_devices or (jax.local_devices()[0],)
+    local_learners = options.learner_devices or (jax.local_devices()[0],)
+    _check_split(config, len(local_learners))
+    learner_devices = job_learner_devices(local_learners)
     network, policy, update, optimizer = host_functions(config, spec, learner_devices)
     if len(learner_devices) > 1:
         place, rollout_sharding = learner_shardings(learner_devices)
@@ -325,14 +386,16 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
         place = rollout_sharding = learner_devices[0]
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
-    params = jax.device_put(network.init(k_init, dummy), place)
-    opt_state, start, initial = jax.device_put(optimizer.init(params), place), 0, None
+    params = network.init(k_init, dummy)
+    params, opt_state = _place((params, optimizer.init(params)), place)
+    start, initial = 0, None
     restored = restore(params, opt_state) if restore is not None else None
     if restored is not None:
         params, opt_state, start, initial = restored
-        params, opt_state = jax.device_put((params, opt_state), place)
+        params, opt_state = _place((params, opt_state), place)
+    processes, first = jax.process_count(), jax.process_index() * len(envs)  # this process's first actor
     snapshots = snapshots and len(envs) == 1 and getattr(envs[0], "get_state", lambda: None)() is not None
-    stores = {d: ParamStore(jax.device_put(params, d, may_alias=False), start) for d in actor_devices}
+    stores = {d: ParamStore(_actor_copy(params, d), start) for d in actor_devices}
     stop = threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates(config), start)
     space = spec.action_space
@@ -340,12 +403,12 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
                                        options.restart_backoff_s)
     device = lambda a: actor_devices[a % len(actor_devices)]  # noqa: E731
-    pool = ActorPool([Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, a),
-                            config.seed + (a + len(envs) * start) * config.num_envs, config.num_steps,
+    pool = ActorPool([Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, first + a),
+                            config.seed + (first + a + processes * len(envs) * start) * config.num_envs, config.num_steps,
                             options.max_policy_lag,
                             device(a), stop, bounds, restarts(a), snapshots, initial if snapshots else None)
                        for a, env in enumerate(envs)], out, stop)
-    learner = _Learner(update, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding)
+    learner = _Learner(update, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding, place)
     pool.start()
     return pool, learner
 
@@ -355,24 +418,34 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
     """One update per rollout, in rollout order; publishes each update's params as the next version."""
     params, opt_state, rows = learner.params, learner.opt_state, []
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
+    processes = jax.process_count()
     for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
         try:
             rollout = pool.get(u, options.rollout_timeout_s)
         except Exception:
-            if on_update is not None and u > learner.start:  # the run fails: let the caller keep what it learned
+            # The run fails: let the caller keep what it learned (alone: the other processes of a
+            # multi-process run are not at this point to take part in a save).
+            if on_update is not None and u > learner.start and processes == 1:
                 on_update(u, params, opt_state, None, None)
             raise
         t1 = time.perf_counter()
-        traj = jax.device_put(rollout.traj, learner.rollout_sharding)
-        params, opt_state, metrics = learner.update(params, opt_state, traj, jax.random.fold_in(learner.key, u),
-                                                    np.float32(u), np.float32(learner.num_updates))
+        key, step, steps = jax.random.fold_in(learner.key, u), np.float32(u), np.float32(learner.num_updates)
+        if processes == 1:
+            traj = jax.device_put(rollout.traj, learner.rollout_sharding)
+        else:  # every process's rollout is its share of the job's batch (envs axis)
+            traj = jax.tree.map(lambda x: jax.make_array_from_process_local_data(learner.rollout_sharding, x),
+                                rollout.traj)
+            key, step, steps = _place((key, step, steps), learner.place)
+        params, opt_state, metrics = learner.update(params, opt_state, traj, key, step, steps)
         learner.publish(params, u + 1)
-        metrics = jax.device_get(metrics)
+        metrics = _local(metrics)
         t2 = time.perf_counter()
-        env_steps += rollout.traj.reward.size
-        restarted, lost = restarted + rollout.env_restarts, lost + rollout.lost_episodes
-        row = _row(u, (u + 1) * rollout.traj.reward.size, env_steps, time.perf_counter() - start, rollout, metrics,
+        *episodes, restarts, lost_here = _job_episodes(rollout)
+        size = rollout.traj.reward.size * processes
+        env_steps += size
+        restarted, lost = restarted + restarts, lost + lost_here
+        row = _row(u, (u + 1) * size, env_steps, time.perf_counter() - start, rollout, episodes, metrics,
                    pool.depth(), t1 - t0, t2 - t1)
         row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
         rows.append(row)
@@ -384,17 +457,33 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
     return HostResult(params, opt_state, rows, learner.num_updates)
 
 
-def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: Rollout, metrics: dict, depth: int,
-         learner_wait_s: float, learner_busy_s: float) -> dict[str, Any]:
-    """Update ``update``'s row; ``env_steps`` counts the run's, ``steps_here`` and ``elapsed`` this call's."""
+def _job_episodes(rollout: Rollout) -> tuple[int, float | None, float | None, int, int]:
+    """``(episodes, their mean return, mean length, env restarts, lost episodes)`` of the rollouts
+    every process learned from in this update (one fixed-size all-gather in a run of several
+    processes; this rollout's with one)."""
     returns = [r for r, _ in rollout.episodes]
     lengths = [n for _, n in rollout.episodes]
+    if jax.process_count() == 1:
+        return (len(returns), float(np.mean(returns)) if returns else None,
+                float(np.mean(lengths)) if lengths else None, rollout.env_restarts, rollout.lost_episodes)
+    total = distributed.allgather_floats([len(returns), sum(returns), sum(lengths), rollout.env_restarts,
+                                          rollout.lost_episodes]).sum(axis=0)
+    count = int(total[0])
+    return (count, float(total[1] / count) if count else None, float(total[2] / count) if count else None,
+            int(total[3]), int(total[4]))
+
+
+def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: Rollout,
+         episodes: tuple[int, float | None, float | None], metrics: dict, depth: int, learner_wait_s: float,
+         learner_busy_s: float) -> dict[str, Any]:
+    """Update ``update``'s row; ``env_steps`` counts the run's, ``steps_here`` and ``elapsed`` this
+    call's; ``episodes`` (count, mean return, mean length) those every process's rollout ended, the
+    other ``host/*`` figures this process's."""
     step_ms = rollout.env_step_s * 1e3
     busy = rollout.policy_s + float(rollout.env_step_s.sum())
     return {
-        "updates": update + 1, "env_steps": env_steps, "episodes": len(returns),
-        "episode_return_mean": float(np.mean(returns)) if returns else None,
-        "episode_length_mean": float(np.mean(lengths)) if lengths else None,
+        "updates": update + 1, "env_steps": env_steps, "episodes": episodes[0],
+        "episode_return_mean": episodes[1], "episode_length_mean": episodes[2],
         **{k: float(v) for k, v in metrics.items()},
         "sps": steps_here / max(elapsed, 1e-9), "wall_time_s": elapsed,
         "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,

@@ -40,10 +40,11 @@ from typing import Any
 import numpy as np
 
 from rljax.actorlearner.engine import EnvSnapshot
-from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, train_host
+from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, steps_per_update, train_host
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.host.base import HostEnv
+from rljax.runtime import distributed
 from rljax.training.hooks.watchdog import StallWatchdog
 from rljax.training.options import RunOptions, auto_log_every
 
@@ -94,17 +95,25 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         from rljax.host.sources import make_host_env
 
         make_env = lambda actor: make_host_env(config.env, config.num_envs)  # noqa: E731
+    leader, several = distributed.is_leader(), distributed.process_count() > 1
     with contextlib.ExitStack() as stack:
-        if run_dir is not None:
+        if run_dir is not None and leader:  # several processes: the leader alone writes the run directory
             stack.enter_context(removed_if_start_fails(None if options.resume else run_dir))
             stack.enter_context(RunLock(run_dir))
-        guard = stack.enter_context(PreemptionGuard(options.handle_signals, announce=not options.quiet))
+        # Several processes stop after the same update: a signal waits for the update's agreement.
+        guard = stack.enter_context(PreemptionGuard(options.handle_signals, deferred=several,
+                                                    announce=not options.quiet and leader))
         if host is None:
             host = saved_host(run_dir) if options.resume else HostOptions()
         session = _Session(config, options, host, guard)
         stack.callback(session.close)
-        return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update,
-                          snapshots=options.checkpoints and run_dir is not None)
+        try:
+            return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update,
+                              snapshots=options.checkpoints and run_dir is not None)
+        except Exception as err:
+            if several:  # a collective failed because a peer died: say so
+                distributed.raise_if_peer_failure(err)
+            raise
 
 
 def saved_host(run_dir: str | pathlib.Path, base: HostOptions = HostOptions()) -> HostOptions:
@@ -125,12 +134,14 @@ class _Session:
     def __init__(self, config: Any, options: RunOptions, host: HostOptions, guard: Any):
         self.config, self.options, self.host, self.guard = config, options, host, guard
         self.chunk, self.num_updates, self.per_update = updates_per_chunk(config), num_updates(config), \
-            config.env_steps_per_update
+            steps_per_update(config)
         self.log_every = options.log_every or auto_log_every(self.chunk)
         self.plan = {"updates_per_chunk": self.chunk, "num_updates": self.num_updates,
-                     "env_steps_per_update": self.per_update, "log_every": self.log_every}
+                     "env_steps_per_update": self.per_update, "log_every": self.log_every,
+                     "processes": distributed.process_count()}
+        self.leader = distributed.is_leader()  # several processes: the others write nothing
         self.phase = "waiting for the first update (compiling the policy and the update, the actors' first rollouts)"
-        self.watchdog = StallWatchdog(options.run_dir, options.stall_factor, options.stall_first_chunk_s,
+        self.watchdog = StallWatchdog(options.run_dir if self.leader else None, options.stall_factor, options.stall_first_chunk_s,
                                       options.stall_min_s)  # reads .plan and .phase of this session
         self.layout = {k: getattr(host, k) for k in HOST_SAVED_FIELDS}  # recorded in the manifest and checkpoints
         self.tracker = self.checkpointer = self.trackers = self.unsaved = None
@@ -146,7 +157,8 @@ class _Session:
 
         options, restored, meta = self.options, None, None
         if options.run_dir is not None and (options.checkpoints or options.resume):
-            self.checkpointer = Checkpointer(options.run_dir, keep=options.keep_checkpoints)
+            # Several processes: every one takes part in saves and restores, the leader reads and writes.
+            self.checkpointer = Checkpointer(options.run_dir, keep=options.keep_checkpoints, follower=not self.leader)
         if options.resume and self.checkpointer.steps():
             try:
                 state, meta, _ = self.checkpointer.restore({"params": params, "opt_state": opt_state})
@@ -154,13 +166,13 @@ class _Session:
                 meta = None
             if meta is not None:
                 check_resume_config(meta["config"], self.config)
-                restored = (state["params"], state["opt_state"], int(meta["updates"]), _decode(meta.get("envs")))
+                restored = (state["params"], state["opt_state"], int(meta["updates"]), _own_envs(meta.get("envs")))
                 self.chunk_index, self.wall0 = int(meta["chunk_index"]) + 1, float(meta["wall_time_s"])
-        if options.run_dir is not None:
+        if options.run_dir is not None and self.leader:
             self._open_tracker(meta)
         self.t0, self.chunk_wall = time.perf_counter(), self.wall0
         self.watchdog.start(self)
-        if restored is not None and not options.quiet:
+        if restored is not None and not options.quiet and self.leader:
             envs = ("the envs continue from their saved state" if restored[3] is not None and self.host.num_actors == 1
                     else "the episodes the envs were in start over")
             print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); {envs}", flush=True)
@@ -199,6 +211,7 @@ class _Session:
         self.lines.append({**row, "wall_time_s": self.wall0 + time.perf_counter() - self.t0})
         self.phase = f"learning: {updates:,} of {self.num_updates:,} updates done, waiting for the next rollout"
         last = updates >= self.num_updates
+        self.guard.agree()  # several processes: any one's signal stops all of them after this update
         stop = self.guard.requested
         if not (last or stop or len(self.lines) >= self.chunk):
             return None
@@ -218,7 +231,7 @@ class _Session:
             if self.trackers is not None:  # W&B / MLflow: the same metrics.jsonl rows
                 self.trackers.record(_Rows([self.rows]), self.chunk_index, [chunk_row])
                 self.trackers.finished = last
-        elif not self.options.quiet:
+        elif not self.options.quiet and self.leader:
             from rljax.store.tracking import format_progress
 
             print(format_progress(chunk_row, self.num_updates * self.per_update), flush=True)
@@ -241,8 +254,9 @@ class _Session:
                 "config": config_to_dict(self.config), "run_options": self.options.saved(),
                 "host": self.layout, "rows": [{k: json_scalar(v) for k, v in row.items()}],
                 "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.rows).items()}]}
-        if envs is not None:
-            meta["envs"] = _encode(envs)
+        if envs is not None:  # several processes: every one's envs, in process order
+            meta["envs"] = _encode(envs) if distributed.process_count() == 1 else \
+                distributed.allgather_json(_encode(envs))
         self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
         self.last_save, self.unsaved = time.monotonic(), None
 
@@ -336,6 +350,16 @@ def _encode(snapshot: EnvSnapshot) -> dict[str, str]:
 
     return {"env_state": base64.b64encode(snapshot.env_state).decode(), "obs": npy(snapshot.obs),
             "returns": npy(snapshot.returns), "lengths": npy(snapshot.lengths)}
+
+
+def _own_envs(saved: dict[str, str] | list[dict[str, str]] | None) -> EnvSnapshot | None:
+    """This process's envs of a checkpoint's meta (a list, one per process, from a run of several
+    processes; None when the run had another number of processes: the episodes start over)."""
+    if isinstance(saved, list):
+        saved = saved[distributed.process_index()] if len(saved) == distributed.process_count() else None
+    elif distributed.process_count() > 1:
+        saved = None
+    return _decode(saved)
 
 
 def _decode(saved: dict[str, str] | None) -> EnvSnapshot | None:

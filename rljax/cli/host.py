@@ -48,12 +48,13 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
     group.add_argument("--queue-size", type=parse_int, default=2, metavar="N",
                        help="rollouts that may wait for the learner")
     group.add_argument("--actor-devices", default=None, metavar="DEVICES",
-                       help="where the actors run the policy, comma-separated: each an index into the devices or "
+                       help="where the actors run the policy, comma-separated: each an index into this process's devices or "
                             "PLATFORM:INDEX (e.g. 0, cpu:1, gpu:0,gpu:1); actor a on the (a mod count)-th; "
-                            "default: the first device")
+                            "default: the process's first device")
     group.add_argument("--learner-devices", default=None, metavar="DEVICES",
                        help="where the learner updates (as --actor-devices); on several it is data-parallel, each "
-                            "rollout's envs split over them (--num-envs a multiple of their count)")
+                            "rollout's envs split over them (--num-envs a multiple of their count); in a job of several "
+                            "processes, these devices of every process")
     group.add_argument("--rollout-timeout", type=parse_float, default=600.0, metavar="SECONDS",
                        help="the learner's longest wait for a rollout before the run fails")
     group.add_argument("--max-env-restarts", type=parse_int, default=3, metavar="N",
@@ -81,7 +82,8 @@ def parse_devices(text: str | None) -> tuple[Any, ...]:
 
 
 def parse_device(text: str) -> Any:
-    """The JAX device ``text`` names (an index into ``jax.devices()`` or ``PLATFORM:INDEX``).
+    """The JAX device ``text`` names: an index into this process's devices (``jax.local_devices()``;
+    all of them with one process) or ``PLATFORM:INDEX``.
 
     Raises:
         ValueError: no such device; the message lists the devices there are.
@@ -90,12 +92,12 @@ def parse_device(text: str) -> Any:
 
     platform, _, index = text.rpartition(":")
     try:
-        devices = jax.devices(platform) if platform else jax.devices()
+        devices = jax.local_devices(backend=platform or None)
     except RuntimeError:
         devices = []
     if index.isdigit() and int(index) < len(devices):
         return devices[int(index)]
-    have = ", ".join(f"{d.platform}:{i}" for i, d in enumerate(jax.devices()))
+    have = ", ".join(f"{d.platform}:{i}" for i, d in enumerate(jax.local_devices()))
     raise ValueError(f"no device {text!r}: this process has {have} (give an index or PLATFORM:INDEX)")
 
 
@@ -134,6 +136,7 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
                      f"not {type(config).__name__.removesuffix('Config').lower()}")
     from rljax.actorlearner.run import saved_host, run_host
     from rljax.cli.process import call_training
+    from rljax.runtime.distributed import launched_as_leader
     from rljax.training.options import RunOptions
 
     try:
@@ -144,7 +147,8 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     result, status = call_training(lambda: run_host(config, RunOptions(run_dir=run_dir, **options), host), run_dir)
     if status is not None:
         return status
-    print(done_line(result, config, run_dir), flush=True)
+    if launched_as_leader():  # processes 1.. of a multi-process run stay quiet
+        print(done_line(result, config, run_dir), flush=True)
     return 0
 
 
@@ -165,7 +169,9 @@ def done_line(result: Any, config: Any, run_dir: str | None) -> str:
     last = rows[-1] if rows else {}
     sps = last.get("sps", 0.0)
     over = "the last update's episodes" if len(tail) == 1 else f"the episodes of the last {len(tail)} updates"
-    return (f"done: {result.updates * config.env_steps_per_update:,} env steps, return {ret:.2f} ({over}), "
+    from rljax.actorlearner.learner import steps_per_update
+
+    return (f"done: {result.updates * steps_per_update(config):,} env steps, return {ret:.2f} ({over}), "
             f"{sps:,.0f} env steps/s, policy lag <= "
             f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
             f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))

@@ -52,6 +52,7 @@ import numpy as np
 
 __all__ = ["PeerLostError", "STOP_REQUEST", "GLOO_NOISE", "without_lines", "initialize_from_env", "launched_as_leader", "is_initialized", "process_index", "process_count",
            "is_leader", "Agreement", "agree", "fetch", "put", "broadcast_json", "broadcast_arrays", "allgather_json",
+           "allgather_floats",
            "process_record", "is_peer_failure", "DEFAULT_HEARTBEAT_TIMEOUT_S"]
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30
@@ -346,6 +347,16 @@ def broadcast_arrays(arrays: Sequence[np.ndarray] | None, like: Sequence[np.ndar
         else:
             out.append(_broadcast(x).astype(x.dtype, copy=False))
     return out
+
+
+def allgather_floats(values: Sequence[float]) -> np.ndarray:
+    """Every process's ``values`` (the same count on every process), ``[P, K]`` float64, in process
+    order: one all-gather of a fixed shape, compiled once, for numbers exchanged often (moved as
+    float32, as collectives move them without ``jax_enable_x64``: integers are exact below 2**24)."""
+    mine = np.asarray(values, np.float32).reshape(-1)
+    if process_count() == 1:
+        return mine[None].astype(np.float64)
+    return _allgather(mine).astype(np.float64)
 
 
 def allgather_json(obj: Any) -> list[Any]:

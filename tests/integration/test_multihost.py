@@ -463,3 +463,63 @@ def test_the_supervisor_continues_a_job_on_the_hosts_left_after_one_is_lost_for_
     assert (layout["from_num_devices"], layout["num_devices"]) == (2, 1), manifest["resumes"]
     rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 4096 and "continuing with 1 process" in err
+
+
+# The actor-learner path over 2 processes x 1 device: each process its own actor and 4 CartPoles, one
+# learner spanning both (synchronous mode: lag 0, so a resume continues the envs bit for bit); 40
+# updates of 2 x 4 x 16 env steps in chunks of 2, a checkpoint after each.
+HOST = ["-m", "rljax.cli.main", "train", "ppo", "--env", "gymnasium/CartPole-v1", "--num-envs", "4", "--num-steps", "16",
+        "--num-minibatches", "2", "--total-timesteps", "5120", "--max-policy-lag", "0", "--updates-per-chunk", "2",
+        "--checkpoint-every", "1", "--no-tensorboard"]
+HOST_KEYS = ("env_steps", "updates", "episodes", "episode_return_mean", "episode_length_mean", "policy_loss",
+             "value_loss", "host/policy_lag")
+
+
+@pytest.fixture(scope="module")
+def host_two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, str]:
+    """An uninterrupted host-env run over 2 processes (``HOST``): its directory and its output."""
+    run_dir = tmp_path_factory.mktemp("host") / "whole"
+    done = _launch([*HOST, "--run-dir", str(run_dir)], d=1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir, done.stdout
+
+
+def _host_lines(run_dir: pathlib.Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(600)
+def test_host_envs_over_two_processes_learn_as_one_job(host_two_processes):
+    """Host envs (rljax.actorlearner) with a learner spanning two processes: each update learns from
+    both processes' rollouts, the leader alone writes and speaks for the job."""
+    run_dir, stdout = host_two_processes
+    assert stdout.count("done: 5,120 env steps") == 1, stdout[-2000:]
+    plan = json.loads((run_dir / "manifest.json").read_text())["plan"]
+    assert plan["processes"] == 2 and plan["env_steps_per_update"] == 128 and plan["num_updates"] == 40
+    lines = _host_lines(run_dir)
+    assert [r["env_steps"] for r in lines] == [128 * (u + 1) for u in range(40)]
+    # Both processes' episodes are counted: about twice what one process's 4 CartPoles end.
+    assert sum(r["episodes"] for r in lines[:4]) > 12, [r["episodes"] for r in lines[:4]]
+    assert not list(run_dir.glob("stall-*")) and (run_dir / "checkpoints").is_dir()
+
+
+@pytest.mark.slow  # by default the run above, tests/unit/actorlearner/test_run.py's resume and _own_envs' unit test
+@pytest.mark.timeout(600)
+def test_host_envs_over_two_processes_stop_together_and_resume_bit_exact(host_two_processes, tmp_path):
+    """SIGTERM to the follower stops both processes after the same update with a checkpoint of every
+    process's envs; the resumed run equals the uninterrupted one, params and rows, bit for bit."""
+    whole, _ = host_two_processes
+    run_dir = tmp_path / "run"
+    procs = _start_processes([*HOST, "--run-dir", str(run_dir)], d=1)
+    _wait_for_rows(run_dir, 1, procs)
+    procs[1].send_signal(signal.SIGTERM)
+    results = _finish(procs)
+    assert [code for code, _ in results] == [75, 75], [err[-2000:] for _, err in results]
+    assert 2 <= len(_host_lines(run_dir)) < 40, "the stop came after the last update; nothing to resume"
+    resumed = _launch(["-m", "rljax.cli.main", "resume", str(run_dir)], d=1)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "the envs continue from their saved state" in resumed.stdout, resumed.stdout[-2000:]
+    pick = lambda rows: [{k: r[k] for k in HOST_KEYS} for r in rows]  # noqa: E731
+    assert pick(_host_lines(run_dir)) == pick(_host_lines(whole))
+    for a, b in zip(_final_checkpoint(run_dir), _final_checkpoint(whole), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -42,7 +42,7 @@ def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["algorithm"] == "PPOConfig" and manifest["host"]["queue_size"] == 3
     assert manifest["plan"] == {"updates_per_chunk": 2, "num_updates": 6, "env_steps_per_update": 128,
-                                "log_every": 1}
+                                "log_every": 1, "processes": 1}
     assert json.loads((run / "config.json").read_text())["env"] == "gymnasium/CartPole-v1"
     lines, chunks = _rows(run / "metrics.jsonl"), _rows(run / "chunks.jsonl")
     assert [r["env_steps"] for r in lines] == [128 * u for u in range(1, 7)]
@@ -285,3 +285,24 @@ def test_an_actor_that_gives_up_ends_the_run_with_its_updates_saved(tmp_path):
                  HostOptions(max_policy_lag=0, max_env_restarts=1, restart_backoff_s=0.01), make_env)
     assert [r["updates"] for r in _rows(run / "chunks.jsonl")] == [4, 5]  # the partial chunk logged too
     assert Checkpointer(run, read_only=True).steps() == [128 * 5]
+
+
+@pytest.mark.parametrize("processes, index, saved, expected", [
+    (1, 0, "one", "one"),  # a one-process run's envs
+    (2, 1, ["p0", "p1"], "p1"),  # each process of a job takes its own
+    (2, 0, ["p0", "p1"], "p0"),
+    (3, 2, ["p0", "p1"], None),  # saved by another number of processes: the episodes start over
+    (2, 0, "one", None),
+    (1, 0, ["p0", "p1"], None),
+    (2, 1, None, None),
+])
+def test_a_resume_takes_its_own_process_envs(processes, index, saved, expected, monkeypatch):
+    from rljax.actorlearner.engine import EnvSnapshot
+
+    snaps = {name: EnvSnapshot(name.encode(), np.zeros(2), np.ones(2), np.arange(2)) for name in ("one", "p0", "p1")}
+    encode = lambda s: s if s is None else ([run_module._encode(snaps[x]) for x in s] if isinstance(s, list)  # noqa: E731
+                                            else run_module._encode(snaps[s]))
+    monkeypatch.setattr(run_module.distributed, "process_count", lambda: processes)
+    monkeypatch.setattr(run_module.distributed, "process_index", lambda: index)
+    got = run_module._own_envs(encode(saved))
+    assert (got.env_state.decode() if got is not None else None) == expected

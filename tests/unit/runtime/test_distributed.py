@@ -51,6 +51,8 @@ def test_one_process_helpers_are_local():
     assert distributed.process_count() == 1 and distributed.process_index() == 0 and distributed.is_leader()
     assert distributed.broadcast_json({"a": [1, None]}) == {"a": [1, None]}
     assert distributed.allgather_json(3) == [3]
+    floats = distributed.allgather_floats([3, 0.5, 2 ** 24])
+    assert floats.dtype == np.float64 and floats.tolist() == [[3.0, 0.5, 2.0 ** 24]]
     assert distributed.agree(15, 2.5)[:3] == (15, 0, 2.5)
     agreed = distributed.agree(0, 7.0, (0.5, 1.25))
     assert agreed[:3] == (0, 0, 7.0) and agreed.times.tolist() == [[0.5, 1.25]]
