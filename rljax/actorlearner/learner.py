@@ -367,7 +367,9 @@ def _check_split(config: PPOConfig | IMPALAConfig, devices: int) -> None:
 def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
            options: HostOptions, restore: Restore | None, snapshots: bool) -> tuple[ActorPool, _Learner]:
     """Checks the envs, builds (or restores) the learner's state and the actors, and starts the actors.
-    Actor ``a``'s envs are seeded ``seed + (a + num_actors * start) * num_envs`` (then ``+ i`` per env)."""
+    The job's actor ``b`` (actor ``a`` of process ``p``: ``b = p * num_actors + a``) acts with key
+    ``fold_in(k_act, b)`` and its envs are seeded ``seed + (b + P * num_actors * start) * num_envs``
+    (then ``+ i`` per env), ``start`` being the updates already done."""
     spec = envs[0].spec
     shape = lambda s: (s.num_envs, s.obs_shape, s.obs_dtype, s.action_shape, s.action_dtype)  # noqa: E731
     for a, env in enumerate(envs):

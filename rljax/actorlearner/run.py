@@ -166,6 +166,7 @@ class _Session:
                 meta = None
             if meta is not None:
                 check_resume_config(meta["config"], self.config)
+                self._check_same_processes(meta)
                 restored = (state["params"], state["opt_state"], int(meta["updates"]), _own_envs(meta.get("envs")))
                 self.chunk_index, self.wall0 = int(meta["chunk_index"]) + 1, float(meta["wall_time_s"])
         if options.run_dir is not None and self.leader:
@@ -177,6 +178,22 @@ class _Session:
                     else "the episodes the envs were in start over")
             print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); {envs}", flush=True)
         return restored
+
+    def _check_same_processes(self, meta: dict[str, Any]) -> None:
+        """A resume learns from as many env steps an update as the run did (the update count is what
+        a checkpoint and the rollouts' keys and seeds go on from); else a :class:`ConfigMismatchError`
+        before anything is written: a run of P processes resumes on P processes."""
+        from rljax.store.rundir import ConfigMismatchError
+
+        updates, steps = int(meta["updates"]), int(meta["env_steps"])
+        if updates and steps != updates * self.per_update:
+            saved = steps // updates // self.config.env_steps_per_update
+            now = distributed.process_count()
+            raise ConfigMismatchError(
+                f"cannot resume on {now} process(es) a run trained by {saved}: it learned from {steps // updates:,} "
+                f"env steps an update (one rollout of num_envs x num_steps = {self.config.env_steps_per_update:,} "
+                f"per process), this job would from {self.per_update:,}; resume it on {saved} process(es)"
+                + (f" (rljax launch -n {saved} -- rljax resume ...)" if saved > 1 else " (rljax resume RUN_DIR)"))
 
     def _open_tracker(self, meta: dict[str, Any] | None) -> None:
         from rljax.store.tracking import Tracker

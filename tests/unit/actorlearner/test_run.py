@@ -35,7 +35,7 @@ def _rows(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends_it(tmp_path):
+def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends_it(tmp_path, monkeypatch):
     run = tmp_path / "run"
     first = run_host(CONFIG, RunOptions(run_dir=run, checkpoint_every=1, quiet=True), LAYOUT)
     assert first.updates == 6 and first.preempted is None
@@ -62,6 +62,17 @@ def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends
     with pytest.raises(ConfigMismatchError, match="learning_rate"):
         run_host(PPOConfig(**{**longer.__dict__, "learning_rate": 1e-3}), RunOptions(run_dir=run, resume=True,
                                                                                     quiet=True))
+
+    # A resume on another number of processes (each update learning from another count of env steps) is
+    # refused before anything is written: it used to run updates and log rows whose env steps went backwards.
+    before = {f.relative_to(run): f.read_bytes() for f in run.rglob("*") if f.is_file() and ".lock" not in f.name}
+    monkeypatch.setattr(run_module, "steps_per_update", lambda config: 2 * config.env_steps_per_update)
+    even_longer = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 20})
+    with pytest.raises(ConfigMismatchError, match=r"a run trained by 1: it learned from 128 env steps an update .* "
+                                                  r"this job would from 256; resume it on 1 process"):
+        run_host(even_longer, RunOptions(run_dir=run, resume=True, quiet=True))
+    after = {f.relative_to(run): f.read_bytes() for f in run.rglob("*") if f.is_file() and ".lock" not in f.name}
+    assert after == before
 
 
 @pytest.mark.timeout(300)
