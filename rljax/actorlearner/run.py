@@ -24,6 +24,8 @@
   (one per update, or per ``log_every`` updates);
 - the stall watchdog (:class:`~rljax.training.hooks.watchdog.StallWatchdog`): a chunk that does not
   finish in time gets one warning and a report with every thread's stack, the actors' included;
+- ``status.json`` for ``rljax status`` and ``rljax stop``'s request, taken at a chunk's end like a
+  signal (:class:`~rljax.training.hooks.status.RunStatus`, as the JAX path writes and takes them);
 - the run directory lock, and no directory left behind by a run that fails to start.
 """
 
@@ -144,7 +146,8 @@ class _Session:
         self.watchdog = StallWatchdog(options.run_dir if self.leader else None, options.stall_factor, options.stall_first_chunk_s,
                                       options.stall_min_s)  # reads .plan and .phase of this session
         self.layout = {k: getattr(host, k) for k in HOST_SAVED_FIELDS}  # recorded in the manifest and checkpoints
-        self.tracker = self.checkpointer = self.trackers = self.unsaved = None
+        self.tracker = self.checkpointer = self.trackers = self.unsaved = self.status = None
+        self.last_saved: int | None = None  # env steps of the newest checkpoint this session saved (RunStatus reads it)
         self.lines: list[dict[str, Any]] = []  # the chunk's rows so far, one per update
         self.rows: list[dict[str, Any]] = []  # the last chunk's metrics.jsonl rows, one per log_every updates
         self.chunk_index, self.wall0, self.t0, self.chunk_wall = 0, 0.0, time.perf_counter(), 0.0
@@ -171,6 +174,7 @@ class _Session:
                 self.chunk_index, self.wall0 = int(meta["chunk_index"]) + 1, float(meta["wall_time_s"])
         if options.run_dir is not None and self.leader:
             self._open_tracker(meta)
+            self._open_status(restored[2] if restored is not None else 0)
         self.t0, self.chunk_wall = time.perf_counter(), self.wall0
         self.watchdog.start(self)
         if restored is not None and not options.quiet and self.leader:
@@ -194,6 +198,20 @@ class _Session:
                 f"env steps an update (one rollout of num_envs x num_steps = {self.config.env_steps_per_update:,} "
                 f"per process), this job would from {self.per_update:,}; resume it on {saved} process(es)"
                 + (f" (rljax launch -n {saved} -- rljax resume ...)" if saved > 1 else " (rljax resume RUN_DIR)"))
+
+    def _open_status(self, start: int) -> None:
+        """``status.json`` from here on (``running``, compiling until the first update)."""
+        import types
+
+        from rljax.training.hooks.status import RunStatus
+
+        plan = types.SimpleNamespace(updates_per_chunk=self.chunk, env_steps_per_update=self.per_update,
+                                     total_env_steps=self.num_updates * self.per_update,
+                                     num_chunks=math.ceil(self.num_updates / self.chunk))
+        self.status_run = types.SimpleNamespace(plan=plan, start_chunk=self.chunk_index, config=self.config,
+                                                start_env_steps=start * self.per_update, guard=self.guard)
+        self.status = RunStatus(self.options.run_dir, self.watchdog, self)
+        self.status.begin(self.status_run)
 
     def _open_tracker(self, meta: dict[str, Any] | None) -> None:
         from rljax.store.tracking import Tracker
@@ -225,6 +243,8 @@ class _Session:
             elif self.unsaved is not None:
                 self._save(params, opt_state, self.unsaved, None)
             return None
+        if self.status is not None and not self.lines and self.chunk_index == self.status_run.start_chunk:
+            self.status.start(self.status_run)  # compiled: training
         self.lines.append({**row, "wall_time_s": self.wall0 + time.perf_counter() - self.t0})
         self.phase = f"learning: {updates:,} of {self.num_updates:,} updates done, waiting for the next rollout"
         last = updates >= self.num_updates
@@ -254,8 +274,12 @@ class _Session:
             print(format_progress(chunk_row, self.num_updates * self.per_update), flush=True)
         self.unsaved = chunk_row
         self.watchdog.record(self, self.chunk_index, [chunk_row])
+        if self.status is not None:  # and a pending `rljax stop` becomes a stop after the next update
+            self.status.record(self.status_run, self.chunk_index, [chunk_row])
         if self.checkpointer is not None and self.options.checkpoints and (force or self._due()):
             self._save(params, opt_state, chunk_row, envs)
+            if self.status is not None:
+                self.status.boundary(self.status_run, self.chunk_index, [chunk_row], last)
         self.lines, self.chunk_index = [], self.chunk_index + 1
 
     def _due(self) -> bool:
@@ -275,11 +299,14 @@ class _Session:
             meta["envs"] = _encode(envs) if distributed.process_count() == 1 else \
                 distributed.allgather_json(_encode(envs))
         self.checkpointer.save(int(row["env_steps"]), {"params": params, "opt_state": opt_state}, meta)
-        self.last_save, self.unsaved = time.monotonic(), None
+        self.last_save, self.unsaved, self.last_saved = time.monotonic(), None, int(row["env_steps"])
 
     def close(self) -> None:
         """Waits for the pending save and closes the files and tracker runs (idempotent)."""
         self.watchdog.close()
+        if self.status is not None:  # finished, preempted or failed
+            self.status.close(self.status_run)
+            self.status = None
         if self.trackers is not None:
             self.trackers.close()
             self.trackers = None

@@ -58,7 +58,9 @@ class RunStatus(Hook):
             warnings.warn(f"{self.run_dir}: dropped a stop request written before this run started "
                           f"({time.ctime(stale.get('requested_unix', 0))}); `rljax stop` asks a running run", stacklevel=2)
         plan = run.plan
-        done = run.start_chunk * plan.updates_per_chunk * plan.env_steps_per_update
+        done = getattr(run, "start_env_steps", None)  # a run that may stop between chunks says it
+        if done is None:
+            done = run.start_chunk * plan.updates_per_chunk * plan.env_steps_per_update
         self._write(run, state="running", phase="compiling", run_dir=str(self.run_dir),
                     algorithm=type(run.config).__name__, env=str(getattr(run.config, "env", "")), env_steps=done,
                     total_env_steps=plan.total_env_steps, chunks_done=run.start_chunk, num_chunks=plan.num_chunks,

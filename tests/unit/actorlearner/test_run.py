@@ -20,6 +20,7 @@ from rljax.actorlearner.run import _chunk_row, group_rows, run_host, saved_host,
 from rljax.agents.ppo import PPOConfig
 from rljax.store.checkpoint import Checkpointer
 from rljax.store.rundir import ConfigMismatchError, run_record
+from rljax.store.status import read_status, request_stop
 from rljax.training.options import RunOptions
 from tests.support.runs import leaves
 
@@ -51,12 +52,16 @@ def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends
     record = run_record(run)
     assert record.algorithm == "PPOConfig" and record.source == "checkpoint 768"
     assert saved_host(run) == HostOptions(max_policy_lag=0, queue_size=3)
+    status = read_status(run)  # what rljax status shows
+    assert status["state"] == "finished" and status["env_steps"] == status["total_env_steps"] == 768
+    assert status["last_checkpoint_env_steps"] == 768 and status["chunks_done"] == status["num_chunks"] == 3
 
     longer = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 10})
     second = run_host(longer, RunOptions(run_dir=run, resume=True, checkpoint_every=1, quiet=True))
     assert second.updates == 10 and [r["updates"] for r in second.rows] == [7, 8, 9, 10]
     assert [r["env_steps"] for r in _rows(run / "metrics.jsonl")] == [128 * u for u in range(1, 11)]
     assert [r["updates"] for r in _rows(run / "chunks.jsonl")] == [2, 4, 6, 8, 10]
+    assert read_status(run)["env_steps"] == read_status(run)["total_env_steps"] == 1280
     assert json.loads((run / "manifest.json").read_text())["host"]["queue_size"] == 3  # kept by the resume
 
     with pytest.raises(ConfigMismatchError, match="learning_rate"):
@@ -73,6 +78,33 @@ def test_a_run_directory_has_a_row_per_update_and_per_chunk_and_a_resume_extends
         run_host(even_longer, RunOptions(run_dir=run, resume=True, quiet=True))
     after = {f.relative_to(run): f.read_bytes() for f in run.rglob("*") if f.is_file() and ".lock" not in f.name}
     assert after == before
+
+
+@pytest.mark.timeout(300)
+def test_rljax_stop_stops_a_host_run_after_a_saved_update(tmp_path):
+    """``rljax stop RUN_DIR``'s request (RUN_DIR/stop.request) is taken at a chunk's end: the next
+    update is saved and the run ends preempted, as after SIGTERM; status.json says so throughout."""
+    run = tmp_path / "run"
+    config = PPOConfig(**{**CONFIG.__dict__, "total_timesteps": 4 * 32 * 400, "updates_per_chunk": 1})
+    seen = []
+
+    def stop_after_two_rows():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            path = run / "metrics.jsonl"
+            if path.exists() and len(path.read_text().splitlines()) >= 2:
+                seen.append(read_status(run)["state"])
+                request_stop(run, "a test")
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=stop_after_two_rows, daemon=True).start()
+    stopped = run_host(config, RunOptions(run_dir=run, checkpoint_interval_s=3600, quiet=True), LAYOUT)
+    assert seen == ["running"] and stopped.preempted.startswith("rljax stop") and 3 <= stopped.updates < 400
+    status = read_status(run)
+    assert status["state"] == "preempted" and status["env_steps"] == stopped.updates * 128
+    assert Checkpointer(run, read_only=True).steps()[-1] == stopped.updates * 128 == status["last_checkpoint_env_steps"]
+    assert not (run / "stop.request").exists()
 
 
 @pytest.mark.timeout(300)
