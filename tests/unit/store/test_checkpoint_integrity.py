@@ -120,10 +120,12 @@ def test_every_single_byte_flip_is_refused_or_harmless(tmp_path):
                 in_biggest.append((offset, result))
     silent = {k: v.count("SILENT") for k, v in outcomes.items() if "SILENT" in v}
     assert not silent, f"flips loaded silently with changed data: {silent}"
-    # The big data file is almost all array payload (its last ~1 KB is not read back): every flip
-    # there is refused, most of them only by the checksum (Orbax loads them without complaint).
-    payload = [result for offset, result in in_biggest if offset < 0.99 * biggest.stat().st_size]
-    assert len(payload) >= 30 and "harmless" not in payload, in_biggest
+    # The big data file is almost all array payload (its first byte starts a header, and its last
+    # ~1 KB is not read back): every flip there is refused, most of them only by the checksum (Orbax
+    # loads them without complaint). A flip of byte 0 was once harmless in a full-suite run (read
+    # back bit-identical, so not silent either); it is checked above with every other offset.
+    payload = [result for offset, result in in_biggest if 0 < offset < 0.99 * biggest.stat().st_size]
+    assert len(payload) >= 29 and "harmless" not in payload, in_biggest
     assert payload.count("checksum") >= 20, in_biggest
 
 
