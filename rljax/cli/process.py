@@ -178,7 +178,7 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _hold_off_sigterm) if main_thread else None
-    resume_hint = f" Resume with: rljax resume {run_dir}" if run_dir is not None else ""
+    resume_hint = f" Resume with: {resume_command(run_dir)}" if run_dir is not None else ""
     try:
         out = run()
     except Exception as err:
@@ -216,6 +216,17 @@ def call_training(run: Any, run_dir: Any) -> tuple[Any, int | None]:
             print(f"preempted ({result.preempted}); exit status {PREEMPTED_EXIT_CODE}.{resume_hint}", file=sys.stderr)
         return out, PREEMPTED_EXIT_CODE
     return out, None
+
+
+def resume_command(run_dir: str | os.PathLike) -> str:
+    """How to resume ``run_dir``: ``rljax resume RUN_DIR``, run by every process of a multi-process
+    job (as this job was started, e.g. ``rljax launch -n P -- ...``)."""
+    from rljax.runtime.distributed import is_initialized, process_count
+
+    if not is_initialized() or process_count() == 1:
+        return f"rljax resume {run_dir}"
+    n = process_count()
+    return f"rljax resume {run_dir} in each of the job's {n} processes (e.g. rljax launch -n {n} -- rljax resume {run_dir})"
 
 
 def enable_compilation_cache(path: str | None = None) -> str:

@@ -200,3 +200,14 @@ def test_rljax_train_requests_them_for_host_envs_only(monkeypatch):
             train.train_command(PPOConfig, None, ["--env", env, "--run-dir", "none", "--quiet"], name="ppo",
                                 prog="rljax train ppo", sweep_prog="rljax sweep ppo")
         assert calls == expected, env
+
+
+def test_the_resume_command_of_a_multi_process_job_runs_in_every_process(monkeypatch):
+    from rljax.cli.process import resume_command
+    from rljax.runtime import distributed
+
+    assert resume_command("runs/x") == "rljax resume runs/x"
+    monkeypatch.setattr(distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed, "process_count", lambda: 2)
+    assert resume_command("runs/x") == ("rljax resume runs/x in each of the job's 2 processes "
+                                        "(e.g. rljax launch -n 2 -- rljax resume runs/x)")
