@@ -335,14 +335,8 @@ _fresh = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 def _place(tree: Any, place: Any) -> Any:
     """``tree`` (host values, or arrays of this process) on the learner's ``place``: a device, or a
-    sharding that may span processes (every process holds the same values)."""
-    if jax.process_count() == 1:
-        return jax.device_put(tree, place)
-    return jax.tree.map(lambda x: distributed.put(x if _is_key(x) else np.asarray(x), place), tree)
-
-
-def _is_key(x: Any) -> bool:
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    sharding that may span processes (every process holds the same values: :func:`distributed.put`)."""
+    return jax.tree.map(lambda x: distributed.put(x, place), tree)
 
 
 def _local(tree: Any) -> Any:
