@@ -22,6 +22,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from rljax.core.prng import unroll_threefry_on_cpu
+
 __all__ = ["Algorithm", "register", "unregister", "algorithms", "algorithm_for", "build_agent", "fits_env"]
 
 
@@ -110,7 +112,11 @@ def algorithm_for(config: Any) -> Algorithm:
 
 
 def build_agent(config: Any, env: Any, env_params: Any, axis_name: str | None) -> Any:
-    """The per-device :class:`~rljax.agents.base.Agent` of ``config``'s algorithm for ``env``."""
+    """The per-device :class:`~rljax.agents.base.Agent` of ``config``'s algorithm for ``env``.
+
+    Also lowers ``jax.random``'s hash as straight-line code on the CPU from now on, for speed and with
+    the same bits (:func:`rljax.core.prng.unroll_threefry_on_cpu`)."""
+    unroll_threefry_on_cpu()
     return algorithm_for(config).make(config, env, env_params, axis_name)
 
 

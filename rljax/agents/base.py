@@ -30,6 +30,7 @@ from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
 from rljax.env import describe_space, is_discrete, observation_spec
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
+from rljax.core.prng import permutation
 from rljax.core.rollout import EpisodeSummary
 
 __all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space", "greedy_or_epsilon",
@@ -394,10 +395,11 @@ def gradient_step(loss_fn: Callable[..., tuple[jax.Array, Any]], params: Any, op
 
 
 def shuffled_minibatches(key: jax.Array, batch: Any, num_minibatches: int) -> Any:
-    """``batch`` (leaves ``[N, ...]``) shuffled by one ``jax.random.permutation(key, N)`` and split
-    into leaves ``[num_minibatches, N // num_minibatches, ...]`` (``num_minibatches`` must divide N)."""
+    """``batch`` (leaves ``[N, ...]``) shuffled by one ``jax.random.permutation(key, N)`` (computed
+    as :func:`rljax.core.prng.permutation`: the same bits, cheaper on the CPU) and split into leaves
+    ``[num_minibatches, N // num_minibatches, ...]`` (``num_minibatches`` must divide N)."""
     n = jax.tree.leaves(batch)[0].shape[0]
-    perm = jax.random.permutation(key, n)
+    perm = permutation(key, n)
     return jax.tree.map(
         lambda x: jnp.take(x, perm, axis=0).reshape((num_minibatches, n // num_minibatches) + x.shape[1:]), batch)
 

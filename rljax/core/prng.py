@@ -1,0 +1,120 @@
+"""Random numbers with ``jax.random``'s bits, computed with fewer, cheaper kernels on the CPU.
+
+Training draws a handful of keys and samples at every env step and a permutation at every epoch.
+On the CPU these small programs are bound by how many kernels they launch, not by arithmetic, and
+two of JAX's own lowerings launch many more kernels than the arithmetic needs:
+
+* **Threefry.** JAX lowers the Threefry-2x32 hash on the CPU as a five-iteration loop (to keep
+  compile time down), so every split, ``fold_in`` and sample runs a loop of about twenty small
+  kernels per iteration. :func:`unroll_threefry_on_cpu` lowers it as the straight-line 20 rounds
+  that JAX already uses on the GPU: XLA fuses them into one kernel. The hash is integer
+  arithmetic, so every key and sample keeps its bits.
+* **Permutations.** ``jax.random.permutation(key, n)`` is a stable sort of ``n`` random 32-bit keys
+  carrying their indices; XLA's CPU sort calls a compiled comparator for each comparison of such a
+  key-value sort. :func:`permutation` sorts the keys alone (XLA's direct path for one array of
+  integers), finds each key's rank by binary search, and scatters the indices; when two keys tie
+  (for 512 keys about once in 30,000 permutations) it falls back to the key-value sort, so the
+  result is always the stable order, bit for bit ``jax.random.permutation``'s.
+
+``docs/design.md`` (Decisions) says why; ``benchmarks/results.md`` (Training throughput) has the figures.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["permutation", "stable_argsort", "unroll_threefry_on_cpu", "threefry2x32_unrolled"]
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+_LOCK = threading.Lock()
+_UNROLLED = False
+
+
+def _rotate_left(x: jax.Array, bits: int) -> jax.Array:
+    return lax.shift_left(x, np.uint32(bits)) | lax.shift_right_logical(x, np.uint32(32 - bits))
+
+
+def threefry2x32_unrolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax.Array
+                          ) -> tuple[jax.Array, jax.Array]:
+    """The Threefry-2x32 hash with 20 rounds (Salmon et al. 2011, "Parallel random numbers: as easy
+    as 1, 2, 3"), written out round by round: ``(key1, key2)`` the key words, ``(x1, x2)`` the
+    counter words, all ``uint32`` and broadcastable; returns the two hashed words.
+
+    Every 4 rounds ``x1 += x2; x2 = rotl(x2, r) ^ x1`` (rotations ``13, 15, 26, 6`` then ``17, 29,
+    16, 24``) the key schedule ``(key1, key2, key1 ^ key2 ^ 0x1BD11BDA)`` is injected with the
+    injection count added to the second word.
+    """
+    ks = (key1, key2, key1 ^ key2 ^ _PARITY)
+    x1 = x1 + ks[0]
+    x2 = x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = x1 ^ _rotate_left(x2, r)
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+def unroll_threefry_on_cpu() -> bool:
+    """Lowers ``jax.random``'s Threefry hash as straight-line code on the CPU, for the rest of the
+    process (idempotent; the GPU and TPU lowerings are untouched).
+
+    Every random number keeps its bits (the hash is exact integer arithmetic; the tests check known
+    answers and ``jax.random``'s own outputs), so this changes speed only: it applies to every
+    program lowered afterwards, the caller's own included, and the persistent compilation cache
+    keys those programs anew. :func:`rljax.agents.build_agent` calls it.
+
+    Returns:
+        True when the lowering is (now) registered; False when this JAX has no public Threefry
+        primitive to register it for (nothing is changed then).
+    """
+    global _UNROLLED
+    with _LOCK:
+        if _UNROLLED:
+            return True
+        try:
+            from jax.extend.random import threefry2x32_p
+            from jax.interpreters import mlir
+        except ImportError:  # pragma: no cover - a JAX without the public primitive
+            return False
+        mlir.register_lowering(threefry2x32_p, mlir.lower_fun(lambda k1, k2, x1, x2: threefry2x32_unrolled(
+            k1, k2, x1, x2), multiple_results=True), platform="cpu")
+        _UNROLLED = True
+        return True
+
+
+def stable_argsort(keys: jax.Array) -> jax.Array:
+    """The indices that sort the ``uint32`` vector ``keys`` ``[n]``, equal keys in index order
+    (what a stable key-value sort of ``(keys, arange(n))`` returns), int32 ``[n]``.
+
+    Sorts ``keys`` alone, ranks each key by binary search in the sorted copy and scatters the
+    indices to their ranks; if any two keys are equal, the stable key-value sort instead.
+    """
+    n = keys.shape[0]
+    index = lax.iota(jnp.int32, n)
+    ordered = lax.sort(keys)
+    rank = jnp.searchsorted(ordered, keys, side="left", method="scan_unrolled").astype(jnp.int32)
+    tie = jnp.any(ordered[1:] == ordered[:-1])
+    return lax.cond(tie, lambda: lax.sort((keys, index), num_keys=1, is_stable=True)[1],
+                    lambda: jnp.zeros((n,), jnp.int32).at[rank].set(index, unique_indices=True))
+
+
+def permutation(key: jax.Array, n: int) -> jax.Array:
+    """``jax.random.permutation(key, n)``, bit for bit, int32 ``[n]``: the stable order of ``n``
+    random 32-bit keys drawn with ``split(key)[1]`` (:func:`stable_argsort`).
+
+    JAX sorts ``ceil(3 ln n / ln(2**32 - 1))`` times with fresh keys; this takes the one-sort case
+    (``2 <= n <= 1625``) and hands any other ``n`` to ``jax.random.permutation``.
+    """
+    rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
+    if rounds != 1:
+        return jax.random.permutation(key, n)
+    sort_keys = jax.random.bits(jax.random.split(key)[1], (n,), jnp.uint32)
+    return stable_argsort(sort_keys)

@@ -1,0 +1,99 @@
+"""Tests for rljax.core.prng: the straight-line Threefry against the Random123 known answers and a NumPy
+reference, jax.random's own outputs unchanged once it is the CPU lowering, and the permutation against
+``jax.random.permutation`` bit for bit (ties, sizes on both sides of the one-sort range, jit and vmap)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.random import threefry_2x32
+
+from rljax.core.prng import permutation, stable_argsort, threefry2x32_unrolled, unroll_threefry_on_cpu
+
+# Random123's known answers for Threefry-2x32 with 20 rounds: (key, counter) -> output.
+KNOWN = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
+         ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+         ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
+
+
+def _reference(key: tuple[int, int], x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Threefry-2x32-20 in NumPy, from the paper's definition (uint32 wrap-around arithmetic)."""
+    rot = lambda v, r: (v << np.uint32(r)) | (v >> np.uint32(32 - r))  # noqa: E731
+    k = [np.uint32(key[0]), np.uint32(key[1])]
+    k.append(k[0] ^ k[1] ^ np.uint32(0x1BD11BDA))
+    x1, x2 = x1 + k[0], x2 + k[1]
+    for i in range(5):
+        for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+            x1 = x1 + x2
+            x2 = rot(x2, r) ^ x1
+        x1 = x1 + k[(i + 1) % 3]
+        x2 = x2 + k[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+@pytest.mark.parametrize("key, counter, expected", KNOWN)
+def test_the_unrolled_hash_gives_random123s_known_answers(key, counter, expected):
+    words = [jnp.asarray([v], jnp.uint32) for v in key + counter]
+    got = jax.jit(threefry2x32_unrolled)(*words)
+    assert [int(g[0]) for g in got] == list(expected)
+    ref = _reference(key, np.asarray([counter[0]], np.uint32), np.asarray([counter[1]], np.uint32))
+    assert [int(r[0]) for r in ref] == list(expected)
+
+
+def test_jax_random_keeps_its_bits_with_the_unrolled_cpu_lowering():
+    # Outputs computed before the lowering is registered (by an eager call: its own compiled program).
+    key = jax.random.key(11)
+    before = dict(split=jax.random.key_data(jax.random.split(key, 7)), bits=jax.random.bits(key, (33,), jnp.uint32),
+                  uniform=jax.random.uniform(key, (5, 3)), categorical=jax.random.categorical(key, jnp.zeros((9, 4))),
+                  fold=jax.random.key_data(jax.random.fold_in(key, 3)))
+    assert unroll_threefry_on_cpu() and unroll_threefry_on_cpu()  # idempotent
+    after = jax.jit(lambda k: dict(split=jax.random.key_data(jax.random.split(k, 7)),
+                                   bits=jax.random.bits(k, (33,), jnp.uint32), uniform=jax.random.uniform(k, (5, 3)),
+                                   categorical=jax.random.categorical(k, jnp.zeros((9, 4))),
+                                   fold=jax.random.key_data(jax.random.fold_in(k, 3))))(key)
+    for name in before:
+        np.testing.assert_array_equal(np.asarray(after[name]), np.asarray(before[name]), err_msg=name)
+    # The primitive itself, on random words, against the NumPy reference.
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2**32, size=(2, 257), dtype=np.uint32)
+    keypair = (int(rng.integers(0, 2**32)), int(rng.integers(0, 2**32)))
+    got = jax.jit(threefry_2x32)(jnp.asarray(keypair, jnp.uint32), jnp.asarray(x.reshape(-1)))
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(_reference(keypair, x[0], x[1])))
+
+
+def test_the_cpu_lowering_of_a_split_has_no_loop_once_unrolled():
+    unroll_threefry_on_cpu()
+    text = jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()
+    assert "while" not in text
+
+
+@pytest.mark.parametrize("case", ["distinct", "ties", "all_equal", "two"])
+def test_stable_argsort_is_the_stable_order(case):
+    rng = np.random.default_rng(1)
+    keys = {"distinct": rng.permutation(np.arange(512, dtype=np.uint32) * 7919),
+            "ties": rng.integers(0, 40, 300).astype(np.uint32),
+            "all_equal": np.full(64, 2**32 - 1, np.uint32),
+            "two": np.asarray([5, 5], np.uint32)}[case]
+    got = jax.jit(stable_argsort)(jnp.asarray(keys))
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(got), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 128, 512, 1625, 1626, 5000])
+def test_permutation_is_jax_random_permutation_bit_for_bit(n):
+    perm = jax.jit(permutation, static_argnums=1)
+    for seed in range(6):
+        key = jax.random.key(seed)
+        expected = jax.random.permutation(key, n)
+        got = perm(key, n)
+        assert got.dtype == expected.dtype and got.shape == (n,)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_permutation_under_vmap_matches_each_key():
+    keys = jax.random.split(jax.random.key(3), 5)
+    got = jax.jit(jax.vmap(lambda k: permutation(k, 512)))(keys)
+    for k, row in zip(keys, np.asarray(got)):
+        np.testing.assert_array_equal(row, np.asarray(jax.random.permutation(k, 512)))
