@@ -2,6 +2,8 @@
 
     python -m benchmarks.ppo_cartpole                 # everything (about 5 minutes on 2 CPU cores)
     python -m benchmarks.ppo_cartpole --only seeds    # one section: seeds | envs64 | vmap | overhead | checkpoint | rejax
+    python -m benchmarks.ppo_cartpole --only purejaxrl --purejaxrl SCRATCH/purejaxrl/purejaxrl \\
+        --peers-python /tmp/rljax-peers/bin/python --rounds 5   # 1 seed beside PureJaxRL, interleaved
 
 Sections:
   seeds     5 seeds, one process each run in turn: compile s, training-phase steps/s, final return.
@@ -13,6 +15,10 @@ Sections:
   checkpoint  run time with checkpoints (default interval; every 5 s, with and without checksums)
             vs none, on a ~20 s run.
   rejax     rejax's PPO with the same configuration (its own venv, from the directory in $RLJAX_PEERS_DIR).
+  purejaxrl 1 seed in a fresh process, then PureJaxRL's own ``make_train`` (1 seed, through the peers'
+            timing script ``--peer-script`` in the peers' venv ``--peers-python``), ``--rounds`` times
+            interleaved: steps/s and compile of each and their ratios, medians. ``--xla-threads 1``
+            also runs rljax with a one-thread XLA CPU pool (``NPROC=1``) in the same rounds.
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
 PureJaxRL's and rejax's figures are. PureJaxRL cannot run here beside rljax (no pip package); its
@@ -280,16 +286,56 @@ def rejax(cfg_kw: dict, seeds: int = 1) -> dict | None:
     return res
 
 
+def beside_purejaxrl(a: argparse.Namespace) -> dict:
+    """Interleaved rounds of rljax's 1-seed run (a fresh process: its own compile) and PureJaxRL's."""
+    from benchmarks.population_vs_purejaxrl import run_purejaxrl
+    variants = [("rljax", {})] + ([("rljax NPROC=1", {"NPROC": "1"})] if a.xla_threads == 1 else [])
+    rows = {name: [] for name, _ in variants} | {"PureJaxRL": []}
+    for r in range(a.rounds):
+        for name, extra in variants:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = pathlib.Path(tmp) / "r.json"
+                subprocess.run([sys.executable, "-m", "benchmarks.ppo_cartpole", "--only", "seeds", "--seeds", "1",
+                                "--json", str(out)], check=True, capture_output=True, env={**os.environ, **extra})
+                res = json.loads(out.read_text())["seeds"]
+            rows[name].append(dict(sps=res["sps_median"], compile_s=res["compile_s"]))
+        peer = run_purejaxrl(a.peers_python, a.peer_script, a.purejaxrl, 0, PUREJAXRL["total_timesteps"])
+        rows["PureJaxRL"].append(dict(sps=peer["sps"], compile_s=peer["compile_s"]))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]['sps']:,.0f} steps/s (compile {v[-1]['compile_s']:.2f}s)"
+                                            for n, v in rows.items()), flush=True)
+    peer = rows["PureJaxRL"]
+    out = {}
+    for name, _ in variants:
+        sps = statistics.median(x["sps"] / p["sps"] for x, p in zip(rows[name], peer))
+        comp = statistics.median(x["compile_s"] / p["compile_s"] for x, p in zip(rows[name], peer))
+        out[name] = dict(rounds=rows[name], sps_ratio=sps, compile_ratio=comp)
+        print(f"{name} / PureJaxRL, medians of {a.rounds} paired rounds: steps/s {sps:.2f}x, compile {comp:.2f}x")
+    out["PureJaxRL"] = peer
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", default=["seeds", "envs64", "vmap", "overhead", "checkpoint", "rejax"])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--purejaxrl", default=os.environ.get("RLJAX_PUREJAXRL_DIR"),
+                    help="the folder holding PureJaxRL's ppo.py (section purejaxrl)")
+    ap.add_argument("--peers-python", default=os.environ.get("RLJAX_PEERS_PYTHON", "/tmp/rljax-peers/bin/python"))
+    ap.add_argument("--peer-script", default=os.environ.get("RLJAX_PEER_SCRIPT", ""),
+                    help="the peers' PureJaxRL timing script (purejaxrl_run.py)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (section purejaxrl)")
+    ap.add_argument("--xla-threads", type=int, default=0, choices=[0, 1],
+                    help="1: also run rljax with a one-thread XLA CPU pool (section purejaxrl)")
     a = ap.parse_args(argv)
     print(f"# {jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}, "
           f"{os.cpu_count()} cores; {REFERENCE}", flush=True)
     results = {}
+    if "purejaxrl" in a.only:
+        if not a.purejaxrl or not a.peer_script:
+            ap.error("--only purejaxrl needs --purejaxrl DIR and --peer-script FILE")
+        results["purejaxrl"] = beside_purejaxrl(a)
     if "rejax" in a.only:
         results["rejax"] = rejax(PUREJAXRL)
     if "seeds" in a.only:
