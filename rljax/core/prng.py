@@ -21,19 +21,23 @@ two of JAX's own lowerings launch many more kernels than the arithmetic needs:
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["permutation", "stable_argsort", "unroll_threefry_on_cpu", "threefry2x32_unrolled"]
+__all__ = ["permutation", "stable_argsort", "unroll_threefry_on_cpu", "rolled_threefry", "threefry2x32_unrolled",
+           "threefry2x32_rolled"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 _LOCK = threading.Lock()
 _UNROLLED = False
+_LOCAL = threading.local()
 
 
 def _rotate_left(x: jax.Array, bits: int) -> jax.Array:
@@ -62,6 +66,48 @@ def threefry2x32_unrolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: j
     return x1, x2
 
 
+def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax.Array
+                        ) -> tuple[jax.Array, jax.Array]:
+    """:func:`threefry2x32_unrolled` as a five-step ``fori_loop`` (four rounds and one key injection
+    a step), as JAX lowers it on the CPU: the same bits from a smaller program, for programs that
+    run once and whose compile time is all that matters (:func:`rolled_threefry`)."""
+    rotations = jnp.asarray(_ROTATIONS, jnp.uint32)
+
+    def step(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        x1, x2, inject1, inject2, spare = carry
+        for j in range(4):
+            r = rotations[i % 2, j]
+            x1 = x1 + x2
+            x2 = x1 ^ ((x2 << r) | (x2 >> (np.uint32(32) - r)))
+        x1 = x1 + inject1
+        x2 = x2 + inject2 + (i + 1).astype(jnp.uint32)
+        return x1, x2, inject2, spare, inject1
+
+    parity = key1 ^ key2 ^ _PARITY
+    x1, x2 = x1 + key1, x2 + key2
+    x1, x2, *_ = lax.fori_loop(0, 5, step, (x1, x2, key2, parity, key1))
+    return x1, x2
+
+
+@contextlib.contextmanager
+def rolled_threefry() -> Iterator[None]:
+    """Within this block, this thread lowers the Threefry hash as the rolled loop
+    (:func:`threefry2x32_rolled`) even after :func:`unroll_threefry_on_cpu`: for programs that run
+    once (an initial state), where the straight-line hash costs compile time and saves nothing."""
+    before = getattr(_LOCAL, "rolled", False)
+    _LOCAL.rolled = True
+    try:
+        yield
+    finally:
+        _LOCAL.rolled = before
+
+
+def _threefry_cpu_rule(ctx: object, *args: object) -> object:
+    hash_fn = threefry2x32_rolled if getattr(_LOCAL, "rolled", False) else threefry2x32_unrolled
+    from jax.interpreters import mlir
+    return mlir.lower_fun(hash_fn, multiple_results=True)(ctx, *args)
+
+
 def unroll_threefry_on_cpu() -> bool:
     """Lowers ``jax.random``'s Threefry hash as straight-line code on the CPU, for the rest of the
     process (idempotent; the GPU and TPU lowerings are untouched).
@@ -69,7 +115,8 @@ def unroll_threefry_on_cpu() -> bool:
     Every random number keeps its bits (the hash is exact integer arithmetic; the tests check known
     answers and ``jax.random``'s own outputs), so this changes speed only: it applies to every
     program lowered afterwards, the caller's own included, and the persistent compilation cache
-    keys those programs anew. :func:`rljax.agents.build_agent` calls it.
+    keys those programs anew. :func:`rljax.agents.build_agent` calls it; programs that run once
+    lower within :func:`rolled_threefry`.
 
     Returns:
         True when the lowering is (now) registered; False when this JAX has no public Threefry
@@ -84,8 +131,7 @@ def unroll_threefry_on_cpu() -> bool:
             from jax.interpreters import mlir
         except ImportError:  # pragma: no cover - a JAX without the public primitive
             return False
-        mlir.register_lowering(threefry2x32_p, mlir.lower_fun(lambda k1, k2, x1, x2: threefry2x32_unrolled(
-            k1, k2, x1, x2), multiple_results=True), platform="cpu")
+        mlir.register_lowering(threefry2x32_p, _threefry_cpu_rule, platform="cpu")
         _UNROLLED = True
         return True
 

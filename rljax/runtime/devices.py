@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rljax.core.config import BACKENDS
+from rljax.core.prng import rolled_threefry
 from rljax.runtime.distributed import put
 
 __all__ = ["AXIS", "DataParallel", "first_device", "run_once", "serial_map"]
@@ -43,8 +44,12 @@ RUN_ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def run_once(fn: Any, *args: Any) -> Any:
-    """Compiles ``fn`` (a jitted function) for ``args`` with :data:`RUN_ONCE_OPTIONS` and calls it."""
-    return fn.lower(*args).compile(compiler_options=RUN_ONCE_OPTIONS)(*args)
+    """Compiles ``fn`` (a jitted function) for ``args`` with :data:`RUN_ONCE_OPTIONS`, its random
+    numbers' hash as a loop (:func:`rljax.core.prng.rolled_threefry`: the same bits, less to
+    compile), and calls it."""
+    with rolled_threefry():
+        lowered = fn.lower(*args)
+    return lowered.compile(compiler_options=RUN_ONCE_OPTIONS)(*args)
 
 
 def serial_map(fn: Callable[..., Any], *xs: Any) -> Any:

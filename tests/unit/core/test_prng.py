@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from jax.extend.random import threefry_2x32
 
-from rljax.core.prng import permutation, stable_argsort, threefry2x32_unrolled, unroll_threefry_on_cpu
+from rljax.core.prng import (permutation, rolled_threefry, stable_argsort, threefry2x32_rolled, threefry2x32_unrolled,
+                             unroll_threefry_on_cpu)
 
 # Random123's known answers for Threefry-2x32 with 20 rounds: (key, counter) -> output.
 KNOWN = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
@@ -34,10 +35,11 @@ def _reference(key: tuple[int, int], x1: np.ndarray, x2: np.ndarray) -> tuple[np
 
 
 @pytest.mark.parametrize("key, counter, expected", KNOWN)
-def test_the_unrolled_hash_gives_random123s_known_answers(key, counter, expected):
+def test_both_hashes_give_random123s_known_answers(key, counter, expected):
     words = [jnp.asarray([v], jnp.uint32) for v in key + counter]
-    got = jax.jit(threefry2x32_unrolled)(*words)
-    assert [int(g[0]) for g in got] == list(expected)
+    for hash_fn in (threefry2x32_unrolled, threefry2x32_rolled):
+        got = jax.jit(hash_fn)(*words)
+        assert [int(g[0]) for g in got] == list(expected), hash_fn.__name__
     ref = _reference(key, np.asarray([counter[0]], np.uint32), np.asarray([counter[1]], np.uint32))
     assert [int(r[0]) for r in ref] == list(expected)
 
@@ -63,10 +65,31 @@ def test_jax_random_keeps_its_bits_with_the_unrolled_cpu_lowering():
     np.testing.assert_array_equal(np.asarray(got), np.concatenate(_reference(keypair, x[0], x[1])))
 
 
-def test_the_cpu_lowering_of_a_split_has_no_loop_once_unrolled():
+def test_the_cpu_lowering_of_a_split_has_no_loop_once_unrolled_and_a_loop_inside_rolled_threefry():
     unroll_threefry_on_cpu()
-    text = jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()
-    assert "while" not in text
+    lowered = lambda: jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()  # noqa: E731
+    assert "while" not in lowered()
+    with rolled_threefry():
+        with rolled_threefry():
+            assert "while" in lowered()
+        assert "while" in lowered()  # the inner block restores the outer one's choice
+    assert "while" not in lowered()
+
+
+@pytest.mark.parametrize("key_shape", [(), (129,)])
+def test_the_rolled_hash_equals_the_unrolled_one_and_the_reference(key_shape):
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 2**32, size=(2, 129), dtype=np.uint32)
+    keys = rng.integers(0, 2**32, size=(2,) + key_shape, dtype=np.uint32)
+    words = [jnp.asarray(keys[0]), jnp.asarray(keys[1]), jnp.asarray(x[0]), jnp.asarray(x[1])]
+    rolled = jax.jit(threefry2x32_rolled)(*words)
+    unrolled = jax.jit(threefry2x32_unrolled)(*words)
+    for r, u in zip(rolled, unrolled):
+        np.testing.assert_array_equal(np.asarray(r), np.asarray(u))
+    if key_shape == ():
+        ref = _reference((int(keys[0]), int(keys[1])), x[0], x[1])
+        np.testing.assert_array_equal(np.asarray(rolled[0]), ref[0])
+        np.testing.assert_array_equal(np.asarray(rolled[1]), ref[1])
 
 
 @pytest.mark.parametrize("case", ["distinct", "ties", "all_equal", "two"])
