@@ -21,8 +21,9 @@ Sections:
             also runs rljax with a one-thread XLA CPU pool (``NPROC=1``) in the same rounds.
 
 "Training-phase steps/s" is env steps / seconds of compiled compute (compile excluded), as
-PureJaxRL's and rejax's figures are. PureJaxRL cannot run here beside rljax (no pip package); its
-recorded figures (``benchmarks/results.md``) are printed for reference.
+PureJaxRL's and rejax's figures are. PureJaxRL is no pip package: section ``purejaxrl`` runs its
+checkout (outside this repository) in the peers' venv; the other sections print its recorded figures
+(``benchmarks/results.md``) for reference.
 """
 
 from __future__ import annotations
