@@ -136,20 +136,38 @@ def unroll_threefry_on_cpu() -> bool:
         return True
 
 
+def _stable_argsort_rows(keys: jax.Array) -> jax.Array:
+    """:func:`stable_argsort` of each row of ``keys`` ``[R, n]``; one tie anywhere sends every row
+    to the key-value sort (one ``cond`` for all rows: a tie is rare)."""
+    rows, n = keys.shape
+    index = jnp.broadcast_to(lax.iota(jnp.int32, n), (rows, n))
+    ordered = lax.sort(keys, dimension=1)
+    rank = jax.vmap(lambda o, k: jnp.searchsorted(o, k, side="left", method="scan_unrolled"))(ordered, keys)
+    row = jnp.broadcast_to(lax.iota(jnp.int32, rows)[:, None], (rows, n))
+    tie = jnp.any(ordered[:, 1:] == ordered[:, :-1])
+    return lax.cond(tie, lambda: lax.sort((keys, index), dimension=1, num_keys=1, is_stable=True)[1],
+                    lambda: jnp.zeros((rows, n), jnp.int32).at[row, rank.astype(jnp.int32)].set(
+                        index, unique_indices=True))
+
+
+@jax.custom_batching.custom_vmap
 def stable_argsort(keys: jax.Array) -> jax.Array:
     """The indices that sort the ``uint32`` vector ``keys`` ``[n]``, equal keys in index order
     (what a stable key-value sort of ``(keys, arange(n))`` returns), int32 ``[n]``.
 
     Sorts ``keys`` alone, ranks each key by binary search in the sorted copy and scatters the
-    indices to their ranks; if any two keys are equal, the stable key-value sort instead.
+    indices to their ranks; if any two keys are equal, the stable key-value sort instead. Under
+    ``vmap`` (a population's permutations) the rows share one test for ties, so the key-value sort
+    runs only when some row has one.
     """
-    n = keys.shape[0]
-    index = lax.iota(jnp.int32, n)
-    ordered = lax.sort(keys)
-    rank = jnp.searchsorted(ordered, keys, side="left", method="scan_unrolled").astype(jnp.int32)
-    tie = jnp.any(ordered[1:] == ordered[:-1])
-    return lax.cond(tie, lambda: lax.sort((keys, index), num_keys=1, is_stable=True)[1],
-                    lambda: jnp.zeros((n,), jnp.int32).at[rank].set(index, unique_indices=True))
+    return _stable_argsort_rows(keys[None])[0]
+
+
+@stable_argsort.def_vmap
+def _stable_argsort_vmap(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[jax.Array, bool]:
+    if not in_batched[0]:
+        keys = jnp.broadcast_to(keys, (axis_size,) + keys.shape)
+    return _stable_argsort_rows(keys.reshape(-1, keys.shape[-1])).reshape(keys.shape), True
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:

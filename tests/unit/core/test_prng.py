@@ -115,8 +115,23 @@ def test_permutation_is_jax_random_permutation_bit_for_bit(n):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
-def test_permutation_under_vmap_matches_each_key():
+def test_permutation_under_vmap_matches_each_key_and_keeps_one_branch():
     keys = jax.random.split(jax.random.key(3), 5)
-    got = jax.jit(jax.vmap(lambda k: permutation(k, 512)))(keys)
-    for k, row in zip(keys, np.asarray(got)):
+    batched = jax.jit(jax.vmap(lambda k: permutation(k, 512)))
+    for k, row in zip(keys, np.asarray(batched(keys))):
         np.testing.assert_array_equal(row, np.asarray(jax.random.permutation(k, 512)))
+    # One cond for the population (a vmapped cond would be a select that runs both sorts every time).
+    assert "stablehlo.case" in batched.lower(keys).as_text()
+
+
+def test_stable_argsort_under_vmap_with_a_tie_in_one_row():
+    rng = np.random.default_rng(4)
+    rows = rng.permutation(np.arange(3 * 50, dtype=np.uint32) * 104729).reshape(3, 50)
+    rows[1, 7] = rows[1, 30]  # one tie, in the middle row only
+    got = np.asarray(jax.jit(jax.vmap(stable_argsort))(jnp.asarray(rows)))
+    for r, g in zip(rows, got):
+        np.testing.assert_array_equal(g, np.argsort(r, kind="stable"))
+    # A key vector vmapped against a batched other argument: the rule broadcasts it.
+    same = jax.jit(jax.vmap(lambda _, k: stable_argsort(k), in_axes=(0, None)))(jnp.arange(2), jnp.asarray(rows[1]))
+    for g in np.asarray(same):
+        np.testing.assert_array_equal(g, np.argsort(rows[1], kind="stable"))
