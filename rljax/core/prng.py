@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.interpreters import mlir
 
 __all__ = ["permutation", "stable_argsort", "unroll_threefry_on_cpu", "rolled_threefry", "threefry2x32_unrolled",
            "threefry2x32_rolled"]
@@ -40,8 +41,10 @@ _UNROLLED = False
 _LOCAL = threading.local()
 
 
-def _rotate_left(x: jax.Array, bits: int) -> jax.Array:
-    return lax.shift_left(x, np.uint32(bits)) | lax.shift_right_logical(x, np.uint32(32 - bits))
+def _rotate_left(x: jax.Array, bits: int | jax.Array) -> jax.Array:
+    """``x`` (uint32) rotated left by ``bits`` (an int, or a traced uint32 in the rolled loop)."""
+    bits = np.uint32(bits) if isinstance(bits, int) else bits
+    return (x << bits) | (x >> (np.uint32(32) - bits))
 
 
 def threefry2x32_unrolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax.Array
@@ -76,9 +79,8 @@ def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax
     def step(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         x1, x2, inject1, inject2, spare = carry
         for j in range(4):
-            r = rotations[i % 2, j]
             x1 = x1 + x2
-            x2 = x1 ^ ((x2 << r) | (x2 >> (np.uint32(32) - r)))
+            x2 = x1 ^ _rotate_left(x2, rotations[i % 2, j])
         x1 = x1 + inject1
         x2 = x2 + inject2 + (i + 1).astype(jnp.uint32)
         return x1, x2, inject2, spare, inject1
@@ -102,10 +104,13 @@ def rolled_threefry() -> Iterator[None]:
         _LOCAL.rolled = before
 
 
+_UNROLLED_RULE = mlir.lower_fun(threefry2x32_unrolled, multiple_results=True)
+_ROLLED_RULE = mlir.lower_fun(threefry2x32_rolled, multiple_results=True)
+
+
 def _threefry_cpu_rule(ctx: object, *args: object) -> object:
-    hash_fn = threefry2x32_rolled if getattr(_LOCAL, "rolled", False) else threefry2x32_unrolled
-    from jax.interpreters import mlir
-    return mlir.lower_fun(hash_fn, multiple_results=True)(ctx, *args)
+    """The CPU lowering rule: the rolled hash inside :func:`rolled_threefry`, else the straight-line one."""
+    return (_ROLLED_RULE if getattr(_LOCAL, "rolled", False) else _UNROLLED_RULE)(ctx, *args)
 
 
 def unroll_threefry_on_cpu() -> bool:
@@ -128,7 +133,6 @@ def unroll_threefry_on_cpu() -> bool:
             return True
         try:
             from jax.extend.random import threefry2x32_p
-            from jax.interpreters import mlir
         except ImportError:  # pragma: no cover - a JAX without the public primitive
             return False
         mlir.register_lowering(threefry2x32_p, _threefry_cpu_rule, platform="cpu")
