@@ -30,10 +30,11 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks import json_result
 
 PUREJAXRL = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4,
                  anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
@@ -118,23 +119,14 @@ def profile_chunk(seeds: int, steps: int, repeats: int = 3) -> None:
 
 def run_rljax(seeds: int, devices: int, steps: int, plots: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.population_vs_purejaxrl", "--child", "--seeds", str(seeds),
-                           "--devices", str(devices), "--steps", str(steps)] + ([] if plots else ["--no-plots"]),
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"rljax child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json_result([sys.executable, "-m", "benchmarks.population_vs_purejaxrl", "--child", "--seeds", str(seeds),
+                        "--devices", str(devices), "--steps", str(steps)] + ([] if plots else ["--no-plots"]),
+                       "rljax child", marker="RESULT ", env=env, cwd=ROOT)
 
 
 def run_purejaxrl(python: str, script: str, directory: str, seeds: int, steps: int) -> dict:
-    proc = subprocess.run([python, script, "--dir", directory, "--seeds", str(seeds), "--repeats", "1",
-                           "--set", f"TOTAL_TIMESTEPS={steps}"], capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"PureJaxRL failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return json_result([python, script, "--dir", directory, "--seeds", str(seeds), "--repeats", "1",
+                        "--set", f"TOTAL_TIMESTEPS={steps}"], "PureJaxRL", env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
 def main(argv=None) -> None:

@@ -21,11 +21,11 @@ s, final return; then the median paired ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
+
+from benchmarks import json_result
 
 PEER = r"""
 import json, sys, time, types
@@ -62,14 +62,6 @@ print(json.dumps(dict(compile_s=t["compile_s"], sps=t["total_env_steps"] / t["co
 """
 
 
-def run(python: str, code: str, env: dict | None = None) -> dict:
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=1800, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--purejaxql", required=True, metavar="DIR", help="the folder holding pqn_minatar.py")
@@ -81,8 +73,9 @@ def main(argv=None) -> None:
     peer_env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     ratios = []
     for r in range(a.rounds):
-        ours = run(sys.executable, RLJAX.replace("__STEPS__", steps))
-        peer = run(a.peers_python, PEER.replace("__DIR__", repr(a.purejaxql)).replace("__STEPS__", steps), peer_env)
+        ours = json_result([sys.executable, "-c", RLJAX.replace("__STEPS__", steps)], "rljax", timeout=1800)
+        code = PEER.replace("__DIR__", repr(a.purejaxql)).replace("__STEPS__", steps)
+        peer = json_result([a.peers_python, "-c", code], "purejaxql", timeout=1800, env=peer_env)
         ratios.append(ours["sps"] / peer["sps"])
         print(f"round {r + 1}: rljax {ours['sps']:,.0f} steps/s (compile {ours['compile_s']:.2f}s, return "
               f"{ours['final_return']:.1f}); purejaxql {peer['sps']:,.0f} steps/s (compile {peer['compile_s']:.2f}s, "
