@@ -22,6 +22,7 @@ two of JAX's own lowerings launch many more kernels than the arithmetic needs:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -31,13 +32,19 @@ import numpy as np
 from jax import lax
 from jax.interpreters import mlir
 
-__all__ = ["permutation", "stable_argsort", "unroll_threefry_on_cpu", "rolled_threefry", "threefry2x32_unrolled",
-           "threefry2x32_rolled"]
+__all__ = ["ROLLED_ENV", "permutation", "stable_argsort", "unroll_threefry_on_cpu", "rolled_threefry",
+           "threefry2x32_unrolled", "threefry2x32_rolled"]
+
+ROLLED_ENV = "RLJAX_ROLLED_THREEFRY"
+"""Environment variable: ``1`` keeps the rolled hash in every program lowered after
+:func:`unroll_threefry_on_cpu` (the same bits; each program compiles faster and its random numbers
+run slower: for many short runs, such as a test suite); ``0`` or unset, the straight-line hash."""
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 _LOCK = threading.Lock()
 _UNROLLED = False
+_ROLLED_BY_DEFAULT = False
 _LOCAL = threading.local()
 
 
@@ -92,12 +99,14 @@ def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax
 
 
 @contextlib.contextmanager
-def rolled_threefry() -> Iterator[None]:
+def rolled_threefry(rolled: bool = True) -> Iterator[None]:
     """Within this block, this thread lowers the Threefry hash as the rolled loop
     (:func:`threefry2x32_rolled`) even after :func:`unroll_threefry_on_cpu`: for programs that run
-    once (an initial state), where the straight-line hash costs compile time and saves nothing."""
-    before = getattr(_LOCAL, "rolled", False)
-    _LOCAL.rolled = True
+    once (an initial state), where the straight-line hash costs compile time and saves nothing.
+    ``rolled=False`` lowers the straight-line hash in the block even where :data:`ROLLED_ENV` asks
+    for the loop."""
+    before = getattr(_LOCAL, "rolled", None)
+    _LOCAL.rolled = bool(rolled)
     try:
         yield
     finally:
@@ -109,8 +118,10 @@ _ROLLED_RULE = mlir.lower_fun(threefry2x32_rolled, multiple_results=True)
 
 
 def _threefry_cpu_rule(ctx: object, *args: object) -> object:
-    """The CPU lowering rule: the rolled hash inside :func:`rolled_threefry`, else the straight-line one."""
-    return (_ROLLED_RULE if getattr(_LOCAL, "rolled", False) else _UNROLLED_RULE)(ctx, *args)
+    """The CPU lowering rule: the rolled hash inside :func:`rolled_threefry` (or, outside any such
+    block, where :data:`ROLLED_ENV` asks for it), else the straight-line one."""
+    rolled = getattr(_LOCAL, "rolled", None)
+    return (_ROLLED_RULE if (_ROLLED_BY_DEFAULT if rolled is None else rolled) else _UNROLLED_RULE)(ctx, *args)
 
 
 def unroll_threefry_on_cpu() -> bool:
@@ -121,16 +132,25 @@ def unroll_threefry_on_cpu() -> bool:
     answers and ``jax.random``'s own outputs), so this changes speed only: it applies to every
     program lowered afterwards, the caller's own included, and the persistent compilation cache
     keys those programs anew. :func:`rljax.agents.build_agent` calls it; programs that run once
-    lower within :func:`rolled_threefry`.
+    lower within :func:`rolled_threefry`. With :data:`ROLLED_ENV` set to ``1`` (read at the first
+    call) programs keep the rolled hash unless lowered within ``rolled_threefry(False)``.
 
     Returns:
         True when the lowering is (now) registered; False when this JAX has no public Threefry
         primitive to register it for (nothing is changed then).
+
+    Raises:
+        ValueError: :data:`ROLLED_ENV` is set to something other than ``0`` or ``1``.
     """
-    global _UNROLLED
+    global _UNROLLED, _ROLLED_BY_DEFAULT
     with _LOCK:
         if _UNROLLED:
             return True
+        value = os.environ.get(ROLLED_ENV, "").strip()
+        if value not in ("", "0", "1"):
+            raise ValueError(f"{ROLLED_ENV}={value!r}: set it to 1 (lower jax.random's hash as a loop: faster "
+                             f"compiles) or 0 / unset it (the straight-line hash: faster random numbers)")
+        _ROLLED_BY_DEFAULT = value == "1"
         try:
             from jax.extend.random import threefry2x32_p
         except ImportError:  # pragma: no cover - a JAX without the public primitive

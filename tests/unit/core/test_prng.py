@@ -1,6 +1,7 @@
 """Tests for rljax.core.prng: the straight-line Threefry against the Random123 known answers and a NumPy
 reference, jax.random's own outputs unchanged once it is the CPU lowering, and the permutation against
-``jax.random.permutation`` bit for bit (ties, sizes on both sides of the one-sort range, jit and vmap)."""
+``jax.random.permutation`` bit for bit (ties, sizes on both sides of the one-sort range, jit and vmap), and
+the choice between the two lowerings (``rolled_threefry``, ``RLJAX_ROLLED_THREEFRY``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from jax.extend.random import threefry_2x32
 
+from rljax.core import prng
 from rljax.core.prng import (permutation, rolled_threefry, stable_argsort, threefry2x32_rolled, threefry2x32_unrolled,
                              unroll_threefry_on_cpu)
 
@@ -50,30 +52,56 @@ def test_jax_random_keeps_its_bits_with_the_unrolled_cpu_lowering():
     before = dict(split=jax.random.key_data(jax.random.split(key, 7)), bits=jax.random.bits(key, (33,), jnp.uint32),
                   uniform=jax.random.uniform(key, (5, 3)), categorical=jax.random.categorical(key, jnp.zeros((9, 4))),
                   fold=jax.random.key_data(jax.random.fold_in(key, 3)))
-    assert unroll_threefry_on_cpu() and unroll_threefry_on_cpu()  # idempotent
-    after = jax.jit(lambda k: dict(split=jax.random.key_data(jax.random.split(k, 7)),
-                                   bits=jax.random.bits(k, (33,), jnp.uint32), uniform=jax.random.uniform(k, (5, 3)),
-                                   categorical=jax.random.categorical(k, jnp.zeros((9, 4))),
-                                   fold=jax.random.key_data(jax.random.fold_in(k, 3))))(key)
-    for name in before:
-        np.testing.assert_array_equal(np.asarray(after[name]), np.asarray(before[name]), err_msg=name)
-    # The primitive itself, on random words, against the NumPy reference.
     rng = np.random.default_rng(0)
     x = rng.integers(0, 2**32, size=(2, 257), dtype=np.uint32)
     keypair = (int(rng.integers(0, 2**32)), int(rng.integers(0, 2**32)))
-    got = jax.jit(threefry_2x32)(jnp.asarray(keypair, jnp.uint32), jnp.asarray(x.reshape(-1)))
+    assert unroll_threefry_on_cpu() and unroll_threefry_on_cpu()  # idempotent
+    with rolled_threefry(False):  # the straight-line hash even under the suite's RLJAX_ROLLED_THREEFRY=1
+        assert "while" not in _lowered_split()
+        after = jax.jit(lambda k: dict(split=jax.random.key_data(jax.random.split(k, 7)),
+                                       bits=jax.random.bits(k, (33,), jnp.uint32),
+                                       uniform=jax.random.uniform(k, (5, 3)),
+                                       categorical=jax.random.categorical(k, jnp.zeros((9, 4))),
+                                       fold=jax.random.key_data(jax.random.fold_in(k, 3))))(key)
+        # The primitive itself, on random words, against the NumPy reference.
+        got = jax.jit(threefry_2x32)(jnp.asarray(keypair, jnp.uint32), jnp.asarray(x.reshape(-1)))
+    for name in before:
+        np.testing.assert_array_equal(np.asarray(after[name]), np.asarray(before[name]), err_msg=name)
     np.testing.assert_array_equal(np.asarray(got), np.concatenate(_reference(keypair, x[0], x[1])))
 
 
 def test_the_cpu_lowering_of_a_split_has_no_loop_once_unrolled_and_a_loop_inside_rolled_threefry():
     unroll_threefry_on_cpu()
-    lowered = lambda: jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()  # noqa: E731
-    assert "while" not in lowered()
-    with rolled_threefry():
+    with rolled_threefry(False):
+        assert "while" not in _lowered_split()
         with rolled_threefry():
-            assert "while" in lowered()
-        assert "while" in lowered()  # the inner block restores the outer one's choice
-    assert "while" not in lowered()
+            with rolled_threefry():
+                assert "while" in _lowered_split()
+            assert "while" in _lowered_split()  # the inner block restores the outer one's choice
+        assert "while" not in _lowered_split()
+
+
+def _lowered_split() -> str:
+    return jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()
+
+
+@pytest.mark.parametrize("value, loop", [("", False), ("0", False), ("1", True)])
+def test_the_environment_variable_chooses_the_default_lowering(monkeypatch, value, loop):
+    # As if this process had not registered the lowering yet: the variable is read at registration.
+    monkeypatch.setattr(prng, "_UNROLLED", False)
+    monkeypatch.setattr(prng, "_ROLLED_BY_DEFAULT", prng._ROLLED_BY_DEFAULT)
+    monkeypatch.setenv(prng.ROLLED_ENV, value)
+    assert unroll_threefry_on_cpu()
+    assert ("while" in _lowered_split()) is loop
+    with rolled_threefry(not loop):
+        assert ("while" in _lowered_split()) is not loop
+
+
+def test_a_bad_environment_value_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(prng, "_UNROLLED", False)
+    monkeypatch.setenv(prng.ROLLED_ENV, "yes")
+    with pytest.raises(ValueError, match=r"RLJAX_ROLLED_THREEFRY='yes': set it to 1 .* or 0 / unset it"):
+        unroll_threefry_on_cpu()
 
 
 @pytest.mark.parametrize("key_shape", [(), (129,)])
