@@ -2,6 +2,7 @@
 
     python -m benchmarks.ppo_minatar                                  # PureJaxRL, then rljax mlp and cnn, 3 seeds
     python -m benchmarks.ppo_minatar --encoders mlp --seeds 1 --total-timesteps 1e6
+    python -m benchmarks.ppo_minatar --encoders cnn --shared-torso --no-peer --seeds 1 --total-timesteps 2e6
     RLJAX_PUREJAXRL_DIR=/scratch/purejaxrl/purejaxrl RLJAX_PEERS_PYTHON=/tmp/rljax-peers/bin/python \\
         python -m benchmarks.ppo_minatar                              # where PureJaxRL and its venv are
 
@@ -61,21 +62,22 @@ def purejaxrl(total_timesteps: float) -> dict | None:
     return res
 
 
-def rljax_seeds(encoder: str, seeds: range, total_timesteps: int) -> list[dict]:
+def rljax_seeds(encoder: str, seeds: range, total_timesteps: int, shared_torso: bool = False) -> list[dict]:
     """One ``rljax.train`` per seed, in memory (logging on, no checkpoints), each timed."""
     import rljax
 
     rows = []
     for seed in seeds:
         t0 = time.perf_counter()
-        r = rljax.train(PPOConfig(seed=seed, total_timesteps=total_timesteps, encoder=encoder, **CONFIG),
+        r = rljax.train(PPOConfig(seed=seed, total_timesteps=total_timesteps, encoder=encoder,
+                                  shared_torso=shared_torso, **CONFIG),
                         options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
                                                  handle_signals=False))
         t = r.timings
-        rows.append(dict(encoder=encoder, seed=seed, final_return=r.final_return,
+        rows.append(dict(encoder=encoder, shared_torso=shared_torso, seed=seed, final_return=r.final_return,
                          sps=t["total_env_steps"] / t["compute_s"], compile_s=t["compile_s"],
                          wall_s=time.perf_counter() - t0, env_steps=t["total_env_steps"]))
-        print(f"rljax {encoder} seed {seed}: return {r.final_return:.1f}, {rows[-1]['sps']:,.0f} steps/s, compile "
+        print(f"rljax {encoder}{' shared' if shared_torso else ''} seed {seed}: return {r.final_return:.1f}, {rows[-1]['sps']:,.0f} steps/s, compile "
               f"{t['compile_s']:.1f} s, wall {rows[-1]['wall_s']:.0f} s", flush=True)
     return rows
 
@@ -86,6 +88,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--total-timesteps", type=float, default=1e7)
+    ap.add_argument("--shared-torso", action="store_true",
+                    help="rljax: one encoder and torso for actor and critic (PureJaxRL's are separate)")
     ap.add_argument("--no-peer", action="store_true", help="skip PureJaxRL")
     ap.add_argument("--json", help="also write every figure to this file")
     a = ap.parse_args()
@@ -95,7 +99,7 @@ def main() -> None:
         ap.error(f"--encoders: {bad} are not among mlp, cnn")
     peer = None if a.no_peer else purejaxrl(a.total_timesteps)
     seeds = range(a.first_seed, a.first_seed + a.seeds)
-    runs = {e: rljax_seeds(e, seeds, int(a.total_timesteps)) for e in encoders}
+    runs = {e: rljax_seeds(e, seeds, int(a.total_timesteps), a.shared_torso) for e in encoders}
     summary = {}
     for e, rows in runs.items():
         sps = statistics.median(r["sps"] for r in rows)
