@@ -14,7 +14,8 @@ two of JAX's own lowerings launch many more kernels than the arithmetic needs:
   key-value sort. :func:`permutation` sorts the keys alone (XLA's direct path for one array of
   integers), finds each key's rank by binary search, and scatters the indices; when two keys tie
   (for 512 keys about once in 30,000 permutations) it falls back to the key-value sort, so the
-  result is always the stable order, bit for bit ``jax.random.permutation``'s.
+  result is always the stable order, bit for bit ``jax.random.permutation``'s. Above 1,625
+  elements JAX sorts twice (fresh keys each time): each round is done the same way.
 
 ``docs/design.md`` (Decisions) says why; ``benchmarks/results.md`` (Training throughput) has the figures.
 """
@@ -195,14 +196,19 @@ def _stable_argsort_vmap(axis_size: int, in_batched: list[bool], keys: jax.Array
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
-    """``jax.random.permutation(key, n)``, bit for bit, int32 ``[n]``: the stable order of ``n``
-    random 32-bit keys drawn with ``split(key)[1]`` (:func:`stable_argsort`).
+    """``jax.random.permutation(key, n)``, bit for bit, int32 ``[n]``.
 
-    JAX sorts ``ceil(3 ln n / ln(2**32 - 1))`` times with fresh keys; this takes the one-sort case
-    (``2 <= n <= 1625``) and hands any other ``n`` to ``jax.random.permutation``.
+    JAX sorts ``rounds = ceil(3 ln n / ln(2**32 - 1))`` times (one for ``n <= 1625``, two up to about
+    2.6 million): each round draws ``n`` random 32-bit keys with a fresh ``split`` of the key and
+    reorders the previous round's result by their stable order. Each round here is a
+    :func:`stable_argsort` of its keys and a gather. ``n < 2`` is handed to ``jax.random.permutation``.
     """
     rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
-    if rounds != 1:
+    if rounds < 1:
         return jax.random.permutation(key, n)
-    sort_keys = jax.random.bits(jax.random.split(key)[1], (n,), jnp.uint32)
-    return stable_argsort(sort_keys)
+    order = None
+    for _ in range(rounds):
+        key, subkey = jax.random.split(key)
+        ranks = stable_argsort(jax.random.bits(subkey, (n,), jnp.uint32))
+        order = ranks if order is None else order[ranks]
+    return order
