@@ -77,8 +77,9 @@ def rljax_seeds(encoder: str, seeds: range, total_timesteps: int, shared_torso: 
         rows.append(dict(encoder=encoder, shared_torso=shared_torso, seed=seed, final_return=r.final_return,
                          sps=t["total_env_steps"] / t["compute_s"], compile_s=t["compile_s"],
                          wall_s=time.perf_counter() - t0, env_steps=t["total_env_steps"]))
-        print(f"rljax {encoder}{' shared' if shared_torso else ''} seed {seed}: return {r.final_return:.1f}, {rows[-1]['sps']:,.0f} steps/s, compile "
-              f"{t['compile_s']:.1f} s, wall {rows[-1]['wall_s']:.0f} s", flush=True)
+        label = f"{encoder} shared" if shared_torso else encoder
+        print(f"rljax {label} seed {seed}: return {r.final_return:.1f}, {rows[-1]['sps']:,.0f} steps/s, "
+              f"compile {t['compile_s']:.1f} s, wall {rows[-1]['wall_s']:.0f} s", flush=True)
     return rows
 
 
@@ -104,9 +105,11 @@ def main() -> None:
     for e, rows in runs.items():
         sps = statistics.median(r["sps"] for r in rows)
         summary[e] = dict(mean_return=statistics.mean(r["final_return"] for r in rows), median_sps=sps,
-                          ratio=(sps / peer["sps"]) if peer else None)
+                          ratio=(sps / peer["sps"]) if peer else None, shared_torso=a.shared_torso)
         ratio = f", {summary[e]['ratio']:.2f}x PureJaxRL's steps/s" if peer else ""
-        print(f"rljax {e}: mean return {summary[e]['mean_return']:.1f} over {len(rows)} seed(s) "
+        if peer and a.shared_torso:
+            ratio += " (a shared torso: not PureJaxRL's network)"
+        print(f"rljax {e}{' shared' if a.shared_torso else ''}: mean return {summary[e]['mean_return']:.1f} over {len(rows)} seed(s) "
               f"{[round(r['final_return'], 1) for r in rows]}, median {sps:,.0f} steps/s{ratio}", flush=True)
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(dict(peer=peer, runs=runs, summary=summary), indent=1))

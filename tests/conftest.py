@@ -141,7 +141,7 @@ def cpu_subprocess_env(devices: int = 1, **extra: str) -> dict:
 
 # ----- the default suite and --slow -----
 #
-# The default suite (CI's, about 12 minutes with two workers on a 2-core machine) runs every unit
+# The default suite (CI's, about 11 minutes with two workers on a 2-core machine) runs every unit
 # test and one end-to-end check of every guarantee; a test marked ``slow`` is a longer or repeated
 # version of a check the default suite runs in short, and its marker's comment names that short
 # version. What is marked slow: learning runs beyond PPO's, IMPALA's and the host path's (each

@@ -101,11 +101,12 @@ def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax
 
 @contextlib.contextmanager
 def rolled_threefry(rolled: bool = True) -> Iterator[None]:
-    """Within this block, this thread lowers the Threefry hash as the rolled loop
+    """Programs this thread first lowers within this block get the Threefry hash as the rolled loop
     (:func:`threefry2x32_rolled`) even after :func:`unroll_threefry_on_cpu`: for programs that run
     once (an initial state), where the straight-line hash costs compile time and saves nothing.
-    ``rolled=False`` lowers the straight-line hash in the block even where :data:`ROLLED_ENV` asks
-    for the loop."""
+    ``rolled=False`` gives them the straight-line hash even where :data:`ROLLED_ENV` asks for the
+    loop. (JAX reuses a function's earlier lowering for the same arguments whatever the block says:
+    the choice changes speed and compile time only, never a bit.)"""
     before = getattr(_LOCAL, "rolled", None)
     _LOCAL.rolled = bool(rolled)
     try:

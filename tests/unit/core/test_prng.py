@@ -5,6 +5,8 @@ the choice between the two lowerings (``rolled_threefry``, ``RLJAX_ROLLED_THREEF
 
 from __future__ import annotations
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,23 +87,54 @@ def _lowered_split() -> str:
     return jax.jit(lambda k: jax.random.split(k, 4)).lower(jax.random.key(0)).as_text()
 
 
-@pytest.mark.parametrize("value, loop", [("", False), ("0", False), ("1", True)])
-def test_the_environment_variable_chooses_the_default_lowering(monkeypatch, value, loop):
-    # As if this process had not registered the lowering yet: the variable is read at registration.
+@pytest.fixture
+def unregistered(monkeypatch):
+    """As if this process had not registered the lowering yet (the variable is read at registration);
+    the process's own registration and default come back afterwards."""
+    unroll_threefry_on_cpu()  # registered now, so restoring _UNROLLED=True below matches the rule in place
     monkeypatch.setattr(prng, "_UNROLLED", False)
     monkeypatch.setattr(prng, "_ROLLED_BY_DEFAULT", prng._ROLLED_BY_DEFAULT)
-    monkeypatch.setenv(prng.ROLLED_ENV, value)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("value, loop", [("", False), ("0", False), ("1", True), (" 1 ", True)])
+def test_the_environment_variable_chooses_the_default_lowering(unregistered, value, loop):
+    unregistered.setenv(prng.ROLLED_ENV, value)
     assert unroll_threefry_on_cpu()
     assert ("while" in _lowered_split()) is loop
     with rolled_threefry(not loop):
         assert ("while" in _lowered_split()) is not loop
+    # Read once: a later change, even to a bad value, changes nothing in this process.
+    unregistered.setenv(prng.ROLLED_ENV, "bogus")
+    assert unroll_threefry_on_cpu()
+    assert ("while" in _lowered_split()) is loop
+    # The default is the process's, not the registering thread's.
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append("while" in _lowered_split()))
+    thread.start()
+    thread.join()
+    assert seen == [loop]
 
 
-def test_a_bad_environment_value_is_refused_by_name(monkeypatch):
-    monkeypatch.setattr(prng, "_UNROLLED", False)
-    monkeypatch.setenv(prng.ROLLED_ENV, "yes")
+def test_a_bad_environment_value_is_refused_by_name(unregistered):
+    unregistered.setenv(prng.ROLLED_ENV, "yes")
     with pytest.raises(ValueError, match=r"RLJAX_ROLLED_THREEFRY='yes': set it to 1 .* or 0 / unset it"):
         unroll_threefry_on_cpu()
+    assert not prng._UNROLLED  # nothing registered: the next call reads the variable again
+
+
+def test_a_block_left_by_an_exception_restores_the_choice_and_is_per_thread():
+    unroll_threefry_on_cpu()
+    with rolled_threefry(False):
+        with pytest.raises(RuntimeError):
+            with rolled_threefry():
+                raise RuntimeError("inside the block")
+        assert "while" not in _lowered_split()
+        seen = []  # another thread lowers with the process's default, not this thread's block
+        thread = threading.Thread(target=lambda: seen.append(prng._LOCAL.__dict__.get("rolled")))
+        thread.start()
+        thread.join()
+        assert seen == [None]
 
 
 @pytest.mark.parametrize("key_shape", [(), (129,)])
