@@ -109,7 +109,8 @@ def main() -> None:
         ratio = f", {summary[e]['ratio']:.2f}x PureJaxRL's steps/s" if peer else ""
         if peer and a.shared_torso:
             ratio += " (a shared torso: not PureJaxRL's network)"
-        print(f"rljax {e}{' shared' if a.shared_torso else ''}: mean return {summary[e]['mean_return']:.1f} over {len(rows)} seed(s) "
+        label = f"{e} shared" if a.shared_torso else e
+        print(f"rljax {label}: mean return {summary[e]['mean_return']:.1f} over {len(rows)} seed(s) "
               f"{[round(r['final_return'], 1) for r in rows]}, median {sps:,.0f} steps/s{ratio}", flush=True)
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(dict(peer=peer, runs=runs, summary=summary), indent=1))
