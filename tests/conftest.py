@@ -26,6 +26,8 @@ import tempfile
 import jax
 import pytest
 
+from rljax.core.prng import ROLLED_ENV
+
 SUITE_XLA_FLAGS = () if os.environ.get("RLJAX_SUITE_XLA_DEFAULTS") else (
     "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 """The XLA flags every program of the suite compiles with (the module docstring says why)."""
@@ -40,7 +42,7 @@ def suite_xla_flags(devices: int | None = None) -> str:
 
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *SUITE_XLA_FLAGS]).strip()
 if SUITE_XLA_FLAGS:  # in this process and every subprocess (the module docstring says why)
-    os.environ.setdefault("RLJAX_ROLLED_THREEFRY", "1")
+    os.environ.setdefault(ROLLED_ENV, "1")
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="rljax-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
