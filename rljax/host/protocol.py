@@ -11,7 +11,8 @@ Message::
     payload  per array: dtype code u8 | ndim u8 (<= 8) | reserved u16 (0) | dims u32 x ndim | data
 
 An array's data is its ``prod(dims) * itemsize`` bytes in C order, little-endian; the payload holds
-exactly its arrays, nothing after them. dtype codes: 1 bool, 2 uint8, 3 int8, 4 uint16, 5 int16,
+exactly its arrays, nothing after them. The dims of an array may describe at most 2^34 elements, a zero dim
+counted as 1 (an empty array carries no data, but may not declare absurd dims either). dtype codes: 1 bool, 2 uint8, 3 int8, 4 uint16, 5 int16,
 6 uint32, 7 int32, 8 uint64, 9 int64, 10 float16, 11 float32, 12 float64.
 
 Conversation (client = rljax, server = the simulator; ``N`` envs, spaces of one env)::
@@ -97,6 +98,9 @@ def _array_bytes(x: np.ndarray) -> bytes:
                             f"{', '.join(np.dtype(t).name for t in DTYPES.values())}")
     if x.ndim > MAX_NDIM or any(d >= 2 ** 32 for d in x.shape):
         raise ProtocolError(f"an array of shape {x.shape} cannot be sent: at most {MAX_NDIM} dims, each < 2^32")
+    if math.prod(max(d, 1) for d in x.shape) > MAX_ELEMENTS:  # what the receiver refuses, even when empty
+        raise ProtocolError(f"an array of shape {x.shape} cannot be sent: its dims describe over {MAX_ELEMENTS} "
+                            f"elements (a zero dim counted as 1)")
     data = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).tobytes()
     return ARRAY_HEADER.pack(code, x.ndim, 0) + struct.pack(f"<{x.ndim}I", *x.shape) + data
 

@@ -98,6 +98,24 @@ def test_a_bad_payload_layout_is_refused(payload, match):
         decode_payload(Kind.STEP, payload)
 
 
+@pytest.mark.parametrize("dims", [(0, 2 ** 32 - 1, 2 ** 32 - 1), (0, 2 ** 17, 2 ** 17 + 1), (2 ** 17 + 1, 0, 2 ** 17)])
+def test_an_empty_array_with_dims_over_the_element_limit_is_refused_without_a_payload(dims):
+    """A zero dim makes the array empty, so no data follows; the other dims still count (as the
+    largest non-empty array they could describe), and the refusal is the protocol's own error, not
+    NumPy's (whose reshape raises ``ValueError`` only when the dims overflow its index type)."""
+    payload = bytes([11, len(dims), 0, 0]) + struct.pack(f"<{len(dims)}I", *dims)
+    with pytest.raises(ProtocolError, match=rf"array 0: shape \({dims[0]}, {dims[1]}, {dims[2]}\) is over "
+                                            r"17179869184 elements"):
+        decode_payload(Kind.STEP, payload)
+    # At the limit exactly, an empty array is still an array.
+    (empty,) = decode_payload(Kind.STEP, bytes([11, 3, 0, 0]) + struct.pack("<3I", 0, 2 ** 17, 2 ** 17))
+    assert empty.shape == (0, 2 ** 17, 2 ** 17) and empty.dtype == np.float32
+    # The sender refuses what the receiver would (NumPy holds such an empty array without complaint).
+    with pytest.raises(ProtocolError, match=r"shape \(0, 1048576, 1048576\) cannot be sent: its dims describe over "
+                                            r"17179869184 elements"):
+        encode(Kind.STEP, [np.empty((0, 2 ** 20, 2 ** 20), np.float32)])
+
+
 def test_bools_are_normalised_to_zero_and_one():
     payload = bytes([1, 1, 0, 0]) + struct.pack("<I", 3) + bytes([0, 1, 7])
     (x,) = decode_payload(Kind.STEP, payload)
