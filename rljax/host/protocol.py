@@ -11,9 +11,10 @@ Message::
     payload  per array: dtype code u8 | ndim u8 (<= 8) | reserved u16 (0) | dims u32 x ndim | data
 
 An array's data is its ``prod(dims) * itemsize`` bytes in C order, little-endian; the payload holds
-exactly its arrays, nothing after them. The dims of an array may describe at most 2^34 elements, a zero dim
-counted as 1 (an empty array carries no data, but may not declare absurd dims either). dtype codes: 1 bool, 2 uint8, 3 int8, 4 uint16, 5 int16,
-6 uint32, 7 int32, 8 uint64, 9 int64, 10 float16, 11 float32, 12 float64.
+exactly its arrays, nothing after them. An array's dims may describe at most 2^34 elements, a zero
+dim counted as 1 (an empty array carries no data, but may not declare absurd dims either). dtype
+codes: 1 bool, 2 uint8, 3 int8, 4 uint16, 5 int16, 6 uint32, 7 int32, 8 uint64, 9 int64, 10 float16,
+11 float32, 12 float64.
 
 Conversation (client = rljax, server = the simulator; ``N`` envs, spaces of one env)::
 
