@@ -132,9 +132,7 @@ class EnvServer:
         conn.settimeout(self._idle)
         try:
             _, (token,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
-            if self._token and not (token.dtype == np.uint8 and token.ndim == 1
-                                    and hmac.compare_digest(token.tobytes(), self._token)):
-                raise ProtocolError("the token does not match this server's (RLJAX_ENV_SERVER_TOKEN)")
+            self._check_token(token)
             env = self._make_env()
             send_message(conn, Kind.SPEC, encode_spec(env.spec))
             self._loop(conn, env)
@@ -155,6 +153,20 @@ class EnvServer:
             _close(conn)
             with self._lock:
                 self._open.pop(threading.current_thread(), None)
+
+    def _check_token(self, token: np.ndarray) -> None:
+        """Refuses a HELLO whose token is missing, not a ``uint8 [T]`` array, or wrong (compared in
+        constant time); the error says which, never what either token is."""
+        if not self._token:
+            return
+        if token.dtype != np.uint8 or token.ndim != 1:
+            raise ProtocolError(f"the token must be a uint8 [T] array (its UTF-8 bytes), got {token.dtype} "
+                                f"{token.shape}")
+        if token.size == 0:
+            raise ProtocolError(f"no token was sent, and this server requires one: set {TOKEN_VARIABLE} on the "
+                                f"client (or pass token=) to the server's token")
+        if not hmac.compare_digest(token.tobytes(), self._token):
+            raise ProtocolError(f"the token sent does not match this server's ({TOKEN_VARIABLE})")
 
     @staticmethod
     def _loop(conn: socket.socket, env: HostEnv) -> None:

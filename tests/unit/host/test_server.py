@@ -54,13 +54,24 @@ def test_off_loopback_a_token_is_required_and_checked(monkeypatch, caplog):
     with EnvServer(lambda: GymnasiumEnv("CartPole-v1", 1), host="0.0.0.0", token=secret) as srv:
         srv.start()
         port = srv.address[1]
-        with pytest.raises(ProtocolError, match="the token does not match") as wrong:
+        with pytest.raises(ProtocolError, match="the token sent does not match this server's") as wrong:
             ServerEnv("127.0.0.1", port, token="guess")
+        assert "no token" not in str(wrong.value)
+        with pytest.raises(ProtocolError, match=f"no token was sent, and this server requires one: set "
+                                                f"{TOKEN_VARIABLE} on the client") as missing:
+            ServerEnv("127.0.0.1", port)  # no token= and none in the environment: an empty token
+        assert "does not match" not in str(missing.value)
+        sock = socket.create_connection(srv.address, timeout=10)
+        sock.sendall(encode(Kind.HELLO, [np.frombuffer(secret.encode(), np.uint8).view(np.int8)]))
+        with pytest.raises(ProtocolError, match=r"the token must be a uint8 \[T\] array.*got int8 \(18,\)") as typed:
+            read_message(sock, 1 << 20)
+        sock.close()
         monkeypatch.setenv(TOKEN_VARIABLE, secret)  # the client reads it from the environment
         good = ServerEnv("127.0.0.1", port)
         assert good.reset(0).shape == (1, 4)
         good.close()
-    assert secret not in caplog.text and secret not in str(wrong.value)
+    assert all(secret not in text for text in (caplog.text, str(wrong.value), str(missing.value), str(typed.value)))
+    assert "guess" not in caplog.text and "guess" not in str(wrong.value)
 
 
 def test_loopback_names():
