@@ -1,7 +1,9 @@
 """``rljax stop RUN_DIR [--wait SECONDS]``: asks a running run (or sweep) to stop at its next chunk
 boundary, save a checkpoint and exit with status 75, as SIGTERM does, from any host that sees the run
 directory (``RUN_DIR/stop.request``, :mod:`rljax.store.status`). ``rljax resume RUN_DIR`` continues
-it. With ``--wait`` the command returns once the run has stopped (status 0) or the time is up (1)."""
+it. With ``--wait`` the command returns once the run has stopped (status 0) or, the run still running
+(or stalled) when the time is up, with status 1; the request then stands. Status 2: nothing to stop,
+or a bad ``--wait``."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run or sweep directory")
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                        help="wait up to this long for the run to stop (0: ask and return)")
+                        help="wait up to this long for the run to stop (0: ask and return; inf: until it stops); "
+                             "exit status 1 if it is still running then")
     return parser
 
 
@@ -30,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from rljax.cli.status import status_line
     from rljax.store.status import read_status, request_stop
 
+    if not args.wait >= 0:  # NaN too
+        print(f"rljax stop: error: --wait is the seconds to wait for the run to stop, >= 0 (0: ask and return, "
+              f"inf: until it stops); got {args.wait:g}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         record = read_status(args.run_dir)
     except (ValueError, OSError) as err:

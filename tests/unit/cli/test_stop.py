@@ -1,6 +1,7 @@
 """``rljax stop`` (:mod:`rljax.cli.stop`): a run driven from start to stop and resume with the
 commands alone (``rljax status --json``, ``rljax stop --wait``, ``rljax resume``), exit status 75 and a
-bit-exact continuation; and what it refuses (a run that is not running)."""
+bit-exact continuation; ``--wait`` on a faked running run (status 1 when it is still running when the
+time is up, 0 when it stops in time); and what it refuses (a run that is not running, a bad ``--wait``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -76,3 +78,43 @@ def test_status_and_stop_drive_a_run_to_exit_75_and_resume_continues_bit_exactly
 def test_stop_refuses_a_run_that_is_not_running(tmp_path, capsys):
     assert main(["stop", str(tmp_path)]) == 2
     assert "nothing to stop: " in capsys.readouterr().err and not (tmp_path / "stop.request").exists()
+
+
+def _fake_running(run_dir: pathlib.Path) -> None:
+    """A ``status.json`` of a run this test process holds: ``running``, and not stalled for an hour."""
+    from rljax.store.status import write_status
+
+    write_status(run_dir, {"state": "running", "stall_after_s": 3600.0, "env_steps": 128, "total_env_steps": 3072})
+
+
+def test_wait_ends_with_status_1_while_the_run_is_still_running(tmp_path, capsys):
+    _fake_running(tmp_path)
+    start = time.monotonic()
+    assert main(["stop", str(tmp_path), "--wait", "0.4"]) == 1
+    assert 0.4 <= time.monotonic() - start < 10
+    out, err = capsys.readouterr()
+    assert "asked" in out and "still running after 0.4 s; the request stands" in err
+    assert (tmp_path / "stop.request").exists()  # the request stands for the run to take
+
+
+def test_wait_ends_with_status_0_when_the_run_stops_in_time(tmp_path, capsys):
+    from rljax.store.status import write_status
+
+    _fake_running(tmp_path)
+    stopper = threading.Timer(0.3, write_status, (tmp_path, {"state": "preempted", "reason": "preempted by rljax stop",
+                                                           "env_steps": 256, "total_env_steps": 3072}))
+    stopper.start()
+    try:
+        assert main(["stop", str(tmp_path), "--wait", "60"]) == 0
+    finally:
+        stopper.join()
+    assert "preempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wait", ["-1", "nan"])
+def test_a_bad_wait_is_refused_before_asking(tmp_path, capsys, wait):
+    _fake_running(tmp_path)
+    assert main(["stop", str(tmp_path), "--wait", wait]) == 2
+    assert f"--wait is the seconds to wait for the run to stop, >= 0 (0: ask and return, inf: until it stops); got " \
+           f"{float(wait):g}" in capsys.readouterr().err
+    assert not (tmp_path / "stop.request").exists()
