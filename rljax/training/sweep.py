@@ -40,7 +40,7 @@ import numpy as np
 from rljax.core.config import sweepable_fields
 
 __all__ = ["Member", "SweepSpec", "parse_grid", "parse_sample", "build_members", "make_population",
-           "run_sweep", "summarize", "plot_configs", "ranking_table", "rank_configs", "score_description", "ranking",
+           "run_sweep", "swept_ranges_drawn", "summarize", "plot_configs", "ranking_table", "rank_configs", "score_description", "ranking",
            "mean_curve", "member_count", "MAX_PLOTS"]
 
 ENV_PREFIX = "env."
@@ -104,7 +104,7 @@ RANGE_PREFIX = "randomize."
 
 RANGES_NOT_SWEPT = ("a sweep varies the bounds of one randomisation range at a time, listed with --grid: "
                     "randomize.NAME=LOW:HIGH,LOW:HIGH,... (e.g. randomize.length=0.25:1,0.25:2; log:LOW:HIGH for a "
-                    "log range), the base run drawing NAME (--randomize NAME=...)")
+                    "log range); every member draws NAME, whether or not the base run does (--randomize NAME=...)")
 
 
 def _range_value(text: str, field: str) -> str:
@@ -173,9 +173,10 @@ def validate_fields(config: Any, env_params: Any, fields: Sequence[str]) -> None
     for field in fields:
         if field.startswith(RANGE_PREFIX):
             if field[len(RANGE_PREFIX):] not in ranged:
-                raise ValueError(f"{field!r}: the base run draws {', '.join(ranged) or 'no env param'} per episode; "
-                                 f"add --randomize {field[len(RANGE_PREFIX):]}=LOW:HIGH to it (a sweep varies the "
-                                 f"bounds of the ranges the program draws, not which params it draws)")
+                raise ValueError(f"{field!r}: the base config draws {', '.join(ranged) or 'no env param'} per "
+                                 f"episode; give it {field[len(RANGE_PREFIX):]}=LOW:HIGH in its randomize (run_sweep "
+                                 f"does, through swept_ranges_drawn: members vary the bounds of the ranges the "
+                                 f"program draws)")
         elif field.startswith(ENV_PREFIX):
             if field[len(ENV_PREFIX):] not in env_names:
                 raise ValueError(f"{field!r} is not a param of env {config.env!r}; env params: "
@@ -188,7 +189,45 @@ def validate_fields(config: Any, env_params: Any, fields: Sequence[str]) -> None
 
 
 def _fmt(v: float | str) -> str:
-    return v if isinstance(v, str) else f"{v:g}"
+    """A grid value as a label shows it: a range as typed, a number in its short form (``1e-4`` is
+    ``0.0001``) when that is the same number, else every digit it has (``0.123456789``: two values
+    that differ in the seventh digit are two configs, not one)."""
+    if isinstance(v, str):
+        return v
+    short = f"{v:g}"
+    return short if float(short) == v else repr(float(v))
+
+
+def swept_ranges_drawn(config: Any, spec: SweepSpec) -> Any:
+    """``config`` drawing every env param whose randomisation range ``spec`` sweeps.
+
+    A ``randomize.NAME`` grid over a base config that does not draw ``NAME`` adds ``NAME`` with the
+    grid's first range to the base's ``randomize`` (each member then draws from its own range), so
+    ``sweep --grid randomize.length=0.25:1,0.25:2`` needs no ``--randomize`` of its own. Which params
+    are drawn, and whether uniformly or log-uniformly, is compiled into the program, so the base
+    decides it for every member.
+
+    Raises:
+        ValueError: an added range whose grid mixes uniform (``LOW:HIGH``) and log-uniform
+            (``log:LOW:HIGH``) ranges, naming the field and its values.
+    """
+    from rljax.core.wrappers import param_ranges
+
+    if not hasattr(config, "randomize"):
+        return config  # validate_fields says that nothing of it can be drawn
+    drawn = {r.name for r in param_ranges(config.randomize)}
+    added = []
+    for field, values in spec.grid.items():
+        if not field.startswith(RANGE_PREFIX) or field[len(RANGE_PREFIX):] in drawn or not values:
+            continue
+        name = field[len(RANGE_PREFIX):]
+        kinds = {param_ranges([f"{name}={v}"])[0].log for v in values}
+        if len(kinds) > 1:
+            raise ValueError(f"--grid {field}={','.join(map(str, values))}: the ranges of one param must all be "
+                             f"uniform (LOW:HIGH) or all log-uniform (log:LOW:HIGH): how the program draws "
+                             f"{name} is compiled in")
+        added.append(f"{name}={values[0]}")
+    return dataclasses.replace(config, randomize=(*config.randomize, *added)) if added else config
 
 
 def build_members(config: Any, env_params: Any, spec: SweepSpec) -> list[Member]:
@@ -214,7 +253,8 @@ def build_members(config: Any, env_params: Any, spec: SweepSpec) -> list[Member]
     for g in grid_points:
         for smp in sample_points:
             values = {**g, **smp}
-            label = ",".join(f"{k}={_fmt(v)}" for k, v in values.items()) or "base"
+            # Drawn values in short form (they are in config.json and summary.csv in full); typed ones exactly.
+            label = ",".join(f"{k}={f'{v:g}' if k in smp else _fmt(v)}" for k, v in values.items()) or "base"
             for seed in spec.seeds:
                 i = len(members)
                 safe = re.sub(r"[^\w.=,+-]", "_", label).replace(",", "_")
@@ -245,12 +285,13 @@ def _member_ranges(base: tuple[str, ...], bounds: dict[str, str]) -> tuple[str, 
         if old.name not in bounds:
             out.append(spec)
             continue
-        (new,) = param_ranges([f"{old.name}={bounds[old.name]}"])
+        typed = f"{old.name}={bounds[old.name]}"
+        (new,) = param_ranges([typed])
         if new.log != old.log:
             raise ValueError(f"{RANGE_PREFIX}{old.name}={bounds[old.name]}: the base run draws {old.name} "
                              f"{'log-uniformly' if old.log else 'uniformly'} ({spec}); a sweep member must too "
                              f"({'log:LOW:HIGH' if old.log else 'LOW:HIGH'})")
-        out.append(str(new))
+        out.append(typed)  # as typed: str(new) would round the bounds to 6 digits
     return tuple(out)
 
 
@@ -626,6 +667,7 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
 
     # Before anything starts JAX: XLA reads the deterministic flags only then.
     request_deterministic(train_kwargs.get("deterministic", "auto"))
+    config = swept_ranges_drawn(config, spec)
     config, env, env_params = env_registry.resolve_run(
         config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)

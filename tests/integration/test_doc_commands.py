@@ -241,6 +241,10 @@ def test_the_extractor_finds_every_command():
     assert "rljax envs" in readme and any(c.startswith("rljax eval runs/cp3") for c in readme)
     assert any("sweep --grid learning_rate=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4 --run-dir runs/sweep1"
                in c for c in readme), "a command continued over two lines is one command"
+    # The sweep over randomisation bounds, with no --randomize of its own, runs in every suite run.
+    dr_sweep = [c for c in readme if " sweep --grid randomize.length=0.25:1,0.25:2" in c]
+    assert len(dr_sweep) == 1 and "--randomize" not in dr_sweep[0], dr_sweep
+    assert dr_sweep[0] in _commands("README.md", variants=False)
     assert any("rljax resume RUN_DIR --total-timesteps 2e6" == c for c in fenced_commands(ROOT / "docs/runbook.md"))
     helps = help_commands()
     assert "python -m experiments.ppo_cartpole --seed 3 --total-timesteps 1e6 --run-dir runs/cp3" in helps

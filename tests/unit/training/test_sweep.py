@@ -21,7 +21,8 @@ from rljax.agents.dqn import DQNConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.agents.sac import SACConfig
 from rljax.training.hooks.observe import is_measured
-from rljax.training.sweep import Member, SweepSpec, build_members, parse_grid, parse_sample, rank_configs, run_sweep, summarize
+from rljax.training.sweep import (Member, SweepSpec, build_members, make_population, parse_grid, parse_sample,
+                                  rank_configs, run_sweep, summarize, swept_ranges_drawn)
 from rljax.store.tracking import read_chunks
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -59,8 +60,17 @@ def test_a_randomisation_range_is_swept_by_its_bounds_and_refused_in_other_forms
         parse_grid(["randomize.length=2:1"])
     base = dataclasses.replace(PPO, randomize=("length=0.25:2.0",))
     env, params = envs.make(base.env)
-    with pytest.raises(ValueError, match=r"the base run draws length per episode; add --randomize masscart=LOW:HIGH"):
+    with pytest.raises(ValueError, match=r"the base config draws length per episode; give it masscart=LOW:HIGH"):
         build_members(base, params, SweepSpec(grid={"randomize.masscart": ["1:2"]}))
+    # run_sweep draws a swept range the base does not (swept_ranges_drawn), the grid's first range in
+    # the base; uniform and log ranges of one param cannot share a program.
+    spec = SweepSpec(grid={"randomize.masscart": ["1:2", "0.5:1"]})
+    assert swept_ranges_drawn(base, spec).randomize == ("length=0.25:2.0", "masscart=1:2")
+    assert swept_ranges_drawn(PPO, spec).randomize == ("masscart=1:2",)
+    assert swept_ranges_drawn(base, SweepSpec(grid={"randomize.length": ["0.5:1"]})) is base
+    with pytest.raises(ValueError, match=r"--grid randomize.masscart=1:2,log:1:2: the ranges of one param must all "
+                                         r"be uniform \(LOW:HIGH\) or all log-uniform"):
+        swept_ranges_drawn(PPO, SweepSpec(grid={"randomize.masscart": ["1:2", "log:1:2"]}))
     with pytest.raises(ValueError, match=r"the base run draws length uniformly \(length=0.25:2.0\); a sweep member "
                                          r"must too \(LOW:HIGH\)"):
         run_sweep(base, SweepSpec(grid={"randomize.length": ["log:1:2"]}), quiet=True)
@@ -69,7 +79,9 @@ def test_a_randomisation_range_is_swept_by_its_bounds_and_refused_in_other_forms
 def test_each_member_draws_from_its_own_range_and_equals_its_single_run():
     from rljax.core.wrappers import RandomizeParamsState
 
-    base = dataclasses.replace(PPO, randomize=("length=0.25:2.0", "masscart=log:0.5:2"))
+    # The base draws masscart only: every member draws length too, from its own range (the README's
+    # `sweep --grid randomize.length=...` with no --randomize).
+    base = dataclasses.replace(PPO, randomize=("masscart=log:0.5:2",))
     spec = SweepSpec(grid=parse_grid(["randomize.length=0.25:0.5,1.5:2", "randomize.masscart=log:1:1.1"]))
     result, members, _ = run_sweep(base, spec, quiet=True)
     assert [m.values for m in members] == [{"randomize.length": "0.25:0.5", "randomize.masscart": "log:1:1.1"},
@@ -79,10 +91,27 @@ def test_each_member_draws_from_its_own_range_and_equals_its_single_run():
     length, masscart = np.asarray(drawn.length), np.asarray(drawn.masscart)
     assert np.all((length[0] >= 0.25) & (length[0] < 0.5)) and np.all((length[1] >= 1.5) & (length[1] < 2.0))
     assert np.all((masscart >= 1.0) & (masscart < 1.1))
-    single = rljax.train(dataclasses.replace(base, randomize=("length=1.5:2", "masscart=log:1:1.1")),
+    single = rljax.train(dataclasses.replace(base, randomize=("masscart=log:1:1.1", "length=1.5:2")),
                          options=rljax.RunOptions(quiet=True))
     for a, b in zip(_leaves(single.agent.params_of(single.state)), _leaves(result.agent.params_of(result.state), 1)):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_typed_values_are_kept_exactly_in_labels_and_member_configs():
+    # Neither a range's bounds nor a number lose digits (they were rounded to 6: log:0.123457:1.98765);
+    # a number whose short form is the same number keeps it (1e-4 is 0.0001).
+    _, params = envs.make("CartPole-v1")
+    spec = SweepSpec(grid=parse_grid(["randomize.length=log:0.123456789:1.987654321",
+                                      "learning_rate=0.123456789,0.1234567891,1e-4"]))
+    base = swept_ranges_drawn(PPO, spec)
+    members = build_members(base, params, spec)
+    assert [m.label for m in members] == [
+        "randomize.length=log:0.123456789:1.987654321,learning_rate=0.123456789",
+        "randomize.length=log:0.123456789:1.987654321,learning_rate=0.1234567891",
+        "randomize.length=log:0.123456789:1.987654321,learning_rate=0.0001"]
+    configs = make_population(base, params, members).configs
+    assert {c.randomize for c in configs} == {("length=log:0.123456789:1.987654321",)}
+    assert [c.learning_rate for c in configs] == [0.123456789, 0.1234567891, 1e-4]
 
 
 @pytest.mark.parametrize("spec, match", [
