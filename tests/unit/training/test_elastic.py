@@ -67,6 +67,23 @@ def test_device_keys_are_deterministic_and_distinct():
     np.testing.assert_array_equal(k(3, 7, 1), jax.random.key_data(base))
 
 
+def test_one_device_becomes_two_each_with_its_own_key():
+    """A 1-device save of 8 envs re-dealt onto 2 devices: the template is two 4-env states stacked (the
+    shapes a 2-device state has), and device ``d``'s key is ``device_key(seed, chunk, d)``, so the two
+    devices draw different streams."""
+    one = _state(8)
+    template = jax.tree.map(lambda a, b: jax.numpy.stack([a, b]), _state(4), _state(4))
+    out = resplit(to_host(one), template, 1, 2, seed=3, chunk=7)
+    names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]
+    by_name = dict(zip(names, out))
+    keys = by_name[".key"]
+    assert keys.shape == (2, *np.shape(jax.random.key_data(device_key(3, 7, 0))))
+    for d in range(2):
+        np.testing.assert_array_equal(keys[d], jax.random.key_data(device_key(3, 7, d)))
+    assert not np.array_equal(keys[0], keys[1])
+    np.testing.assert_array_equal(by_name[".obs"], np.asarray(one.obs).reshape(2, 4, 4))  # envs 0-3, then 4-7
+
+
 def test_a_shared_leaf_that_differs_between_devices_is_named(saved_on_two):
     device0, _, leaves = saved_on_two
     names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(device0)[0]]
