@@ -12,10 +12,9 @@ cores cannot use). Measured on a 2-core machine, the emitters compile the suite'
 about 30 % faster and the single piece another ~6 %; the programs run slower, which tiny ones do not
 notice, and compute the same maths (every comparison in the suite is between two programs compiled
 alike). (Backend optimisation level 1 compiled ~17 % faster still but aborted XLA on a sweep's
-program, and level 0 made SAC's losses NaN: neither is used.) For the same reason the suite keeps
-``jax.random``'s hash as a loop (``RLJAX_ROLLED_THREEFRY=1``, :data:`rljax.core.prng.ROLLED_ENV`):
-the straight-line hash rljax lowers by default has the same bits (``tests/unit/core/test_prng.py``
-checks it, as the lowering users get) and costs the suite's small programs 10-25 % more compile time.
+program, and level 0 made SAC's losses NaN: neither is used.) ``jax.random``'s hash compiles as
+JAX's loop, rljax's default (``RLJAX_ROLLED_THREEFRY``, :data:`rljax.core.prng.ROLLED_ENV`); the
+straight-line hash a user may choose has the same bits (``tests/unit/core/test_prng.py`` checks it).
 ``RLJAX_SUITE_XLA_DEFAULTS=1`` runs the suite with XLA's and rljax's defaults instead, as a user's
 runs compile.
 """
@@ -26,7 +25,6 @@ import tempfile
 import jax
 import pytest
 
-from rljax.core.prng import ROLLED_ENV
 
 SUITE_XLA_FLAGS = () if os.environ.get("RLJAX_SUITE_XLA_DEFAULTS") else (
     "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
@@ -41,8 +39,6 @@ def suite_xla_flags(devices: int | None = None) -> str:
 
 
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *SUITE_XLA_FLAGS]).strip()
-if SUITE_XLA_FLAGS:  # in this process and every subprocess (the module docstring says why)
-    os.environ.setdefault(ROLLED_ENV, "1")
 _CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="rljax-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")

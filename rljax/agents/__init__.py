@@ -114,8 +114,9 @@ def algorithm_for(config: Any) -> Algorithm:
 def build_agent(config: Any, env: Any, env_params: Any, axis_name: str | None) -> Any:
     """The per-device :class:`~rljax.agents.base.Agent` of ``config``'s algorithm for ``env``.
 
-    Also lowers ``jax.random``'s hash as straight-line code on the CPU from now on, for speed and with
-    the same bits (:func:`rljax.core.prng.unroll_threefry_on_cpu`)."""
+    Also registers rljax's CPU lowering of ``jax.random``'s hash (JAX's loop, or the straight-line hash
+    where ``RLJAX_ROLLED_THREEFRY=0`` asks for it; the same bits either way:
+    :func:`rljax.core.prng.unroll_threefry_on_cpu`)."""
     unroll_threefry_on_cpu()
     return algorithm_for(config).make(config, env, env_params, axis_name)
 

@@ -6,9 +6,12 @@ two of JAX's own lowerings launch many more kernels than the arithmetic needs:
 
 * **Threefry.** JAX lowers the Threefry-2x32 hash on the CPU as a five-iteration loop (to keep
   compile time down), so every split, ``fold_in`` and sample runs a loop of about twenty small
-  kernels per iteration. :func:`unroll_threefry_on_cpu` lowers it as the straight-line 20 rounds
-  that JAX already uses on the GPU: XLA fuses them into one kernel. The hash is integer
-  arithmetic, so every key and sample keeps its bits.
+  kernels per iteration. :func:`unroll_threefry_on_cpu` can lower it as the straight-line 20 rounds
+  that JAX already uses on the GPU, which XLA fuses into one kernel; the hash is integer
+  arithmetic, so every key and sample keeps its bits. Which is faster depends on the CPU (the
+  straight-line hash made PPO updates ~7 % faster on an AVX-512 AMD EPYC and 15-25 % slower on an
+  Intel Xeon VM), so the loop stays the default and the straight-line hash is chosen with
+  :data:`ROLLED_ENV` set to ``0``.
 * **Permutations.** ``jax.random.permutation(key, n)`` is a stable sort of ``n`` random 32-bit keys
   carrying their indices; XLA's CPU sort calls a compiled comparator for each comparison of such a
   key-value sort. :func:`permutation` sorts the keys alone (XLA's direct path for one array of
@@ -37,15 +40,16 @@ __all__ = ["ROLLED_ENV", "permutation", "stable_argsort", "unroll_threefry_on_cp
            "threefry2x32_unrolled", "threefry2x32_rolled"]
 
 ROLLED_ENV = "RLJAX_ROLLED_THREEFRY"
-"""Environment variable: ``1`` keeps the rolled hash in every program lowered after
-:func:`unroll_threefry_on_cpu` (the same bits; each program compiles faster and its random numbers
-run slower: for many short runs, such as a test suite); ``0`` or unset, the straight-line hash."""
+"""Environment variable: ``1`` or unset keeps the hash as the five-step loop JAX lowers on the CPU in
+every program lowered after :func:`unroll_threefry_on_cpu` (the default: never slower than JAX on
+any CPU measured); ``0`` lowers it as the straight-line hash (the same bits; faster random numbers
+on some CPUs, slower on others, and up to a few tenths of a second more compile: measure on yours)."""
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 _LOCK = threading.Lock()
 _UNROLLED = False
-_ROLLED_BY_DEFAULT = False
+_ROLLED_BY_DEFAULT = True
 _LOCAL = threading.local()
 
 
@@ -102,10 +106,10 @@ def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax
 @contextlib.contextmanager
 def rolled_threefry(rolled: bool = True) -> Iterator[None]:
     """Programs this thread first lowers within this block get the Threefry hash as the rolled loop
-    (:func:`threefry2x32_rolled`) even after :func:`unroll_threefry_on_cpu`: for programs that run
-    once (an initial state), where the straight-line hash costs compile time and saves nothing.
-    ``rolled=False`` gives them the straight-line hash even where :data:`ROLLED_ENV` asks for the
-    loop. (JAX reuses a function's earlier lowering for the same arguments whatever the block says:
+    (:func:`threefry2x32_rolled`) even where :data:`ROLLED_ENV` asks for the straight-line hash: for
+    programs that run once (an initial state), where the straight-line hash costs compile time and
+    saves nothing. ``rolled=False`` gives them the straight-line hash even where the loop is the
+    process's default. (JAX reuses a function's earlier lowering for the same arguments whatever the block says:
     the choice changes speed and compile time only, never a bit.)"""
     before = getattr(_LOCAL, "rolled", None)
     _LOCAL.rolled = bool(rolled)
@@ -121,21 +125,21 @@ _ROLLED_RULE = mlir.lower_fun(threefry2x32_rolled, multiple_results=True)
 
 def _threefry_cpu_rule(ctx: object, *args: object) -> object:
     """The CPU lowering rule: the rolled hash inside :func:`rolled_threefry` (or, outside any such
-    block, where :data:`ROLLED_ENV` asks for it), else the straight-line one."""
+    block, unless :data:`ROLLED_ENV` asks for the straight-line one), else the straight-line one."""
     rolled = getattr(_LOCAL, "rolled", None)
     return (_ROLLED_RULE if (_ROLLED_BY_DEFAULT if rolled is None else rolled) else _UNROLLED_RULE)(ctx, *args)
 
 
 def unroll_threefry_on_cpu() -> bool:
-    """Lowers ``jax.random``'s Threefry hash as straight-line code on the CPU, for the rest of the
-    process (idempotent; the GPU and TPU lowerings are untouched).
+    """Registers rljax's CPU lowering of ``jax.random``'s Threefry hash for the rest of the process
+    (idempotent; the GPU and TPU lowerings are untouched): the five-step loop JAX itself lowers,
+    unless :data:`ROLLED_ENV` (read at the first call) is ``0``, which asks for the straight-line
+    hash in every program lowered afterwards; :func:`rolled_threefry` overrides either in a block.
 
     Every random number keeps its bits (the hash is exact integer arithmetic; the tests check known
-    answers and ``jax.random``'s own outputs), so this changes speed only: it applies to every
-    program lowered afterwards, the caller's own included, and the persistent compilation cache
-    keys those programs anew. :func:`rljax.agents.build_agent` calls it; programs that run once
-    lower within :func:`rolled_threefry`. With :data:`ROLLED_ENV` set to ``1`` (read at the first
-    call) programs keep the rolled hash unless lowered within ``rolled_threefry(False)``.
+    answers and ``jax.random``'s own outputs), so the choice changes speed and compile time only.
+    It applies to every program lowered afterwards, the caller's own included, and the persistent
+    compilation cache keys those programs anew. :func:`rljax.agents.build_agent` calls it.
 
     Returns:
         True when the lowering is (now) registered; False when this JAX has no public Threefry
@@ -150,9 +154,9 @@ def unroll_threefry_on_cpu() -> bool:
             return True
         value = os.environ.get(ROLLED_ENV, "").strip()
         if value not in ("", "0", "1"):
-            raise ValueError(f"{ROLLED_ENV}={value!r}: set it to 1 (lower jax.random's hash as a loop: faster "
-                             f"compiles) or 0 / unset it (the straight-line hash: faster random numbers)")
-        _ROLLED_BY_DEFAULT = value == "1"
+            raise ValueError(f"{ROLLED_ENV}={value!r}: set it to 1 / unset it (lower jax.random's hash as JAX's "
+                             f"loop, the default) or 0 (the straight-line hash: faster random numbers on some CPUs)")
+        _ROLLED_BY_DEFAULT = value != "0"
         try:
             from jax.extend.random import threefry2x32_p
         except ImportError:  # pragma: no cover - a JAX without the public primitive

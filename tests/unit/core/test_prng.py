@@ -58,7 +58,7 @@ def test_jax_random_keeps_its_bits_with_the_unrolled_cpu_lowering():
     x = rng.integers(0, 2**32, size=(2, 257), dtype=np.uint32)
     keypair = (int(rng.integers(0, 2**32)), int(rng.integers(0, 2**32)))
     assert unroll_threefry_on_cpu() and unroll_threefry_on_cpu()  # idempotent
-    with rolled_threefry(False):  # the straight-line hash even under the suite's RLJAX_ROLLED_THREEFRY=1
+    with rolled_threefry(False):  # the straight-line hash, not the default loop
         assert "while" not in _lowered_split()
         after = jax.jit(lambda k: dict(split=jax.random.key_data(jax.random.split(k, 7)),
                                        bits=jax.random.bits(k, (33,), jnp.uint32),
@@ -97,7 +97,9 @@ def unregistered(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("value, loop", [("", False), ("0", False), ("1", True), (" 1 ", True)])
+# Unset means JAX's own loop: the straight-line hash is faster on some CPUs and slower on others (an
+# Intel Xeon VM ran PPO 15-25 % slower with it), so it is only ever chosen by the user.
+@pytest.mark.parametrize("value, loop", [("", True), ("0", False), ("1", True), (" 1 ", True), (" 0", False)])
 def test_the_environment_variable_chooses_the_default_lowering(unregistered, value, loop):
     unregistered.setenv(prng.ROLLED_ENV, value)
     assert unroll_threefry_on_cpu()
@@ -118,7 +120,7 @@ def test_the_environment_variable_chooses_the_default_lowering(unregistered, val
 
 def test_a_bad_environment_value_is_refused_by_name(unregistered):
     unregistered.setenv(prng.ROLLED_ENV, "yes")
-    with pytest.raises(ValueError, match=r"RLJAX_ROLLED_THREEFRY='yes': set it to 1 .* or 0 / unset it"):
+    with pytest.raises(ValueError, match=r"RLJAX_ROLLED_THREEFRY='yes': set it to 1 / unset it .* or 0 "):
         unroll_threefry_on_cpu()
     assert not prng._UNROLLED  # nothing registered: the next call reads the variable again
 
