@@ -202,6 +202,41 @@ def test_a_truncated_episode_restarts_from_zeros_and_bootstraps_with_its_own_mem
         assert np.asarray(memories[t]).any()  # the memory after a truncated step is not reset before bootstrapping
 
 
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_replay_and_sequences_restart_memory_after_a_truncated_step_as_acting_does(cell):
+    """Episodes that end only by truncation (MemoryCue cut after 3 steps, its query due after 8): the
+    replay of the rollout and its BPTT sequences (4 steps, so episodes start inside them) give the
+    log-probs and values the behaviour policy had at every step, which needs a reset after each
+    truncated step as well as after each terminated one."""
+    env = MemoryCue()
+    params_env = env.default_params.replace(delay=8, max_steps_in_episode=3)
+    venv = make_env_stack(env, params_env, 2)
+    net = RecurrentActorCritic(action_dim=2, discrete=True, hidden_sizes=(8,), memory=cell, memory_size=6)
+    obs, env_state = venv.reset(jax.random.key(0), params_env)
+    m0 = initial_memory(cell, 6, 2)
+    params = net.init(jax.random.key(1), m0, obs[None], jnp.zeros((1, 2), bool))
+
+    def policy(key, o, memory):
+        memory, (dist, value) = memory_step(net.apply, params, memory, o)
+        action = dist.sample(key)
+        return action, (dist.log_prob(action), value), memory
+
+    _, traj, _ = rollout(venv, params_env, policy, RolloutCarry(env_state, obs, m0), jax.random.key(2), 12)
+    truncated = np.asarray(traj.truncated)
+    assert truncated[2::3].all() and truncated.sum() == 8 and not np.asarray(traj.terminated).any()
+    log_prob, behaviour_values = traj.extras
+    _, (dist, values) = replay(net.apply, params, traj)
+    np.testing.assert_allclose(dist.log_prob(traj.action), log_prob, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(values, behaviour_values, rtol=1e-5, atol=1e-6)
+    seqs = sequences(traj, 4)
+    np.testing.assert_array_equal(seqs.reset, to_sequences(rollout_resets(traj), 4))
+    assert np.asarray(seqs.reset).sum() == 6  # episodes start at steps 3, 6 and 9: inside each window
+    seq_dist, seq_values = sequence_apply(net.apply)(params, seqs)
+    np.testing.assert_allclose(seq_dist.log_prob(to_sequences(traj.action, 4)), to_sequences(log_prob, 4), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(seq_values, to_sequences(behaviour_values, 4), rtol=1e-5, atol=1e-6)
+
+
 def test_a_recurrent_agent_acts_on_its_own_envs_or_says_how_to_act_from_another_memory():
     from rljax.agents import build_agent
     from rljax.core.registry import make
