@@ -25,7 +25,8 @@ def _duration(seconds: float | None) -> str:
 
 
 def status_line(record: dict[str, Any]) -> str:
-    """One line a person reads: the state, progress, rate and ETA, checkpoint, holder and age."""
+    """One line a person reads: the state (and, while it runs, its phase), progress, rate and ETA,
+    checkpoint, holder and age."""
     run_dir, state = record.get("run_dir", "?"), record["state"]
     if state == "not started":
         return f"{run_dir}: not started (no status.json: no run has started in it)"
@@ -39,7 +40,9 @@ def status_line(record: dict[str, Any]) -> str:
     why = {"stalled": f" (no chunk for longer than {record.get('stall_after_s', 0):.0f} s)",
            "preempted": f" by {record.get('stopped_by', '?')}: resume with `rljax resume {run_dir}`",
            "failed": f" ({record.get('reason', 'an error ended it: see its output')})"}.get(state, "")
-    return f"{run_dir}: {state}{why}; " + "; ".join(parts)
+    phase = "" if state not in ("running", "stalled") or not record.get("phase") else (
+        f" ({record['phase']})" if state == "running" else f" while {record['phase']}")
+    return f"{run_dir}: {state}{phase}{why}; " + "; ".join(parts)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

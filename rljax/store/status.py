@@ -5,9 +5,11 @@ The run's leader rewrites ``status.json`` (atomically) when it starts, after eve
 ends: its state (``running``, then ``finished``, ``preempted`` or ``failed``), env steps done and
 planned, the last chunk's steps/s, an ETA, the newest checkpoint, the holder (host, pid), when it
 was written and after how long without a new chunk the run counts as stalled (the stall watchdog's
-threshold). :func:`read_status` adds what only a reader can tell: ``stalled`` (a running run that
-has not written for longer than that), ``failed`` for a ``running`` run whose holder on this host
-is gone (killed outright), and ``not started`` for a directory without the file.
+threshold), and its ``phase`` while it runs (``compiling``, then ``training``). :func:`read_status`
+adds what only a reader can tell: ``stalled`` (a running run that has not written for longer than
+that), ``failed`` for a ``running`` run whose holder on this host is gone (killed outright), and
+``not started`` for a directory without the file; a run that is no longer running (finished,
+preempted or failed) is in phase ``ended``, whatever phase it last wrote.
 
 :func:`request_stop` writes ``stop.request``; the run takes it (:func:`take_stop_request`) at its
 next chunk boundary and stops there as after SIGTERM (saved, exit status 75), every process of a
@@ -23,12 +25,15 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["STATUS_FILE", "STOP_FILE", "STATES", "write_status", "read_status", "request_stop", "take_stop_request"]
+__all__ = ["STATUS_FILE", "STOP_FILE", "STATES", "PHASES", "write_status", "read_status", "request_stop", "take_stop_request"]
 
 STATUS_FILE = "status.json"
 STOP_FILE = "stop.request"
 STATES = ("not started", "running", "stalled", "preempted", "finished", "failed")
 """What :func:`read_status` can say a run is."""
+PHASES = ("compiling", "training", "ended")
+"""What :func:`read_status` can say a started run is doing: a running (or stalled) run compiles, then
+trains; any other is ``ended``."""
 
 
 def _atomic_write(path: pathlib.Path, record: dict[str, Any]) -> None:
@@ -81,6 +86,9 @@ def read_status(run_dir: str | os.PathLike, now: float | None = None) -> dict[st
             record["state"], record["reason"] = "failed", "its process is gone (killed without stopping)"
         elif record["age_s"] > float(record.get("stall_after_s", float("inf"))):
             record["state"] = "stalled"
+    if record.get("state") not in ("running", "stalled"):
+        # The run writes its phase while it runs, and not at its end: "training" would still stand.
+        record["phase"] = "ended"
     return record
 
 

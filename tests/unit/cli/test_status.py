@@ -22,6 +22,24 @@ def test_the_line_of_each_state():
         "runs/a: preempted by SIGTERM: resume with `rljax resume runs/a`; 1,000 / 4,000 env steps (25 %); last")
     assert "no checkpoint yet" in status_line({**BASE, "state": "failed", "last_checkpoint_env_steps": None})
     assert status_line({"state": "not started", "run_dir": "runs/b"}).startswith("runs/b: not started")
+    # While it runs, the line says what it is doing; once it has ended, only that it ended.
+    assert status_line({**BASE, "state": "running", "phase": "compiling"}).startswith("runs/a: running (compiling); ")
+    assert status_line({**BASE, "state": "stalled", "phase": "training"}).startswith(
+        "runs/a: stalled while training (no chunk for longer than 60 s); ")
+    assert status_line({**BASE, "state": "finished", "phase": "ended"}).startswith("runs/a: finished; 1,000 / 4,000")
+
+
+def test_a_finished_run_is_not_said_to_be_training(tmp_path, capsys):
+    """Regression: `rljax status --json` of a finished run said "phase": "training", the last phase
+    the run wrote before it ended."""
+    write_status(tmp_path, {**BASE, "state": "finished", "phase": "training", "run_dir": str(tmp_path),
+                            "env_steps": 4000})
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["state"], record["phase"]) == ("finished", "ended")
+    assert main(["status", str(tmp_path)]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith(f"{tmp_path}: finished; 4,000 / 4,000 env steps (100 %)") and "training" not in line
 
 
 def test_the_command_prints_a_line_or_json(tmp_path, capsys):

@@ -34,6 +34,20 @@ def test_states_as_a_reader_sees_them(tmp_path):
     assert read_status(tmp_path, now=10 ** 12)["state"] == "finished"  # only a running run goes stale
 
 
+@pytest.mark.parametrize("written, read", [
+    ({"state": "running", "phase": "compiling"}, ("running", "compiling")),
+    ({"state": "running", "phase": "training", "updated_unix": 0.0, "stall_after_s": 60.0}, ("stalled", "training")),
+    ({"state": "finished", "phase": "training"}, ("finished", "ended")),  # regression: "training" stood
+    ({"state": "preempted", "phase": "training"}, ("preempted", "ended")),
+    ({"state": "failed", "phase": "compiling"}, ("failed", "ended")),
+])
+def test_the_phase_of_a_run_that_has_ended_is_ended(tmp_path, written, read):
+    (tmp_path / STATUS_FILE).write_text(json.dumps({"updated_unix": 1e12, "host": socket.gethostname(),
+                                                     "pid": os.getpid(), **written}))
+    record = read_status(tmp_path, now=1e12 if written.get("updated_unix") is None else 1e3)
+    assert (record["state"], record["phase"]) == read
+
+
 @pytest.mark.parametrize("text, message", [
     ("{not json", "status.json is not valid JSON"),
     ("[1]", r"status.json is damaged \(expected a JSON object, got list\)"),  # regression: an AttributeError
