@@ -424,11 +424,30 @@ def score_description(per_member: Sequence[dict[str, Any]]) -> str:
     return f"score: greedy evaluation return (`{EVAL_SCORE}` of each member's last evaluation{n}{at})"
 
 
+def _decimals(agg: list[dict[str, Any]], key: str, decides: int) -> int:
+    """Decimals for column ``key`` of the ranked table: 2, or as many as it takes for every two
+    neighbours that this column ranks apart (``decides``: 0, the score; 1, the AUC breaking a tie
+    in the score) to show different values, so "1.00 ± 0.00" never stands above "1.00 ± 0.00"."""
+    decimals = 2
+    for a, b in zip(agg, agg[1:]):
+        ka, kb = _tie_key(a), _tie_key(b)
+        if a["rank"] == b["rank"] or ka[:decides] != kb[:decides] or ka[decides] == kb[decides]:
+            continue
+        x, y = a[key], b[key]
+        if math.isfinite(x) and math.isfinite(y):
+            while decimals < 20 and f"{x:.{decimals}f}" == f"{y:.{decimals}f}":
+                decimals += 1
+    return decimals
+
+
 def _table(agg: list[dict[str, Any]], description: str) -> str:
-    """``summary.md``: what ranked the configs, then the ranked table."""
+    """``summary.md``: what ranked the configs, then the ranked table (the score and AUC columns
+    with the digits that decide the rank, :func:`_decimals`)."""
     from rljax.training.hooks.pbt import EVAL_SCORE
 
     evaluated = bool(agg) and agg[0]["score"] == EVAL_SCORE
+    score_d, auc_d = _decimals(agg, "score_mean", 0), _decimals(agg, "auc_mean", 1)
+    final_d = 2 if evaluated else score_d  # without evaluation, the final return is the score
     lines = [description, "", "Configs ranked by their mean score over seeds (± std), best first; equal scores by "
              "AUC (the training return averaged over the run); configs equal in both share a rank.", "",
              "| rank | config | seeds | " + ("eval return (score) | final training return | " if evaluated
@@ -437,9 +456,9 @@ def _table(agg: list[dict[str, Any]], description: str) -> str:
     for a in agg:
         cells = [str(a["rank"]), a["config"], str(a["seeds"])]
         if evaluated:
-            cells.append(f"{a['eval_mean']:.2f} ± {a['eval_std']:.2f}")
-        cells += [f"{a['final_mean']:.2f} ± {a['final_std']:.2f}", f"{a['auc_mean']:.2f} ± {a['auc_std']:.2f}",
-                  str(a["diverged"])]
+            cells.append(f"{a['eval_mean']:.{score_d}f} ± {a['eval_std']:.{score_d}f}")
+        cells += [f"{a['final_mean']:.{final_d}f} ± {a['final_std']:.{final_d}f}",
+                  f"{a['auc_mean']:.{auc_d}f} ± {a['auc_std']:.{auc_d}f}", str(a["diverged"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -301,6 +301,25 @@ def test_training_score_ties_are_ranked_by_auc_not_member_order(tmp_path):
     assert [(a["rank"], a["config"]) for a in back] == [(1, "c"), (1, "e"), (3, "b"), (4, "a"), (5, "d")]
 
 
+def test_the_table_shows_the_digits_that_decide_the_rank(tmp_path):
+    """Regression: "1.00 ± 0.00" ranked above "1.00 ± 0.00" by a difference the table hid. "hi" beats
+    "lo" by its score (1.004 > 1.0); "lo" beats "late" by its AUC alone (1.0 > 0.99925), both ending
+    at 1.0. Each deciding column widens until its neighbours differ; the others keep 2 decimals."""
+    members = _members(["lo", "late", "hi"])
+    rows = [_rows([1.0, 1.0, 1.0]), _rows([0.997, 1.0, 1.0]), _rows([1.004, 1.004, 1.004])]
+    agg = summarize(tmp_path, members, rows, plots=False, stream=open(os.devnull, "w"))
+    assert [(a["rank"], a["config"]) for a in agg] == [(1, "hi"), (2, "lo"), (3, "late")]
+    table = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith("| ") and
+             "---" not in line][1:]
+    assert table == ["| 1 | hi | 1 | 1.004 ± 0.000 | 1.004 ± 0.000 | 0 |",
+                     "| 2 | lo | 1 | 1.000 ± 0.000 | 1.000 ± 0.000 | 0 |",
+                     "| 3 | late | 1 | 1.000 ± 0.000 | 0.999 ± 0.000 | 0 |"]
+    # Scores that differ in the second decimal, AUC that ties nowhere: 2 decimals as before.
+    agg = summarize(tmp_path, members[:2], [_rows([1.0, 1.0]), _rows([0.5, 0.99])], plots=False,
+                    stream=open(os.devnull, "w"))
+    assert "| 1 | lo | 1 | 1.00 ± 0.00 | 1.00 ± 0.00 | 0 |" in (tmp_path / "summary.md").read_text()
+
+
 def test_evaluation_score_ranks_the_sweep(tmp_path):
     # Two seeds per config. "stoch" has the best training return but the worst evaluation; "slow"
     # and "fast" both evaluate at 500 on every seed: the faster learner (higher AUC) ranks first,
