@@ -4,8 +4,10 @@ Each directory given is a run or a sweep; a sweep contributes one *curve* per co
 over its seeds, as ``configs.png`` draws it), a run one. The comparison prints one table row per
 curve: what it trained, how far it got, its final and best training return, its last greedy
 evaluation, its wall time and median steps/s, and the config fields in which the curves differ
-(every other field is the same, and said once). ``compare.png`` overlays the training-return
-curves against env steps and against wall time (evaluations as dots).
+(every other field is the same, and said once; a config of several seeds has their list as its
+``seed``, so a sweep's seeds differ from a run's one). ``compare.png`` overlays the training-return
+curves against env steps and against wall time (evaluations as dots), its legend naming each curve
+by the config fields that differ (:func:`legend_labels`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from rljax.cli.rundata import EVAL, TRAIN, finite_values, fmt_number, planned_total, read_json, run_kind, wall_times
+from rljax.cli.plotting import draw_curve, new_figure, save, steps_axis
+from rljax.cli.rundata import (EVAL, TRAIN, config_label, finite_values, fmt_number, planned_total, read_json,
+                               read_run_status, run_kind, smooth, wall_times)
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
-__all__ = ["Curve", "curves", "comparison_text", "compare_plot", "differing_fields"]
+__all__ = ["Curve", "curves", "comparison_text", "compare_figure", "compare_plot", "differing_fields", "legend_labels"]
 
 
 @dataclasses.dataclass
@@ -31,7 +35,8 @@ class Curve:
     Attributes:
         label: how the table and the legend name it (the directory's name; ``DIR:CONFIG`` for a
             sweep's config; the whole path where names collide).
-        config: the resolved config (a sweep: its first member's).
+        config: the resolved config (a sweep's config: its first member's, with ``seed`` the sorted
+            list of its members' seeds when it has several).
         algorithm: the config class's name without ``Config``.
         member_rows: the ``metrics.jsonl`` rows of each seed (one list for a run).
         member_chunks: the ``chunks.jsonl`` rows of each seed.
@@ -62,7 +67,7 @@ def curves(run_dirs: Sequence[str | pathlib.Path]) -> list[Curve]:
             config = read_json(run_dir / "config.json") or {}
             out.append((run_dir, "", Curve("", config, str(manifest.get("algorithm") or "?").removesuffix("Config"),
                                            [read_metrics(run_dir)], [read_chunks(run_dir)],
-                                           planned_total(manifest, config))))
+                                           planned_total(manifest, config, read_run_status(run_dir)))))
             continue
         from rljax.training.sweep import Member
 
@@ -71,14 +76,18 @@ def curves(run_dirs: Sequence[str | pathlib.Path]) -> list[Curve]:
         by_label: dict[str, list[Any]] = {}
         for m in members:
             by_label.setdefault(m.label, []).append(m)
+        status = read_run_status(run_dir)
         for label, group in by_label.items():
             first = run_dir / "members" / group[0].name
             manifest = read_json(first / "manifest.json") or {}
             config = read_json(first / "config.json") or {}
+            seeds = sorted({m.seed for m in group})
+            if len(seeds) > 1:
+                config = {**config, "seed": seeds}
             out.append((run_dir, label, Curve(
                 "", config, str(manifest.get("algorithm") or "?").removesuffix("Config"),
                 [read_metrics(run_dir / "members" / m.name) for m in group],
-                [read_chunks(run_dir / "members" / m.name) for m in group], planned_total(manifest, config))))
+                [read_chunks(run_dir / "members" / m.name) for m in group], planned_total(manifest, config, status))))
     names = [d.name for d, _, _ in out]
     for run_dir, label, curve in out:
         base = run_dir.name if names.count(run_dir.name) == sum(d == run_dir for d, _, _ in out) else str(run_dir)
@@ -118,6 +127,23 @@ def differing_fields(configs: Sequence[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
 
 
+def legend_labels(items: Sequence[Curve]) -> list[str]:
+    """How ``compare.png``'s legend names each curve: by the config fields in which the curves differ
+    (``lr=0.001, ent=0.01``, :func:`~rljax.cli.rundata.config_label`), then its seeds when it has
+    several (``(2 seeds)``) or when the seed differs (``(seed 0)``); by its :attr:`Curve.label` where
+    no field differs or two would read the same (``name: ...``)."""
+    differ = differing_fields([c.config for c in items])
+    fields = [k for k in differ if k != "seed"]
+    labels = []
+    for c in items:
+        text = config_label({k: c.config.get(k) for k in fields})
+        n = len(c.member_rows)
+        seeds = f"{n} seeds" if n > 1 else f"seed {c.config.get('seed')}" if "seed" in differ else ""
+        labels.append(f"{text} ({seeds})" if text and seeds else text or seeds)
+    return [c.label if not text else f"{c.label}: {text}" if labels.count(text) > 1 else text
+            for c, text in zip(items, labels)]
+
+
 def comparison_text(items: Sequence[Curve]) -> str:
     """The comparison table: one row per curve, then the config they share."""
     differ = differing_fields([c.config for c in items])
@@ -143,23 +169,20 @@ def comparison_text(items: Sequence[Curve]) -> str:
     return "\n".join(lines)
 
 
-def compare_plot(items: Sequence[Curve], path: pathlib.Path) -> pathlib.Path:
-    """``path`` (a PNG): every curve's training return against env steps and against wall time."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+def compare_figure(items: Sequence[Curve], window: int = 1) -> Any:
+    """The figure of :func:`compare_plot` (its data and labels can be read from its axes)."""
     from rljax.training.sweep import mean_curve
 
-    fig = Figure(figsize=(12, 4.5))
-    FigureCanvasAgg(fig)
+    fig = new_figure((12, 4.5))
     by_steps, by_wall = fig.subplots(1, 2, sharey=True)
-    for c in items:
+    for c, label in zip(items, legend_labels(items)):
         curve = mean_curve(c.member_rows, TRAIN)
         if curve is None:
             continue
         x, mean, std = curve
-        (line,) = by_steps.plot(x, mean, linewidth=1.2, label=c.label)
+        line = draw_curve(by_steps, x, mean, window, linewidth=1.2, label=label)
         if len(c.member_rows) > 1:
+            mean, std = smooth(mean, window), smooth(std, window)
             by_steps.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         evals = mean_curve(c.member_chunks, EVAL)
         if evals is not None:
@@ -168,15 +191,21 @@ def compare_plot(items: Sequence[Curve], path: pathlib.Path) -> pathlib.Path:
         wall, values = wall_times(rows), np.array([r.get(TRAIN) if r.get(TRAIN) is not None else np.nan
                                                     for r in rows], float)
         keep = np.isfinite(wall) & np.isfinite(values)
-        by_wall.plot(wall[keep], values[keep], linewidth=1.2, color=line.get_color())
-    by_steps.set_xlabel("env steps")
+        draw_curve(by_wall, wall[keep], values[keep], window, linewidth=1.2, color=line.get_color())
+    steps_axis(by_steps)
     by_wall.set_xlabel("wall time (s)")
     by_steps.set_ylabel("episode return (training; evaluations: dots)")
+    if window > 1:
+        by_steps.set_title(f"training return: centred mean over {window} points, raw faint", fontsize=9)
     for ax in (by_steps, by_wall):
         ax.grid(alpha=0.3)
-    if by_steps.lines:
+    if by_steps.get_legend_handles_labels()[0]:
         by_steps.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    return path
+    return fig
+
+
+def compare_plot(items: Sequence[Curve], path: pathlib.Path, window: int = 1) -> pathlib.Path:
+    """``path`` (a PNG): every curve's training return against env steps and against wall time,
+    smoothed over ``window`` points (1: none; :func:`rljax.cli.plotting.draw_curve`)."""
+    smooth([], window)  # a bad window is refused before anything is written
+    return save(compare_figure(items, window), path)

@@ -8,13 +8,26 @@ far the run got, its best and latest scores (training return, greedy evaluation)
 where the host's time per chunk went (the ``time/*`` columns), device memory, checkpoints, resumes,
 incidents and stall reports. The metrics are defined in ``docs/metrics.md``.
 
+How far a run got and whether it finished are what ``rljax status`` says (the run's
+``status.json``); a run without that file (a copy, an older run) is measured against the plan its
+config and manifest give (:func:`rljax.cli.rundata.planned_total`).
+
 Plots go to ``RUN_DIR/inspect/`` (``--out`` elsewhere, ``--no-plots`` for none):
 
 * a run: ``returns.png`` (training return and evaluation against env steps and against wall
   time), ``throughput.png`` (steps/s and the host's time per chunk against wall time) and
-  ``losses.png`` (every ``*_loss`` column against env steps);
+  ``losses.png`` (a grid of small panels against env steps: the losses, then every other
+  algorithm metric the rows hold, such as entropy, approx KL, clip fraction, explained variance,
+  grad norms, Q values, epsilon, alpha; a column with one value throughout is named in the title
+  instead of drawn);
 * a sweep: ``configs.png`` (each config's training return, mean and spread over its seeds, and its
-  evaluations: the configs compared on one plot) and ``throughput.png`` (the population's).
+  evaluations: the configs compared on one plot, each named by the values it sweeps) and
+  ``throughput.png`` (the population's).
+
+``--smooth W`` draws each curve of training return and of the metrics as its centred rolling mean
+over W points (:func:`rljax.cli.rundata.smooth`: the mean of the W points around each one, fewer at
+the ends, so a curve is not shifted along env steps), with the raw values faintly behind;
+evaluations are drawn as they are. Env-steps axes are labelled compactly (``100k``, ``1.5M``).
 """
 
 from __future__ import annotations
@@ -29,11 +42,13 @@ from typing import Any
 import numpy as np
 
 from rljax.cli.process import EXIT_USAGE
-from rljax.cli.rundata import (EVAL, TRAIN, NotARunError, finite_values, fmt_number, planned_total, read_json, run_kind,
-                               wall_times)
+from rljax.cli.plotting import draw_curve, new_figure, save, steps_axis
+from rljax.cli.rundata import (EVAL, TRAIN, NotARunError, config_label, finite_values, fmt_number, metric_columns,
+                               planned_total, read_json, read_run_status, run_kind, smooth, wall_times)
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
-__all__ = ["add_parser", "run", "summary_text", "write_plots"]
+__all__ = ["add_parser", "run", "summary_text", "write_plots", "returns_figure", "metrics_figure", "configs_figure",
+           "throughput_figure", "seeds_text", "configs_plot_title", "smooth_window"]
 
 
 def _fmt_s(seconds: float) -> str:
@@ -200,23 +215,44 @@ def _when(unix: Any) -> str:
     return datetime.datetime.fromtimestamp(unix, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _header(run_dir: pathlib.Path, manifest: dict[str, Any], config: dict[str, Any], what: str) -> str:
+def _seeds_list(seeds: Sequence[int]) -> str:
+    """``seed 3``, ``seeds 0, 1``, ``seeds 0, 1, ..., 9`` (the sorted distinct seeds)."""
+    seeds = sorted(set(seeds))
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    shown = seeds if len(seeds) <= 4 else [*seeds[:2], "...", seeds[-1]]
+    return "seeds " + ", ".join(map(str, shown))
+
+
+def _header(run_dir: pathlib.Path, manifest: dict[str, Any], config: dict[str, Any], what: str,
+            seeds: Sequence[int] | None = None) -> str:
     algo = str(manifest.get("algorithm") or "?").removesuffix("Config")
     git = manifest.get("git_commit")
-    return (f"{what} {run_dir}: {algo} on {config.get('env', '?')}, seed {config.get('seed', '?')}, started "
+    seed = _seeds_list(seeds) if seeds else f"seed {config.get('seed', '?')}"
+    return (f"{what} {run_dir}: {algo} on {config.get('env', '?')}, {seed}, started "
             f"{_when(manifest.get('created_unix'))}"
             + (f", git {git[:10]}{' (dirty)' if manifest.get('git_dirty') else ''}" if git else "")
             + f", {manifest.get('backend', '?')} backend")
 
 
-def _progress_line(rows: list[dict[str, Any]], total: int | None, per: str = "") -> str:
+def _progress_line(rows: list[dict[str, Any]], total: int | None, per: str = "",
+                   status: dict[str, Any] | None = None) -> str:
+    """How far the run got against ``total``, and its state: the one ``status`` (its ``status.json``)
+    gives, as ``rljax status`` says it; without it, finished or not by the env steps logged."""
     done = int(rows[-1]["env_steps"]) if rows else 0
     wall = float(rows[-1].get("wall_time_s") or 0.0) if rows else 0.0
-    if total:
+    state = (status or {}).get("state")
+    if state is None and total:
         state = "finished" if done >= total else "not finished"
-        head = f"progress: {done:,} / {total:,} env steps{per} ({100 * done / total:.0f} %, {state})"
+    if state == "preempted":
+        state += " (rljax resume continues it)"
+    if total:
+        percent = 100 * done / total
+        # Never "100 %, not finished": short of the total shows at most 99.
+        percent_text = f"{percent:.0f}" if done >= total else f"{min(round(percent), 99)}"
+        head = f"progress: {done:,} / {total:,} env steps{per} ({percent_text} %, {state})"
     else:
-        head = f"progress: {done:,} env steps{per}"
+        head = f"progress: {done:,} env steps{per}" + (f" ({state})" if state else "")
     return head + f", {len(rows)} chunks logged, {_fmt_s(wall)} of run time"
 
 
@@ -226,7 +262,9 @@ def _run_summary(run_dir: pathlib.Path) -> tuple[str, list[dict[str, Any]]]:
     manifest = read_json(run_dir / "manifest.json") or {}
     config = read_json(run_dir / "config.json") or {}
     rows = read_chunks(run_dir)
-    lines = [_header(run_dir, manifest, config, "run"), _progress_line(rows, planned_total(manifest, config))]
+    status = read_run_status(run_dir)
+    lines = [_header(run_dir, manifest, config, "run"),
+             _progress_line(rows, planned_total(manifest, config, status), status=status)]
     lines += _score_lines(rows) + _throughput_lines(rows) + _host_lines(rows, manifest) + _run_cost_lines(manifest)
     lines += _history_lines(run_dir, manifest)
     return "\n".join(lines), rows
@@ -251,13 +289,14 @@ def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dic
         raise NotARunError(f"{run_dir}/sweep.json lists no members")
     first_manifest = read_json(run_dir / "members" / members[0].name / "manifest.json") or {}
     labels = list(dict.fromkeys(m.label for m in members))
-    lines = [_header(run_dir, {**first_manifest, **manifest}, config, "sweep")
+    lines = [_header(run_dir, {**first_manifest, **manifest}, config, "sweep", seeds=[m.seed for m in members])
              + f"; {len(members)} members ({len(labels)} configs x {seeds_text(len(members) // max(len(labels), 1))})"]
     from rljax.store.tracking import read_chunks
 
     done = [int(rows[-1]["env_steps"]) if rows else 0 for rows in member_rows]
     least = read_chunks(run_dir / "members" / members[int(np.argmin(done))].name)
-    lines.append(_progress_line(least, planned_total(first_manifest, config), per=" per member"))
+    status = read_run_status(run_dir)
+    lines.append(_progress_line(least, planned_total(first_manifest, config, status), per=" per member", status=status))
     table = ranking(members, member_rows)[1].rstrip("\n").splitlines()
     lines += table[:1] + [line for line in table[4:]][:12]
     if len(table) > 16:
@@ -280,43 +319,50 @@ def summary_text(run_dir: str | pathlib.Path) -> str:
     return _run_summary(run_dir)[0]
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: pathlib.Path) -> pathlib.Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    _plt().close(fig)
-    return path
+def smooth_window(text: str) -> int:
+    """``--smooth W``: a whole number of points >= 1; an ``argparse.ArgumentTypeError`` naming the value otherwise."""
+    try:
+        window = int(text)
+    except ValueError:
+        window = 0
+    if window < 1 or str(window) != text.strip():
+        raise argparse.ArgumentTypeError(f"expected a whole number of points >= 1 (1: no smoothing), got {text!r}")
+    return window
 
 
-def _returns_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Path:
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+def _smoothed_note(window: int) -> str:
+    return f"centred mean over {window} points, raw faint" if window > 1 else ""
+
+
+def returns_figure(rows: list[dict[str, Any]], window: int = 1) -> Any:
+    """``returns.png``: the training return (smoothed over ``window`` points, :mod:`rljax.cli.plotting`)
+    and the greedy evaluations, against env steps (left) and wall time (right)."""
+    fig = new_figure((11, 4))
+    axes = fig.subplots(1, 2, sharey=True)
     wall = dict(zip((r["env_steps"] for r in rows), wall_times(rows)))
-    for ax, x_of, x_label in ((axes[0], lambda r: r["env_steps"], "env steps"),
-                              (axes[1], lambda r: wall.get(r["env_steps"], np.nan), "wall time (s)")):
-        train, evals = finite_values(rows, TRAIN), finite_values(rows, EVAL)
-        ax.plot([x_of(r) for r, _ in train], [v for _, v in train], label=f"training ({TRAIN})", linewidth=1)
+    note = _smoothed_note(window)
+    train, evals = finite_values(rows, TRAIN), finite_values(rows, EVAL)
+    for ax, x_of in ((axes[0], lambda r: r["env_steps"]), (axes[1], lambda r: wall.get(r["env_steps"], np.nan))):
+        if train:
+            draw_curve(ax, [x_of(r) for r, _ in train], [v for _, v in train], window, linewidth=1,
+                       label=f"training ({TRAIN}" + (f"; {note})" if note else ")"))
         if evals:
             ax.plot([x_of(r) for r, _ in evals], [v for _, v in evals], "o--", markersize=3,
                     label=f"greedy evaluation ({EVAL})")
-        ax.set_xlabel(x_label)
         ax.grid(alpha=0.3)
+    steps_axis(axes[0])
+    axes[1].set_xlabel("wall time (s)")
     axes[0].set_ylabel("episode return")
-    axes[0].legend(fontsize=8)
-    return _save(fig, path)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=8)
+    return fig
 
 
-def _throughput_plot(rows: list[dict[str, Any]], path: pathlib.Path, members: int = 1) -> pathlib.Path:
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+def throughput_figure(rows: list[dict[str, Any]], members: int = 1) -> Any:
+    """``throughput.png``: steps/s (a sweep: the population's) and the host's seconds per chunk by
+    kind (the ``time/*`` columns), against wall time; ``rows``: ``chunks.jsonl``'s."""
+    fig = new_figure((11, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     sps = finite_values(rows, "sps")
     ax1.plot([r["wall_time_s"] for r, _ in sps], [v * members for _, v in sps], ".-", linewidth=1)
     ax1.set_xlabel("wall time (s)")
@@ -334,24 +380,47 @@ def _throughput_plot(rows: list[dict[str, Any]], path: pathlib.Path, members: in
     if ax2.lines:
         ax2.legend(fontsize=7)
     else:
-        ax2.text(0.5, 0.5, "no time/* columns (a run from before they were logged)", ha="center",
-                 transform=ax2.transAxes, fontsize=8)
-    return _save(fig, path)
+        host_run = any("host/learner_busy" in r for r in rows)
+        why = "a host-env run logs its actors and learner as host/* instead" if host_run else \
+            "a run from before they were logged"
+        ax2.text(0.5, 0.5, f"no time/* columns ({why})", ha="center", transform=ax2.transAxes, fontsize=8)
+    return fig
 
 
-def _losses_plot(rows: list[dict[str, Any]], path: pathlib.Path) -> pathlib.Path | None:
-    keys = sorted({k for r in rows for k in r if k.endswith("_loss")})
-    if not keys:
+METRIC_COLUMNS = 4
+"""Panels per row of ``losses.png``."""
+
+
+def metrics_figure(rows: list[dict[str, Any]], window: int = 1) -> Any | None:
+    """``losses.png``: one small panel per algorithm metric that changes
+    (:func:`~rljax.cli.rundata.metric_columns`: the losses first), against env steps, in rows of
+    :data:`METRIC_COLUMNS`, each smoothed over ``window`` points; the title names the columns with
+    one value throughout. None when the rows hold no algorithm metric."""
+    keys, constant = metric_columns(rows)
+    if not keys and not constant:
         return None
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys) + 0.5, 3.4), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    ncols = max(1, min(METRIC_COLUMNS, len(keys)))
+    nrows = max(1, -(-len(keys) // ncols))
+    fig = new_figure((3.2 * ncols + 0.4, 2.5 * nrows + 0.5))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for i, (ax, key) in enumerate(zip(axes, keys)):
         vals = finite_values(rows, key)
-        ax.plot([r["env_steps"] for r, _ in vals], [v for _, v in vals], linewidth=1)
+        draw_curve(ax, [r["env_steps"] for r, _ in vals], [v for _, v in vals], window, linewidth=1)
         ax.set_title(key, fontsize=9)
-        ax.set_xlabel("env steps")
+        steps_axis(ax, nbins=4, label="env steps" if i + ncols >= len(keys) else None)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    for ax in axes[len(keys):]:
+        fig.delaxes(ax)
+    notes = [_smoothed_note(window)] if window > 1 else []
+    if constant:
+        notes.append("constant: " + ", ".join(f"{k}={v:.4g}" for k, v in constant.items()))
+    if not keys:
+        axes[0].text(0.5, 0.5, "no metric changed", ha="center", transform=axes[0].transAxes, fontsize=8)
+        axes[0].set_axis_off()
+    if notes:
+        fig.suptitle("; ".join(notes), fontsize=8)
+    return fig
 
 
 def seeds_text(n: int) -> str:
@@ -359,62 +428,70 @@ def seeds_text(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
-def configs_plot_title(evaluated: bool) -> str:
+def configs_plot_title(evaluated: bool, window: int = 1) -> str:
     """What ``configs.png`` draws, as its title (short enough for the axes; eval dots only when drawn)."""
-    return "training return: lines, mean ± std over seeds" + ("; greedy evaluation: dots" if evaluated else "")
+    return ("training return: lines, mean ± std over seeds" + (f" ({_smoothed_note(window)})" if window > 1 else "")
+            + ("; greedy evaluation: dots" if evaluated else ""))
 
 
-def _configs_plot(members: Sequence[Any], member_rows: Sequence[list[dict[str, Any]]],
-                  path: pathlib.Path) -> pathlib.Path:
+def configs_figure(members: Sequence[Any], member_rows: Sequence[list[dict[str, Any]]], window: int = 1) -> Any:
+    """``configs.png``: each config's training return against env steps (the mean and std over its
+    seeds, smoothed over ``window`` points) and its mean evaluations, labelled by the values the
+    sweep gives it (``lr=0.001, ent=0.01``) and how many seeds it has."""
     from rljax.training.sweep import mean_curve
 
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    by_label: dict[str, list[int]] = {}
+    fig = new_figure((8, 5))
+    ax = fig.subplots()
+    groups: dict[str, list[Any]] = {}
     evaluated = False
     for m in members:
-        by_label.setdefault(m.label, []).append(m.index)
-    for label, idx in by_label.items():
-        curve = mean_curve([member_rows[i] for i in idx], TRAIN)
+        groups.setdefault(m.label, []).append(m)
+    for label, group in groups.items():
+        curve = mean_curve([member_rows[m.index] for m in group], TRAIN)
         if curve is None:
             continue
         x, mean, std = curve
-        (line,) = ax.plot(x, mean, linewidth=1.5, label=f"{label} ({seeds_text(len(idx))})")
+        name = config_label(group[0].values) if group[0].values else label
+        line = draw_curve(ax, x, mean, window, linewidth=1.5, label=f"{name} ({seeds_text(len(group))})")
+        mean, std = smooth(mean, window), smooth(std, window)
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        evals = mean_curve([member_rows[i] for i in idx], EVAL)
+        evals = mean_curve([member_rows[m.index] for m in group], EVAL)
         if evals is not None:
             evaluated = True
             ax.plot(evals[0], evals[1], "o--", color=line.get_color(), markersize=3, linewidth=0.8)
-    ax.set_xlabel("env steps")
+    steps_axis(ax)
     ax.set_ylabel("episode return")
-    ax.set_title(configs_plot_title(evaluated), fontsize=9)
+    ax.set_title(configs_plot_title(evaluated, window), fontsize=9)
     ax.grid(alpha=0.3)
-    if ax.lines:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
-def write_plots(run_dir: str | pathlib.Path, out: str | pathlib.Path | None = None) -> list[pathlib.Path]:
-    """Writes the PNGs of the run or sweep in ``run_dir`` to ``out`` (default ``RUN_DIR/inspect``);
-    returns their paths."""
+def write_plots(run_dir: str | pathlib.Path, out: str | pathlib.Path | None = None,
+                window: int = 1) -> list[pathlib.Path]:
+    """Writes the PNGs of the run or sweep in ``run_dir`` to ``out`` (default ``RUN_DIR/inspect``),
+    curves smoothed over ``window`` points (1: none); returns their paths."""
     run_dir = pathlib.Path(run_dir)
     out = run_dir / "inspect" if out is None else pathlib.Path(out)
+    smooth([], window)  # a bad window is refused before anything is written
     out.mkdir(parents=True, exist_ok=True)
     from rljax.store.tracking import read_chunks, read_metrics
 
     if run_kind(run_dir) == "sweep":
         members, member_rows = _sweep_members(run_dir)
-        paths = [_configs_plot(members, member_rows, out / "configs.png")]
+        paths = [save(configs_figure(members, member_rows, window), out / "configs.png")]
         chunks = read_chunks(run_dir / "members" / members[0].name) if members else []
         if chunks:
-            paths.append(_throughput_plot(chunks, out / "throughput.png", members=len(members)))
+            paths.append(save(throughput_figure(chunks, members=len(members)), out / "throughput.png"))
         return paths
     rows = read_metrics(run_dir)
     if not rows:
         return []
-    paths = [_returns_plot(rows, out / "returns.png"), _throughput_plot(read_chunks(run_dir), out / "throughput.png")]
-    losses = _losses_plot(rows, out / "losses.png")
-    return paths + ([losses] if losses else [])
+    paths = [save(returns_figure(rows, window), out / "returns.png"),
+             save(throughput_figure(read_chunks(run_dir)), out / "throughput.png")]
+    metrics = metrics_figure(rows, window)
+    return paths + ([save(metrics, out / "losses.png")] if metrics is not None else [])
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -426,6 +503,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, metavar="DIR",
                         help=f"where the PNGs go (default RUN_DIR/inspect; comparing several: {COMPARE_OUT}/)")
     parser.add_argument("--no-plots", action="store_true", help="print the summary only")
+    parser.add_argument("--smooth", type=smooth_window, default=1, metavar="W",
+                        help="draw training returns and metrics as their centred rolling mean over W points "
+                             "(fewer at the ends), the raw values faint behind (default 1: raw)")
     return parser
 
 
@@ -434,7 +514,7 @@ COMPARE_OUT = "inspect-compare"
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rljax inspect RUN_DIR... [--out DIR] [--no-plots]``; returns the exit status (2: not a run)."""
+    """``rljax inspect RUN_DIR... [--out DIR] [--no-plots] [--smooth W]``; returns the exit status (2: not a run)."""
     try:
         if len(args.run_dir) > 1:
             from rljax.cli.compare import compare_plot, comparison_text, curves
@@ -442,13 +522,13 @@ def run(args: argparse.Namespace) -> int:
             items = curves(args.run_dir)
             print(comparison_text(items), flush=True)
             if not args.no_plots:
-                path = compare_plot(items, pathlib.Path(args.out or COMPARE_OUT) / "compare.png")
+                path = compare_plot(items, pathlib.Path(args.out or COMPARE_OUT) / "compare.png", args.smooth)
                 print(f"plots: {path}", flush=True)
             return 0
         (run_dir,) = args.run_dir
         print(summary_text(run_dir), flush=True)
         if not args.no_plots:
-            paths = write_plots(run_dir, args.out)
+            paths = write_plots(run_dir, args.out, args.smooth)
             if paths:
                 print("plots: " + ", ".join(str(p) for p in paths), flush=True)
     except NotARunError as err:

@@ -1,5 +1,6 @@
 """``rljax inspect A B ...`` (:mod:`rljax.cli.compare`) on run and sweep directories written by hand:
-the table's figures, the fields that differ, labels, the plot, and a directory that holds no run."""
+the table's figures, the fields that differ (a sweep's seeds among them), the legend's labels, the
+plot's data, and a directory that holds no run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from rljax.cli.compare import comparison_text, curves, differing_fields
+from rljax.cli.compare import compare_figure, comparison_text, curves, differing_fields, legend_labels
+from rljax.cli.plotting import RAW_GID
+from rljax.cli.rundata import smooth
 from rljax.cli.main import main
 
 PLAN = {"env_steps_per_update": 100, "updates_per_chunk": 2}
@@ -55,7 +58,7 @@ def test_the_table_compares_runs_and_a_sweeps_config(runs):
     assert [c.label for c in items] == ["a", "b", "sw:num_envs=8"]
     lines = comparison_text(items).splitlines()
     head = lines[1].split()
-    assert head[:3] == ["run", "algorithm", "env"] and head[-2:] == ["learning_rate", "num_envs"]
+    assert head[:3] == ["run", "algorithm", "env"] and head[-3:] == ["learning_rate", "num_envs", "seed"]
     a, b, sw = (line.split() for line in lines[2:5])
     # final = the mean of the last 2 chunks' returns: a (15 + 40) / 2; best: the best chunk (as
     # rljax inspect RUN_DIR says it, whatever --log-every), not the best single update (50).
@@ -63,8 +66,10 @@ def test_the_table_compares_runs_and_a_sweeps_config(runs):
     assert b[5:8] == ["57.50", "90.00", "90.00"]  # final (25 + 90) / 2; best chunk 90; its last evaluation
     # The sweep's config: the mean over its 2 seeds (finals 7.5 and 17.5; best chunks 15 and 35).
     assert sw[:3] == ["sw:num_envs=8", "(2", "seeds)"] and sw[7:10] == ["12.50", "25.00", "n/a"]
-    assert sw[-2:] == ["0.0003", "8"]  # a sweep's config shows its first seed's config
-    assert lines[-1] == 'the same in every run: 3 config fields (env="CartPole-v1", seed=0, total_timesteps=400, ...)'
+    # A sweep's config shows its first seed's config, with the seeds it averages: the runs' seed 0 is
+    # not "the same in every run" (it said seed=0 of the 2-seed config).
+    assert sw[-4:] == ["0.0003", "8", "[0,", "1]"] and a[-1] == b[-1] == "0"
+    assert lines[-1] == 'the same in every run: 2 config fields (env="CartPole-v1", total_timesteps=400, ...)'
 
 
 def test_differing_fields_and_colliding_names(tmp_path):
@@ -82,3 +87,20 @@ def test_inspect_with_several_directories_prints_the_table_and_plots(runs, tmp_p
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0
     assert main(["inspect", str(runs / "a"), str(tmp_path / "nothing")]) == 2
     assert "rljax inspect: error:" in capsys.readouterr().err
+
+
+def test_the_legend_names_each_curve_by_the_fields_that_differ(runs):
+    # It named the directories ("a", "b", "sw:num_envs=8"), so the legend did not say what was compared.
+    items = curves([runs / "a", runs / "b", runs / "sw"])
+    expected = ["lr=0.0003, num_envs=4 (seed 0)", "lr=0.001, num_envs=4 (seed 0)", "lr=0.0003, num_envs=8 (2 seeds)"]
+    assert legend_labels(items) == expected
+    fig = compare_figure(items, window=2)
+    by_steps = fig.axes[0]
+    assert [t.get_text() for t in by_steps.get_legend().get_texts()] == expected
+    main_lines = [line for line in by_steps.lines if line.get_gid() != RAW_GID and line.get_linestyle() == "-"]
+    np.testing.assert_allclose(main_lines[0].get_ydata(), smooth([10, 20, 30, 50], 2))  # run a, per update
+    np.testing.assert_allclose(main_lines[2].get_ydata(), smooth([0, 0, 20, 30], 2))  # the sweep's mean of 2 seeds
+    # Only the seed differs: named by it; nothing differs: by the run's name.
+    assert legend_labels(curves([runs / "sw" / "members" / "m0", runs / "sw" / "members" / "m1"])) == ["seed 0",
+                                                                                                       "seed 1"]
+    assert legend_labels(curves([runs / "a", runs / "a"])) == ["a", "a"]
