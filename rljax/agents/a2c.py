@@ -1,14 +1,28 @@
 """A2C: synchronous advantage actor-critic (Mnih et al. 2016, "Asynchronous Methods for Deep
 Reinforcement Learning", in its synchronous form, as in OpenAI Baselines and Stable-Baselines3).
 
-One update = a short rollout of ``num_steps`` in each of ``num_envs`` envs, GAE targets that
-bootstrap through truncation (``gae_lambda = 1``: n-step returns up to the rollout's end), then ONE
-gradient step on the whole rollout of
+One update = a short rollout of ``num_steps`` in each of ``num_envs`` envs, GAE(``gamma``,
+``gae_lambda``) advantages and value targets that bootstrap through truncation (``gae_lambda``
+0.95 by default; ``gae_lambda=1`` gives the n-step returns of Baselines and SB3: each step's
+discounted rewards to the rollout's (or its episode's) end plus the discounted value after it,
+``A_t = sum_{k=0}^{n-1} gamma^k r_{t+k} + gamma^n V(s_{t+n}) - V(s_t)``), then ONE gradient step
+on the whole rollout of
 
 ``L = -mean(log pi(a|s) * A) + vf_coef * 0.5 * mean((V(s) - V_targ)^2) - ent_coef * mean(H[pi(.|s)])``
 
-with RMSprop (Baselines' and SB3's choice) or Adam. The network, behaviour policy and env stack are
-PPO's (:mod:`rljax.agents.onpolicy`); A2C is its loss and its one step.
+after global-norm clipping, with RMSprop (decay ``rho = 0.99``, ``eps = 1e-5``) or Adam (``eps =
+1e-5``). ``rmsprop`` picks RMSprop's form, with ``v_0`` the average's start (per element):
+
+* ``"optax"`` (default): ``v_0 = 0``, ``u = g / sqrt(v + eps)`` (``optax.scale_by_rms``);
+* ``"torch"``: ``v_0 = 0``, ``u = g / (sqrt(v) + eps)``: ``torch.optim.RMSprop``, which
+  Stable-Baselines3's A2C uses;
+* ``"tf1"``: ``v_0 = 1``, ``u = g / sqrt(v + eps)``: TF1's ``tf.train.RMSPropOptimizer``, which
+  OpenAI Baselines' A2C uses;
+
+each with ``v = rho v_prev + (1 - rho) g^2`` and the step ``-learning_rate * u``. The three differ
+most in the first steps (with ``v`` near its start): for ``|g| = 0.01`` the first step's ``|u|`` is
+3.0 (optax), 9.9 (torch) and 0.01 (tf1). The network, behaviour policy and env stack are PPO's
+(:mod:`rljax.agents.onpolicy`); A2C is its loss and its one step.
 """
 
 from __future__ import annotations
@@ -28,9 +42,11 @@ from rljax.agents.onpolicy import (OnPolicyContext, OnPolicyHooks, RolloutConfig
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS
 
-__all__ = ["A2CConfig", "A2CHyperParams", "A2CBatch", "a2c_loss", "a2c_optimizer", "make_a2c"]
+__all__ = ["A2CConfig", "A2CHyperParams", "A2CBatch", "RMSPROPS", "a2c_loss", "a2c_optimizer", "make_a2c"]
 
 OPTIMIZERS = ("rmsprop", "adam")
+RMSPROPS = ("optax", "torch", "tf1")
+"""RMSprop's forms (module docstring): optax's, PyTorch's (SB3) and TF1's (Baselines)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +65,10 @@ class A2CConfig(RolloutConfig):
     shared_torso: bool = field(False, "one torso for actor and critic instead of two")
     normalize_obs: bool = field(False, "normalise observations by running mean/std (shared over devices)")
     normalize_reward: bool = field(False, "scale rewards by the running std of the discounted return")
-    optimizer: str = field("rmsprop", "rmsprop (decay 0.99, eps 1e-5, as Baselines/SB3) or adam (eps 1e-5)")
+    optimizer: str = field("rmsprop", "rmsprop (decay 0.99, eps 1e-5, in the form the rmsprop field names) or adam (eps 1e-5)")
+    rmsprop: str = field("optax", "RMSprop's form: optax (eps inside the sqrt, average from 0), torch (SB3's "
+                                  "PyTorch: eps outside the sqrt, average from 0) or tf1 (Baselines' TF1: eps inside "
+                                  "the sqrt, average from 1); unused with adam")
     anneal_lr: bool = field(True, "decay the learning rate linearly to 0 over the run")
 
     # ----- sweepable hyperparameters (traced) -----
@@ -66,6 +85,7 @@ class A2CConfig(RolloutConfig):
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_choice(self, "optimizer", OPTIMIZERS)
+        check_choice(self, "rmsprop", RMSPROPS)
         check_floats(self, ("learning_rate", "max_grad_norm"), 0, low_open=True)
         check_floats(self, ("gamma", "gae_lambda"), 0, 1)
         check_floats(self, ("ent_coef", "vf_coef"), 0)
@@ -115,10 +135,38 @@ def a2c_loss(params: Any, apply_fn: Any, batch: A2CBatch, hyperparams: A2CHyperP
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
-def a2c_optimizer(name: str, hyperparams: A2CHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:
-    """Global-norm clipping at ``max_grad_norm``, then RMSprop (decay 0.99, eps 1e-5) or Adam (eps
-    1e-5), then a step of ``-learning_rate`` (both values may be traced)."""
-    scale = optax.scale_by_rms(decay=0.99, eps=1e-5) if name == "rmsprop" else optax.scale_by_adam(eps=1e-5)
+def a2c_optimizer(name: str, hyperparams: A2CHyperParams, learning_rate: jax.Array, rmsprop: str = "optax"
+                  ) -> optax.GradientTransformation:
+    """Global-norm clipping at ``max_grad_norm``, then RMSprop (decay 0.99, eps 1e-5, in the form
+    ``rmsprop`` names) or Adam (eps 1e-5), then a step of ``-learning_rate`` (both values may be traced).
+
+    RMSprop with the element-wise average of squared gradients ``v`` (start ``v_0``) and update ``u``:
+
+    * ``"optax"``: ``v_0 = 0``, ``v = 0.99 v + 0.01 g^2``, ``u = g / sqrt(v + 1e-5)``;
+    * ``"torch"``: ``v_0 = 0``, ``v = 0.99 v + 0.01 g^2``, ``u = g / (sqrt(v) + 1e-5)``
+      (``torch.optim.RMSprop(alpha=0.99, eps=1e-5)``, Stable-Baselines3's A2C);
+    * ``"tf1"``: ``v_0 = 1``, ``v = 0.99 v + 0.01 g^2``, ``u = g / sqrt(v + 1e-5)``
+      (``tf.train.RMSPropOptimizer(decay=0.99, epsilon=1e-5)``, OpenAI Baselines' A2C).
+
+    Args:
+        name: ``"rmsprop"`` or ``"adam"``.
+        hyperparams: hyperparameters (``max_grad_norm`` is used).
+        learning_rate: the step size, a float or a traced scalar.
+        rmsprop: RMSprop's form, ``"optax"``, ``"torch"`` or ``"tf1"`` (unused with Adam).
+
+    Returns:
+        The chained ``optax.GradientTransformation``.
+
+    Raises:
+        ValueError: ``name`` or ``rmsprop`` is not one of the values above.
+    """
+    if name not in OPTIMIZERS or rmsprop not in RMSPROPS:
+        raise ValueError(f"a2c_optimizer: name={name!r} (one of {OPTIMIZERS}), rmsprop={rmsprop!r} (one of {RMSPROPS})")
+    if name == "adam":
+        scale = optax.scale_by_adam(eps=1e-5)
+    else:
+        scale = optax.scale_by_rms(decay=0.99, eps=1e-5, initial_scale=1.0 if rmsprop == "tf1" else 0.0,
+                                   eps_in_sqrt=rmsprop != "torch")
     return optax.chain(optax.clip_by_global_norm(hyperparams.max_grad_norm), scale, optax.scale(-learning_rate))
 
 
@@ -140,7 +188,7 @@ def make_a2c(config: A2CConfig, env: Any, env_params: Any, axis_name: str | None
                                    "explained_variance": explained_variance(targets, values, axis_name)}
 
     return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
-        init_params=network.init, optimizer=lambda hyperparams, lr: a2c_optimizer(config.optimizer, hyperparams, lr),
+        init_params=network.init, optimizer=lambda hyperparams, lr: a2c_optimizer(config.optimizer, hyperparams, lr, config.rmsprop),
         behaviour=lambda params, ctx: sampling_policy(apply_fn, params), learn=learn,
         act=actor_critic_act(apply_fn)), anneal_lr=config.anneal_lr, normalize_obs=config.normalize_obs,
         normalize_reward=config.normalize_reward)

@@ -1,4 +1,5 @@
-"""A2C: the loss and one RMSprop step by hand, config validation, the registry entry, a probe
+"""A2C: the loss and one RMSprop step by hand, each RMSprop form (optax, PyTorch, TF1) against its
+reference rule for several steps, config validation, the registry entry, a probe
 that bootstraps through truncation, and a short CartPole run that must clearly learn (the full
 run to a return of 500 is ``python -m experiments.a2c_cartpole``)."""
 
@@ -69,8 +70,96 @@ def test_rmsprop_step_by_hand():
     np.testing.assert_allclose(updates, -0.1 * g / np.sqrt(0.01 * g ** 2 + 1e-5), rtol=1e-5)
 
 
+# Reference update rules, written from each library's documented algorithm (float64), with decay
+# rho = 0.99, eps = 1e-5, momentum 0, no weight decay, not centred; each returns a step's update
+# (the parameter change) and the new average of squared gradients.
+
+
+def _torch_rmsprop(g, v, lr):
+    """torch.optim.RMSprop (SB3's A2C): square_avg starts at 0; p -= lr * g / (sqrt(square_avg) + eps)."""
+    v = 0.99 * v + (1 - 0.99) * g * g
+    return -lr * g / (np.sqrt(v) + 1e-5), v
+
+
+def _tf1_rmsprop(g, v, lr):
+    """TF1 tf.train.RMSPropOptimizer (Baselines' A2C): the "rms" slot starts at 1;
+    ms = rho ms + (1 - rho) g^2; mom = lr g / sqrt(ms + eps); var -= mom."""
+    v = 0.99 * v + (1 - 0.99) * g * g
+    return -lr * g / np.sqrt(v + 1e-5), v
+
+
+def _optax_rmsprop(g, v, lr):
+    """optax.scale_by_rms(decay=0.99, eps=1e-5): nu starts at 0; u = g / sqrt(nu + eps)."""
+    v = 0.99 * v + (1 - 0.99) * g * g
+    return -lr * g / np.sqrt(v + 1e-5), v
+
+
+@pytest.mark.parametrize("rmsprop, reference, v0", [("optax", _optax_rmsprop, 0.0), ("torch", _torch_rmsprop, 0.0),
+                                                    ("tf1", _tf1_rmsprop, 1.0)])
+def test_each_rmsprop_form_follows_its_reference_rule_for_several_steps(rmsprop, reference, v0):
+    # Gradients under the clipping threshold (global norm <= 0.5), of mixed size and sign, so that
+    # the average's start and where eps sits both show in every step.
+    grads = np.array([[0.3, -0.004, 0.0], [0.01, 0.2, -0.05], [-0.25, 0.001, 0.1], [0.02, -0.3, 0.0003]])
+    tx = a2c_optimizer("rmsprop", _hp(max_grad_norm=0.5), 0.1, rmsprop)
+    state, v = tx.init(jnp.zeros(3, jnp.float32)), np.full(3, v0)
+    for g in grads:
+        updates, state = tx.update(jnp.asarray(g, jnp.float32), state)
+        want, v = reference(g, v, 0.1)
+        assert updates.dtype == jnp.float32
+        np.testing.assert_allclose(updates, want, rtol=2e-5, atol=1e-9)
+
+
+def test_the_rmsprop_forms_differ_where_their_rules_do():
+    """One step on g = 0.01 (one element): 0.1 * 0.01 / sqrt(1e-6 + 1e-5) = 0.3015 (optax),
+    0.1 * 0.01 / (1e-3 + 1e-5) = 0.9901 (torch), 0.1 * 0.01 / sqrt(0.99 + 1e-6 + 1e-5) = 0.001005 (tf1)."""
+    steps = {}
+    for form in ("optax", "torch", "tf1"):
+        tx = a2c_optimizer("rmsprop", _hp(), 0.1, form)
+        steps[form] = float(tx.update(jnp.array([0.01]), tx.init(jnp.zeros(1)))[0][0])
+    np.testing.assert_allclose([steps["optax"], steps["torch"], steps["tf1"]], [-0.30151, -0.99010, -0.0010050],
+                               rtol=1e-4)
+
+
+def test_the_default_is_optax_rmsprop_and_adam_ignores_the_form():
+    assert A2CConfig().optimizer == "rmsprop" and A2CConfig().rmsprop == "optax"
+    g, params = jnp.array([0.3, -0.4, 0.01]), jnp.zeros(3)
+    adam = [a2c_optimizer("adam", _hp(), 0.1, form) for form in ("optax", "torch", "tf1")]
+    steps = [tx.update(g, tx.init(params))[0] for tx in adam]
+    np.testing.assert_array_equal(steps[0], steps[1])
+    np.testing.assert_array_equal(steps[0], steps[2])
+
+
+def test_the_config_form_reaches_the_agents_optimiser():
+    """tf1's average of squared gradients starts at 1 in the train state, optax's at 0."""
+    import optax
+
+    from rljax.agents import build_agent
+    from rljax.core.registry import make
+
+    starts = {}
+    for form in ("optax", "tf1"):
+        config = A2CConfig(env="CartPole-v1", num_envs=2, num_steps=4, hidden_sizes=(4,), rmsprop=form)
+        env, env_params = make(config.env)
+        state = build_agent(config, env, env_params, None).init(jax.random.key(0), 0, 2, config.hyperparams(),
+                                                                 env_params)
+        is_rms = lambda x: isinstance(x, optax.ScaleByRmsState)  # noqa: E731
+        (rms,) = [x for x in jax.tree.leaves(state.opt_state, is_leaf=is_rms) if is_rms(x)]
+        starts[form] = {float(v) for leaf in jax.tree.leaves(rms.nu) for v in np.unique(np.asarray(leaf))}
+    assert starts == {"optax": {0.0}, "tf1": {1.0}}
+
+
+@pytest.mark.parametrize("args, match", [
+    (("rmsprop", "keras"), r"rmsprop='keras' \(one of \('optax', 'torch', 'tf1'\)\)"),
+    (("sgd", "optax"), r"name='sgd' \(one of \('rmsprop', 'adam'\)\)"),
+])
+def test_a2c_optimizer_names_a_bad_choice_and_the_valid_ones(args, match):
+    with pytest.raises(ValueError, match=match):
+        a2c_optimizer(args[0], _hp(), 0.1, args[1])
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(optimizer="sgd"), "optimizer='sgd'"),
+    (dict(rmsprop="pytorch"), r"rmsprop='pytorch' is not one of \('optax', 'torch', 'tf1'\)"),
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
     (dict(gae_lambda=1.5), "gae_lambda must be in"),
     (dict(total_timesteps=100), "less than one update"),
