@@ -7,8 +7,11 @@ other flags of the command by their names (``checkpoint_every``, ``log_every``,
 ``no_tensorboard``, a sweep's ``grid`` or ``seeds``, ...). A file is flags written down: each key
 becomes its flag, placed before the command line's, so a flag typed on the command line overrides
 the file (a repeatable flag typed there replaces the file's entries), every value goes through
-the flag's own parsing and checks, and a resume treats the file's values as typed flags. An
-``algorithm`` key, when present, must name the command's algorithm.
+the flag's own parsing and checks (an error names the file and key, not the flag), and a resume
+treats the file's values as typed flags. A number is written as a number: ``learning_rate =
+"0.001"`` is refused with the unquoted form, and so is a run option at the top level or a field
+under ``[run]``, saying where it belongs. An ``algorithm`` key, when present, must name the
+command's algorithm.
 
 ``rljax config ALGO`` prints such a file with every field at its default and its help as a comment
 (:func:`config_toml`)::
@@ -63,7 +66,8 @@ def _read(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _tokens(action: argparse.Action, value: Any, where: str) -> list[str]:
-    """``value`` as the command-line tokens of ``action``'s flag."""
+    """``value`` as the command-line tokens of ``action``'s flag, each checked by the flag's own type
+    and choices here, so that a bad value is named by the file and key it came from (:func:`_checked`)."""
     flag = next(s for s in action.option_strings if s.startswith("--"))
     if isinstance(action, argparse.BooleanOptionalAction) or action.nargs == 0:
         if not isinstance(value, bool):
@@ -74,10 +78,54 @@ def _tokens(action: argparse.Action, value: Any, where: str) -> list[str]:
     # FLAG=VALUE: a value that starts with '-' stays a value.
     if isinstance(action, argparse._AppendAction):
         values = value if isinstance(value, list) else [value]
-        return [f"{flag}={_scalar(v, where)}" for v in values]
+        return [f"{flag}={_checked(action, v, _scalar(v, where), where)}" for v in values]
     if isinstance(value, list):
-        return [f"{flag}=" + ",".join(_scalar(v, where) for v in value)]
-    return [f"{flag}={_scalar(value, where)}"]
+        return [f"{flag}=" + _checked(action, value, ",".join(_scalar(v, where) for v in value), where)]
+    return [f"{flag}={_checked(action, value, _scalar(value, where), where)}"]
+
+
+def _checked(action: argparse.Action, value: Any, text: str, where: str) -> str:
+    """``text`` (``value`` as its flag's token) once the flag's type and choices accept it.
+
+    Raises:
+        ValueError: naming ``where`` (the file and key), the value and why: the flag's own message
+            (``'1.5' is not an integer``), the valid choices, or, for a number written as a string
+            (``learning_rate = "0.001"``), the unquoted form to write instead.
+    """
+    convert = action.type if callable(action.type) else (lambda t: t)
+    try:
+        converted = convert(text)
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+        raise ValueError(f"{where} = {_shown(value)}: {err}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise ValueError(f"{where} = {_shown(value)}: must be one of {', '.join(map(repr, action.choices))}")
+    quoted = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and _is_number(v)]
+    if quoted and _numeric(converted):
+        # A quoted number would be read all the same; refused, as a typo in a type would be elsewhere.
+        key = where.rsplit(" ", 1)[-1]
+        what = "holds a number in quotes" if isinstance(value, list) else "is a string, not a number"
+        raise ValueError(f"{where} = {_shown(value)} {what}: write it unquoted, {key} = {_toml_value(converted)}")
+    return text
+
+
+def _numeric(value: Any) -> bool:
+    """Whether a flag's parsed value is a number (or a tuple of numbers, ``hidden_sizes``)."""
+    if isinstance(value, tuple):
+        return bool(value) and all(map(_numeric, value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the file wrote it (TOML and JSON quote strings with double quotes)."""
+    return json.dumps(value) if isinstance(value, (str, list)) else _scalar(value, "")
 
 
 def _scalar(value: Any, where: str) -> str:
@@ -113,6 +161,12 @@ def config_tokens(path: str | pathlib.Path, parser: argparse.ArgumentParser, con
     tokens: list[str] = []
     for table, entries, valid in (("", data, fields), ("[run] ", run, set(actions) - fields)):
         for key, value in entries.items():
+            if key not in valid and key in actions:
+                if table:
+                    raise ValueError(f"--config {path}: [run] {key!r} is a field of {config_cls.__name__}: put it "
+                                     f"at the top level, above [run]")
+                raise ValueError(f"--config {path}: {key!r} is a run option, not a field of {config_cls.__name__}: "
+                                 f"put it under [run]")
             if key not in valid:
                 close = difflib.get_close_matches(key, sorted(valid), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"

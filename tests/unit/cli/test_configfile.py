@@ -84,7 +84,24 @@ def test_a_sweep_reads_its_flags_from_the_run_table(tmp_path):
                                    r"'checkpoint_every'\?"),
     ("[run]\nresume = 'runs/a'", r"\[run\] 'resume' is not a flag of this command"),
     ("normalize_obs = 'yes'", r"normalize_obs must be true or false, got 'yes'"),
-    ("learning_rate = 'fast'", r"argument --learning-rate: 'fast' is not a number"),
+    # A bad value is named by the file and key it came from, not by the flag it stands for.
+    ("learning_rate = 'fast'", r"--config \S+run.toml: learning_rate = \"fast\": 'fast' is not a number\n"),
+    ("total_timesteps = 1.5", r"--config \S+run.toml: total_timesteps = 1.5: '1.5' is not an integer\n"),
+    ("[run]\nlog_every = 'x'", r"--config \S+run.toml: \[run\] log_every = \"x\": 'x' is not an integer\n"),
+    ("[run]\ndeterministic = 'x'", r"\[run\] deterministic = \"x\": must be one of 'auto', 'on', 'off'\n"),
+    # A quoted number is refused, with the unquoted form to write.
+    ("learning_rate = \"0.001\"", r"--config \S+run.toml: learning_rate = \"0.001\" is a string, not a number: "
+                                  r"write it unquoted, learning_rate = 0.001\n"),
+    ("total_timesteps = '1e4'", r"total_timesteps = \"1e4\" is a string, not a number: write it unquoted, "
+                                r"total_timesteps = 10000\n"),
+    ("hidden_sizes = ['64', 64]", r"hidden_sizes = \[\"64\", 64\] holds a number in quotes: write it unquoted, "
+                                  r"hidden_sizes = \[64, 64\]\n"),
+    ("[run]\nkeep_checkpoints = '5'", r"\[run\] keep_checkpoints = \"5\" is a string, not a number: write it "
+                                     r"unquoted, keep_checkpoints = 5\n"),
+    # A key in the other table says where it belongs.
+    ("checkpoint_every = 2", r"'checkpoint_every' is a run option, not a field of PPOConfig: put it under \[run\]"),
+    ("[run]\nlearning_rate = 1e-3", r"\[run\] 'learning_rate' is a field of PPOConfig: put it at the top level, "
+                                    r"above \[run\]"),
     ("hidden_sizes = [[1]]", r"hidden_sizes must be a number, a string or a boolean, got \[1\]"),
     ("algorithm = 'dqn'", r"is for algorithm 'dqn', not PPOConfig"),
     ("run = 3", r"'run' must be a table"),
@@ -114,6 +131,12 @@ def test_a_missing_file_and_an_unknown_algorithm(tmp_path, capsys):
     assert f"--config {tmp_path / 'latin.toml'} is not valid TOML" in capsys.readouterr().err
     assert main(["config", "nope"]) == 2
     assert "config needs an algorithm, one of" in capsys.readouterr().err
+
+
+def test_strings_that_only_look_like_numbers_stay_strings(tmp_path):
+    # A string flag takes a string of digits; a repeatable flag's entries are strings.
+    config, _, _ = _parse(tmp_path, 'env = "123"\nenv_params = ["length=0.5"]\nrandomize = ["length=0.25:2"]')
+    assert (config.env, config.env_params, config.randomize) == ("123", ("length=0.5",), ("length=0.25:2",))
 
 
 def test_help_is_not_read_as_a_file():
