@@ -65,7 +65,8 @@ class A2CConfig(RolloutConfig):
     shared_torso: bool = field(False, "one torso for actor and critic instead of two")
     normalize_obs: bool = field(False, "normalise observations by running mean/std (shared over devices)")
     normalize_reward: bool = field(False, "scale rewards by the running std of the discounted return")
-    optimizer: str = field("rmsprop", "rmsprop (decay 0.99, eps 1e-5, in the form the rmsprop field names) or adam (eps 1e-5)")
+    optimizer: str = field("rmsprop", "rmsprop (decay 0.99, eps 1e-5, in the form the rmsprop field names) or "
+                                      "adam (eps 1e-5)")
     rmsprop: str = field("optax", "RMSprop's form: optax (eps inside the sqrt, average from 0), torch (SB3's "
                                   "PyTorch: eps outside the sqrt, average from 0) or tf1 (Baselines' TF1: eps inside "
                                   "the sqrt, average from 1); unused with adam")
@@ -187,8 +188,11 @@ def make_a2c(config: A2CConfig, env: Any, env_params: Any, axis_name: str | None
         return params, opt_state, {**pmean(metrics, axis_name), "grad_norm": grad_norm,
                                    "explained_variance": explained_variance(targets, values, axis_name)}
 
+    def optimizer(hyperparams: A2CHyperParams, lr: jax.Array) -> optax.GradientTransformation:
+        return a2c_optimizer(config.optimizer, hyperparams, lr, config.rmsprop)
+
     return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
-        init_params=network.init, optimizer=lambda hyperparams, lr: a2c_optimizer(config.optimizer, hyperparams, lr, config.rmsprop),
+        init_params=network.init, optimizer=optimizer,
         behaviour=lambda params, ctx: sampling_policy(apply_fn, params), learn=learn,
         act=actor_critic_act(apply_fn)), anneal_lr=config.anneal_lr, normalize_obs=config.normalize_obs,
         normalize_reward=config.normalize_reward)
