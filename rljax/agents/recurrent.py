@@ -82,7 +82,8 @@ def memory_step(apply: Callable[..., tuple], params: Any, memory: Any, obs: Any)
 
 def rollout_resets(traj: Transition) -> jax.Array:
     """bool ``[T, B]``: True where ``traj.obs[t]`` starts an episode inside the rollout (the
-    previous step ended one); False at ``t = 0``, whose recorded memory is already reset."""
+    previous step ended one, terminated or truncated: acting resets the memory after either);
+    False at ``t = 0``, whose recorded memory is already reset."""
     done = traj.terminated | traj.truncated
     return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]], axis=0)
 
