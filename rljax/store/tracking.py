@@ -9,6 +9,7 @@ Layout (a contract; ``docs/runbook.md`` describes each file)::
                        chunk also has the chunk's columns (throughput, timings, evaluation)
       chunks.jsonl     one JSON object per chunk (what progress lines, health and PBT see)
       tb/              tensorboardX event files with metrics.jsonl's scalars
+      tb/hparams/      the resolved config as tensorboard hparams and a "hyperparameters" text table
       checkpoints/     Orbax steps (written by rljax.store.checkpoint)
 
 This is the only module that writes metrics. Nothing here runs inside compiled code: the host loop
@@ -36,7 +37,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["FINAL_RETURN_CHUNKS", "Tracker", "Tracking", "EventFile", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance", "cost_totals",
+__all__ = ["FINAL_RETURN_CHUNKS", "HPARAMS_DIR", "Tracker", "Tracking", "EventFile", "write_hparams", "hparam_values", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance", "cost_totals",
            "read_metrics", "read_chunks", "boundary_line", "format_progress", "format_population_progress", "population_legend", "command_line",
            "package_version"]
 
@@ -345,6 +346,8 @@ class Tracker:
         self._open_files()
         self._tb = None
         self._open_tensorboard(purge_step)
+        if tensorboard:
+            write_hparams(self.run_dir / "tb" / HPARAMS_DIR, config)
 
     def _open_files(self) -> None:
         self._jsonl = open(self._metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -358,6 +361,13 @@ class Tracker:
     def _open_tensorboard(self, purge_step: int | None) -> None:
         if self._tensorboard:
             self._tb = EventFile(self.run_dir / "tb", purge_step)
+
+    def add_image(self, tag: str, encoded: bytes, height: int, width: int, step: int) -> None:
+        """Writes an encoded picture (PNG, or an animated GIF: TensorBoard shows it moving) to
+        tensorboard at ``step`` and flushes; nothing without tensorboard."""
+        if self._tb is not None:
+            self._tb.add_image(tag, encoded, height, width, step)
+            self._tb.flush()
 
     def _read_manifest(self) -> dict[str, Any] | None:
         """The manifest, or None when it is missing; a damaged one is moved aside (kept) with a warning."""
@@ -556,6 +566,11 @@ class Tracking:
         for tracker in self.trackers:
             tracker.record_incident(incident)
 
+    def add_image(self, member: int, tag: str, encoded: bytes, height: int, width: int, step: int) -> None:
+        """Member ``member``'s :meth:`Tracker.add_image` (nothing without a run directory)."""
+        if self.trackers:
+            self.trackers[member].add_image(tag, encoded, height, width, step)
+
     def close(self, run: Any = None) -> None:
         for tracker in self.trackers:
             tracker.close()
@@ -638,12 +653,94 @@ class EventFile:
         head = self._event(step=step, wall_time=time.time()).SerializeToString()
         self._write_bytes(head + b"\x2a" + _varint(len(body)) + bytes(body))
 
+    def add_summary(self, summary: Any, step: int) -> None:
+        """Appends one event at ``step`` holding ``summary`` (a tensorboardX ``Summary``)."""
+        self._write(self._event(step=step, wall_time=time.time(), summary=summary))
+
+    def add_image(self, tag: str, encoded: bytes, height: int, width: int, step: int) -> None:
+        """Appends an encoded RGB picture (PNG, or a GIF: TensorBoard's image tab animates it) at ``step``."""
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        image = Summary.Image(height=int(height), width=int(width), colorspace=3, encoded_image_string=bytes(encoded))
+        self.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
     def flush(self) -> None:
         self._file.flush()
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+HPARAMS_DIR = "hparams"
+"""The folder under ``tb/`` that holds the run's hyperparameters (:func:`write_hparams`)."""
+
+HPARAMS_METRICS = ("episode_return_mean", "eval/return_mean", "episode_length_mean")
+"""The scalars TensorBoard's hparams table shows beside each run's hyperparameters."""
+
+
+def hparam_values(config: Any) -> dict[str, bool | int | float | str]:
+    """The resolved config as hparam values: numbers, bools and strings as they are, anything else
+    (tuples, dicts, None) as its JSON text."""
+    return {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v)
+            for k, v in sorted(config_to_dict(config).items())}
+
+
+def write_hparams(logdir: str | os.PathLike, config: Any) -> pathlib.Path | None:
+    """Writes the resolved config to tensorboard once: the hparams plugin's experiment and session
+    (TensorBoard's HPARAMS tab) and CleanRL's ``hyperparameters`` text table (the TEXT tab).
+
+    They go to an event file of their own in ``logdir`` (``tb/hparams``), a child of the run's
+    ``tb/``: its metrics (:data:`HPARAMS_METRICS`) are the run's own scalars, named through the
+    metric group ``..`` (TensorBoard reads a metric from the session's folder joined with its group).
+    The scalar event files are left as they are. Nothing is written when ``logdir`` already holds an
+    event file (a resumed run), so a run has its hyperparameters once.
+
+    Args:
+        logdir: the folder for the event file (created if missing).
+        config: the resolved config (a dataclass).
+
+    Returns:
+        The event file written, or None when one was there already.
+    """
+    from tensorboardX.proto.api_pb2 import DataType, Experiment, HParamInfo, MetricInfo, MetricName
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionStartInfo
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboardX.summary import text
+
+    logdir = pathlib.Path(logdir)
+    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
+        return None
+    values = hparam_values(config)
+    start, infos = SessionStartInfo(), []
+    for name, value in values.items():
+        if isinstance(value, bool):
+            start.hparams[name].bool_value = value
+            kind = "DATA_TYPE_BOOL"
+        elif isinstance(value, (int, float)):
+            start.hparams[name].number_value = float(value)
+            kind = "DATA_TYPE_FLOAT64"
+        else:
+            start.hparams[name].string_value = value
+            kind = "DATA_TYPE_STRING"
+        infos.append(HParamInfo(name=name, type=DataType.Value(kind)))
+    experiment = Experiment(hparam_infos=infos,
+                            metric_infos=[MetricInfo(name=MetricName(group="..", tag=t)) for t in HPARAMS_METRICS])
+
+    def plugin(tag: str, data: Any) -> Any:
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="hparams",
+                                                                          content=data.SerializeToString()))
+        return Summary(value=[Summary.Value(tag=tag, metadata=metadata)])
+
+    table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in values.items())
+    events = EventFile(logdir)
+    try:
+        events.add_summary(plugin("_hparams_/experiment", HParamsPluginData(experiment=experiment, version=0)), 0)
+        events.add_summary(plugin("_hparams_/session_start_info", HParamsPluginData(session_start_info=start, version=0)), 0)
+        events.add_summary(text("hyperparameters", table), 0)
+    finally:
+        events.close()
+    return pathlib.Path(events.path)
 
 
 def _rewrite(path: pathlib.Path, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:

@@ -79,7 +79,7 @@ def _events(run_dir) -> list[tuple[int, dict]]:
     from tensorboardX.proto.event_pb2 import Event
 
     out = []
-    for path in sorted((run_dir / "tb").iterdir()):
+    for path in sorted((run_dir / "tb").glob("events.out.tfevents.*")):
         data, offset = path.read_bytes(), 0
         while offset < len(data):
             (n,) = struct.unpack("Q", data[offset:offset + 8])
@@ -260,3 +260,63 @@ def test_cost_totals_by_hand():
     # Rows from before the cost columns, or none: zeros and nulls, never an error.
     assert cost_totals([{"env_steps": 5}])["device_s"] == 0.0
     assert cost_totals([])["env_steps_per_device_s"] is None
+
+
+def _summaries(logdir) -> list:
+    """Every summary value of every event file in ``logdir`` (not below it), as ``(step, value)``."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for path in sorted(logdir.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (n,) = struct.unpack("Q", data[offset:offset + 8])
+            event = Event.FromString(data[offset + 12:offset + 12 + n])
+            offset += 16 + n
+            out += [(event.step, v) for v in event.summary.value]
+    return out
+
+
+def test_the_config_is_written_to_tensorboard_as_hparams_and_a_text_table_once(tmp_path):
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+
+    config = PPOConfig(learning_rate=1e-3, hidden_sizes=(32, 16), normalize_obs=True)
+    with Tracker(tmp_path, config, quiet=True, process=PROCESS) as t:
+        t.log(_row(10), [{"env_steps": 10, "updates": 1, "loss": 0.5}])
+    values = {tag: [v for _, v in _summaries(tmp_path / "tb" / "hparams") if v.tag == tag]
+              for tag in ("_hparams_/experiment", "_hparams_/session_start_info", "hyperparameters/text_summary")}
+    assert all(len(v) == 1 for v in values.values()), values
+    plugin = lambda v: HParamsPluginData.FromString(v.metadata.plugin_data.content)  # noqa: E731
+    experiment = plugin(values["_hparams_/experiment"][0]).experiment
+    assert {h.name for h in experiment.hparam_infos} == set(config_to_dict(config))
+    assert [(m.name.group, m.name.tag) for m in experiment.metric_infos][0] == ("..", "episode_return_mean")
+    start = plugin(values["_hparams_/session_start_info"][0]).session_start_info.hparams
+    assert start["learning_rate"].number_value == 1e-3 and start["normalize_obs"].bool_value is True
+    assert start["hidden_sizes"].string_value == "[32, 16]" and start["env"].string_value == config.env
+    table = values["hyperparameters/text_summary"][0].tensor.string_val[0].decode()
+    assert table.startswith("|param|value|\n|-|-|\n") and "|learning_rate|0.001|" in table.splitlines()
+    # The scalar event file holds only the rows' scalars.
+    assert {v.tag for _, v in _summaries(tmp_path / "tb")} == {k for k in _row(10, loss=0.5) if k != "env_steps"}
+    # A resume (even of a run whose tb/hparams was lost) leaves one copy.
+    before = sorted((tmp_path / "tb" / "hparams").iterdir())
+    Tracker(tmp_path, config, quiet=True, process=PROCESS, resume=True, resume_env_steps=10).close()
+    assert sorted((tmp_path / "tb" / "hparams").iterdir()) == before
+    for path in before:
+        path.unlink()
+    Tracker(tmp_path, config, quiet=True, process=PROCESS, resume=True, resume_env_steps=10).close()
+    assert len([v for _, v in _summaries(tmp_path / "tb" / "hparams") if v.tag == "hyperparameters/text_summary"]) == 1
+
+
+def test_no_tensorboard_writes_no_hparams(tmp_path):
+    _tracker(tmp_path).close()
+    assert not (tmp_path / "tb").exists()
+
+
+def test_an_image_reaches_tensorboard(tmp_path):
+    with Tracker(tmp_path, PPOConfig(), quiet=True, process=PROCESS) as t:
+        t.add_image("video/greedy", b"GIF89a-bytes", 4, 6, 30)
+    (step, value), = [(s, v) for s, v in _summaries(tmp_path / "tb") if v.tag == "video/greedy"]
+    assert step == 30 and (value.image.height, value.image.width, value.image.colorspace) == (4, 6, 3)
+    assert value.image.encoded_image_string == b"GIF89a-bytes"
