@@ -22,7 +22,7 @@ from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
                                enable_compilation_cache, request_cpu_devices)
 
-__all__ = ["main", "command_parser", "usage", "COMMANDS", "run_experiment", "build_parser", "config_from_args",
+__all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "run_experiment", "build_parser", "config_from_args",
            "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED",
            "EXIT_SOFTWARE", "EXIT_IO"]
 
@@ -78,6 +78,16 @@ def command_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     return parser, subparsers.choices
 
 
+def unknown_command(name: str, commands: Sequence[str]) -> str:
+    """The error for a command that is not one: the closest command (``rljax trian``: did you mean
+    'train'?), or, with none close, every command."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(commands), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "the commands: " + ", ".join(commands)
+    return f"unknown command {name!r}; {hint}"
+
+
 def _status(exit_: SystemExit) -> int:
     code = exit_.code
     return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
@@ -96,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv[0] not in commands and argv[0] not in ("-h", "--help", "--version"):
-        print(f"error: unknown command {argv[0]!r}\n{parser.format_usage()}", file=sys.stderr, end="")
+        print(f"error: {unknown_command(argv[0], commands)}\n{parser.format_usage()}", file=sys.stderr, end="")
         return EXIT_USAGE
     try:
         args, extras = parser.parse_known_args(argv)

@@ -240,5 +240,12 @@ def test_one_parser_with_a_subcommand_per_module(capsys):
     assert args.run is cli.eval_command.run
     assert cli.main(["trian", "ppo"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown command 'trian'\nusage: rljax envs [SUITE]") and "rljax train {" in err
+    # A typo gets the closest command; a name close to none gets them all.
+    assert err.startswith("error: unknown command 'trian'; did you mean 'train'?\nusage: rljax envs [SUITE]")
+    assert "rljax train {" in err
+    assert cli.main(["stauts", "runs/x"]) == 2 and "did you mean 'status'?" in capsys.readouterr().err
+    assert cli.main(["xyz"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown command 'xyz'; the commands: envs, train, sweep, "
+                                              "resume, eval, export, supervise, launch, inspect, status, stop, config, "
+                                              "env-server\n")
     assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out
