@@ -66,6 +66,29 @@ def test_the_rollout_stops_at_the_first_done_and_keeps_the_pre_done_state():
     assert len(frames) == 2 and frames[0].shape == (400, 600, 3)
 
 
+def test_the_memory_task_draws_its_cue_blanks_and_query_through_an_episode(tmp_path):
+    """``MemoryCue-v0`` (docs/memory.md's task) draws itself, so ``rljax eval --video`` records it: the
+    states of an episode played by :func:`video.rollout_states`, one distinct picture per step."""
+    env, params = rljax.make("MemoryCue-v0", num_cues=3)
+    draw = video.frame_drawer(env, params)
+    from envs.memory import CUE_COLORS
+    act = lambda obs, key: jax.numpy.int32(0)  # noqa: E731 - any action: the drawing is under test
+    states, _, dones = jax.jit(lambda k: video.rollout_states(env, params, act, k, params.delay + 2))(
+        jax.random.key(1))
+    assert np.asarray(dones)[-1] and not np.asarray(dones)[:-1].any()
+    frames = draw([jax.tree.map(lambda x, i=i: x[i], states) for i in range(params.delay + 2)])
+    assert {f.shape for f in frames} == {(160, 480, 3)} and frames[0].dtype == np.uint8
+    assert len({f.tobytes() for f in frames}) == len(frames), "the current step moves along the timeline"
+    cue = int(np.asarray(states.cue)[0])
+    centre = lambda f: tuple(f[160 - 50, 240])  # noqa: E731 - the middle of what the agent sees (y up)
+    assert centre(frames[0]) == CUE_COLORS[cue] and centre(frames[1]) == (225, 225, 225)
+    assert centre(frames[-1]) == (0, 0, 0), "the query's disc"
+    other = env.render(jax.tree.map(lambda x: x[0], states).replace(cue=jax.numpy.int32((cue + 1) % 3)), params)
+    assert (other != frames[0]).any()
+    assert env.render_fps == 4
+    video.write_gif(frames, tmp_path / "memory.gif", env.render_fps)
+
+
 def test_an_env_without_a_renderer_is_refused_naming_it():
     env, params = rljax.make("ProbeTwoStep-v0")
     with pytest.raises(video.NotDrawableError, match="ProbeTwoStep-v0.*cannot be drawn.*render"):
