@@ -20,27 +20,55 @@ that embeds a password is refused (the URI is saved with the run). Without W&B c
 without ``WANDB_MODE``) W&B runs offline, into ``RUN_DIR/wandb/`` (``wandb sync`` uploads it later).
 A local MLflow file store (``--mlflow ./mlruns`` or ``file:///path``) works without a server.
 
-A tracker that fails (network down, disk full, a bad URI) never stops or corrupts training: the
-first failure warns once, naming the tracker and the error, and that tracker is dropped for the
-rest of the run; ``metrics.jsonl`` stays complete.
+A tracker never holds up or stops training. Each tracker's calls run in order on a thread of its
+own: the start of training waits at most :data:`START_TIMEOUT_S` seconds (``RunOptions.tracker_timeout_s``)
+for the trackers to start their runs, then goes on; a tracker still starting (a server that does not
+answer, W&B without a network) goes on starting in the background, and the rows logged meanwhile are
+queued and sent once it has started. A tracker that fails (network down, disk full, a bad URI, a
+start that gives up after its own retries) warns once, naming the tracker and the error, and is
+dropped for the rest of the run; so is one that has not started, or not sent what it was given, within
+``tracker_timeout_s`` (not started) or :data:`CLOSE_TIMEOUT_S` (started) of the run's end. The retry
+warnings urllib3 logs for a tracker's thread are left out (the one warning names the final error).
+``metrics.jsonl`` and ``tb/`` are written by the training thread whatever the trackers do.
+
+Reading a local MLflow file store afterwards (``mlflow ui --backend-store-uri ./mlruns``,
+``mlflow.MlflowClient("file:///path")``) needs ``MLFLOW_ALLOW_FILE_STORE=true`` in the environment:
+MLflow 3 refuses file stores without it (rljax sets it for the process that trains, when it was
+asked for one).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pathlib
+import queue
+import threading
 import time
 import urllib.parse
 import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["Backend", "WandbBackend", "MlflowBackend", "Trackers", "backends", "check_mlflow_uri", "TRACKERS_FILE"]
+__all__ = ["Backend", "WandbBackend", "MlflowBackend", "Trackers", "backends", "check_mlflow_uri", "TRACKERS_FILE",
+           "START_TIMEOUT_S", "CLOSE_TIMEOUT_S"]
 
 TRACKERS_FILE = "trackers.json"
 """``RUN_DIR/trackers.json``: each tracker's run id per member, kept so a resume continues them."""
+
+START_TIMEOUT_S = 5.0
+"""The default of ``RunOptions.tracker_timeout_s``: how long the start of training waits for the
+trackers to start their runs (they go on starting in the background after it), and how long the end of
+a run waits for a tracker that has not started yet."""
+
+CLOSE_TIMEOUT_S = 60.0
+"""How long the end of a run waits for a started tracker to send what it was given (rows, artifacts)
+and close its run."""
+
+_THREAD_PREFIX = "rljax-tracker"
+_CHATTY_LOGGERS = ("urllib3.connectionpool",)
 
 
 def check_mlflow_uri(uri: str) -> str:
@@ -84,9 +112,12 @@ def _wandb_credentials() -> bool:
 
 class WandbBackend:
     """W&B runs in ``project``; files under ``directory/wandb``. The mode is ``WANDB_MODE`` when
-    set, else online with credentials and offline without."""
+    set, else online with credentials and offline without. A run's start gives up after
+    :attr:`INIT_TIMEOUT_S` seconds (``WANDB_INIT_TIMEOUT`` when set; W&B's own default is 90 s):
+    W&B's service waits for a start in progress before the process can exit."""
 
     name = "W&B"
+    INIT_TIMEOUT_S = 30.0
 
     def __init__(self, project: str, directory: pathlib.Path):
         import wandb
@@ -99,11 +130,15 @@ class WandbBackend:
         run = self.wandb.init(project=self.project, dir=str(self.directory), mode=self.mode, id=run_id,
                               resume="allow", name=name, group=group, config=dict(config),
                               tags=[f"{k}:{v}"[:64] for k, v in tags.items()], reinit="create_new",
-                              settings=self.wandb.Settings(silent=True, console="off"))
+                              settings=self.wandb.Settings(silent=True, console="off", **self._timeout()))
         run.define_metric("env_steps")
         run.define_metric("*", step_metric="env_steps")
         self.runs[run.id] = run
         return run.id
+
+    def _timeout(self) -> dict[str, float]:
+        """W&B's ``init_timeout`` setting, unless the environment sets it (``WANDB_INIT_TIMEOUT``)."""
+        return {} if os.environ.get("WANDB_INIT_TIMEOUT") else {"init_timeout": self.INIT_TIMEOUT_S}
 
     def log(self, run_id, rows):
         run = self.runs[run_id]
@@ -111,9 +146,20 @@ class WandbBackend:
             run.log(row)
 
     def artifacts(self, run_id, paths):
-        run = self.runs[run_id]
+        # Files in the run's files directory are uploaded when it finishes (or by `wandb sync`).
+        # Copied there rather than passed to run.save, which prints "Symlinked 1 file into the W&B
+        # run directory ..." once per call whatever the run's settings say.
+        import shutil
+
+        files = pathlib.Path(self.runs[run_id].dir)
         for path in paths:
-            run.save(str(path), base_path=str(self.directory), policy="now")
+            path = pathlib.Path(path)
+            try:
+                relative = path.resolve().relative_to(self.directory.resolve())
+            except ValueError:
+                relative = pathlib.Path(path.name)
+            (files / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, files / relative)
 
     def close(self, run_id, finished):
         self.runs.pop(run_id).finish(exit_code=0 if finished else 1)
@@ -134,14 +180,17 @@ class MlflowBackend:
         from mlflow import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.experiment = experiment
+        self.experiment_id: str | None = None  # looked up by the first open (it reaches the server)
 
     def open(self, run_id, name, group, config, tags):
         from mlflow.entities import Param
 
         tags = {**tags, **({"group": group} if group else {})}
         if run_id is None:
+            if self.experiment_id is None:
+                found = self.client.get_experiment_by_name(self.experiment)
+                self.experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
             run_id = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags)).info.run_id
             params = [Param(k, json.dumps(v)[:6000] if not isinstance(v, str) else v[:6000])
                       for k, v in sorted(config.items())]
@@ -168,8 +217,9 @@ class MlflowBackend:
 
 
 def backends(wandb_project: str | None, mlflow_uri: str | None, run_dir: str | os.PathLike) -> list[Backend]:
-    """The trackers asked for. A missing package raises ``ImportError`` naming the extra to install;
-    a tracker that cannot be reached warns (see the module docstring) and is left out."""
+    """The trackers asked for, set up without reaching them (that is :meth:`Trackers.start`'s, on
+    their own threads). A missing package raises ``ImportError`` naming the extra to install; a
+    tracker whose set-up fails otherwise warns once and is left out."""
     out: list[Backend] = []
     for name, wanted, make, extra in (
             ("W&B", wandb_project, lambda: WandbBackend(wandb_project, pathlib.Path(run_dir)), "wandb"),
@@ -193,34 +243,94 @@ def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
+class _QuietTrackerThreads(logging.Filter):
+    """Leaves out the records a tracker's thread logs (urllib3's "Retrying ..." per attempt): the
+    tracker's one warning names the final error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.threadName.startswith(_THREAD_PREFIX)
+
+
+_QUIET = _QuietTrackerThreads()
+
+
+def _quiet_tracker_threads() -> None:
+    """Installs :class:`_QuietTrackerThreads` on urllib3's logger (once per process; it concerns only
+    records from the trackers' own threads, which may outlive a run that gave up on them)."""
+    for name in _CHATTY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
+class _Worker:
+    """One tracker's calls, made in the order given on a daemon thread of its own, so that a tracker
+    that is slow or cannot be reached never holds up training.
+
+    After the first call that raises, later calls are skipped; :attr:`failure` says what failed.
+    """
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.started = threading.Event()  # its start finished (opened its runs, or failed)
+        self.failure: str | None = None
+        self.dropped = False  # warned about and given up on: the calls still queued are skipped
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=f"{_THREAD_PREFIX} {backend.name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, what: str, call: Any) -> None:
+        """Queues ``call()``; ``what`` names it in the warning should it fail."""
+        self._tasks.put((what, call))
+
+    def finish(self, timeout: float) -> bool:
+        """Ends the thread once the queued calls are made; whether it ended within ``timeout`` seconds."""
+        self._tasks.put(None)
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            what, call = task
+            if self.failure is not None or self.dropped:
+                continue
+            try:
+                call()
+            except Exception as err:  # noqa: BLE001 - a tracker must never stop training
+                self.failure = f"{what} ({type(err).__name__}: {err})"
+
+
 class Trackers:
     """The boundary hook that logs to external trackers (see the module docstring).
+
+    Every call to a tracker runs on that tracker's own thread (:class:`_Worker`); the training
+    thread only queues them, except that :meth:`start` waits up to ``start_timeout_s`` for the
+    trackers to start and :meth:`close` waits for them to finish (bounded, see the module docstring).
 
     Args:
         backends: the trackers (:class:`WandbBackend`, :class:`MlflowBackend`).
         run_dir: the run (or sweep) directory: ``trackers.json`` and the artifacts.
         program: the run's program (members' names, configs, seeds; each tracker run is tagged
             with its member's config hash, algorithm and seed when it starts).
+        start_timeout_s: how long :meth:`start` waits for the trackers to start their runs, and
+            :meth:`close` for one that has not started yet (:data:`START_TIMEOUT_S`).
+        close_timeout_s: how long :meth:`close` waits for a started tracker to send what it was
+            given and close its run (:data:`CLOSE_TIMEOUT_S`).
+        stream: where the note about a tracker still starting goes; None: no note.
     """
 
-    def __init__(self, backends: list[Backend], run_dir: str | os.PathLike, program: Any):
+    def __init__(self, backends: list[Backend], run_dir: str | os.PathLike, program: Any, *,
+                 start_timeout_s: float = START_TIMEOUT_S, close_timeout_s: float = CLOSE_TIMEOUT_S,
+                 stream: Any = None):
         self.backends = list(backends)
         self.run_dir = pathlib.Path(run_dir)
         self.program = program
+        self.start_timeout_s, self.close_timeout_s = float(start_timeout_s), float(close_timeout_s)
+        self.stream = stream
         self.ids: dict[str, dict[str, str]] = {}
         self.finished = False
-
-    def _guard(self, backend: Backend, what: str, call: Any) -> Any:
-        """``call()``; on any error warns once and drops ``backend`` for the rest of the run."""
-        if backend not in self.backends:
-            return None
-        try:
-            return call()
-        except Exception as err:  # noqa: BLE001 - a tracker must never stop training
-            self.backends.remove(backend)
-            warnings.warn(f"{backend.name} failed while {what} ({type(err).__name__}: {err}); training goes on "
-                          f"without it, and metrics.jsonl stays complete", stacklevel=2)
-            return None
+        self._workers: list[_Worker] = []
+        self._file_lock = threading.Lock()
 
     def _members(self) -> list[tuple[str, str, Any]]:
         """``(key, tracker run name, config)`` per member."""
@@ -230,50 +340,110 @@ class Trackers:
         return [(n, f"{base}/{n}", c) for n, c in zip(self.program.names, self.program.configs)]
 
     def start(self, run: Any) -> None:
-        """Opens (or, on a resume, continues) each member's tracker run and saves the ids."""
+        """Starts (or, on a resume, continues) each member's tracker run, each tracker on its own
+        thread, and waits up to ``start_timeout_s`` for them; a tracker still starting then goes on in
+        the background (its ids reach ``trackers.json`` once it has started)."""
         from rljax.store.tracking import config_hash, config_to_dict
 
+        _quiet_tracker_threads()
         path = self.run_dir / TRACKERS_FILE
         saved = json.loads(path.read_text()) if path.exists() else {}
         group = self.run_dir.name if self.program.isolated else None
-        for backend in list(self.backends):
-            ids = dict(saved.get(backend.name, {}))
-            for (key, name, config), seed in zip(self._members(), self.program.seeds):
-                tags = {"rljax/config_hash": config_hash(config), "rljax/algorithm": type(config).__name__,
-                        "rljax/run_dir": str(self.run_dir), "rljax/seed": str(seed)}
-                opened = self._guard(backend, "starting its run", lambda key=key, name=name, config=config, tags=tags:
-                                     backend.open(ids.get(key), name, group, config_to_dict(config), tags))
-                if opened is None:
-                    break
-                ids[key] = opened
-            self.ids[backend.name] = ids
-        path.write_text(json.dumps({**saved, **self.ids}, indent=2, sort_keys=True) + "\n")
+        members = [(key, name, config_to_dict(config),
+                    {"rljax/config_hash": config_hash(config), "rljax/algorithm": type(config).__name__,
+                     "rljax/run_dir": str(self.run_dir), "rljax/seed": str(seed)})
+                   for (key, name, config), seed in zip(self._members(), self.program.seeds)]
+        for backend in self.backends:
+            worker = _Worker(backend)
+            self._workers.append(worker)
+            ids = self.ids[backend.name] = dict(saved.get(backend.name, {}))
+            worker.submit("starting its run", lambda backend=backend, ids=ids, worker=worker:
+                          self._open(backend, ids, group, members, worker))
+        deadline = time.monotonic() + self.start_timeout_s
+        late = [w.backend.name for w in self._workers if not w.started.wait(max(0.0, deadline - time.monotonic()))]
+        self._report()
+        if late and self.stream is not None:
+            print(f"note: {' and '.join(late)} had not started after {self.start_timeout_s:g} s; training goes on, "
+                  f"and the rows are sent once {'they have' if len(late) > 1 else 'it has'} started "
+                  f"(metrics.jsonl is written meanwhile)", file=self.stream, flush=True)
+
+    def _open(self, backend: Backend, ids: dict[str, str], group: str | None,
+              members: list[tuple[str, str, dict[str, Any], dict[str, str]]], worker: _Worker) -> None:
+        """On ``backend``'s thread: opens each member's tracker run and saves the ids."""
+        try:
+            for key, name, config, tags in members:
+                ids[key] = backend.open(ids.get(key), name, group, config, tags)
+            self._save_ids(backend.name, ids)
+        finally:
+            worker.started.set()
+
+    def _save_ids(self, name: str, ids: dict[str, str]) -> None:
+        """Writes ``name``'s ids into ``trackers.json`` (atomically; the others' entries are kept)."""
+        path = self.run_dir / TRACKERS_FILE
+        with self._file_lock:
+            saved = json.loads(path.read_text()) if path.exists() else {}
+            saved[name] = dict(ids)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self._workers if not w.dropped]
+
+    def _report(self) -> None:
+        """Warns once for each tracker that failed since the last look, and drops it."""
+        for worker in self._live():
+            if worker.failure is not None:
+                self._drop(worker, f"{worker.backend.name} failed while {worker.failure}; training goes on without "
+                                   f"it, and metrics.jsonl stays complete")
+
+    def _drop(self, worker: _Worker, message: str) -> None:
+        """Gives up on ``worker``'s tracker (its queued calls are skipped) with one warning."""
+        worker.dropped = True
+        if worker.backend in self.backends:
+            self.backends.remove(worker.backend)
+        warnings.warn(message, stacklevel=4)
 
     def record(self, run: Any, chunk_index: int, rows: list[dict[str, Any]]) -> None:
-        """Logs each member's ``metrics.jsonl`` rows of this chunk."""
+        """Queues each member's ``metrics.jsonl`` rows of this chunk for every tracker."""
         from rljax.store.tracking import boundary_line
 
+        self._report()
         updates = getattr(run, "update_rows", None) or [None] * len(rows)
         lines = [[_numbers(r) for r in [*(u or [])[:-1], boundary_line(row, u)]] for row, u in zip(rows, updates)]
-        for backend in list(self.backends):
-            ids = self.ids.get(backend.name, {})
+        for worker in self._live():
+            backend, ids = worker.backend, self.ids[worker.backend.name]
             for (key, _, _), member_lines in zip(self._members(), lines):
-                self._guard(backend, "logging metrics", lambda key=key, ml=member_lines: backend.log(ids[key], ml))
+                worker.submit("logging metrics", lambda backend=backend, ids=ids, key=key, ml=member_lines:
+                              backend.log(ids[key], ml))
 
     def boundary(self, run: Any, chunk_index: int, rows: list[dict[str, Any]], last: bool) -> None:
         if last:
             self.finished = True
 
     def close(self, run: Any = None) -> None:
-        """Logs the run's files as artifacts and ends each tracker run (finished or stopped)."""
-        for backend in list(self.backends):
-            ids = self.ids.get(backend.name, {})
+        """Logs the run's files as artifacts, ends each tracker run (finished or stopped) and waits
+        for every tracker to finish, within the bounds of the module docstring."""
+        finished = self.finished
+        for worker in self._live():
+            backend, ids = worker.backend, self.ids[worker.backend.name]
             for key, _, _ in self._members():
-                if key not in ids:
-                    continue
                 files = self._artifacts(key)
-                self._guard(backend, "saving artifacts", lambda key=key, files=files: backend.artifacts(ids[key], files))
-                self._guard(backend, "closing its run", lambda key=key: backend.close(ids[key], self.finished))
+                worker.submit("saving artifacts", lambda backend=backend, ids=ids, key=key, files=files:
+                              backend.artifacts(ids[key], files) if key in ids else None)
+                worker.submit("closing its run", lambda backend=backend, ids=ids, key=key:
+                              backend.close(ids[key], finished) if key in ids else None)
+        deadline = {id(w): time.monotonic() + (self.close_timeout_s if w.started.is_set() else self.start_timeout_s)
+                    for w in self._live()}
+        for worker in self._live():
+            started = worker.started.is_set()
+            if worker.finish(max(0.0, deadline[id(worker)] - time.monotonic())) or worker.failure is not None:
+                continue
+            what = (f"sent its rows and closed its run {self.close_timeout_s:g} s" if started else
+                    f"started its run {self.start_timeout_s:g} s")
+            self._drop(worker, f"{worker.backend.name} had still not {what} after training ended: dropped (its "
+                               f"tracker run may lack the last rows and files); metrics.jsonl and tb/ are complete")
+        self._report()
 
     def _artifacts(self, key: str) -> list[pathlib.Path]:
         member = self.run_dir / "members" / key if key else self.run_dir

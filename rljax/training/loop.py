@@ -10,6 +10,7 @@ and hands the rows to the boundary hooks (:class:`~rljax.training.hooks.base.Hoo
   finite (stop or roll back);
 * :class:`rljax.training.hooks.adapters.EvaluationHook`: the greedy policy's episodes every
   ``eval_interval`` chunks (the ``eval/*`` columns);
+* :class:`rljax.training.hooks.video.Video`: a GIF of a greedy episode every ``video_interval`` env steps;
 * :class:`rljax.training.hooks.observe.ChunkTiming`: the rows' per-chunk ``time/*`` and ``memory/*`` columns;
 * :class:`rljax.training.hooks.adapters.TrackingHook`: metrics rows, tensorboard and progress lines;
 * :class:`rljax.training.hooks.watchdog.StallWatchdog`: a warning with every thread's stack when
@@ -32,6 +33,7 @@ import contextlib
 import dataclasses
 import math
 import pathlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -371,6 +373,10 @@ def _hooks(run: Run) -> list[Hook]:
     hooks: list[Hook] = [run.health]
     if run.config.eval_interval > 0:  # adds its columns to the rows before they are logged
         hooks.append(EvaluationHook(Evaluation(program, run.config.eval_interval, run.config.eval_episodes)))
+    if options.video_interval > 0:  # before ChunkTiming: its seconds are in time/eval_s
+        from rljax.training.hooks.video import Video
+
+        hooks.append(Video(program, options.video_interval, options.run_dir if run.leader else None))
     # Device memory of this process's devices (several processes: the leader's stand for the run's).
     local = [d for d in program.parallel.devices if d.process_index == jax.process_index()]
     hooks.append(ChunkTiming(local, num_devices=len(program.parallel.devices)))  # adds its columns before logging
@@ -381,7 +387,8 @@ def _hooks(run: Run) -> list[Hook]:
         from rljax.training.hooks.adapters import TrackersHook
 
         hooks.append(TrackersHook(Trackers(backends(options.wandb, options.mlflow, options.run_dir),
-                                           options.run_dir, program)))
+                                           options.run_dir, program, start_timeout_s=options.tracker_timeout_s,
+                                           stream=None if options.quiet else sys.stdout)))
     # Every process watches for its own stalls; only the leader writes reports to the run directory.
     watchdog = StallWatchdog(options.run_dir if run.leader else None, options.stall_factor,
                              options.stall_first_chunk_s, options.stall_min_s)

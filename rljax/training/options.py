@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rljax.store.trackers import START_TIMEOUT_S
 from rljax.training.population import Population
 
 __all__ = ["ROW_BUDGET", "RunOptions", "SAVED_FIELDS", "OnChunkCallback", "auto_log_every"]
@@ -40,7 +41,7 @@ member 0's metrics row; a true result stops the run there as a preemption would.
 
 SAVED_FIELDS = ("checkpoint_every", "checkpoint_interval_s", "keep_checkpoints", "checkpoints", "tensorboard",
                 "stall_factor", "stall_first_chunk_s", "stall_min_s", "straggler_margin", "deterministic", "log_every",
-                "wandb", "mlflow")
+                "wandb", "mlflow", "tracker_timeout_s", "video_interval")
 """The options recorded with a run (``run_options`` in ``manifest.json`` and checkpoint metas) and kept
 by ``rljax resume`` (:meth:`RunOptions.saved`)."""
 
@@ -80,6 +81,15 @@ class RunOptions:
             file store; credentials from MLflow's environment variables, never in the URI), or
             None. Needs ``run_dir``. What both log, and how a failing tracker is met:
             :mod:`rljax.store.trackers`.
+        tracker_timeout_s: how long the start of training waits for W&B and MLflow to start their
+            runs (:data:`rljax.store.trackers.START_TIMEOUT_S`); a tracker not started by then
+            goes on starting in the background and gets the rows once it has, or is dropped with one
+            warning when it fails or has still not started this long after the run's end.
+        video_interval: every this many env steps (and after the last chunk), a GIF of one greedy
+            episode in ``RUN_DIR/videos/<env_steps>.gif`` (and as an image in tensorboard); 0: none.
+            The env must draw itself (:func:`rljax.policy.video.frame_drawer`); the episodes use a
+            key of their own, so the run's training is bit for bit the same with or without videos
+            (:mod:`rljax.training.hooks.video`).
         quiet: no progress lines.
         handle_signals: SIGTERM/SIGINT stop the run cleanly at the next chunk boundary (saved,
             ``result.preempted`` set); during set-up or compilation, before the first chunk
@@ -123,6 +133,8 @@ class RunOptions:
     log_every: int = 0
     wandb: str | None = None
     mlflow: str | None = None
+    tracker_timeout_s: float = START_TIMEOUT_S
+    video_interval: int = 0
     quiet: bool = False
     handle_signals: bool = True
     on_chunk: OnChunkCallback | None = None
@@ -195,6 +207,17 @@ class RunOptions:
             from rljax.store.trackers import check_mlflow_uri
 
             check_mlflow_uri(self.mlflow)
+        timeout = self.tracker_timeout_s
+        if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout)
+                and timeout > 0):
+            raise ValueError(f"tracker_timeout_s must be a finite number of seconds > 0, got {timeout!r}")
+        object.__setattr__(self, "tracker_timeout_s", float(timeout))
+        every = self.video_interval
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise ValueError(f"video_interval must be an integer >= 0 (env steps between videos; 0: no videos), "
+                             f"got {every!r}")
+        if every and self.run_dir is None:
+            raise ValueError(f"video_interval={every} needs a run_dir: the videos are written to RUN_DIR/videos")
         if (self.wandb or self.mlflow) and self.run_dir is None:
             raise ValueError("wandb/mlflow need a run_dir: the tracker run ids are kept there so a resume continues "
                              "them")

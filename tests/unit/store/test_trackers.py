@@ -7,7 +7,11 @@ refused before anything starts."""
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
+import threading
+import types
+import warnings
 
 import pytest
 
@@ -148,3 +152,138 @@ def test_the_cli_flags_and_a_cli_resume_keep_the_tracker(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "run" / "trackers.json").read_text())["MLflow"][""] == first
     _, logged = _mlflow_rows((tmp_path / "mlruns").as_uri(), first)
     assert [step for step, _ in logged] == [128, 256, 384, 512]
+
+
+class _HangingBackend:
+    """A tracker whose start hangs until ``release`` is set (a server that does not answer), then
+    records every call; ``fail_start`` makes the start raise instead, after logging urllib3's
+    retry warnings as MLflow's client does."""
+
+    name = "Fake"
+
+    def __init__(self, fail_start=False):
+        self.release, self.opened = threading.Event(), threading.Event()
+        self.fail_start = fail_start
+        self.logged, self.calls = [], []
+
+    def open(self, run_id, name, group, config, tags):
+        assert self.release.wait(60), "the test never released the tracker"
+        if self.fail_start:
+            for attempt in range(7):
+                logging.getLogger("urllib3.connectionpool").warning("Retrying (Retry(total=%d)) after ...", 6 - attempt)
+            raise ConnectionError("connection refused")
+        self.opened.set()
+        return "fake-run-1"
+
+    def log(self, run_id, rows):
+        self.logged.extend(rows)
+
+    def artifacts(self, run_id, paths):
+        self.calls.append(("artifacts", run_id, sorted(p.name for p in paths)))
+
+    def close(self, run_id, finished):
+        self.calls.append(("close", run_id, finished))
+
+
+def _tracker_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("rljax-tracker Fake")]
+
+
+def test_a_tracker_that_hangs_at_start_holds_nothing_up_and_gets_every_row_once_it_starts(tmp_path, monkeypatch):
+    from rljax.store import trackers
+
+    fake = _HangingBackend()
+    monkeypatch.setattr(trackers, "backends", lambda *args: [fake])
+
+    def release_after_chunk_2(c, state, row):
+        if c == 2:  # training went on while the tracker's start hung
+            assert not fake.opened.is_set() and not (tmp_path / "run" / "trackers.json").exists()
+            fake.release.set()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a tracker that catches up warns about nothing
+        result = rljax.train(PPO_SMALL, options=rljax.RunOptions(
+            run_dir=tmp_path / "run", quiet=True, mlflow=str(tmp_path / "unused"), tracker_timeout_s=0.05,
+            on_chunk=release_after_chunk_2))
+    assert result.preempted is None and fake.opened.is_set()
+    lines = read_metrics(tmp_path / "run")
+    assert len(lines) == 12 and [r["env_steps"] for r in fake.logged] == [r["env_steps"] for r in lines]
+    assert [r["policy_loss"] for r in fake.logged] == pytest.approx([r["policy_loss"] for r in lines])
+    assert fake.calls[-1] == ("close", "fake-run-1", True)
+    assert json.loads((tmp_path / "run" / "trackers.json").read_text()) == {"Fake": {"": "fake-run-1"}}
+
+
+def _trackers(tmp_path, backend, **kwargs):
+    from rljax.store.trackers import Trackers
+
+    program = types.SimpleNamespace(isolated=False, configs=(PPO_SMALL,), names=("",), seeds=(0,))
+    return Trackers([backend], tmp_path, program, **kwargs)
+
+
+def _rows(n):
+    return [{"env_steps": 128 * (k + 1), "updates": k + 1, "policy_loss": 0.5 * k} for k in range(n)]
+
+
+def test_a_tracker_still_starting_at_the_end_is_dropped_with_one_warning(tmp_path):
+    fake = _HangingBackend()
+    hook = _trackers(tmp_path, fake, start_timeout_s=0.01)
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    hook.start(None)  # returns although the tracker's start hangs
+    for k, row in enumerate(_rows(3)):
+        hook.record(types.SimpleNamespace(update_rows=None), k, [row])
+    with pytest.warns(UserWarning) as caught:
+        hook.close()
+    messages = [str(w.message) for w in caught]
+    assert messages == ["Fake had still not started its run 0.01 s after training ended: dropped (its tracker run "
+                        "may lack the last rows and files); metrics.jsonl and tb/ are complete"]
+    assert (tmp_path / "metrics.jsonl").read_text() == "{}\n" and not (tmp_path / "trackers.json").exists()
+    fake.release.set()  # it starts after all: nothing queued for it is sent, and its thread ends
+    for thread in _tracker_threads():
+        thread.join(30)
+    assert not _tracker_threads() and fake.opened.is_set() and fake.logged == [] and fake.calls == []
+    # The run it opened is recorded all the same, so a resume continues it rather than starting another.
+    assert json.loads((tmp_path / "trackers.json").read_text()) == {"Fake": {"": "fake-run-1"}}
+
+
+def test_a_start_that_fails_after_retries_warns_once_without_the_retry_warnings(tmp_path, caplog):
+    fake = _HangingBackend(fail_start=True)
+    hook = _trackers(tmp_path, fake, start_timeout_s=0.01)
+    hook.start(None)
+    fake.release.set()
+    with pytest.warns(UserWarning) as caught:
+        hook.record(types.SimpleNamespace(update_rows=None), 0, _rows(1))
+        hook.close()  # waits for the failed start; warns once, however many calls failed or were skipped
+    assert [str(w.message) for w in caught] == [
+        "Fake failed while starting its run (ConnectionError: connection refused); training goes on without it, and "
+        "metrics.jsonl stays complete"]
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]
+    assert fake.logged == [] and hook.backends == []
+    logging.getLogger("urllib3.connectionpool").warning("a record of the training thread")  # only the trackers' are left out
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == ["a record of the training thread"]
+
+
+def test_wandb_saves_the_run_files_without_printing_symlinked(tmp_path, capfd, monkeypatch):
+    from rljax.store.trackers import WandbBackend
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    (tmp_path / "eval" / "x").mkdir(parents=True)
+    (tmp_path / "eval" / "x" / "report.md").write_text("report")
+    backend = WandbBackend("rljax-tests", tmp_path)
+    run_id = backend.open(None, "run", None, {"a": 1}, {})
+    files = pathlib.Path(backend.runs[run_id].dir)
+    backend.artifacts(run_id, [tmp_path / "config.json", tmp_path / "eval" / "x" / "report.md"])
+    backend.close(run_id, True)
+    out = capfd.readouterr()
+    assert "Symlinked" not in out.err + out.out and "Linked" not in out.err + out.out
+    assert (files / "config.json").read_text() == '{"a": 1}' and (files / "eval" / "x" / "report.md").read_text() == "report"
+
+
+def test_a_wandb_start_gives_up_after_its_own_timeout_unless_the_environment_sets_one(tmp_path, monkeypatch):
+    from rljax.store.trackers import WandbBackend
+
+    backend = WandbBackend("rljax-tests", tmp_path)
+    monkeypatch.delenv("WANDB_INIT_TIMEOUT", raising=False)
+    assert backend._timeout() == {"init_timeout": WandbBackend.INIT_TIMEOUT_S} and WandbBackend.INIT_TIMEOUT_S < 90
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "120")
+    assert backend._timeout() == {}  # W&B reads the user's own setting

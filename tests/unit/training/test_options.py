@@ -27,7 +27,11 @@ def test_run_options_name_the_bad_value_and_what_is_valid():
              (dict(quiet="yes"), TypeError, r"RunOptions.quiet must be True or False, got 'yes'"),
              (dict(run_dir=3), TypeError, r"RunOptions.run_dir must be a path .* got 3"),
              (dict(on_chunk=3), TypeError, r"RunOptions.on_chunk must be callable .* got 3"),
-             (dict(population=[1, 2]), TypeError, r"RunOptions.population must be .* got list")]
+             (dict(population=[1, 2]), TypeError, r"RunOptions.population must be .* got list"),
+             (dict(tracker_timeout_s=0), ValueError, r"tracker_timeout_s must be a finite number of seconds > 0, got 0"),
+             (dict(tracker_timeout_s=float("nan")), ValueError, r"tracker_timeout_s must be .* got nan"),
+             (dict(video_interval=-5, run_dir="runs/a"), ValueError,
+              r"video_interval must be an integer >= 0 \(env steps between videos; 0: no videos\), got -5")]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             RunOptions(**kwargs)
@@ -44,7 +48,7 @@ def test_run_options_are_frozen_keyword_only_and_save_only_what_a_resume_keeps()
                                "checkpoints": True, "tensorboard": True, "stall_factor": 0.0,
                                "stall_first_chunk_s": 600.0, "stall_min_s": 60.0, "straggler_margin": 0.2, "deterministic": "auto",
                                "log_every": 0,
-                               "wandb": None, "mlflow": None}
+                               "wandb": None, "mlflow": None, "tracker_timeout_s": 5.0, "video_interval": 0}
     assert tuple(options.saved()) == SAVED_FIELDS
     assert options.replace(quiet=False).quiet is False
     with pytest.raises(ValueError, match="keep_checkpoints"):
