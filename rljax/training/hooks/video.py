@@ -60,9 +60,8 @@ class Video(Hook):
 
         self.program, self.interval = program, int(interval)
         self.run_dir = None if run_dir is None else pathlib.Path(run_dir)
-        env_params = program.env_params if program.population is None else program.population.env_params
-        try:
-            self._draw = frame_drawer(program.env, env_params)
+        try:  # the base params: a sweep member's own draw its episodes (record)
+            frame_drawer(program.env, program.env_params)
         except NotDrawableError as err:
             raise NotDrawableError(f"video_interval={interval} (--video-interval) needs an env that can be drawn: "
                                    f"{err}") from None
@@ -112,7 +111,7 @@ class Video(Hook):
                             config=self.program.configs[i], env=self.program.env,
                             env_params=jax.tree.map(lambda x, i=i: x[i], env_params), step=steps)
             key = jax.random.fold_in(self._base[i], jnp.uint32(chunk_index))
-            episode = episode_frames(policy, key, draw=self._draw)
+            episode = episode_frames(policy, key)  # drawn with the member's env params
             folder = (self.run_dir / "members" / name if self.program.isolated else self.run_dir) / "videos"
             folder.mkdir(parents=True, exist_ok=True)
             path = write_gif(episode.frames, folder / f"{steps}.gif", fps)

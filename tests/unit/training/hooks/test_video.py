@@ -95,3 +95,15 @@ def test_an_env_that_cannot_be_drawn_is_refused_at_the_start(tmp_path):
 def test_bad_video_intervals_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         rljax.RunOptions(**{"run_dir": "runs/x", **kwargs})
+
+
+def test_each_member_of_a_sweep_gets_its_own_videos(tmp_path):
+    from rljax.training.sweep import SweepSpec, run_sweep
+
+    _, members, _ = run_sweep(PPO_SMALL, SweepSpec(seeds=(0, 1)), run_dir=tmp_path / "sw", quiet=True, plots=False,
+                              checkpoints=False, video_interval=768)
+    for member in members:
+        folder = tmp_path / "sw" / "members" / member.name
+        assert sorted(p.name for p in (folder / "videos").iterdir()) == ["1536.gif", "768.gif"]
+        assert [(step, tag) for step, tag, _ in _images(folder / "tb")] == [(768, VIDEO_TAG), (1536, VIDEO_TAG)]
+    assert not (tmp_path / "sw" / "videos").exists()
