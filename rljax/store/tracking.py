@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["FINAL_RETURN_CHUNKS", "HPARAMS_DIR", "Tracker", "Tracking", "EventFile", "write_hparams", "hparam_values", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance", "cost_totals",
+__all__ = ["FINAL_RETURN_CHUNKS", "HPARAMS_DIR", "Tracker", "Tracking", "EventFile", "write_hparams", "write_hparams_metrics", "hparam_values", "json_scalar", "config_to_dict", "config_hash", "manifest", "provenance", "cost_totals",
            "read_metrics", "read_chunks", "boundary_line", "format_progress", "format_population_progress", "population_legend", "command_line",
            "package_version"]
 
@@ -346,6 +346,7 @@ class Tracker:
         self._open_files()
         self._tb = None
         self._open_tensorboard(purge_step)
+        self._hparams_last: dict[str, tuple[int, float]] = {}  # metric -> (env_steps, value), this session's
         if tensorboard:
             write_hparams(self.run_dir / "tb" / HPARAMS_DIR, config)
 
@@ -398,6 +399,7 @@ class Tracker:
                recovered_lines: list[Mapping[str, Any]] | None = None) -> None:
         """Takes the run back to ``env_steps`` (a rollback to a checkpoint, or 0): later rows move to
         the ``.superseded.jsonl`` files and tensorboard purges the events after that step."""
+        self._hparams_last = {}  # taken back with the rows
         self.close()
         self._rewrite_rows(env_steps, list(recovered_rows or []), list(recovered_lines or []))
         self._read_last_steps()
@@ -435,6 +437,10 @@ class Tracker:
                              f"logged row one by one to the chunk's end: {line_steps}")
         self._append(self._jsonl, self._metrics_path, "".join(json.dumps(line) + "\n" for line in dense))
         self._append(self._chunks, self._chunks_path, json.dumps(clean) + "\n")
+        for line in dense:
+            for name in HPARAMS_METRICS:
+                if isinstance(line.get(name), (int, float)) and not isinstance(line.get(name), bool):
+                    self._hparams_last[name] = (int(line["env_steps"]), float(line[name]))
         if self._tb is not None:
             # One event per row holding every scalar of the row, written out with the chunk (a
             # live TensorBoard sees the rows as soon as metrics.jsonl does). json_scalar left
@@ -484,6 +490,8 @@ class Tracker:
         if self._jsonl.closed:
             return
         try:
+            if self._tb is not None and self._hparams_last:
+                write_hparams_metrics(self.run_dir / "tb" / HPARAMS_DIR, self._hparams_last)
             self.flush()
         finally:
             self._jsonl.close()
@@ -676,7 +684,8 @@ HPARAMS_DIR = "hparams"
 """The folder under ``tb/`` that holds the run's hyperparameters (:func:`write_hparams`)."""
 
 HPARAMS_METRICS = ("episode_return_mean", "eval/return_mean", "episode_length_mean")
-"""The scalars TensorBoard's hparams table shows beside each run's hyperparameters."""
+"""The metrics TensorBoard's hparams table shows beside each run's hyperparameters (their last values,
+:func:`write_hparams_metrics`)."""
 
 
 def hparam_values(config: Any) -> dict[str, bool | int | float | str]:
@@ -690,11 +699,12 @@ def write_hparams(logdir: str | os.PathLike, config: Any) -> pathlib.Path | None
     """Writes the resolved config to tensorboard once: the hparams plugin's experiment and session
     (TensorBoard's HPARAMS tab) and CleanRL's ``hyperparameters`` text table (the TEXT tab).
 
-    They go to an event file of their own in ``logdir`` (``tb/hparams``), a child of the run's
-    ``tb/``: its metrics (:data:`HPARAMS_METRICS`) are the run's own scalars, named through the
-    metric group ``..`` (TensorBoard reads a metric from the session's folder joined with its group).
-    The scalar event files are left as they are. Nothing is written when ``logdir`` already holds an
-    event file (a resumed run), so a run has its hyperparameters once.
+    They go to an event file of their own in ``logdir`` (``tb/hparams``), a child run of the run's
+    ``tb/`` (as tensorboardX's ``add_hparams`` does), so the scalar event files hold only the rows'
+    scalars; the hparams table's metrics (:data:`HPARAMS_METRICS`) are read from the same child run,
+    where each session's last values are written when it closes (:func:`write_hparams_metrics`).
+    Nothing is written when ``logdir`` already holds an event file (a resumed run), so a run has its
+    hyperparameters once.
 
     Args:
         logdir: the folder for the event file (created if missing).
@@ -725,7 +735,7 @@ def write_hparams(logdir: str | os.PathLike, config: Any) -> pathlib.Path | None
             kind = "DATA_TYPE_STRING"
         infos.append(HParamInfo(name=name, type=DataType.Value(kind)))
     experiment = Experiment(hparam_infos=infos,
-                            metric_infos=[MetricInfo(name=MetricName(group="..", tag=t)) for t in HPARAMS_METRICS])
+                            metric_infos=[MetricInfo(name=MetricName(tag=t)) for t in HPARAMS_METRICS])
 
     def plugin(tag: str, data: Any) -> Any:
         metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="hparams",
@@ -741,6 +751,18 @@ def write_hparams(logdir: str | os.PathLike, config: Any) -> pathlib.Path | None
     finally:
         events.close()
     return pathlib.Path(events.path)
+
+
+def write_hparams_metrics(logdir: str | os.PathLike, last: Mapping[str, tuple[int, float]]) -> None:
+    """Writes the hparams table's metrics, ``{tag: (env_steps, value)}`` (a session's last value of each
+    of :data:`HPARAMS_METRICS`), as scalars to a new event file in ``logdir`` (``tb/hparams``): the
+    table shows each metric's value at its latest step, so a resumed run's later values win."""
+    events = EventFile(logdir)
+    try:
+        for tag, (step, value) in sorted(last.items()):
+            events.add_scalars({tag: value}, step)
+    finally:
+        events.close()
 
 
 def _rewrite(path: pathlib.Path, keep_env_steps: int, recovered_rows: list[Mapping[str, Any]]) -> None:

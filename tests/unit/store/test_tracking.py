@@ -291,12 +291,16 @@ def test_the_config_is_written_to_tensorboard_as_hparams_and_a_text_table_once(t
     plugin = lambda v: HParamsPluginData.FromString(v.metadata.plugin_data.content)  # noqa: E731
     experiment = plugin(values["_hparams_/experiment"][0]).experiment
     assert {h.name for h in experiment.hparam_infos} == set(config_to_dict(config))
-    assert [(m.name.group, m.name.tag) for m in experiment.metric_infos][0] == ("..", "episode_return_mean")
+    assert [m.name.tag for m in experiment.metric_infos] == ["episode_return_mean", "eval/return_mean",
+                                                             "episode_length_mean"]
     start = plugin(values["_hparams_/session_start_info"][0]).session_start_info.hparams
     assert start["learning_rate"].number_value == 1e-3 and start["normalize_obs"].bool_value is True
     assert start["hidden_sizes"].string_value == "[32, 16]" and start["env"].string_value == config.env
     table = values["hyperparameters/text_summary"][0].tensor.string_val[0].decode()
     assert table.startswith("|param|value|\n|-|-|\n") and "|learning_rate|0.001|" in table.splitlines()
+    # The table's metrics: the session's last values, in the same child run.
+    assert {(v.tag, step, v.simple_value) for step, v in _summaries(tmp_path / "tb" / "hparams")
+            if v.HasField("simple_value")} == {("episode_return_mean", 10, 1.0), ("episode_length_mean", 10, 1.0)}
     # The scalar event file holds only the rows' scalars.
     assert {v.tag for _, v in _summaries(tmp_path / "tb")} == {k for k in _row(10, loss=0.5) if k != "env_steps"}
     # A resume (even of a run whose tb/hparams was lost) leaves one copy.
@@ -320,3 +324,14 @@ def test_an_image_reaches_tensorboard(tmp_path):
     (step, value), = [(s, v) for s, v in _summaries(tmp_path / "tb") if v.tag == "video/greedy"]
     assert step == 30 and (value.image.height, value.image.width, value.image.colorspace) == (4, 6, 3)
     assert value.image.encoded_image_string == b"GIF89a-bytes"
+
+
+def test_the_hparams_metrics_are_the_kept_rows_last_values(tmp_path):
+    t = Tracker(tmp_path, PPOConfig(), quiet=True, process=PROCESS)
+    t.log(_row(10, episode_return_mean=3.0))
+    t.rewind(0)  # rows taken back: their values are not the run's
+    t.log(_row(20, episode_return_mean=5.0))
+    t.log(_row(30, episode_return_mean=None))  # no episode ended: the last value stays
+    t.close()
+    assert {(v.tag, step, v.simple_value) for step, v in _summaries(tmp_path / "tb" / "hparams")
+            if v.HasField("simple_value")} == {("episode_return_mean", 20, 5.0), ("episode_length_mean", 30, 1.0)}
