@@ -99,6 +99,8 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.policy": _BELOW_POLICY,
     "rljax.training": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
+    # A bench runs sweeps and reports statistics over their runs: beside the actor-learner path.
+    "rljax.bench": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training", "rljax.host", "rljax.bench"},
     "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
                   "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.cli"},
 }
