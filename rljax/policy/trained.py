@@ -6,8 +6,18 @@ params, the observation statistics the agent normalised with, and its exploratio
 agent's :class:`~rljax.agents.base.PolicyParams`). Nothing of the training program is compiled::
 
     policy = rljax.load("runs/ppo_pendulum")
-    action = policy.act(obs)                    # one raw observation -> one action
+    action = policy.act(obs)                    # one raw observation -> one action (compiled once, cached)
     actions = jax.jit(policy.act)(batch)        # [N, *obs_shape] -> [N, *action_shape]
+
+``policy.act`` called eagerly runs a jitted function the policy compiles on its first call for each
+input shape, dtype and flag and keeps, so a Python loop that calls it per step pays the compile once.
+
+A run trained on host envs (``gymnasium/<id>``, ``envpool/<id>``, ``server:HOST:PORT``: the
+actor-learner path) loads the same way: its checkpoint records the envs' spaces, and the policy's
+``env`` is a :class:`HostEnvSpaces` (spaces only; host envs are stepped on the host, never inside a
+compiled program). Acting and exporting need nothing else; evaluating it and drawing its episodes
+step host envs, which ``load(..., host_envs=rljax.host.sources.make_host_env)`` provides (``rljax eval``
+passes it).
 
 :func:`rljax.policy.evaluate.evaluate` runs episodes with it; ``rljax export`` writes it out as a
 framework-free artefact.
@@ -16,8 +26,11 @@ framework-free artefact.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -26,7 +39,80 @@ import numpy as np
 
 from rljax.agents.base import Agent, PolicyParams
 
-__all__ = ["Policy", "load"]
+__all__ = ["HostEnvSpaces", "HostEnvFactory", "Policy", "is_host_policy", "load", "space_from_json"]
+
+HostEnvFactory = Callable[..., Any]
+"""``make(name, num_envs, render=False) -> HostEnv``: a batch of ``num_envs`` host envs that ``name``
+names (``render``: envs that draw frames, ``env.render() -> uint8 [N, H, W, 3]``), as
+:func:`rljax.host.sources.make_host_env` makes them."""
+
+
+class HostEnvSpaces:
+    """The env of a policy trained on host envs: their spaces and name, nothing to step in JAX.
+
+    It follows the env contract as far as building an agent and acting need: ``reset`` gives an
+    observation of zeros of the declared shape and dtype and ``step`` a template of zeros, both for
+    reading shapes (``step`` raises when called with concrete values: host envs step on the host,
+    :func:`rljax.policy.evaluate.evaluate`).
+
+    Args:
+        name: the run's ``config.env`` (``gymnasium/CartPole-v1``, ``envpool/Pong-v5``, ...).
+        observation_space: a :class:`rljax.env.Box` or :class:`rljax.env.Discrete`.
+        action_space: likewise.
+        make: a :data:`HostEnvFactory`, or None when only acting and exporting are wanted.
+    """
+
+    default_params = None
+
+    def __init__(self, name: str, observation_space: Any, action_space: Any, make: HostEnvFactory | None = None):
+        self.name, self._make = name, make
+        # Gymnasium's int64 Discrete spaces as JAX computes them without x64 (int32); the values are the same.
+        self._observation_space, self._action_space = (_int32(observation_space), _int32(action_space))
+
+    def observation_space(self, params: Any = None) -> Any:
+        return self._observation_space
+
+    def action_space(self, params: Any = None) -> Any:
+        return self._action_space
+
+    def reset(self, key: Any, params: Any = None) -> tuple[jax.Array, tuple[()]]:
+        space = self._observation_space
+        return jnp.zeros(tuple(space.shape), space.dtype), ()
+
+    def step(self, key: Any, state: Any, action: Any, params: Any = None) -> Any:
+        """A shape template only: traced (an agent's wrappers read the shapes of a step), a step of
+        zeros that ends nothing; called with concrete values, a ``TypeError``."""
+        if not isinstance(action, jax.core.Tracer):
+            raise TypeError(f"{self.name} is a host env: it is stepped on the host, not in JAX (evaluate the policy "
+                            f"with rljax.policy.evaluate.evaluate or rljax eval)")
+        obs, state = self.reset(key)
+        return obs, state, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False), {}
+
+    def make(self, num_envs: int, render: bool = False) -> Any:
+        """A batch of ``num_envs`` of these host envs (``render``: that draw frames).
+
+        Raises:
+            ValueError: the policy was loaded without a :data:`HostEnvFactory`.
+        """
+        if self._make is None:
+            raise ValueError(f"this policy was trained on host envs ({self.name}), which are stepped on the host: "
+                             f"load it with rljax.load(RUN_DIR, host_envs=rljax.host.sources.make_host_env) to "
+                             f"evaluate it or draw its episodes (rljax eval does)")
+        return self._make(self.name, num_envs, render=render)
+
+    def __repr__(self) -> str:
+        return f"HostEnvSpaces({self.name!r})"
+
+
+def _int32(space: Any) -> Any:
+    from rljax.env import Discrete, is_discrete
+
+    return Discrete(space.n) if is_discrete(space) and np.dtype(space.dtype) == np.int64 else space
+
+
+def is_host_policy(policy: Any) -> bool:
+    """Whether ``policy`` was trained on host envs (its env is a :class:`HostEnvSpaces`)."""
+    return isinstance(getattr(policy, "env", None), HostEnvSpaces)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,14 +211,28 @@ class Policy:
         Returns:
             ``[*action_shape]`` or ``[N, *action_shape]``: int32 for discrete actions, float32
             within the Box bounds otherwise (with the next state for a recurrent policy). Pure:
-            ``jax.jit(policy.act)`` works.
+            ``jax.jit(policy.act)`` works. Called with concrete arrays it runs a jitted
+            :meth:`apply` (or :meth:`apply_step`) that this policy compiles once per input shape,
+            dtype and ``deterministic`` and keeps (the same outputs as ``jax.jit(policy.act)``);
+            under a transformation (``jit``, ``vmap``, export) it is traced inline.
         """
-        if self.recurrent:
-            if not args and "state" not in kwargs:
-                raise TypeError("this policy is recurrent: act with policy.act(obs, state) -> (action, state), "
-                                "the state from policy.initial_state() at an episode's start")
-            return self.apply_step(self.params, obs, *args, **kwargs)
-        return self.apply(self.params, obs, *args, **kwargs)
+        if self.recurrent and not args and "state" not in kwargs:
+            raise TypeError("this policy is recurrent: act with policy.act(obs, state) -> (action, state), "
+                            "the state from policy.initial_state() at an episode's start")
+        fn = self.apply_step if self.recurrent else self.apply
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((obs, args, kwargs))):
+            return fn(self.params, obs, *args, **kwargs)
+        signature = _APPLY_STEP if self.recurrent else _APPLY
+        arguments = signature.bind(self, self.params, obs, *args, **kwargs)  # a TypeError as fn's own
+        arguments.apply_defaults()
+        inputs = dict(arguments.arguments)
+        del inputs["self"], inputs["params"]
+        deterministic = bool(inputs.pop("deterministic"))
+        cache = self.__dict__.setdefault("_compiled_act", {})  # (the dataclass is frozen; this is a cache)
+        if deterministic not in cache:
+            # The params are closed over, as jax.jit(policy.act) closes over them: the same program and bits.
+            cache[deterministic] = jax.jit(functools.partial(fn, self.params, deterministic=deterministic))
+        return cache[deterministic](**inputs)
 
     def apply(self, params: PolicyParams, obs: Any, key: jax.Array | None = None,
               deterministic: bool = True) -> jax.Array:
@@ -171,8 +271,8 @@ class Policy:
         return action, state
 
     def _batch(self, obs: Any, key: Any, deterministic: bool) -> tuple[Any, bool]:
-        """``(obs as a float32 batch, whether it was one observation)``; bad shapes and a missing key
-        raise ``ValueError``."""
+        """``(obs as a batch, whether it was one observation)``: float32 (a host run's: the envs'
+        dtype); bad shapes and a missing key raise ``ValueError``."""
         if not deterministic and key is None:
             raise ValueError("deterministic=False samples actions: pass a PRNG key (key=jax.random.key(0))")
         spec = self.observation_spec
@@ -187,15 +287,21 @@ class Policy:
                                and all(len(shape) == len(want) + 1 and shape[1:] == want for shape, want in shapes)):
             got, want = jax.tree.map(jnp.shape, obs), jax.tree.map(lambda s: s.shape, spec)
             raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
-        return jax.tree.map(lambda x: (x[None] if single else x).astype(jnp.float32), obs), single
+        # A host run's actors feed the network the envs' own dtype (a uint8 image is scaled by the
+        # encoder as uint8): act as they did. JAX envs' rollouts feed float32.
+        host = isinstance(self.env, HostEnvSpaces)
+        return jax.tree.map(lambda x, s: (x[None] if single else x).astype(s.dtype if host else jnp.float32),
+                            obs, spec), single
 
+
+_APPLY, _APPLY_STEP = inspect.signature(Policy.apply), inspect.signature(Policy.apply_step)
 
 jax.tree_util.register_dataclass(Policy, data_fields=["params", "env_params"],
                                  meta_fields=["agent", "config", "env", "step", "run_dir", "member"])
 
 
 def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | int | None = None,
-         env: Any = None) -> Policy:
+         env: Any = None, host_envs: HostEnvFactory | None = None) -> Policy:
     """The policy saved in a run directory's checkpoint, without compiling or touching the run.
 
     Args:
@@ -207,6 +313,9 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
         env: the env object, for a run of an env that cannot be rebuilt by name (recorded as
             ``python-object:...``: an object passed to ``rljax.train(config, env)``); None makes
             ``config.env`` (with ``config.env_kwargs``).
+        host_envs: for a run trained on host envs, how to make them (a :data:`HostEnvFactory`:
+            :func:`rljax.host.sources.make_host_env`) when the policy will be evaluated or drawn;
+            acting and exporting need none. Ignored for a run of JAX envs.
 
     Raises:
         FileNotFoundError: no such directory, or no checkpoint in it.
@@ -254,6 +363,8 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
                 raise FileNotFoundError(f"checkpoint {step} in {run_dir} was removed while it was read (a live "
                                         f"run keeps only its newest checkpoints); it now has {steps}") from err
             step = steps[-1]
+    if "host" in meta:  # the actor-learner path's checkpoint: the learner's params and optimiser state
+        return _load_host(run_dir, int(step), meta, host_leaves, member, host_envs)
     by_class = {entry.config_cls.__name__: entry.config_cls for entry in algorithms().values()}
     if meta.get("algorithm") not in by_class:
         raise ValueError(f"checkpoint {step} in {run_dir} was written by algorithm {meta.get('algorithm')!r}, "
@@ -270,6 +381,73 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
     return Policy(agent=agent, params=params, config=config, env=env,
                   env_params=jax.tree.map(jnp.asarray, state.env_params), step=int(step), run_dir=str(run_dir),
                   member=member_name)
+
+
+def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leaves: list[np.ndarray],
+               member: str | int | None, host_envs: HostEnvFactory | None) -> Policy:
+    """The policy of a host run's checkpoint (``{"params", "opt_state"}`` of the learner, the envs'
+    spaces in its meta under ``spaces``, as :mod:`rljax.actorlearner.run` saves them)."""
+    from rljax.agents import algorithms, build_agent
+    from rljax.core.config import config_from_dict
+
+    where = f"checkpoint {step} in {run_dir}"
+    if member is not None:
+        raise ValueError(f"{run_dir} is a single run, not a sweep: leave out --member {member} (member= in Python)")
+    by_class = {entry.config_cls.__name__: entry.config_cls for entry in algorithms().values()}
+    if meta.get("algorithm") not in by_class:
+        raise ValueError(f"{where} was written by algorithm {meta.get('algorithm')!r}, which is not registered "
+                         f"(known: {sorted(by_class)})")
+    config = config_from_dict(by_class[meta["algorithm"]], meta["config"])
+    spaces = meta.get("spaces")
+    if isinstance(spaces, dict) and {"observation_space", "action_space"} <= set(spaces):
+        observation_space, action_space = (space_from_json(spaces[k]) for k in ("observation_space", "action_space"))
+    elif host_envs is not None:  # a checkpoint from before they were saved: ask one env
+        one = host_envs(config.env, 1)
+        try:
+            observation_space, action_space = one.spec.observation_space, one.spec.action_space
+        finally:
+            one.close()
+    else:
+        raise ValueError(f"{where} of host envs ({config.env}) does not record their spaces (saved by an older "
+                         f"rljax): load it with host_envs=rljax.host.sources.make_host_env, which asks one env")
+    env = HostEnvSpaces(config.env, observation_space, action_space, host_envs)
+    agent = build_agent(config, env, None, None)
+    abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), None)).params
+    t_leaves, treedef = jax.tree.flatten(abstract)
+    # The saved tree is {"opt_state": ..., "params": ...} in key order: the params are its last leaves.
+    if len(host_leaves) < len(t_leaves):
+        raise ValueError(f"{where} has {len(host_leaves)} arrays, fewer than the {len(t_leaves)} of a "
+                         f"{type(config).__name__} network for {config.env}")
+    saved = host_leaves[len(host_leaves) - len(t_leaves):]
+    for h, t in zip(saved, t_leaves):
+        if h.shape != t.shape or h.dtype != t.dtype:
+            raise ValueError(f"{where}: an array {h.shape} {h.dtype} does not fit the network's {t.shape} {t.dtype}: "
+                             f"it was written by another config or rljax version")
+    params = PolicyParams(jax.tree.unflatten(treedef, [jnp.asarray(h) for h in saved]), None, jnp.float32(0.0))
+    return Policy(agent=agent, params=params, config=config, env=env, env_params=None, step=step,
+                  run_dir=str(run_dir))
+
+
+def space_from_json(data: dict[str, Any]) -> Any:
+    """A space saved as JSON: ``{"kind": "discrete", "n", "dtype"}`` or ``{"kind": "box", "shape",
+    "dtype", "low", "high"}``, each bound a number (the same everywhere) or a nested list of the
+    shape, infinities as ``"inf"``/``"-inf"`` (what :mod:`rljax.actorlearner.run` saves).
+
+    Raises:
+        ValueError: not such a space, naming what came.
+    """
+    from rljax.env import Box, Discrete
+
+    try:
+        if data["kind"] == "discrete":
+            return Discrete(int(data["n"]), dtype=np.dtype(data["dtype"]))
+        if data["kind"] == "box":
+            def bound(x: Any) -> np.ndarray:
+                return np.vectorize(float, otypes=[np.float64])(np.asarray(x, object))
+            return Box(bound(data["low"]), bound(data["high"]), tuple(data["shape"]), dtype=np.dtype(data["dtype"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"a saved space {data!r} cannot be read: {err}") from None
+    raise ValueError(f"a saved space of kind {data.get('kind')!r}; known kinds: 'box', 'discrete'")
 
 
 def _no_checkpoint(run_dir: pathlib.Path) -> FileNotFoundError:

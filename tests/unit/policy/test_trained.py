@@ -55,6 +55,35 @@ def test_load_acts_as_the_trained_state_and_leaves_the_run_alone(tiny_run, name)
         assert not np.array_equal(sampled, np.asarray(expected))
 
 
+@pytest.mark.parametrize("name", ["ppo-cartpole", "ppo-pendulum", "sac"])
+def test_eager_act_is_compiled_once_per_shape_and_flag_with_the_same_bits(tiny_run, name, monkeypatch):
+    """``policy.act`` in a Python loop (docs/evaluation.md) runs a cached jitted function, one trace per
+    input shape and ``deterministic``, not per call. Greedy actions are the bits of the op-by-op
+    ``apply`` it replaced; sampled ones those of ``jax.jit(policy.act)`` (XLA fuses a Gaussian's
+    ``mean + std * noise``, which op by op rounds twice: 1 ulp apart at most)."""
+    from rljax.policy.trained import Policy
+
+    policy = rljax.load(tiny_run(name)[0])
+    obs, key = np.asarray(_obs(policy, 8)), jax.random.key(2)
+    expected = {True: np.asarray(policy.apply(policy.params, obs)),  # op by op, as act ran before
+                False: np.asarray(jax.jit(policy.act, static_argnames="deterministic")(obs, key, deterministic=False))}
+    np.testing.assert_allclose(expected[False], np.asarray(policy.apply(policy.params, obs, key, deterministic=False)),
+                               rtol=2.5e-7, atol=2.5e-7)
+    traces = []
+    batch = Policy._batch
+    monkeypatch.setattr(Policy, "_batch", lambda self, *args: (traces.append(args[0].shape), batch(self, *args))[1])
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(policy.act(obs)), expected[True])
+        np.testing.assert_array_equal(np.asarray(policy.act(obs, key, deterministic=False)), expected[False])
+        np.testing.assert_array_equal(np.asarray(policy.act(obs, key=key, deterministic=False)), expected[False])
+    assert len(traces) == 2, traces  # one per flag (a keyword key is the same call)
+    for _ in range(2):
+        policy.act(obs[0])
+    assert len(traces) == 3, traces  # one observation: a new shape, traced once
+    with pytest.raises(TypeError):  # a bad call is refused as apply refuses it
+        policy.act(obs, key, True, "extra")
+
+
 @pytest.mark.parametrize("name", ["ppo-pendulum", "sac"])
 def test_normalising_agents_act_on_raw_observations(tiny_run, name):
     """The issue's bug: PPO's act expected normalised observations. Policy.act applies the trained
