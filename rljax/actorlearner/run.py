@@ -45,12 +45,14 @@ from rljax.actorlearner.engine import EnvSnapshot
 from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, steps_per_update, train_host
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
-from rljax.host.base import HostEnv
+from rljax.env import is_discrete
+from rljax.host.base import HostEnv, HostSpec
 from rljax.runtime import distributed
 from rljax.training.hooks.watchdog import StallWatchdog
 from rljax.training.options import RunOptions, auto_log_every
 
-__all__ = ["HOST_SAVED_FIELDS", "group_rows", "run_host", "saved_host", "updates_per_chunk"]
+__all__ = ["HOST_SAVED_FIELDS", "done_line", "final_return", "group_rows", "run_host", "saved_host", "space_json",
+           "updates_per_chunk"]
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
                      "restart_backoff_s")
@@ -109,8 +111,13 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             host = saved_host(run_dir) if options.resume else HostOptions()
         session = _Session(config, options, host, guard)
         stack.callback(session.close)
+
+        def make_and_note(actor: int) -> HostEnv:  # the checkpoints record the envs' spaces (rljax.load reads them)
+            env = make_env(actor)
+            session.spec = session.spec or env.spec
+            return env
         try:
-            return train_host(config, make_env, host, restore=session.begin, on_update=session.after_update,
+            return train_host(config, make_and_note, host, restore=session.begin, on_update=session.after_update,
                               snapshots=options.checkpoints and run_dir is not None)
         except Exception as err:
             if several:  # a collective failed because a peer died: say so
@@ -147,6 +154,7 @@ class _Session:
                                       options.stall_min_s)  # reads .plan and .phase of this session
         self.layout = {k: getattr(host, k) for k in HOST_SAVED_FIELDS}  # recorded in the manifest and checkpoints
         self.tracker = self.checkpointer = self.trackers = self.unsaved = self.status = None
+        self.spec: HostSpec | None = None  # the envs' (set as the first batch is made)
         self.last_saved: int | None = None  # env steps of the newest checkpoint this session saved (RunStatus reads it)
         self.lines: list[dict[str, Any]] = []  # the chunk's rows so far, one per update
         self.rows: list[dict[str, Any]] = []  # the last chunk's metrics.jsonl rows, one per log_every updates
@@ -295,6 +303,9 @@ class _Session:
                 "config": config_to_dict(self.config), "run_options": self.options.saved(),
                 "host": self.layout, "rows": [{k: json_scalar(v) for k, v in row.items()}],
                 "lines": [{k: json_scalar(v) for k, v in boundary_line(row, self.rows).items()}]}
+        if self.spec is not None:
+            meta["spaces"] = {"observation_space": space_json(self.spec.observation_space),
+                              "action_space": space_json(self.spec.action_space)}
         if envs is not None:  # several processes: every one's envs, in process order
             meta["envs"] = _encode(envs) if distributed.process_count() == 1 else \
                 distributed.allgather_json(_encode(envs))
@@ -415,3 +426,54 @@ def _decode(saved: dict[str, str] | None) -> EnvSnapshot | None:
     npy = lambda text: np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)  # noqa: E731
     return EnvSnapshot(base64.b64decode(saved["env_state"]), npy(saved["obs"]), npy(saved["returns"]),
                        npy(saved["lengths"]))
+
+
+def space_json(space: Any) -> dict[str, Any]:
+    """A host env's :class:`rljax.env.Box` or :class:`rljax.env.Discrete` as a checkpoint's meta holds
+    it (``spaces``, which :func:`rljax.policy.trained.space_from_json` reads back):
+    ``{"kind": "discrete", "n", "dtype"}`` or ``{"kind": "box", "shape", "dtype", "low", "high"}``,
+    each bound one number where it is the same everywhere (an image's 0..255), else a nested list of
+    the shape; infinities as ``"inf"``/``"-inf"``."""
+    dtype = np.dtype(space.dtype).name
+    if is_discrete(space):
+        return {"kind": "discrete", "n": int(space.n), "dtype": dtype}
+    shape = [int(d) for d in space.shape]
+
+    def bound(x: Any) -> Any:
+        x = np.broadcast_to(np.asarray(x, np.float64), shape)
+        value = x.reshape(-1)[0] if x.size and np.all(x == x.reshape(-1)[0]) else x
+        return np.vectorize(lambda v: float(v) if np.isfinite(v) else ("inf" if v > 0 else "-inf"),
+                            otypes=[object])(value).tolist()
+    return {"kind": "box", "shape": shape, "dtype": dtype, "low": bound(space.low), "high": bound(space.high)}
+
+
+def final_return(rows: list[dict[str, Any]]) -> tuple[float | None, int]:
+    """The return a finished host run reports, from its per-update ``rows``: the mean over the
+    episodes that ended in its last tenth of updates, reaching further back (to the most recent
+    update where one ended) when none did there, as a run of long episodes (Pong's) and a short
+    last chunk has it. Returns ``(mean return or None when no episode ended at all, how many of the
+    last updates it covers)``."""
+    if not rows:
+        return None, 0
+    count = max(1, len(rows) // 10)
+    while count < len(rows) and not sum(int(r["episodes"]) for r in rows[-count:]):
+        count += 1
+    tail = rows[-count:]
+    episodes = sum(int(r["episodes"]) for r in tail)
+    if not episodes:
+        return None, count
+    return sum(r["episode_return_mean"] * r["episodes"] for r in tail if r["episodes"]) / episodes, count
+
+
+def done_line(result: HostResult, config: PPOConfig | IMPALAConfig, run_dir: str | None) -> str:
+    """The summary line of a finished host run: env steps, the return :func:`final_return` measures
+    (``--`` when no episode ended), env steps/s, the policy lag, restarts and lost episodes."""
+    rows = result.rows
+    ret, count = final_return(rows)
+    over = "the last update's episodes" if count == 1 else f"the episodes of the last {count} updates"
+    text = f"return {ret:.2f} ({over})" if ret is not None else "return -- (no episode ended)"
+    last = rows[-1] if rows else {}
+    return (f"done: {result.updates * steps_per_update(config):,} env steps, {text}, "
+            f"{last.get('sps', 0.0):,.0f} env steps/s, policy lag <= "
+            f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
+            f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))

@@ -13,7 +13,10 @@ can be evaluated), plays ``N`` episodes in parallel on the device with the env's
 own folder, so it never replaces the default one: ``<step>-stochastic``, ``<step>-length=0.7``
 (``--env-param`` overrides, sorted by name), or both. ``--env-param NAME=V1,V2,...`` evaluates each
 value (every combination, for several such params), each into its own folder with its own summary
-line: a robustness grid from one compiled evaluation. Every input is checked before any episode is
+line: a robustness grid from one compiled evaluation. A run trained on host envs (``gymnasium/<id>``,
+``envpool/<id>``, ``server:HOST:PORT``) is evaluated on ``N`` of those envs stepped on the host, the
+policy jitted (:func:`rljax.policy.evaluate.run_host_episodes`), and its video drawn by a Gymnasium
+env's ``rgb_array`` renderer (other host envs cannot draw: a usage error). Every input is checked before any episode is
 played, so bad input writes nothing; each file is written to a temporary name and moved into
 place. Exit statuses: :mod:`rljax.cli.process` (2: usage error, 74: I/O error).
 """
@@ -31,7 +34,7 @@ from typing import Any
 from rljax.cli.process import EXIT_IO, EXIT_USAGE, enable_compilation_cache
 from rljax.core.registry import parse_env_params  # shared with every --env-param flag
 
-__all__ = ["add_parser", "run", "parse_env_params", "env_param_grid", "eval_dir", "MAX_EPISODES"]
+__all__ = ["add_parser", "run", "parse_env_params", "env_param_grid", "eval_dir", "MAX_EPISODES", "MAX_HOST_EPISODES"]
 
 PROG = "rljax eval"
 """The command as its error lines name it."""
@@ -39,6 +42,8 @@ PROG = "rljax eval"
 
 MAX_EPISODES = 1 << 20
 """The most episodes one evaluation plays (each is an env of one batch, all on the device at once)."""
+MAX_HOST_EPISODES = 4096
+"""The most episodes one evaluation of a host-env run plays (each a host env, all stepped together)."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -110,7 +115,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
 
     Returns:
         ``(policy, [(env_params, overrides)] one per evaluation, draw)``; ``draw`` is None without
-        ``--video``.
+        ``--video``: a :func:`~rljax.policy.video.frame_drawer`, or for a policy of host envs the
+        host env that draws (:func:`~rljax.policy.video.host_renderer`).
     """
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}] (all of them run at once, one env each), "
@@ -129,7 +135,22 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
     if args.video and len(grid) > 1:
         raise ValueError(f"--video draws one episode, but --env-param lists {len(grid)} evaluations: give one value "
                          f"per param with --video")
-    policy = load(args.run_dir, args.step, member=member)
+    from rljax.host.sources import make_host_env
+    from rljax.policy.trained import is_host_policy
+
+    policy = load(args.run_dir, args.step, member=member, host_envs=make_host_env)
+    if is_host_policy(policy):  # stepped on the host: one host env per episode, drawn by the env itself
+        if args.env_param:
+            raise ValueError(f"--env-param {args.env_param[0]}: {policy.env.name} is a host env, which has no env "
+                             f"params to change")
+        if args.episodes > MAX_HOST_EPISODES:
+            raise ValueError(f"--episodes {args.episodes}: a host env run evaluates at most {MAX_HOST_EPISODES} "
+                             f"episodes (one host env each, stepped together on the CPU)")
+        if not args.video:
+            return policy, [(None, {})], None
+        from rljax.policy.video import host_renderer
+
+        return policy, [(None, {})], host_renderer(policy)
     evaluations = [parse_env_params(specs, policy.env_params) for specs in grid]
     draw = None
     if args.video:
@@ -151,12 +172,17 @@ def _write_video(args: argparse.Namespace, policy: Any, env_params: Any, draw: A
     """Plays and draws one episode, writes the GIF; returns a note for the summary line."""
     import jax
 
-    from rljax.policy.video import DEFAULT_FPS, episode_frames, write_gif
+    from rljax.policy.trained import is_host_policy
+    from rljax.policy.video import DEFAULT_FPS, episode_frames, host_episode_frames, write_gif
 
-    # evaluate()'s key and batch: a greedy video is the report's first episode
-    episode = episode_frames(policy, jax.random.key(args.seed), env_params=env_params,
-                             deterministic=not args.stochastic, batch=args.episodes, index=0, draw=draw)
-    write_gif(episode.frames, args.video, getattr(policy.env, "render_fps", DEFAULT_FPS))
+    if is_host_policy(policy):  # env 0 of the evaluation's seeds: a greedy video is the report's first episode
+        episode = host_episode_frames(policy, args.seed, deterministic=not args.stochastic, envs=draw)
+        fps = getattr(draw, "render_fps", None) or DEFAULT_FPS
+    else:  # evaluate()'s key and batch: a greedy video is the report's first episode
+        episode = episode_frames(policy, jax.random.key(args.seed), env_params=env_params,
+                                 deterministic=not args.stochastic, batch=args.episodes, index=0, draw=draw)
+        fps = getattr(policy.env, "render_fps", DEFAULT_FPS)
+    write_gif(episode.frames, args.video, fps)
     ended = "" if episode.finished else ", did not end"
     return f"; video {args.video} (return {episode.episode_return:.2f}, {episode.length} steps{ended})"
 

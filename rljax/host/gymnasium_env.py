@@ -11,6 +11,9 @@ Spaces: a Gymnasium ``Box`` becomes an :class:`rljax.env.Box` of the same dtype 
 ``Discrete(n)`` (start 0) an :class:`rljax.env.Discrete`; other spaces are refused with the space named.
 float64 Boxes become float32 ones (what JAX computes in): observations are cast, actions cast back to
 the env's dtype before stepping. Rewards are float32.
+
+Made with ``render=True`` (an env with an ``rgb_array`` render mode), :meth:`GymnasiumEnv.render`
+draws every copy's current state, uint8 ``[N, H, W, 3]``: how a host-env policy's video is drawn.
 """
 
 from __future__ import annotations
@@ -41,6 +44,15 @@ def host_space(space: Any, what: str) -> Any:
                      f"with a Box or Discrete space, or flatten it with a Gymnasium wrapper")
 
 
+def _render_modes(env_id: str) -> list[str]:
+    """The render modes a registered Gymnasium env declares (its class's ``metadata``), without making it."""
+    import gymnasium
+
+    entry = gymnasium.spec(env_id).entry_point
+    cls = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return list(getattr(cls, "metadata", {}).get("render_modes", []))
+
+
 class GymnasiumEnv:
     """``N`` copies of Gymnasium env ``env_id`` (see the module docstring).
 
@@ -48,11 +60,14 @@ class GymnasiumEnv:
         env_id: a registered Gymnasium id, e.g. ``"CartPole-v1"``.
         num_envs: N.
         asynchronous: step the copies in worker processes instead of this one.
+        render: make the copies with ``render_mode="rgb_array"`` so that :meth:`render` draws them
+            (a ``ValueError`` naming the env's render modes when it has no ``rgb_array`` one).
         **make_kwargs: passed to ``gymnasium.make_vec`` for every copy (``max_episode_steps=...``,
             the env's own keyword arguments).
     """
 
-    def __init__(self, env_id: str, num_envs: int, asynchronous: bool = False, **make_kwargs: Any):
+    def __init__(self, env_id: str, num_envs: int, asynchronous: bool = False, render: bool = False,
+                 **make_kwargs: Any):
         import gymnasium
         from gymnasium.vector import AutoresetMode
 
@@ -66,6 +81,12 @@ class GymnasiumEnv:
         if asynchronous:  # workers started by fork would inherit JAX's threads; spawn starts them clean
             vector_kwargs["context"] = "spawn"
         mode = "async" if asynchronous else "sync"
+        if render:
+            modes = _render_modes(env_id)
+            if "rgb_array" not in modes:
+                raise ValueError(f"gymnasium/{env_id} cannot be drawn: it has no rgb_array render mode (its render "
+                                 f"modes: {', '.join(map(str, modes)) or 'none'})")
+            make_kwargs = {**make_kwargs, "render_mode": "rgb_array"}
         self._env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
                                        **make_kwargs)
         try:
@@ -76,6 +97,7 @@ class GymnasiumEnv:
             self._env.close()
             raise
         self.env_id = env_id
+        self.render_fps = self._env.metadata.get("render_fps")  # frames per second its pictures are meant for
         self._action_dtype = self._env.single_action_space.dtype
 
     def reset(self, seed: int) -> np.ndarray:
@@ -93,6 +115,17 @@ class GymnasiumEnv:
                 final_obs[i] = info["final_obs"][i]
         return check_batch(self.spec, HostStep(obs, np.asarray(reward, np.float32), np.asarray(terminated, np.bool_),
                                                np.asarray(truncated, np.bool_), final_obs))
+
+    def render(self) -> np.ndarray:
+        """Every copy's picture of its current state, uint8 ``[N, H, W, 3]`` (an env made with
+        ``render=True``; a ``ValueError`` otherwise)."""
+        if self._env.render_mode != "rgb_array":
+            raise ValueError(f"gymnasium/{self.env_id} was made without render=True, so it draws no frames")
+        frames = np.stack([np.asarray(f) for f in self._env.render()])
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+            raise ValueError(f"gymnasium/{self.env_id} rendered {frames.dtype} {frames.shape[1:]} frames; a frame is "
+                             f"uint8 [H, W, 3]")
+        return frames
 
     def get_state(self) -> bytes | None:
         """The sub-envs' whole state (pickled), for a bit-exact resume of a synchronous run; None

@@ -32,7 +32,7 @@ def parse_server(name: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
+def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any) -> HostEnv:
     """The batch of ``num_envs`` host envs ``name`` names.
 
     * ``gymnasium/<id>``: :class:`~rljax.host.gymnasium_env.GymnasiumEnv` (``asynchronous=True`` steps
@@ -41,11 +41,20 @@ def make_host_env(name: str, num_envs: int, **kwargs: Any) -> HostEnv:
       arguments go to ``envpool.make``);
     * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
       ``timeout_s``); the server decides the batch size, which must equal ``num_envs``.
+
+    ``render=True`` makes envs that draw themselves (``env.render() -> uint8 [N, H, W, 3]``, for a
+    video): Gymnasium envs with an ``rgb_array`` render mode. Raises ``ValueError`` naming the env
+    for any other (EnvPool batches and env servers send no frames).
     """
+    if render and not name.startswith("gymnasium/"):
+        kind = "an EnvPool batch" if name.startswith("envpool/") else "an env server" if name.startswith("server:") \
+            else "not a host env"
+        raise ValueError(f"{name} cannot be drawn: it is {kind}, which sends no frames; host envs draw only as "
+                         f"Gymnasium envs with an rgb_array render mode (gymnasium/<id>)")
     if name.startswith("gymnasium/"):
         from rljax.host.gymnasium_env import GymnasiumEnv
 
-        return GymnasiumEnv(name[len("gymnasium/"):], num_envs, **kwargs)
+        return GymnasiumEnv(name[len("gymnasium/"):], num_envs, render=render, **kwargs)
     if name.startswith("envpool/"):
         from rljax.host.envpool_env import EnvPoolEnv
 

@@ -7,6 +7,10 @@ without a time limit). :func:`evaluate` runs it for a loaded :class:`rljax.polic
 :class:`Evaluation` is the training loop's boundary hook that evaluates the greedy policy every
 ``config.eval_interval`` chunks and after the last, adding ``eval/*`` columns to the metrics rows.
 
+A policy trained on host envs (:func:`rljax.policy.trained.is_host_policy`) is evaluated on host
+envs: :func:`run_host_episodes` steps a batch of ``E`` of them on the host, one episode each, the
+policy jitted once; :func:`evaluate` picks that path for it.
+
 Evaluation draws its keys from a stream of its own, ``fold_in(fold_in(key(seed), EVAL_STREAM),
 chunk)``, and never writes the train state: a run's params are bit-identical with evaluation on or
 off.
@@ -25,8 +29,8 @@ import numpy as np
 
 from rljax.runtime.distributed import fetch
 
-__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "agent_episodes", "max_episode_steps",
-           "evaluate",
+__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act", "agent_episodes",
+           "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C
@@ -111,6 +115,51 @@ def run_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.Ar
     return Episodes(returns, lengths, truncated | ~done)
 
 
+def run_host_episodes(envs: Any, act: Callable[[np.ndarray, int], Any], seed: int, max_steps: int) -> Episodes:
+    """Runs a batch of host envs until each has ended its first episode, on the host.
+
+    Args:
+        envs: ``E`` host envs (:class:`rljax.host.base.HostEnv`: ``reset(seed) -> obs [E, ...]``,
+            ``step(actions) -> (obs, reward, terminated, truncated, final_obs)``, auto-resetting); env
+            ``i`` is reset with seed ``seed + i``.
+        act: ``act(obs [E, *obs_shape], t) -> actions [E, ...]`` at step ``t``.
+        seed: the envs' seed.
+        max_steps: steps after which unfinished episodes are cut (and reported truncated).
+
+    Returns:
+        :class:`Episodes` of numpy arrays ``[E]``; an env's steps after its first episode ended
+        are not counted.
+    """
+    obs = envs.reset(int(seed))
+    n = envs.spec.num_envs
+    done, truncated = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    returns, lengths = np.zeros(n, np.float32), np.zeros(n, np.int32)
+    t = 0
+    while t < max_steps and not done.all():
+        step = envs.step(np.asarray(act(obs, t)))
+        running = ~done
+        returns += np.where(running, step.reward, np.float32(0.0))
+        lengths += running
+        truncated = np.where(running, step.truncated & ~step.terminated, truncated)
+        done |= step.terminated | step.truncated
+        obs, t = step.obs, t + 1
+    return Episodes(returns, lengths, truncated | ~done)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_host_act(agent: Any, deterministic: bool) -> Callable[[Any, Any, jax.Array, Any], jax.Array]:
+    """``jit((policy_params, obs [E, ...], key, t) -> actions)``: the agent's policy on a batch of host
+    observations (in their own dtype, as the actors fed them), keyed ``fold_in(key, t)``."""
+    return jax.jit(lambda params, obs, key, t: agent.policy(params, obs, jax.random.fold_in(key, t), deterministic))
+
+
+def host_act(policy: Any, seed: int, deterministic: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+    """``act(obs [E, *obs_shape], t) -> actions`` of a host policy for :func:`run_host_episodes`:
+    compiled once per batch shape; step ``t``'s key is ``fold_in(key(seed), t)``."""
+    fn, key = _compiled_host_act(policy.agent, bool(deterministic)), jax.random.key(seed)
+    return lambda obs, t: np.asarray(fn(policy.params, obs, key, np.uint32(t)))
+
+
 def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, key: jax.Array, num_episodes: int,
                    max_steps: int, deterministic: bool) -> Episodes:
     """:func:`run_episodes` of an :class:`~rljax.agents.base.Agent`'s policy through
@@ -130,7 +179,8 @@ def _compiled_episodes(agent: Any, env: Any, num_episodes: int, max_steps: int,
 
 def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params: Any = None,
              deterministic: bool = True, max_steps: int | None = None) -> Episodes:
-    """Runs a loaded policy for ``num_episodes`` episodes (in parallel, on the device).
+    """Runs a loaded policy for ``num_episodes`` episodes (in parallel, on the device; a policy of
+    host envs on ``num_episodes`` host envs, env ``i`` seeded ``seed + i``: :func:`run_host_episodes`).
 
     Args:
         policy: a :class:`rljax.policy.trained.Policy`.
@@ -139,13 +189,25 @@ def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params:
         env_params: env params to evaluate in (e.g. changed dynamics); None: those the policy
             trained with.
         deterministic: the greedy/mean policy (True) or the exploring one.
-        max_steps: the step guard; None: the env's time limit (:func:`max_episode_steps`).
+        max_steps: the step guard; None: the env's time limit (:func:`max_episode_steps`; a host
+            env's own time limit ends its episodes, with :data:`DEFAULT_MAX_STEPS` as the guard).
 
     Returns:
         :class:`Episodes` of numpy arrays ``[E]``.
     """
     if not isinstance(num_episodes, (int, np.integer)) or isinstance(num_episodes, bool) or num_episodes < 1:
         raise ValueError(f"num_episodes must be a positive integer, got {num_episodes!r}")
+    from rljax.policy.trained import is_host_policy
+
+    if is_host_policy(policy):
+        if env_params is not None:
+            raise ValueError(f"env_params: {policy.env.name} is a host env, which has no env params to change")
+        envs = policy.env.make(int(num_episodes))
+        try:
+            return run_host_episodes(envs, host_act(policy, seed, deterministic), seed,
+                                     DEFAULT_MAX_STEPS if max_steps is None else int(max_steps))
+        finally:
+            envs.close()
     env_params = policy.env_params if env_params is None else env_params
     max_steps = max_episode_steps(env_params) if max_steps is None else int(max_steps)
     fn = _compiled_episodes(policy.agent, policy.env, int(num_episodes), max_steps, bool(deterministic))

@@ -9,6 +9,10 @@
   collects the env state before every step; :func:`episode_frames` runs it jitted for a policy and
   draws the frames up to the episode's end.
 * :func:`write_gif` writes frames as a looping GIF with Pillow, atomically.
+* A policy trained on host envs is drawn by the host env itself: :func:`host_renderer` makes one
+  env that draws (a Gymnasium env with an ``rgb_array`` render mode; any other raises
+  :class:`NotDrawableError` saying so), and :func:`host_episode_frames` plays one episode in it on
+  the host, the policy jitted, its picture taken before every step.
 
 Why the last frame is the last state *before* the episode ended: the env auto-resets, so the
 state a done step returns belongs to the next episode.
@@ -29,10 +33,10 @@ import numpy as np
 
 from rljax.core.rollout import reset_memory
 
-from rljax.policy.evaluate import max_episode_steps
+from rljax.policy.evaluate import DEFAULT_MAX_STEPS, host_act, max_episode_steps
 
-__all__ = ["NotDrawableError", "EpisodeFrames", "frame_drawer", "rollout_states", "episode_frames", "write_gif",
-           "DEFAULT_FPS", "MAX_VIDEO_STEPS"]
+__all__ = ["NotDrawableError", "EpisodeFrames", "frame_drawer", "rollout_states", "episode_frames", "host_renderer",
+           "host_episode_frames", "write_gif", "DEFAULT_FPS", "MAX_VIDEO_STEPS"]
 
 DEFAULT_FPS = 30
 """Frames per second of an env that does not say (an env may set a ``render_fps`` attribute)."""
@@ -234,6 +238,57 @@ def episode_frames(policy: Any, key: Any, *, env_params: Any = None, determinist
     length = int(np.argmax(dones)) + 1 if finished else int(max_steps)
     unbatched = [jax.tree.map(lambda x, i=i: x[i], states) for i in range(length)]
     return EpisodeFrames(draw(unbatched), float(np.asarray(rewards)[:length].sum()), length, finished)
+
+
+def host_renderer(policy: Any) -> Any:
+    """One host env of a host policy's kind that draws itself (``render() -> uint8 [1, H, W, 3]``),
+    reset by :func:`host_episode_frames`; close it when done (:func:`host_episode_frames` does).
+
+    Raises:
+        NotDrawableError: the env cannot draw (an EnvPool batch, an env server, a Gymnasium env without
+            an ``rgb_array`` render mode), naming it and why.
+        ValueError: the policy was loaded without a host env factory (``host_envs=``).
+    """
+    try:
+        return policy.env.make(1, render=True)
+    except ValueError as err:
+        if "cannot be drawn" in str(err):
+            raise NotDrawableError(str(err)) from None
+        raise
+
+
+def host_episode_frames(policy: Any, seed: int, *, deterministic: bool = True, max_steps: int | None = None,
+                        envs: Any = None) -> EpisodeFrames:
+    """Plays one episode of a host policy in one host env (seeded ``seed``) and takes its picture
+    before every step: with a deterministic policy, the episode :func:`rljax.policy.evaluate.evaluate`
+    with the same seed plays first.
+
+    Args:
+        policy: a :class:`rljax.policy.trained.Policy` of host envs.
+        seed: the env's seed (and the policy's keys, ``fold_in(key(seed), t)`` at step ``t``).
+        deterministic: act greedily (True) or sample the policy (False).
+        max_steps: the most steps played; None: :data:`MAX_VIDEO_STEPS` (the env's own time limit
+            ends most episodes sooner).
+        envs: a :func:`host_renderer` result, closed here; made from the policy when None.
+
+    Returns:
+        :class:`EpisodeFrames`, one frame per state before a step.
+    """
+    envs = host_renderer(policy) if envs is None else envs
+    max_steps = min(DEFAULT_MAX_STEPS, MAX_VIDEO_STEPS) if max_steps is None else int(max_steps)
+    try:
+        act = host_act(policy, seed, deterministic)
+        obs, frames, total = envs.reset(int(seed)), [], 0.0
+        for t in range(max_steps):
+            frames.append(_check_frame(envs.render()[0], envs))
+            step = envs.step(act(obs, t))
+            total += float(step.reward[0])
+            if step.terminated[0] or step.truncated[0]:
+                return EpisodeFrames(frames, total, t + 1, True)
+            obs = step.obs
+        return EpisodeFrames(frames, total, max_steps, False)
+    finally:
+        envs.close()
 
 
 def write_gif(frames: Sequence[np.ndarray], path: str | os.PathLike, fps: float = DEFAULT_FPS) -> pathlib.Path:

@@ -349,3 +349,45 @@ def test_a_resume_takes_its_own_process_envs(processes, index, saved, expected, 
     monkeypatch.setattr(run_module.distributed, "process_index", lambda: index)
     got = run_module._own_envs(encode(saved))
     assert (got.env_state.decode() if got is not None else None) == expected
+
+
+# ------------------------------------------------------------------------------------------------
+# The done line: the last return measured, even when the last updates ended no episode
+# ------------------------------------------------------------------------------------------------
+
+
+def _update_row(u, episodes=0, ret=None):
+    return {"updates": u, "env_steps": 128 * u, "episodes": episodes, "episode_return_mean": ret, "sps": 100.0,
+            "host/policy_lag": 1, "host/env_restarts": 0, "host/lost_episodes": 0}
+
+
+def test_the_final_return_reaches_back_to_the_last_episodes_that_ended():
+    from rljax.actorlearner.run import final_return
+
+    rows = [_update_row(u) for u in range(1, 31)]
+    rows[25] = _update_row(26, 2, -20.0)  # Pong: the last episodes ended 4 updates before the end
+    rows[20] = _update_row(21, 1, -21.0)
+    assert final_return(rows) == (-20.0, 5)
+    rows[28] = _update_row(29, 1, -17.0)
+    rows[29] = _update_row(30, 3, -19.0)
+    assert final_return(rows) == ((-17.0 - 3 * 19.0) / 4, 3)  # the last tenth (3 updates) had episodes
+    assert final_return([_update_row(1), _update_row(2)]) == (None, 2)
+    assert final_return([]) == (None, 0)
+
+
+def test_the_done_line_of_a_run_whose_last_update_ended_no_episode_reports_the_last_return():
+    """The issue's ``return nan``: a Pendulum episode lasts 200 steps, so of 5 updates of 2 x 64 steps
+    only the 4th ends episodes (at step 200) and the last, the run's last tenth, none."""
+    from rljax.actorlearner.learner import train_host
+    from rljax.actorlearner.run import done_line
+    from rljax.host.sources import make_host_env
+
+    config = PPOConfig(env="gymnasium/Pendulum-v1", num_envs=2, num_steps=64, total_timesteps=2 * 64 * 5,
+                       num_minibatches=2, num_epochs=1, hidden_sizes=(8,))
+    result = train_host(config, lambda a: make_host_env(config.env, config.num_envs), HostOptions(max_policy_lag=0))
+    assert [r["episodes"] for r in result.rows] == [0, 0, 0, 2, 0]
+    line = done_line(result, config, None)
+    ret = result.rows[3]["episode_return_mean"]
+    assert f"return {ret:.2f} (the episodes of the last 2 updates)" in line and "nan" not in line
+    assert line.startswith("done: 640 env steps, ") and "policy lag <= 0" in line
+    assert "return -- (no episode ended)" in done_line(type(result)(None, None, result.rows[:3], 3), config, "r")
