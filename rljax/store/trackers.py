@@ -26,10 +26,12 @@ for the trackers to start their runs, then goes on; a tracker still starting (a 
 answer, W&B without a network) goes on starting in the background, and the rows logged meanwhile are
 queued and sent once it has started. A tracker that fails (network down, disk full, a bad URI, a
 start that gives up after its own retries) warns once, naming the tracker and the error, and is
-dropped for the rest of the run; so is one that has not started, or not sent what it was given, within
-``tracker_timeout_s`` (not started) or :data:`CLOSE_TIMEOUT_S` (started) of the run's end. The retry
-warnings urllib3 logs for a tracker's thread are left out (the one warning names the final error).
-``metrics.jsonl`` and ``tb/`` are written by the training thread whatever the trackers do.
+dropped for the rest of the run; so is one that has still not started ``tracker_timeout_s`` after
+training ended, or not sent what it was given :data:`CLOSE_TIMEOUT_S` after. The retry warnings
+urllib3 logs for a tracker's thread are left out (the one warning names the final error). A W&B
+run's start gives up after :attr:`WandbBackend.INIT_TIMEOUT_S`, since W&B's service holds the
+process's exit until it has. ``metrics.jsonl`` and ``tb/`` are written by the training thread
+whatever the trackers do.
 
 Reading a local MLflow file store afterwards (``mlflow ui --backend-store-uri ./mlruns``,
 ``mlflow.MlflowClient("file:///path")``) needs ``MLFLOW_ALLOW_FILE_STORE=true`` in the environment:
@@ -369,11 +371,15 @@ class Trackers:
 
     def _open(self, backend: Backend, ids: dict[str, str], group: str | None,
               members: list[tuple[str, str, dict[str, Any], dict[str, str]]], worker: _Worker) -> None:
-        """On ``backend``'s thread: opens each member's tracker run and saves the ids."""
+        """On ``backend``'s thread: opens each member's tracker run and saves the ids. A tracker given up
+        on meanwhile (:meth:`close`) saves nothing: the run directory is no longer this run's to write."""
         try:
             for key, name, config, tags in members:
+                if worker.dropped:
+                    return
                 ids[key] = backend.open(ids.get(key), name, group, config, tags)
-            self._save_ids(backend.name, ids)
+            if not worker.dropped:
+                self._save_ids(backend.name, ids)
         finally:
             worker.started.set()
 

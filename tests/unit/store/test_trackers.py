@@ -241,8 +241,8 @@ def test_a_tracker_still_starting_at_the_end_is_dropped_with_one_warning(tmp_pat
     for thread in _tracker_threads():
         thread.join(30)
     assert not _tracker_threads() and fake.opened.is_set() and fake.logged == [] and fake.calls == []
-    # The run it opened is recorded all the same, so a resume continues it rather than starting another.
-    assert json.loads((tmp_path / "trackers.json").read_text()) == {"Fake": {"": "fake-run-1"}}
+    # Nor is anything written to the run directory once the run has ended (its lock is released by then).
+    assert not (tmp_path / "trackers.json").exists()
 
 
 def test_a_start_that_fails_after_retries_warns_once_without_the_retry_warnings(tmp_path, caplog):
