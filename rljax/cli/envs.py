@@ -13,14 +13,24 @@ alone: building an env and asking for its spaces compiles nothing, so the whole 
 An env that cannot be built here is not listed as trainable: gymnax ids that need a download
 (:data:`rljax.core.registry.GYMNAX_UNAVAILABLE`) and any env whose construction fails are listed
 apart, with the reason. A suite whose package is missing is listed with the extra that installs it.
+
+The command's own time goes to importing gymnax and building each env once. Two things keep it
+short (:func:`run`): gymnax imports seaborn and matplotlib's pyplot only for its renderers, which
+listing never calls, so the command defers them until first use; and building gymnax's envs runs
+small eager JAX operations, each compiled once, so the command uses the experiments' persistent
+compilation cache (keyed by what is compiled: nothing it holds can go stale).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import importlib.util
 import sys
-from collections.abc import Sequence
+import threading
+import types
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 __all__ = ["describe_env", "fitting_algorithms", "list_envs", "add_parser", "run"]
@@ -106,10 +116,71 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite)."""
+class _Deferred(types.ModuleType):
+    """A module that stands in ``sys.modules`` for one not imported yet, and imports it at the
+    first use of any attribute it lacks (:func:`_render_imports_deferred`): from then on
+    ``sys.modules`` (and the parent package) hold the real module, and this one forwards to it."""
+
+    _lock = threading.Lock()
+
+    def __getattr__(self, attr: str) -> Any:
+        with self._lock:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+        return getattr(real, attr)
+
+
+RENDER_IMPORTS = ("seaborn", "matplotlib.pyplot")
+"""What gymnax imports for its renderers only (:func:`_render_imports_deferred`)."""
+
+
+@contextlib.contextmanager
+def _render_imports_deferred(names: Sequence[str] = RENDER_IMPORTS) -> Iterator[None]:
+    """Within it, the modules ``names`` (:data:`RENDER_IMPORTS`), where not imported yet, are
+    :class:`_Deferred` stand-ins: gymnax imports them at module level for its renderers, and
+    listing envs renders nothing. On leaving, stand-ins still unused leave ``sys.modules`` (the
+    modules that took one keep it, and it imports the real module when they use it), so the next
+    ``import`` gets the real module. (``importlib.util.LazyLoader`` does not serve: Python 3.11
+    loads such a module as soon as an ``import`` statement names it again.)"""
+    placed = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)  # imports the parent package (matplotlib of pyplot)
+        if spec is None:
+            continue
+        module = _Deferred(name)
+        module.__spec__ = spec
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+        placed.append((name, module))
     try:
-        text = list_envs(args.suite)
+        yield
+    finally:
+        for name, module in placed:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+            parent, _, child = name.rpartition(".")
+            if parent and getattr(sys.modules.get(parent), child, None) is module:
+                delattr(sys.modules[parent], child)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite). Defers gymnax's
+    rendering imports and, unless a cache directory is set already (``JAX_COMPILATION_CACHE_DIR``),
+    uses the persistent compilation cache (see the module docstring)."""
+    import jax
+
+    from rljax.cli.process import enable_compilation_cache
+
+    if not jax.config.jax_compilation_cache_dir:
+        enable_compilation_cache()
+    try:
+        with _render_imports_deferred():
+            text = list_envs(args.suite)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

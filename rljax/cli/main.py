@@ -22,9 +22,9 @@ from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
                                enable_compilation_cache, request_cpu_devices)
 
-__all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "run_experiment", "build_parser", "config_from_args",
-           "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE", "EXIT_DIVERGED",
-           "EXIT_SOFTWARE", "EXIT_IO"]
+__all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "run_experiment", "build_parser",
+           "config_from_args", "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE",
+           "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
 
 COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, status, stop, configfile,
             env_server)
