@@ -163,9 +163,11 @@ def probability_of_improvement(scores_x: ArrayLike, scores_y: ArrayLike) -> np.n
     if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
         raise ValueError(f"scores_x {x.shape} and scores_y {y.shape} must have the same tasks (last axis) "
                          f"and leading axes; only the runs axis (-2) may differ")
-    xs, ys = x[..., :, None, :], y[..., None, :, :]  # [..., runs_x, runs_y, tasks]
-    wins = (xs > ys).mean(axis=(-3, -2)) + 0.5 * (xs == ys).mean(axis=(-3, -2))
-    return wins.mean(axis=-1)
+    total = np.zeros(x.shape[:-2])
+    for m in range(x.shape[-1]):  # one task at a time bounds the pairs to [..., runs_x, runs_y]
+        xs, ys = x[..., :, None, m], y[..., None, :, m]
+        total += (xs > ys).mean(axis=(-2, -1)) + 0.5 * (xs == ys).mean(axis=(-2, -1))
+    return total / x.shape[-1]
 
 
 def performance_profile(scores: ArrayLike, taus: ArrayLike) -> np.ndarray:
@@ -182,7 +184,11 @@ def performance_profile(scores: ArrayLike, taus: ArrayLike) -> np.ndarray:
         ``[..., taus]`` float64, non-increasing in ``tau``.
     """
     scores, taus = _scores(scores), _taus(taus)
-    return (scores[..., None] > taus).mean(axis=(-3, -2))
+    flat = np.sort(scores.reshape(scores.shape[:-2] + (-1,)), axis=-1)
+    count = flat.shape[-1]
+    rows = flat.reshape(-1, count)  # a sorted row counts the scores above each tau by bisection
+    above = np.stack([count - np.searchsorted(row, taus, side="right") for row in rows])
+    return (above / count).reshape(flat.shape[:-1] + taus.shape)
 
 
 def average_performance_profile(scores: ArrayLike, taus: ArrayLike) -> np.ndarray:
