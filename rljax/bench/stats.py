@@ -196,7 +196,7 @@ def average_performance_profile(scores: ArrayLike, taus: ArrayLike) -> np.ndarra
 
     ``F_avg(tau) = (1/M) sum_m [(1/N) sum_n x[n, m] > tau]`` (rliable's
     ``average_score_distributions``, ``use_score_distribution=False``). Coarser (steps of ``1/M``)
-    and with wider bands than :func:`performance_profile`, which the paper recommends.
+    and with wider bands than :func:`performance_profile`, the profile the paper recommends.
 
     Args:
         scores: Normalised scores ``[..., runs, tasks]``.
@@ -218,7 +218,8 @@ def stratified_bootstrap(statistic: Statistic, *scores: ArrayLike, reps: int = 2
     """A statistic of score arrays with its stratified bootstrap percentile interval.
 
     Each resample keeps the tasks and draws, independently for every task, ``N`` runs with
-    replacement from that task's ``N`` runs (rliable's ``StratifiedBootstrap``; with several
+    replacement from that task's ``N`` runs, ``x*[n, m] = x[I[n, m], m]`` with ``I[n, m]`` uniform on
+    ``{0, ..., N-1}`` (rliable's ``StratifiedBootstrap``; with several
     arrays each is resampled independently, its ``StratifiedIndependentBootstrap``). Leading axes
     of a score array (a curve's evaluation points) share the run draw, so a run is resampled whole.
     The interval is ``[q_{(1-c)/2}, q_{(1+c)/2}]`` of the ``reps`` bootstrap statistics (linear
