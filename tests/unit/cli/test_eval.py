@@ -198,3 +198,55 @@ def test_a_full_disk_is_an_io_error(ppo_run, capsys, monkeypatch):
     monkeypatch.setattr(report, "write_report", full)
     status, _, err = _eval(capsys, ppo_run, "--episodes", 2, "--seed", 9)
     assert status == EXIT_IO and "I/O error" in err and "No space left" in err
+
+
+# ------------------------------------------------------------------------------------------------
+# A run trained on host envs (the actor-learner path): evaluated on host envs, drawn by Gymnasium
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_runs(tmp_path_factory):
+    """``{"gymnasium": run_dir, "envpool": run_dir}``: two-update PPO runs on host CartPole envs."""
+    from rljax.actorlearner.learner import HostOptions
+    from rljax.actorlearner.run import run_host
+    from rljax.agents.ppo import PPOConfig
+
+    runs = {}
+    for kind in ("gymnasium", "envpool"):
+        if kind == "envpool":
+            pytest.importorskip("envpool")
+        config = PPOConfig(env=f"{kind}/CartPole-v1", num_envs=4, num_steps=32, total_timesteps=256, num_epochs=1,
+                           num_minibatches=2, hidden_sizes=(16,))
+        runs[kind] = tmp_path_factory.mktemp(f"host-{kind}") / "run"
+        run_host(config, rljax.RunOptions(run_dir=runs[kind], quiet=True, handle_signals=False),
+                 HostOptions(max_policy_lag=0))
+    return runs
+
+
+def test_a_host_run_is_evaluated_on_host_envs_with_its_video(host_runs, capsys, tmp_path):
+    """The issue: ``rljax eval`` of a ``gymnasium/CartPole-v1`` run said "unknown environment"."""
+    run = host_runs["gymnasium"]
+    status, out, err = _eval(capsys, run, "--episodes", 6, "--seed", 3, "--video", tmp_path / "host.gif")
+    assert status == 0, err
+    saved = json.loads((run / "eval" / "256" / "report.json").read_text())
+    assert REPORT_KEYS <= saved.keys() and saved["env"] == "gymnasium/CartPole-v1" and saved["num_episodes"] == 6
+    assert saved["returns"] == saved["lengths"] and saved["env_params"] == {}  # CartPole pays 1 a step
+    first = saved["returns"][0]
+    assert f"video {tmp_path / 'host.gif'} (return {first:.2f}, {int(first)} steps)" in out  # the first episode
+    from PIL import Image
+
+    with Image.open(tmp_path / "host.gif") as gif:
+        assert gif.n_frames >= 1 and gif.size == (600, 400)
+
+
+@pytest.mark.parametrize("kind, args, match", [
+    ("gymnasium", ["--env-param", "length=0.7"], "host env, which has no env params"),
+    ("gymnasium", ["--episodes", "5000"], "at most 4096"),
+    ("envpool", ["--video", "{tmp}/v.gif"], "cannot be drawn: it is an EnvPool batch"),
+])
+def test_what_a_host_run_cannot_do_is_a_usage_error(host_runs, capsys, tmp_path, kind, args, match):
+    before = sorted(host_runs[kind].rglob("*"))
+    status, out, err = _eval(capsys, host_runs[kind], *[a.format(tmp=tmp_path) for a in args])
+    assert status == 2 and match in err and not out
+    assert sorted(host_runs[kind].rglob("*")) == before and not (tmp_path / "v.gif").exists()

@@ -94,3 +94,23 @@ def test_the_summary_of_a_recurrent_policy_names_its_state_and_its_check():
         "  policy.stablehlo: 12,345 bytes, max |action - policy.act| = 0 on 1,000 steps of episodes fed its own state",
         "  state: state_h (zeros at an episode's start; feed next_* back)",
         "  policy.onnx not written: not requested (onnx=False)"]
+
+
+def test_a_host_run_exports(tmp_path, capsys):
+    """The issue: ``rljax export`` of a ``gymnasium/CartPole-v1`` run said "unknown environment"."""
+    import json
+
+    from rljax.actorlearner.learner import HostOptions
+    from rljax.actorlearner.run import run_host
+    from rljax.agents.ppo import PPOConfig
+    from rljax.cli import main as cli
+    from rljax.training.options import RunOptions
+
+    config = PPOConfig(env="gymnasium/CartPole-v1", num_envs=4, num_steps=32, total_timesteps=256, num_epochs=1,
+                       num_minibatches=2, hidden_sizes=(16,))
+    run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True, handle_signals=False), HostOptions(max_policy_lag=0))
+    status = cli.main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--onnx", "no"])
+    out = capsys.readouterr().out
+    assert status == 0 and "exported ppo on gymnasium/CartPole-v1 (step 256)" in out
+    assert "max |action - policy.act| = 0 on 256 observations" in out
+    assert json.loads((tmp_path / "out" / "policy.json").read_text())["action_space"]["n"] == 2
