@@ -1110,7 +1110,12 @@ class ParamRange(NamedTuple):
         return jnp.exp(value) if self.log else value
 
     def __str__(self) -> str:
-        return f"{self.name}={'log:' if self.log else ''}{self.low:g}:{self.high:g}"
+        """``NAME=LOW:HIGH`` (``NAME=log:LOW:HIGH``): each bound in its short form (``1``, ``0.25``)
+        where that is the same number, else with every digit (``0.123456789``)."""
+        def exact(x: float) -> str:
+            return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+
+        return f"{self.name}={'log:' if self.log else ''}{exact(self.low)}:{exact(self.high)}"
 
 
 _RANGE_FORMS = "NAME=LOW:HIGH (uniform) or NAME=log:LOW:HIGH (log-uniform), e.g. length=0.25:2.0"

@@ -749,6 +749,8 @@ def test_a_log_range_draws_log_uniformly():
     # log10 of the draws is U(0, 2): its quartiles are 0.5, 1 and 1.5.
     np.testing.assert_allclose(np.quantile(np.log10(draws), [0.25, 0.5, 0.75]), [0.5, 1.0, 1.5], atol=0.03)
     assert str(r) == "value=log:1:100"
+    # Bounds a user typed are shown with every digit (6 significant digits would round these).
+    assert str(ParamRange("value", 0.123456789, 1.987654321, log=True)) == "value=log:0.123456789:1.987654321"
 
 
 @pytest.mark.parametrize("spec, message", [
