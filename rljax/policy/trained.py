@@ -313,9 +313,8 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
         env: the env object, for a run of an env that cannot be rebuilt by name (recorded as
             ``python-object:...``: an object passed to ``rljax.train(config, env)``); None makes
             ``config.env`` (with ``config.env_kwargs``).
-        host_envs: for a run trained on host envs, how to make them (a :data:`HostEnvFactory`:
-            :func:`rljax.host.sources.make_host_env`) when the policy will be evaluated or drawn;
-            acting and exporting need none. Ignored for a run of JAX envs.
+        host_envs: a host-env run's :data:`HostEnvFactory` (:func:`rljax.host.sources.make_host_env`),
+            to evaluate or draw it (acting and exporting need none); ignored for JAX envs.
 
     Raises:
         FileNotFoundError: no such directory, or no checkpoint in it.
