@@ -197,7 +197,15 @@ def _add_run_flags(run: Any) -> None:
                           "without W&B credentials); a resume continues the same W&B run")
     run.add_argument("--mlflow", default=None, metavar="URI",
                      help="also log to this MLflow tracking URI (pip install -e '.[mlflow]'; a local path is a file "
-                          "store; experiment MLFLOW_EXPERIMENT_NAME or 'rljax'); a resume continues the same run")
+                          "store; experiment MLFLOW_EXPERIMENT_NAME or 'rljax'; reading a local file store "
+                          "afterwards needs MLFLOW_ALLOW_FILE_STORE=true); a resume continues the same run")
+    run.add_argument("--tracker-timeout", type=_parse_float, default=5.0, metavar="SECONDS",
+                     help="how long the start of training waits for --wandb/--mlflow to start their runs; after it "
+                          "they go on starting in the background and catch up, or are dropped with one warning "
+                          "(docs/runbook.md, Trackers)")
+    run.add_argument("--video-interval", type=_parse_int, default=0, metavar="ENV_STEPS",
+                     help="every this many env steps (and at the end), a GIF of one greedy episode in "
+                          "RUN_DIR/videos/<env_steps>.gif and tensorboard (the env must draw itself); 0: none")
     run.add_argument("--stall-factor", type=_parse_float, default=10.0, metavar="X",
                      help="warn once, with every thread's Python stack in RUN_DIR/stall-*.txt, when no chunk "
                           "finished for X times the median chunk interval (at least --stall-min); 0: no stall watchdog")
@@ -255,7 +263,8 @@ RUN_OPTION_FLAGS = {"checkpoint_every": "checkpoint_every", "checkpoint_interval
                      "no_tensorboard": "tensorboard", "stall_factor": "stall_factor",
                      "stall_first_chunk": "stall_first_chunk_s", "stall_min": "stall_min_s",
                      "straggler_margin": "straggler_margin", "deterministic": "deterministic",
-                     "log_every": "log_every", "wandb": "wandb", "mlflow": "mlflow"}
+                     "log_every": "log_every", "wandb": "wandb", "mlflow": "mlflow",
+                     "tracker_timeout": "tracker_timeout_s", "video_interval": "video_interval"}
 
 
 def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
@@ -270,7 +279,8 @@ def train_kwargs(args: argparse.Namespace, saved: dict[str, Any] | None = None,
                keep_checkpoints=args.keep_checkpoints, checkpoints=not args.no_checkpoints,
                stall_factor=args.stall_factor, stall_first_chunk_s=args.stall_first_chunk, stall_min_s=args.stall_min,
                straggler_margin=args.straggler_margin, deterministic=args.deterministic, log_every=args.log_every,
-               wandb=args.wandb, mlflow=args.mlflow)
+               wandb=args.wandb, mlflow=args.mlflow, tracker_timeout_s=args.tracker_timeout,
+               video_interval=args.video_interval)
     for dest, option in RUN_OPTION_FLAGS.items():
         if saved and option in saved and dest not in (explicit or set()):
             out[option] = saved[option]

@@ -87,6 +87,18 @@ def test_a_resumed_runs_config_and_options_keep_what_was_not_typed():
     assert options["resume"] is False and options["deterministic"] == "auto"
 
 
+def test_video_interval_and_tracker_timeout_reach_the_run_and_a_resume_keeps_them():
+    argv = ["--video-interval", "5000", "--tracker-timeout", "2.5"]
+    parser, args, _ = _parse(argv)
+    options = train_kwargs(args)
+    assert (options["video_interval"], options["tracker_timeout_s"]) == (5000, 2.5)
+    _, plain, _ = _parse([])
+    saved = {"video_interval": 5000, "tracker_timeout_s": 2.5}
+    kept = train_kwargs(plain, saved, explicit_flags(parser, []))
+    assert (kept["video_interval"], kept["tracker_timeout_s"]) == (5000, 2.5)
+    assert (train_kwargs(plain)["video_interval"], train_kwargs(plain)["tracker_timeout_s"]) == (0, 5.0)
+
+
 def test_explicit_flags_sees_both_forms_of_a_bool_and_the_equals_form():
     parser = build_parser(PPOConfig)
     assert explicit_flags(parser, ["--normalize-obs", "--seed=3"]) == {"normalize_obs", "seed"}
