@@ -29,8 +29,8 @@ import numpy as np
 
 from rljax.runtime.distributed import fetch
 
-__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act", "agent_episodes",
-           "max_episode_steps", "evaluate",
+__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
+           "agent_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C

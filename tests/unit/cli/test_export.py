@@ -108,7 +108,8 @@ def test_a_host_run_exports(tmp_path, capsys):
 
     config = PPOConfig(env="gymnasium/CartPole-v1", num_envs=4, num_steps=32, total_timesteps=256, num_epochs=1,
                        num_minibatches=2, hidden_sizes=(16,))
-    run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True, handle_signals=False), HostOptions(max_policy_lag=0))
+    run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True, handle_signals=False),
+             HostOptions(max_policy_lag=0))
     status = cli.main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--onnx", "no"])
     out = capsys.readouterr().out
     assert status == 0 and "exported ppo on gymnasium/CartPole-v1 (step 256)" in out

@@ -113,3 +113,30 @@ def test_a_saved_state_replays_the_same_steps_and_episodes():
     with pytest.raises(ValueError, match="the saved state holds 3 envs, this batch 2"):
         GymnasiumEnv("CartPole-v1", 2).set_state(state)
     env.close()
+
+
+def test_a_batch_made_to_render_draws_every_copy_and_others_say_they_cannot():
+    env = GymnasiumEnv("CartPole-v1", 2, render=True)
+    env.reset(0)
+    frames = env.render()
+    assert frames.shape == (2, 400, 600, 3) and frames.dtype == np.uint8 and env.render_fps == 50
+    env.step(np.ones(2, np.int64))
+    assert (env.render() != frames).any(), "the pictures follow the state"
+    env.close()
+    plain = GymnasiumEnv("CartPole-v1", 1)
+    with pytest.raises(ValueError, match="made without render=True"):
+        plain.render()
+    plain.close()
+    if "rljax-test/NoPictures-v0" not in gymnasium.registry:
+        gymnasium.register("rljax-test/NoPictures-v0", entry_point=_NoPictures)
+    with pytest.raises(ValueError, match=r"NoPictures-v0 cannot be drawn: it has no rgb_array render mode "
+                                         r"\(its render modes: none\)"):
+        GymnasiumEnv("rljax-test/NoPictures-v0", 1, render=True)
+
+
+class _NoPictures(gymnasium.Env):
+    """An env that declares no render mode."""
+
+    metadata = {"render_modes": []}
+    observation_space = gymnasium.spaces.Discrete(2)
+    action_space = gymnasium.spaces.Discrete(2)

@@ -46,7 +46,14 @@ def test_the_documented_example_runs_as_written():
     import re
 
     doc = pathlib.Path(__file__).resolve().parents[3] / "docs" / "host-envs.md"
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S) if "make_host_env" in b]
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S) if "make_host_env(" in b]
     namespace: dict = {}
     exec(compile(block, str(doc), "exec"), namespace)  # noqa: S102 - our own documentation
     assert namespace["obs"].shape == (8, 4) and namespace["step"].obs.shape == (8, 4)
+
+
+@pytest.mark.parametrize("name, kind", [("envpool/Pong-v5", "an EnvPool batch"),
+                                        ("server:127.0.0.1:1", "an env server")])
+def test_only_gymnasium_envs_are_made_to_render(name, kind):
+    with pytest.raises(ValueError, match=f"{name} cannot be drawn: it is {kind}, which sends no frames"):
+        make_host_env(name, 1, render=True)

@@ -82,7 +82,8 @@ def test_a_host_policy_exports_like_any_other(host_run, tmp_path):
     run_dir, config, _ = host_run
     meta = export(rljax.load(run_dir), tmp_path / "out", onnx=False)
     saved = json.loads((tmp_path / "out" / "policy.json").read_text())
-    assert saved["env"] == config.env and saved["step"] == 256 and meta["checks"]["max_abs_diff"]["policy.stablehlo"] == 0
+    assert saved["env"] == config.env and saved["step"] == 256
+    assert meta["checks"]["max_abs_diff"]["policy.stablehlo"] == 0
     assert saved["observation_space"]["shape"] == [4] and saved["action_space"]["n"] == 2
 
 
