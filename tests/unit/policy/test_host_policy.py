@@ -141,3 +141,39 @@ def test_a_bad_saved_space_names_itself():
         space_from_json({"kind": "tuple"})
     with pytest.raises(ValueError, match="cannot be read"):
         space_from_json({"kind": "box", "shape": [2]})
+
+
+def test_a_checkpoint_without_its_spaces_loads_by_asking_one_env(host_run, monkeypatch):
+    """A host run saved before checkpoints recorded the spaces: loadable with ``host_envs`` (one env
+    made and closed to read them), refused naming the argument without."""
+    from rljax.store.checkpoint import Checkpointer
+
+    expected = np.asarray(rljax.load(host_run[0]).act(OBS))
+    read = Checkpointer.read
+
+    def without_spaces(self, step):
+        leaves, meta = read(self, step)
+        return leaves, {k: v for k, v in meta.items() if k != "spaces"}
+
+    monkeypatch.setattr(Checkpointer, "read", without_spaces)
+    with pytest.raises(ValueError, match="does not record their spaces.*host_envs=rljax.host.sources.make_host_env"):
+        rljax.load(host_run[0])
+    made = []
+    policy = rljax.load(host_run[0], host_envs=lambda name, n, render=False: made.append(n) or make_host_env(name, n))
+    assert made == [1] and policy.action_space.n == 2
+    np.testing.assert_array_equal(np.asarray(policy.act(OBS)), expected)
+
+
+def test_a_host_policy_feeds_its_network_the_envs_dtype():
+    """A host run's actors feed the network uint8 Atari frames (the Nature encoder scales them by
+    1/255 only as uint8), so ``act`` keeps the envs' dtype; a JAX env's policy acts on float32."""
+    from rljax.policy.trained import Policy
+
+    image = Box(0, 255, (84, 84, 4), np.uint8)
+    host = Policy(agent=None, params=None, config=None, env=HostEnvSpaces("envpool/Pong-v5", image, Discrete(6)),
+                  env_params=None, step=0)
+    batch, single = host._batch(np.zeros((2, 84, 84, 4), np.uint8), None, True)
+    assert batch.dtype == np.uint8 and batch.shape == (2, 84, 84, 4) and not single
+    env, params = rljax.make("CartPole-v1")
+    jax_policy = Policy(agent=None, params=None, config=None, env=env, env_params=params, step=0)
+    assert jax_policy._batch(np.zeros(4, np.float64), None, True)[0].dtype == np.float32
