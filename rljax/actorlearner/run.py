@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import math
 import pathlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,8 +52,8 @@ from rljax.runtime import distributed
 from rljax.training.hooks.watchdog import StallWatchdog
 from rljax.training.options import RunOptions, auto_log_every
 
-__all__ = ["HOST_SAVED_FIELDS", "done_line", "final_return", "group_rows", "run_host", "saved_host", "space_json",
-           "updates_per_chunk"]
+__all__ = ["HOST_SAVED_FIELDS", "done_line", "final_return", "group_rows", "no_videos_while_training", "run_host",
+           "saved_host", "space_json", "updates_per_chunk"]
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
                      "restart_backoff_s")
@@ -62,6 +63,13 @@ HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_time
 def updates_per_chunk(config: PPOConfig | IMPALAConfig) -> int:
     """Updates per logged chunk: ``config.updates_per_chunk``, or (0) a tenth of the run's updates."""
     return config.updates_per_chunk or max(1, math.ceil(num_updates(config) / 10))
+
+
+def no_videos_while_training(env: str, video_interval: int) -> str:
+    """The refusal of ``video_interval`` for a run on the host envs ``env``, saying what to use instead."""
+    return (f"video_interval={video_interval}: a run on host envs ({env}) records no videos while it trains; "
+            f"record the greedy policy afterwards with `rljax eval RUN_DIR --video FILE.gif` (Gymnasium envs with "
+            f"an rgb_array render mode)")
 
 
 def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(),
@@ -74,8 +82,8 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         options: the run options; used here: ``run_dir`` (None: nothing written), ``resume``,
             ``checkpoint_every``, ``checkpoint_interval_s``, ``keep_checkpoints``, ``checkpoints``,
             ``tensorboard``, ``log_every`` (0: one row per update unless a chunk has more than
-            :data:`~rljax.training.options.ROW_BUDGET`), ``wandb``, ``mlflow``, ``quiet``,
-            ``handle_signals``, and the stall watchdog's ``stall_factor``, ``stall_first_chunk_s``
+            :data:`~rljax.training.options.ROW_BUDGET`), ``wandb``, ``mlflow``, ``tracker_timeout_s``,
+            ``quiet``, ``handle_signals``, and the stall watchdog's ``stall_factor``, ``stall_first_chunk_s``
             and ``stall_min_s`` (:mod:`rljax.training.hooks.watchdog`: a chunk of updates that does
             not finish in time gets one warning and ``RUN_DIR/stall-*.txt`` with every thread's
             stack, the actors' included).
@@ -93,6 +101,8 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
     from rljax.training.signals import PreemptionGuard
 
     run_dir = options.run_dir
+    if options.video_interval:
+        raise ValueError(no_videos_while_training(config.env, options.video_interval))
     if options.resume and (run_dir is None or not pathlib.Path(run_dir).is_dir()):
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     if make_env is None:
@@ -237,7 +247,8 @@ class _Session:
             from rljax.store.trackers import Trackers, backends
 
             self.trackers = Trackers(backends(options.wandb, options.mlflow, options.run_dir), options.run_dir,
-                                     _OneRun(self.config))
+                                     _OneRun(self.config), start_timeout_s=options.tracker_timeout_s,
+                                     stream=None if options.quiet else sys.stdout)
             self.trackers.start(None)
 
     def after_update(self, updates: int, params: Any, opt_state: Any, row: dict[str, Any] | None,

@@ -19,7 +19,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["HOST_FLAGS", "add_host_flags", "done_line", "host_options", "parse_device", "parse_devices",
+__all__ = ["HOST_FLAGS", "add_host_flags", "host_options", "parse_device", "parse_devices",
            "refuse_host_flags_for_jax_envs", "supports_host", "train_host_command"]
 
 HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
@@ -134,11 +134,13 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     if not supports_host(type(config)):
         parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo or impala, "
                      f"not {type(config).__name__.removesuffix('Config').lower()}")
-    from rljax.actorlearner.run import saved_host, run_host
+    from rljax.actorlearner.run import done_line, no_videos_while_training, run_host, saved_host
     from rljax.cli.process import call_training
     from rljax.runtime.distributed import launched_as_leader
     from rljax.training.options import RunOptions
 
+    if options.get("video_interval"):
+        parser.error(no_videos_while_training(config.env, options["video_interval"]))
     try:
         saved = dataclasses.asdict(saved_host(saved_run_dir)) if saved_run_dir else None
         host = host_options(args, saved, explicit)
@@ -156,23 +158,3 @@ def _installed(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
-
-
-def done_line(result: Any, config: Any, run_dir: str | None) -> str:
-    """The summary line of a finished host run: env steps, the return of the episodes of its last
-    tenth of updates, env steps/s, restarts and lost episodes."""
-    rows = result.rows
-    tail = rows[-max(1, len(rows) // 10):]
-    episodes = sum(r["episodes"] for r in tail)
-    ret = (sum(r["episode_return_mean"] * r["episodes"] for r in tail if r["episodes"]) / episodes
-           if episodes else float("nan"))
-    last = rows[-1] if rows else {}
-    sps = last.get("sps", 0.0)
-    over = "the last update's episodes" if len(tail) == 1 else f"the episodes of the last {len(tail)} updates"
-    from rljax.actorlearner.learner import steps_per_update
-
-    return (f"done: {result.updates * steps_per_update(config):,} env steps, return {ret:.2f} ({over}), "
-            f"{sps:,.0f} env steps/s, policy lag <= "
-            f"{max((r['host/policy_lag'] for r in rows), default=0)}, env restarts {last.get('host/env_restarts', 0)}, "
-            f"lost episodes {last.get('host/lost_episodes', 0)}" + (f"; run directory: {run_dir}" if run_dir else ""))
-

@@ -391,3 +391,11 @@ def test_the_done_line_of_a_run_whose_last_update_ended_no_episode_reports_the_l
     assert f"return {ret:.2f} (the episodes of the last 2 updates)" in line and "nan" not in line
     assert line.startswith("done: 640 env steps, ") and "policy lag <= 0" in line
     assert "return -- (no episode ended)" in done_line(type(result)(None, None, result.rows[:3], 3), config, "r")
+
+
+def test_video_interval_is_refused_before_anything_is_written(tmp_path):
+    config = PPOConfig(env="gymnasium/CartPole-v1", num_envs=2, num_steps=8, total_timesteps=64, hidden_sizes=(8,))
+    with pytest.raises(ValueError, match=r"video_interval=100: a run on host envs \(gymnasium/CartPole-v1\) records no "
+                                         r"videos while it trains; record .* `rljax eval RUN_DIR --video FILE.gif`"):
+        run_host(config, RunOptions(run_dir=str(tmp_path / "run"), video_interval=100))
+    assert not (tmp_path / "run").exists()

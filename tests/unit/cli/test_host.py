@@ -61,6 +61,8 @@ def test_envpool_without_the_extra_is_one_line_and_status_2(monkeypatch, capsys,
     (["train", "impala", "--env", "gymnasium/CartPole-v1", "--learner-devices", "gpu:3"],
      "no device 'gpu:3'"),
     (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--num-actors", "0"], "num_actors=0: must be an integer >= 1"),
+    (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--video-interval", "1000"],
+     "video_interval=1000: a run on host envs (gymnasium/CartPole-v1) records no videos while it trains"),
 ])
 def test_misuse_is_one_line_and_status_2(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:
@@ -102,9 +104,14 @@ def test_sigterm_exits_75_and_resume_continues_with_the_saved_layout(tmp_path):
 
 
 def test_the_done_line_says_over_which_episodes():
+    """``rljax train`` prints the actor-learner path's own done line (its ``return nan`` fix included:
+    tests/unit/actorlearner/test_run.py)."""
     from types import SimpleNamespace
 
-    from rljax.cli.host import done_line
+    from rljax.actorlearner.run import done_line
+    from rljax.cli import host
+
+    assert not hasattr(host, "done_line")  # no second copy of the line in the command
 
     row = lambda u, ret, n: {"updates": u, "episodes": n, "episode_return_mean": ret, "sps": 1234.0,  # noqa: E731
                              "host/policy_lag": u % 2, "host/env_restarts": 1, "host/lost_episodes": 4}
