@@ -96,13 +96,13 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.runtime": {"rljax.env", "rljax.core"},
     "rljax.agents": {"rljax.env", "rljax.core", "rljax.runtime"},
     "rljax.store": {"rljax.env", "rljax.core", "rljax.runtime"},
-    "rljax.policy": _BELOW_POLICY,
+    "rljax.policy": _BELOW_POLICY | {"rljax.host"},  # a host-env run's policy is evaluated on host envs
     "rljax.training": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     # A bench runs sweeps and reports statistics over their runs: beside the actor-learner path.
     "rljax.bench": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training", "rljax.host", "rljax.bench"},
     "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
-                  "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.cli"},
+                  "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.bench", "rljax.cli"},
 }
 FORBIDDEN_IMPORTS: dict[str, set[str]] = {
     "rljax.training.hooks": {"rljax.training.loop"},  # the loop calls its hooks, never the other way round

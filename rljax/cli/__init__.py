@@ -11,5 +11,5 @@ The top of the stack: may import every layer. Nothing below imports it.
 
 May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rljax.agents`,
 :mod:`rljax.store`, :mod:`rljax.policy`, :mod:`rljax.suites`, :mod:`rljax.training`, :mod:`rljax.host`,
-:mod:`rljax.actorlearner`.
+:mod:`rljax.actorlearner`, :mod:`rljax.bench`.
 """

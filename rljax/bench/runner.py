@@ -1,0 +1,244 @@
+"""Runs a bench: each cell a compiled sweep over its seeds, then the scores and the report.
+
+The bench directory::
+
+    DIR/bench.json           the spec (BenchSpec.to_dict); a DIR holding another spec is refused
+    DIR/random_scores.json   each env's random-policy score (measured once, then read back)
+    DIR/cells/<algo>/<env>/  each cell: an ordinary sweep directory (rljax.training.sweep.run_sweep)
+    DIR/scores.csv           algorithm,env,seed,score,normalized_score: one row per run
+    DIR/report.json, report.md   the statistics (rljax.bench.report), recomputable from scores.csv
+
+Cells run one after another. A cell whose sweep finished (its ``status.json`` says ``finished``) is
+not rerun; a cell killed mid-way is resumed from its newest checkpoint (``run_sweep(resume=True)``;
+one killed before its first checkpoint starts over), so a bench killed at any moment and run again
+with the same command gives the scores of an uninterrupted one. ``scores.csv`` and the report are
+rewritten after every cell, so a killed bench keeps the results of its finished cells.
+
+A run's score is the mean greedy return (``eval/return_mean``) of its last ``evaluation.last``
+evaluations; an env's random score is the mean return of :attr:`~rljax.bench.spec.Evaluation.random_episodes`
+episodes of uniformly random actions, run as one compiled rollout with key 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import pathlib
+import shutil
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differences
+
+__all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "cell_dir",
+           "cell_state", "random_score", "random_scores", "run_score", "cell_scores", "bench_rows", "write_scores",
+           "run_bench"]
+
+BENCH_FILE = "bench.json"
+RANDOM_FILE = "random_scores.json"
+SCORES_FILE = "scores.csv"
+SCORE_COLUMNS = ("algorithm", "env", "seed", "score", "normalized_score")
+"""The columns of ``scores.csv``."""
+EVAL_SCORE = "eval/return_mean"
+"""The metrics column a run's score is read from: the mean greedy return of one evaluation."""
+
+
+class BenchStopped(RuntimeError):
+    """A cell's sweep stopped before it finished (SIGTERM, a stop request); the same command continues it."""
+
+
+def cell_dir(run_dir: str | os.PathLike, cell: Cell) -> pathlib.Path:
+    """``DIR/cells/<algorithm>/<env>``, a ``/`` in the env id (``gymnax/CartPole-v1``) as ``--``."""
+    return pathlib.Path(run_dir) / "cells" / cell.algorithm / cell.env.id.replace("/", "--")
+
+
+def cell_state(path: str | os.PathLike) -> str:
+    """``"done"`` (its sweep finished), ``"partial"`` (started, has a checkpoint to resume from) or
+    ``"not started"`` (nothing, or nothing worth keeping: no committed checkpoint)."""
+    from rljax.store.rundir import checkpoint_steps
+    from rljax.store.status import read_status
+
+    path = pathlib.Path(path)
+    if not (path / "sweep.json").exists():
+        return "not started"
+    if read_status(path).get("state") == "finished":
+        return "done"
+    return "partial" if checkpoint_steps(path) else "not started"
+
+
+def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: int = 0) -> float:
+    """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (with
+    ``params`` over its defaults), each to its end or time limit, as one compiled rollout."""
+    import jax
+    import numpy as np
+
+    from rljax.core import registry
+    from rljax.policy.evaluate import max_episode_steps, run_episodes
+
+    env, env_params = registry.make(env_id)
+    env_params, _ = registry.parse_env_params([f"{k}={v}" for k, v in params.items()], env_params)
+    space = env.action_space(env_params)
+
+    def act(obs: Any, key: jax.Array) -> jax.Array:
+        return jax.vmap(space.sample)(jax.random.split(key, episodes))
+
+    run = jax.jit(lambda key: run_episodes(env, env_params, act, key, episodes, max_episode_steps(env_params)))
+    return float(np.mean(np.asarray(run(jax.random.key(seed)).returns, np.float64)))
+
+
+def random_scores(run_dir: str | os.PathLike, spec: BenchSpec) -> dict[str, float]:
+    """Each env's random score, read from ``DIR/random_scores.json`` or measured (and saved there)."""
+    path = pathlib.Path(run_dir) / RANDOM_FILE
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    out = {}
+    for env in spec.envs:
+        key = {"params": dict(env.params), "episodes": spec.evaluation.random_episodes, "seed": 0}
+        entry = saved.get(env.id)
+        if entry is None or {k: entry.get(k) for k in key} != key:
+            entry = {**key, "score": random_score(env.id, env.params, spec.evaluation.random_episodes)}
+            saved[env.id] = entry
+            _write_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")
+        out[env.id] = entry["score"]
+    return out
+
+
+def run_score(rows: list[Mapping[str, Any]], last: int) -> float:
+    """The mean of the last ``last`` evaluations (``eval/return_mean``) among a run's metrics rows.
+
+    Raises:
+        ValueError: the run was never evaluated.
+    """
+    evals = [r[EVAL_SCORE] for r in rows if EVAL_SCORE in r]
+    if not evals:
+        raise ValueError(f"the run has no {EVAL_SCORE} rows: it was never evaluated")
+    kept = [float("nan") if v is None else float(v) for v in evals[-last:]]
+    return float(sum(kept) / len(kept))
+
+
+def cell_scores(path: str | os.PathLike, last: int) -> list[tuple[int, float]]:
+    """``(seed, score)`` of each member of a finished cell's sweep, in member order."""
+    from rljax.store.tracking import read_metrics
+
+    path = pathlib.Path(path)
+    members = json.loads((path / "sweep.json").read_text())["members"]
+    return [(m["seed"], run_score(read_metrics(path / "members" / m["name"]), last)) for m in members]
+
+
+def bench_rows(run_dir: str | os.PathLike, spec: BenchSpec, randoms: Mapping[str, float]) -> list[dict[str, Any]]:
+    """The ``scores.csv`` rows of the bench's finished cells, in cell and seed order.
+
+    ``normalized_score = (score - random) / (reference - random)``.
+    """
+    rows = []
+    for cell in spec.cells():
+        path = cell_dir(run_dir, cell)
+        if cell_state(path) != "done":
+            continue
+        low, high = randoms[cell.env.id], cell.env.reference
+        if high == low:
+            raise ValueError(f"env {cell.env.id}: its reference score {high} equals its random score; the scores "
+                             "cannot be normalised")
+        for seed, score in cell_scores(path, spec.evaluation.last):
+            rows.append({"algorithm": cell.algorithm, "env": cell.env.id, "seed": seed, "score": score,
+                         "normalized_score": (score - low) / (high - low)})
+    return rows
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_scores(run_dir: str | os.PathLike, rows: list[Mapping[str, Any]]) -> pathlib.Path:
+    """Writes ``DIR/scores.csv`` (atomically; floats with every digit, ``repr``)."""
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SCORE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: repr(float(v)) if isinstance(v, float) else v for k, v in row.items()})
+    path = pathlib.Path(run_dir) / SCORES_FILE
+    _write_atomic(path, buffer.getvalue())
+    return path
+
+
+def _claim(run_dir: pathlib.Path, spec: BenchSpec) -> None:
+    """Writes ``bench.json``, or checks that the one there is this spec's."""
+    path = run_dir / BENCH_FILE
+    record = spec.to_dict()
+    if path.exists():
+        saved = json.loads(path.read_text())
+        diffs = spec_differences(saved, record)
+        if diffs:
+            raise SpecError(f"{run_dir} holds a bench with another spec ({'; '.join(diffs[:5])}"
+                            f"{'; ...' if len(diffs) > 5 else ''}); run it with its own spec or choose a new --run-dir")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def _run_cell(cell: Cell, config: Any, path: pathlib.Path, seeds: int, quiet: bool,
+              train_kwargs: Mapping[str, Any]) -> None:
+    """Runs (or resumes) one cell's sweep into ``path``."""
+    from rljax.training.sweep import SweepSpec, run_sweep
+
+    state = cell_state(path)
+    if state == "not started" and path.exists():
+        shutil.rmtree(path)  # killed before its first checkpoint: nothing to keep, it starts over
+    run_sweep(config, SweepSpec(seeds=tuple(range(seeds))), run_dir=path, resume=state == "partial", quiet=quiet,
+              plots=False, **{"checkpoint_every": 1, **train_kwargs})
+
+
+def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = False,
+              **train_kwargs: Any) -> dict[str, Any]:
+    """Runs (or continues) the bench ``spec`` in ``run_dir`` and writes its scores and report.
+
+    Args:
+        spec: the bench (:func:`rljax.bench.spec.load_spec`, :func:`~rljax.bench.spec.narrow`);
+            checked (:func:`~rljax.bench.spec.check_spec`) before anything runs.
+        run_dir: the bench directory (see the module docstring).
+        quiet: no progress lines.
+        **train_kwargs: run options for every cell's sweep (:class:`rljax.training.options.RunOptions`
+            fields: ``checkpoint_every`` (default 1 chunk), ``tensorboard``, ``wandb``, ...).
+
+    Returns:
+        The report (:func:`rljax.bench.report.compute_report`'s dict).
+
+    Raises:
+        SpecError: a spec that cannot run, or a ``run_dir`` that holds another spec.
+    """
+    from rljax.bench.report import write_report
+
+    configs = check_spec(spec)
+    run_dir = pathlib.Path(run_dir)
+    _claim(run_dir, spec)
+    randoms = random_scores(run_dir, spec)
+    report: dict[str, Any] = {}
+    for i, (cell, config) in enumerate(zip(spec.cells(), configs)):
+        path = cell_dir(run_dir, cell)
+        state = cell_state(path)
+        if not quiet:
+            print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: {state}"
+                  + ("" if state == "done" else f", {'resuming' if state == 'partial' else 'running'} "
+                     f"{spec.seeds} seeds x {cell.total_timesteps:,} env steps"), flush=True)
+        if state != "done":
+            t0 = time.perf_counter()
+            _run_cell(cell, config, path, spec.seeds, quiet, train_kwargs)
+            if cell_state(path) != "done":  # stopped (SIGTERM, a stop request): the bench stops with it
+                raise BenchStopped(f"cell {cell.name} stopped before it finished; run the bench again to continue")
+            if not quiet:
+                print(f"bench: cell {cell.name} done in {time.perf_counter() - t0:.1f}s", flush=True)
+        write_scores(run_dir, bench_rows(run_dir, spec, randoms))
+        report = write_report(run_dir, references=_references(spec, randoms))
+    return report
+
+
+def _references(spec: BenchSpec, randoms: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """Each env's random score, reference score and citation, for ``report.md``."""
+    return {e.id: {"random": randoms[e.id], "reference": e.reference, "citation": e.citation} for e in spec.envs
+            if math.isfinite(randoms[e.id])}

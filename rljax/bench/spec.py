@@ -1,0 +1,370 @@
+"""A bench's spec (``SPEC.toml``): which algorithms on which envs, with how many seeds and env steps,
+evaluated how, and scored against which references.
+
+::
+
+    name = "classic"
+    seeds = 3                    # each cell runs seeds 0 .. seeds-1 as one compiled sweep
+    total_timesteps = 100_000    # env steps per run (an env may set its own)
+
+    [evaluation]
+    episodes = 16                # greedy episodes per evaluation (the configs' eval_episodes)
+    interval = 1                 # evaluate every this many chunks and after the last (eval_interval)
+    last = 3                     # a run's score: the mean of its last `last` evaluations
+    random_episodes = 100        # episodes of the uniform random policy that give an env's random score
+
+    [algorithms.ppo]             # config overrides of an algorithm (any field of its config class)
+    num_envs = 8
+
+    [envs."CartPole-v1"]
+    params = { length = 0.5 }    # env param overrides (as --env-param)
+    reference = 500.0            # the score normalised to 1
+    citation = "the env's maximum return (500 steps of reward 1)"
+    algorithms = ["ppo"]         # optional: the algorithms that run on this env (default: all)
+    total_timesteps = 200_000    # optional: this env's budget
+
+A cell is one (algorithm, env) pair. :func:`load_spec` reads a file or a shipped suite's name
+(``rljax/bench/suites/<name>.toml``), :func:`narrow` applies the command line's narrowing and
+overrides, and :func:`check_spec` refuses, before anything runs, a spec that cannot run: an
+unknown algorithm, env or config field, a field value the algorithm's config rejects, an env param
+the env lacks, seeds < 1, a budget that is not a positive whole number, a cell whose algorithm does
+not fit the env's action space. Each error is a :class:`SpecError` naming the cell and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import math
+import pathlib
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "load_spec", "parse_spec",
+           "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
+
+RESERVED_FIELDS = ("env", "env_params", "seed", "total_timesteps", "eval_interval", "eval_episodes")
+"""Config fields the bench sets itself (from ``envs``, ``seeds``, the budget and ``evaluation``)."""
+
+
+class SpecError(ValueError):
+    """A bench spec that cannot run; the message names the cell (or key) and the bad value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """How runs are evaluated and scored.
+
+    Attributes:
+        episodes: greedy episodes per evaluation (``eval_episodes`` of every config).
+        interval: evaluate every this many chunks and after the last one (``eval_interval``).
+        last: a run's score is the mean greedy return of its last ``last`` evaluations.
+        random_episodes: episodes of the uniform random policy behind an env's random score.
+    """
+
+    episodes: int = 16
+    interval: int = 1
+    last: int = 3
+    random_episodes: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """One env of a bench.
+
+    Attributes:
+        id: the env name, as ``--env`` takes it (``rljax envs`` lists them).
+        params: env param overrides, name -> value.
+        reference: the score that normalises to 1.
+        citation: where ``reference`` comes from (or why it is the env's maximum return).
+        algorithms: the algorithms that run on this env; empty: every algorithm of the bench.
+        total_timesteps: this env's budget; None: the bench's.
+    """
+
+    id: str
+    params: Mapping[str, Any]
+    reference: float
+    citation: str
+    algorithms: tuple[str, ...] = ()
+    total_timesteps: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One (algorithm, env) pair: a sweep over the bench's seeds.
+
+    Attributes:
+        algorithm: the registered algorithm's name.
+        env: the :class:`EnvSpec`.
+        total_timesteps: the budget of each of its runs.
+    """
+
+    algorithm: str
+    env: EnvSpec
+    total_timesteps: int
+
+    @property
+    def name(self) -> str:
+        """``algorithm/env``, as errors and progress lines name the cell."""
+        return f"{self.algorithm}/{self.env.id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchSpec:
+    """A whole bench (see the module docstring for the TOML form).
+
+    Attributes:
+        name: the bench's name.
+        algorithms: algorithm name -> its config overrides.
+        envs: the envs, in order.
+        seeds: runs per cell (seeds ``0 .. seeds-1``).
+        total_timesteps: env steps per run unless an env sets its own.
+        evaluation: the evaluation protocol.
+        description: free text.
+    """
+
+    name: str
+    algorithms: Mapping[str, Mapping[str, Any]]
+    envs: tuple[EnvSpec, ...]
+    seeds: int
+    total_timesteps: int
+    evaluation: Evaluation = Evaluation()
+    description: str = ""
+
+    def cells(self) -> list[Cell]:
+        """The cells, env by env, each env's algorithms in the spec's order."""
+        out = []
+        for env in self.envs:
+            for algo in self.algorithms:
+                if not env.algorithms or algo in env.algorithms:
+                    out.append(Cell(algo, env, env.total_timesteps or self.total_timesteps))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready data (``bench.json``); :func:`parse_spec` reads it back."""
+        return {"name": self.name, "description": self.description, "seeds": self.seeds,
+                "total_timesteps": self.total_timesteps, "evaluation": dataclasses.asdict(self.evaluation),
+                "algorithms": {a: dict(o) for a, o in self.algorithms.items()},
+                "envs": {e.id: {"params": dict(e.params), "reference": e.reference, "citation": e.citation,
+                                "algorithms": list(e.algorithms), "total_timesteps": e.total_timesteps}
+                         for e in self.envs}}
+
+
+def _whole(value: Any, what: str, low: int = 1) -> int:
+    """``value`` as an int >= ``low``; a :class:`SpecError` naming ``what`` otherwise."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SpecError(f"{what} must be a whole number >= {low}, got {value!r}")
+    return value
+
+
+def _table(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{what} must be a table, got {value!r}")
+    return dict(value)
+
+
+def _unknown_keys(table: Mapping[str, Any], known: Sequence[str], what: str) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise SpecError(f"{what}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}")
+
+
+def _env_spec(env_id: str, table: Any) -> EnvSpec:
+    what = f'envs."{env_id}"'
+    table = _table(table, what)
+    _unknown_keys(table, ("params", "reference", "citation", "algorithms", "total_timesteps"), what)
+    reference = table.get("reference")
+    if isinstance(reference, bool) or not isinstance(reference, (int, float)) or not math.isfinite(reference):
+        raise SpecError(f"{what}.reference must be a finite number (the score normalised to 1), got {reference!r}")
+    citation = table.get("citation")
+    if not isinstance(citation, str) or not citation.strip():
+        raise SpecError(f"{what}.citation must be a non-empty string (where the reference score comes from), "
+                        f"got {citation!r}")
+    algorithms = table.get("algorithms", [])
+    if not isinstance(algorithms, list) or not all(isinstance(a, str) for a in algorithms):
+        raise SpecError(f"{what}.algorithms must be a list of algorithm names, got {algorithms!r}")
+    budget = table.get("total_timesteps")
+    return EnvSpec(env_id, _table(table.get("params", {}), f"{what}.params"), float(reference), citation,
+                   tuple(algorithms), None if budget is None else _whole(budget, f"{what}.total_timesteps"))
+
+
+def parse_spec(data: Mapping[str, Any], name: str = "bench") -> BenchSpec:
+    """The :class:`BenchSpec` of a parsed TOML document (or of ``bench.json``'s data).
+
+    Checks the document's shape (keys, types, counts); :func:`check_spec` checks it against the
+    registered algorithms and envs.
+
+    Raises:
+        SpecError: naming the key and the bad value.
+    """
+    data = _table(data, "the spec")
+    _unknown_keys(data, ("name", "description", "seeds", "total_timesteps", "evaluation", "algorithms", "envs"),
+                  "the spec")
+    evaluation = _table(data.get("evaluation", {}), "evaluation")
+    _unknown_keys(evaluation, [f.name for f in dataclasses.fields(Evaluation)], "evaluation")
+    evaluation = Evaluation(**{k: _whole(v, f"evaluation.{k}") for k, v in evaluation.items()})
+    algorithms = _table(data.get("algorithms"), "algorithms")
+    if not algorithms:
+        raise SpecError("algorithms: the spec names no algorithm; add a table [algorithms.NAME] "
+                        "(e.g. [algorithms.ppo])")
+    algorithms = {a: _table(o, f"algorithms.{a}") for a, o in algorithms.items()}
+    envs = _table(data.get("envs"), "envs")
+    if not envs:
+        raise SpecError('envs: the spec names no env; add a table [envs."ID"] with reference and citation')
+    if "seeds" not in data or "total_timesteps" not in data:
+        raise SpecError(f"the spec needs seeds and total_timesteps; it has {sorted(data)}")
+    return BenchSpec(name=str(data.get("name", name)), algorithms=algorithms,
+                     envs=tuple(_env_spec(k, v) for k, v in envs.items()), seeds=_whole(data["seeds"], "seeds"),
+                     total_timesteps=_whole(data["total_timesteps"], "total_timesteps"), evaluation=evaluation,
+                     description=str(data.get("description", "")))
+
+
+def shipped_suites() -> list[str]:
+    """The names of the suites shipped in ``rljax/bench/suites/``."""
+    root = importlib.resources.files("rljax.bench") / "suites"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_spec(source: str | pathlib.Path) -> BenchSpec:
+    """The spec of a TOML file, or of a shipped suite named ``source`` (:func:`shipped_suites`).
+
+    Raises:
+        SpecError: no such file or suite, a TOML syntax error, or a bad document (:func:`parse_spec`).
+    """
+    path = pathlib.Path(source)
+    if not path.is_file():
+        if str(source) not in shipped_suites():
+            raise SpecError(f"bench spec {str(source)!r} is neither a file nor a shipped suite; suites: "
+                            f"{', '.join(shipped_suites())}")
+        text = (importlib.resources.files("rljax.bench") / "suites" / f"{source}.toml").read_text(encoding="utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"bench spec {str(source)!r}: {err}") from None
+    return parse_spec(data, name=path.stem)
+
+
+def _subset(names: Sequence[str], known: Sequence[str], what: str) -> list[str]:
+    for n in names:
+        if n not in known:
+            raise SpecError(f"--{what} {n!r}: not in the spec; its {what}: {', '.join(known)}")
+    return list(names)
+
+
+def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Sequence[str] | None = None,
+           seeds: int | None = None, total_timesteps: Any = None) -> BenchSpec:
+    """``spec`` narrowed to some algorithms and envs, with its seeds and budget overridden.
+
+    ``total_timesteps`` replaces the bench's budget and every env's own.
+
+    Raises:
+        SpecError: a name not in the spec, seeds < 1, a budget that is not a whole number >= 1.
+    """
+    out = spec
+    if algorithms is not None:
+        keep = _subset(algorithms, list(spec.algorithms), "algorithms")
+        out = dataclasses.replace(out, algorithms={a: spec.algorithms[a] for a in keep})
+    if envs is not None:
+        keep = _subset(envs, [e.id for e in spec.envs], "envs")
+        out = dataclasses.replace(out, envs=tuple(e for e in spec.envs if e.id in keep))
+    if seeds is not None:
+        out = dataclasses.replace(out, seeds=_whole(seeds, "--seeds"))
+    if total_timesteps is not None:
+        budget = _whole(total_timesteps, "--total-timesteps")
+        out = dataclasses.replace(out, total_timesteps=budget,
+                                  envs=tuple(dataclasses.replace(e, total_timesteps=None) for e in out.envs))
+    return out
+
+
+def cell_config(spec: BenchSpec, cell: Cell) -> Any:
+    """The base config of ``cell``'s sweep (seed 0; the sweep adds the others), validated.
+
+    Raises:
+        SpecError: an unknown or reserved field, or a value the config rejects, naming the cell.
+    """
+    from rljax import agents
+
+    config_cls = agents.algorithms()[cell.algorithm].config_cls
+    overrides = dict(spec.algorithms[cell.algorithm])
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    for key in overrides:
+        if key in RESERVED_FIELDS:
+            raise SpecError(f"cell {cell.name}: algorithms.{cell.algorithm}.{key} is set by the bench (env, "
+                            f"seeds, total_timesteps, evaluation); remove it")
+        if key not in names:
+            raise SpecError(f"cell {cell.name}: {key!r} is not a field of {config_cls.__name__}; its fields: "
+                            + ", ".join(n for n in names if n not in RESERVED_FIELDS))
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+    try:
+        config = config_cls(**values, env=cell.env.id, seed=0, total_timesteps=cell.total_timesteps,
+                            eval_interval=spec.evaluation.interval, eval_episodes=spec.evaluation.episodes,
+                            env_params=tuple(f"{k}={v}" for k, v in cell.env.params.items()))
+        config.validate()
+    except (ValueError, TypeError) as err:
+        raise SpecError(f"cell {cell.name}: {err}") from None
+    return config
+
+
+def _check_env(env_spec: EnvSpec, algorithms: Sequence[str]) -> None:
+    """Builds the env, applies its params and checks each algorithm's action-space rule."""
+    from rljax import agents
+    from rljax.core import registry
+
+    try:
+        env, params = registry.make(env_spec.id)
+    except Exception as err:  # noqa: BLE001 - any failure to build: the spec names an env that cannot run here
+        raise SpecError(f'envs."{env_spec.id}": cannot build it ({type(err).__name__}: {err}); `rljax envs` lists '
+                        f"the envs") from None
+    try:
+        params, _ = registry.parse_env_params([f"{k}={v}" for k, v in env_spec.params.items()], params)
+    except ValueError as err:
+        raise SpecError(f'envs."{env_spec.id}".params: {err}') from None
+    for algo in algorithms:
+        if not agents.fits_env(algo, env, params):
+            fits = [a for a in agents.algorithms() if agents.fits_env(a, env, params)]
+            raise SpecError(f"cell {algo}/{env_spec.id}: {algo} does not fit the env's action space "
+                            f"{env.action_space(params)}; algorithms that fit it: {', '.join(fits)} (list the env's "
+                            f"algorithms in its `algorithms` key)")
+
+
+def check_spec(spec: BenchSpec) -> list[Any]:
+    """Checks every cell of ``spec`` before anything runs; returns each cell's base config.
+
+    Raises:
+        SpecError: the first problem, naming the cell (``algorithm/env``) and the bad value.
+    """
+    from rljax import agents
+
+    known = agents.algorithms()
+    for algo in spec.algorithms:
+        if algo not in known:
+            raise SpecError(f"algorithms.{algo}: unknown algorithm {algo!r}; registered: {', '.join(known)}")
+    for env in spec.envs:
+        for algo in env.algorithms:
+            if algo not in spec.algorithms:
+                raise SpecError(f'envs."{env.id}".algorithms: {algo!r} is not one of the bench\'s algorithms '
+                                f"({', '.join(spec.algorithms)})")
+    cells = spec.cells()
+    if not cells:
+        raise SpecError("the spec has no cell: no env runs any of its algorithms")
+    for env in spec.envs:
+        _check_env(env, [c.algorithm for c in cells if c.env.id == env.id])
+    return [cell_config(spec, c) for c in cells]
+
+
+def spec_differences(saved: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Where two :meth:`BenchSpec.to_dict` records differ: ``"key.path: saved -> new"`` lines."""
+    out = []
+    for key in sorted(set(saved) | set(new), key=str):
+        a, b = saved.get(key, "<absent>"), new.get(key, "<absent>")
+        path = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += spec_differences(a, b, path + ".")
+        elif a != b:
+            out.append(f"{path}: {a!r} -> {b!r}")
+    return out

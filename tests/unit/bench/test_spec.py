@@ -1,0 +1,108 @@
+"""rljax.bench.spec: a bench spec is read, narrowed and refused before anything runs (nothing here trains)."""
+
+import dataclasses
+
+import pytest
+
+from rljax.bench.spec import (BenchSpec, SpecError, cell_config, check_spec, load_spec, narrow, parse_spec,
+                              shipped_suites, spec_differences)
+
+
+def _doc(**changes):
+    doc = {"name": "t", "seeds": 2, "total_timesteps": 4096,
+           "evaluation": {"episodes": 4, "interval": 1, "last": 2, "random_episodes": 10},
+           "algorithms": {"ppo": {"num_steps": 64}, "dqn": {}},
+           "envs": {"CartPole-v1": {"reference": 500.0, "citation": "max return"},
+                    "Pendulum-v1": {"reference": 0.0, "citation": "max return", "algorithms": ["ppo"]}}}
+    doc.update(changes)
+    return doc
+
+
+def test_a_spec_gives_its_cells_env_by_env_with_each_envs_algorithms_and_budget():
+    spec = parse_spec(_doc(envs={"CartPole-v1": {"reference": 500, "citation": "c", "total_timesteps": 8192},
+                                 "Pendulum-v1": {"reference": 0, "citation": "c", "algorithms": ["ppo"]}}))
+    cells = spec.cells()
+    assert [c.name for c in cells] == ["ppo/CartPole-v1", "dqn/CartPole-v1", "ppo/Pendulum-v1"]
+    assert [c.total_timesteps for c in cells] == [8192, 8192, 4096]
+
+
+def test_the_cell_config_carries_the_bench_fields_and_the_overrides():
+    spec = parse_spec(_doc(envs={"CartPole-v1": {"reference": 500, "citation": "c", "params": {"length": 0.7}}}))
+    config = cell_config(spec, spec.cells()[0])
+    assert (config.env, config.seed, config.total_timesteps, config.eval_interval, config.eval_episodes,
+            config.num_steps, config.env_params) == ("CartPole-v1", 0, 4096, 1, 4, 64, ("length=0.7",))
+
+
+def test_every_shipped_suite_passes_the_checks():
+    assert set(shipped_suites()) >= {"classic", "minatar", "bsuite", "memory"}
+    for name in shipped_suites():
+        spec = load_spec(name)
+        assert len(check_spec(spec)) == len(spec.cells()) > 0
+        assert all(e.citation for e in spec.envs)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"algorithms": {"ppo": {}, "nosuch": {}}}, ["algorithms.nosuch", "'nosuch'", "ppo"]),
+    ({"algorithms": {"ppo": {"learning_starts": 10}}}, ["cell ppo/CartPole-v1", "'learning_starts'", "PPOConfig"]),
+    ({"algorithms": {"ppo": {"learning_rate": -1.0}}}, ["cell ppo/CartPole-v1", "learning_rate", "-1.0"]),
+    ({"algorithms": {"ppo": {"seed": 3}}}, ["cell ppo/CartPole-v1", "seed", "set by the bench"]),
+    ({"algorithms": {"ppo": {}, "sac": {}}}, ["cell sac/CartPole-v1", "does not fit", "Discrete(2)", "ppo"]),
+    ({"envs": {"NoSuchEnv-v0": {"reference": 1, "citation": "c"}}}, ["NoSuchEnv-v0", "rljax envs"]),
+    ({"envs": {"CartPole-v1": {"reference": 1, "citation": "c", "params": {"nosuch": 1}}}},
+     ['envs."CartPole-v1".params', "nosuch"]),
+    ({"envs": {"CartPole-v1": {"reference": 1, "citation": "c", "algorithms": ["a2c"]}}},
+     ['envs."CartPole-v1".algorithms', "'a2c'"]),
+])
+def test_a_spec_that_cannot_run_is_refused_naming_the_cell_and_the_value(change, words):
+    with pytest.raises(SpecError) as err:
+        check_spec(parse_spec(_doc(**change)))
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"seeds": 0}, ["seeds", ">= 1", "0"]),
+    ({"total_timesteps": "lots"}, ["total_timesteps", "'lots'"]),
+    ({"total_timesteps": 1.5}, ["total_timesteps", "1.5"]),
+    ({"evaluation": {"last": 0}}, ["evaluation.last", "0"]),
+    ({"evaluation": {"every": 2}}, ["evaluation", "'every'", "interval"]),
+    ({"envs": {"CartPole-v1": {"citation": "c"}}}, ['envs."CartPole-v1".reference', "None"]),
+    ({"envs": {"CartPole-v1": {"reference": 1}}}, ['envs."CartPole-v1".citation']),
+    ({"algorithms": {}}, ["algorithms", "no algorithm"]),
+    ({"bogus": 1}, ["'bogus'", "known keys"]),
+])
+def test_a_malformed_document_is_refused_naming_the_key_and_the_value(change, words):
+    with pytest.raises(SpecError) as err:
+        parse_spec(_doc(**change))
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_narrowing_keeps_the_named_algorithms_and_envs_and_overrides_seeds_and_budget():
+    spec = parse_spec(_doc(envs={"CartPole-v1": {"reference": 500, "citation": "c", "total_timesteps": 8192}}))
+    out = narrow(spec, algorithms=["dqn"], envs=["CartPole-v1"], seeds=3, total_timesteps=2048.0)
+    assert list(out.algorithms) == ["dqn"] and out.seeds == 3
+    assert [(c.name, c.total_timesteps) for c in out.cells()] == [("dqn/CartPole-v1", 2048)]
+    with pytest.raises(SpecError, match="--algorithms 'td3': not in the spec; its algorithms: ppo, dqn"):
+        narrow(spec, algorithms=["td3"])
+    with pytest.raises(SpecError, match="--seeds must be a whole number >= 1, got 0"):
+        narrow(spec, seeds=0)
+    with pytest.raises(SpecError, match="--total-timesteps"):
+        narrow(spec, total_timesteps=float("nan"))
+
+
+def test_the_saved_form_reads_back_to_the_same_spec_and_differences_are_named():
+    spec = parse_spec(_doc())
+    assert parse_spec(spec.to_dict()) == spec
+    other = dataclasses.replace(spec, seeds=3)
+    assert spec_differences(spec.to_dict(), other.to_dict()) == ["seeds: 2 -> 3"]
+    assert isinstance(spec, BenchSpec)
+
+
+def test_a_file_that_is_not_toml_or_a_name_that_is_no_suite_is_refused(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("seeds = = 3\n")
+    with pytest.raises(SpecError, match="bad.toml"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="neither a file nor a shipped suite; suites: bsuite, classic"):
+        load_spec("no-such-suite")

@@ -1,0 +1,79 @@
+"""``rljax bench`` (:func:`rljax.cli.bench.main`): bad specs exit 2 with one line before anything runs; a good
+one runs and continues."""
+
+import json
+
+import pytest
+
+from rljax.cli.bench import main
+
+SPEC = """
+name = "tiny"
+seeds = 2
+total_timesteps = 2048
+[evaluation]
+episodes = 4
+interval = 1
+last = 2
+random_episodes = 20
+[algorithms.ppo]
+num_steps = 64
+[envs."CartPole-v1"]
+reference = 500.0
+citation = "the env's maximum return"
+"""
+
+
+@pytest.fixture
+def spec_path(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def _refused(capsys, argv, *words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rljax bench: error: "), err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_a_spec_that_cannot_run_exits_2_with_one_line_naming_the_cell_and_value(capsys, spec_path, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SPEC.replace("num_steps = 64", "num_steps = 64\nlearning_starts = 5"))
+    _refused(capsys, [str(bad), "--run-dir", str(tmp_path / "b")], "cell ppo/CartPole-v1", "'learning_starts'")
+    bad.write_text(SPEC.replace("[algorithms.ppo]", "[algorithms.sac]\n[algorithms.ppo]"))
+    _refused(capsys, [str(bad), "--run-dir", str(tmp_path / "b")], "cell sac/CartPole-v1", "does not fit")
+    _refused(capsys, ["nosuite", "--run-dir", str(tmp_path / "b")], "'nosuite'", "classic")
+    _refused(capsys, [str(spec_path), "--seeds", "0", "--run-dir", str(tmp_path / "b")], "--seeds", "0")
+    _refused(capsys, [str(spec_path), "--envs", "Pendulum-v1", "--run-dir", str(tmp_path / "b")],
+             "'Pendulum-v1'", "CartPole-v1")
+    assert not (tmp_path / "b").exists()  # refused before anything ran
+
+
+def test_a_directory_of_another_bench_is_refused_naming_what_differs(capsys, spec_path, tmp_path):
+    from rljax.bench.spec import load_spec, narrow
+
+    run_dir = tmp_path / "b"
+    run_dir.mkdir()
+    (run_dir / "bench.json").write_text(json.dumps(narrow(load_spec(spec_path), seeds=3).to_dict()))
+    _refused(capsys, [str(spec_path), "--run-dir", str(run_dir)], "seeds: 3 -> 2")
+
+
+def test_help_names_the_flags(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--algorithms", "--envs", "--seeds", "--total-timesteps", "--run-dir"):
+        assert flag in out
+
+
+def test_a_bench_runs_writes_its_files_and_run_again_continues_without_training(capsys, spec_path, tmp_path):
+    run_dir = tmp_path / "b"
+    assert main([str(spec_path), "--run-dir", str(run_dir), "--no-tensorboard"]) == 0
+    out = capsys.readouterr().out
+    assert "cell 1/1 ppo/CartPole-v1: not started" in out and "report in" in out
+    for name in ("bench.json", "scores.csv", "report.json", "report.md", "random_scores.json"):
+        assert (run_dir / name).exists(), name
+    assert main([str(spec_path), "--run-dir", str(run_dir), "--no-tensorboard"]) == 0
+    assert "cell 1/1 ppo/CartPole-v1: done" in capsys.readouterr().out
