@@ -135,10 +135,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
     if args.video and len(grid) > 1:
         raise ValueError(f"--video draws one episode, but --env-param lists {len(grid)} evaluations: give one value "
                          f"per param with --video")
-    from rljax.host.sources import make_host_env
     from rljax.policy.trained import is_host_policy
 
-    policy = load(args.run_dir, args.step, member=member, host_envs=make_host_env)
+    policy = load(args.run_dir, args.step, member=member)
     if is_host_policy(policy):  # stepped on the host: one host env per episode, drawn by the env itself
         if args.env_param:
             raise ValueError(f"--env-param {args.env_param[0]}: {policy.env.name} is a host env, which has no env "

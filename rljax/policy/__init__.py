@@ -5,6 +5,6 @@
 training); :mod:`~rljax.policy.report` and :mod:`~rljax.policy.video` write what an evaluation saw;
 :mod:`~rljax.policy.export` writes StableHLO and ONNX artefacts.
 
-May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rljax.agents`,
-:mod:`rljax.store`.
+May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.host` (to step a host-env run's
+envs), :mod:`rljax.runtime`, :mod:`rljax.agents`, :mod:`rljax.store`.
 """

@@ -15,9 +15,8 @@ input shape, dtype and flag and keeps, so a Python loop that calls it per step p
 A run trained on host envs (``gymnasium/<id>``, ``envpool/<id>``, ``server:HOST:PORT``: the
 actor-learner path) loads the same way: its checkpoint records the envs' spaces, and the policy's
 ``env`` is a :class:`HostEnvSpaces` (spaces only; host envs are stepped on the host, never inside a
-compiled program). Acting and exporting need nothing else; evaluating it and drawing its episodes
-step host envs, which ``load(..., host_envs=rljax.host.sources.make_host_env)`` provides (``rljax eval``
-passes it).
+compiled program). Evaluating it and drawing its episodes step host envs, made by
+:func:`rljax.host.sources.make_host_env` (or the ``host_envs`` factory given to :func:`load`).
 
 :func:`rljax.policy.evaluate.evaluate` runs episodes with it; ``rljax export`` writes it out as a
 framework-free artefact.
@@ -95,9 +94,8 @@ class HostEnvSpaces:
             ValueError: the policy was loaded without a :data:`HostEnvFactory`.
         """
         if self._make is None:
-            raise ValueError(f"this policy was trained on host envs ({self.name}), which are stepped on the host: "
-                             f"load it with rljax.load(RUN_DIR, host_envs=rljax.host.sources.make_host_env) to "
-                             f"evaluate it or draw its episodes (rljax eval does)")
+            raise ValueError(f"these host envs' spaces ({self.name}) came with no factory to make the envs: build "
+                             f"HostEnvSpaces with make=rljax.host.sources.make_host_env (rljax.load does)")
         return self._make(self.name, num_envs, render=render)
 
     def __repr__(self) -> str:
@@ -313,8 +311,8 @@ def load(run_dir: str | pathlib.Path, step: int | None = None, *, member: str | 
         env: the env object, for a run of an env that cannot be rebuilt by name (recorded as
             ``python-object:...``: an object passed to ``rljax.train(config, env)``); None makes
             ``config.env`` (with ``config.env_kwargs``).
-        host_envs: a host-env run's :data:`HostEnvFactory` (:func:`rljax.host.sources.make_host_env`),
-            to evaluate or draw it (acting and exporting need none); ignored for JAX envs.
+        host_envs: for a host-env run, the :data:`HostEnvFactory` that makes the envs it is evaluated
+            and drawn on; None: :func:`rljax.host.sources.make_host_env`. Ignored for JAX envs.
 
     Raises:
         FileNotFoundError: no such directory, or no checkpoint in it.
@@ -397,18 +395,17 @@ def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leav
         raise ValueError(f"{where} was written by algorithm {meta.get('algorithm')!r}, which is not registered "
                          f"(known: {sorted(by_class)})")
     config = config_from_dict(by_class[meta["algorithm"]], meta["config"])
+    if host_envs is None:
+        from rljax.host.sources import make_host_env as host_envs
     spaces = meta.get("spaces")
     if isinstance(spaces, dict) and {"observation_space", "action_space"} <= set(spaces):
         observation_space, action_space = (space_from_json(spaces[k]) for k in ("observation_space", "action_space"))
-    elif host_envs is not None:  # a checkpoint from before they were saved: ask one env
+    else:  # a checkpoint from before they were saved: ask one env
         one = host_envs(config.env, 1)
         try:
             observation_space, action_space = one.spec.observation_space, one.spec.action_space
         finally:
             one.close()
-    else:
-        raise ValueError(f"{where} of host envs ({config.env}) does not record their spaces (saved by an older "
-                         f"rljax): load it with host_envs=rljax.host.sources.make_host_env, which asks one env")
     env = HostEnvSpaces(config.env, observation_space, action_space, host_envs)
     agent = build_agent(config, env, None, None)
     abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), None)).params

@@ -247,7 +247,7 @@ def host_renderer(policy: Any) -> Any:
     Raises:
         NotDrawableError: the env cannot draw (an EnvPool batch, an env server, a Gymnasium env without
             an ``rgb_array`` render mode), naming it and why.
-        ValueError: the policy was loaded without a host env factory (``host_envs=``).
+        ValueError: the policy's host env spaces came with no factory to make envs.
     """
     try:
         return policy.env.make(1, render=True)
