@@ -269,8 +269,8 @@ class Policy:
         return action, state
 
     def _batch(self, obs: Any, key: Any, deterministic: bool) -> tuple[Any, bool]:
-        """``(obs as a batch, whether it was one observation)``: float32 (a host run's: the envs'
-        dtype); bad shapes and a missing key raise ``ValueError``."""
+        """``(obs as a batch, whether it was one observation)``, in the env's observation dtypes (as
+        training feeds them); bad shapes and a missing key raise ``ValueError``."""
         if not deterministic and key is None:
             raise ValueError("deterministic=False samples actions: pass a PRNG key (key=jax.random.key(0))")
         spec = self.observation_spec
@@ -285,11 +285,9 @@ class Policy:
                                and all(len(shape) == len(want) + 1 and shape[1:] == want for shape, want in shapes)):
             got, want = jax.tree.map(jnp.shape, obs), jax.tree.map(lambda s: s.shape, spec)
             raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
-        # A host run's actors feed the network the envs' own dtype (a uint8 image is scaled by the
-        # encoder as uint8): act as they did. JAX envs' rollouts feed float32.
-        host = isinstance(self.env, HostEnvSpaces)
-        return jax.tree.map(lambda x, s: (x[None] if single else x).astype(s.dtype if host else jnp.float32),
-                            obs, spec), single
+        # Training feeds the network the env's own dtype (the Nature encoder scales a uint8 image by
+        # 1/255, and only a uint8 one): act as it did.
+        return jax.tree.map(lambda x, s: (x[None] if single else x).astype(s.dtype), obs, spec), single
 
 
 _APPLY, _APPLY_STEP = inspect.signature(Policy.apply), inspect.signature(Policy.apply_step)

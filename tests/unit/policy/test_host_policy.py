@@ -167,8 +167,10 @@ def test_a_checkpoint_without_its_spaces_loads_by_asking_one_env(host_run, monke
 
 
 def test_a_host_policy_feeds_its_network_the_envs_dtype():
-    """A host run's actors feed the network uint8 Atari frames (the Nature encoder scales them by
-    1/255 only as uint8), so ``act`` keeps the envs' dtype; a JAX env's policy acts on float32."""
+    """Training feeds the network the env's own dtype (uint8 Atari frames, which the Nature encoder
+    scales by 1/255 only as uint8), so ``act`` casts to it: a host env's, a JAX env's uint8 image and
+    a float32 vector alike."""
+    from tests.support.grid_env import GridWalk
     from rljax.policy.trained import Policy
 
     image = Box(0, 255, (84, 84, 4), np.uint8)
@@ -179,3 +181,6 @@ def test_a_host_policy_feeds_its_network_the_envs_dtype():
     env, params = rljax.make("CartPole-v1")
     jax_policy = Policy(agent=None, params=None, config=None, env=env, env_params=params, step=0)
     assert jax_policy._batch(np.zeros(4, np.float64), None, True)[0].dtype == np.float32
+    grid = GridWalk("image")
+    image_policy = Policy(agent=None, params=None, config=None, env=grid, env_params=grid.default_params, step=0)
+    assert image_policy._batch(np.ones((3, 5, 5, 2), np.float64), None, True)[0].dtype == np.uint8
