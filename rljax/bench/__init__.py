@@ -20,6 +20,7 @@ May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rlj
 :mod:`rljax.host`.
 """
 
+from rljax.bench.plots import write_plots
 from rljax.bench.report import compute_report, read_scores, write_report
 from rljax.bench.runner import BenchStopped, random_score, run_bench
 from rljax.bench.spec import BenchSpec, SpecError, check_spec, load_spec, narrow, shipped_suites
@@ -54,6 +55,7 @@ __all__ = [
     "read_scores",
     "run_bench",
     "shipped_suites",
+    "write_plots",
     "write_report",
     "Interval",
     "aggregate_intervals",

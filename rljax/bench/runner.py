@@ -6,7 +6,9 @@ The bench directory::
     DIR/random_scores.json   each env's random-policy score (measured once, then read back)
     DIR/cells/<algo>/<env>/  each cell: an ordinary sweep directory (rljax.training.sweep.run_sweep)
     DIR/scores.csv           algorithm,env,seed,score,normalized_score: one row per run
+    DIR/curves.csv           every evaluation of every run (the learning curves)
     DIR/report.json, report.md   the statistics (rljax.bench.report), recomputable from scores.csv
+    DIR/plots/               performance profile, sample-efficiency and per-env curves (rljax.bench.plots)
 
 Cells run one after another. A cell whose sweep finished (its ``status.json`` says ``finished``) is
 not rerun; a cell killed mid-way is resumed from its newest checkpoint (``run_sweep(resume=True)``;
@@ -33,13 +35,14 @@ from typing import Any
 
 from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differences
 
-__all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "cell_dir",
-           "cell_state", "random_score", "random_scores", "run_score", "cell_scores", "bench_rows", "write_scores",
-           "run_bench"]
+__all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "CURVES_FILE",
+           "cell_dir", "cell_runs", "cell_state", "random_score", "random_scores", "run_score", "cell_scores",
+           "bench_rows", "write_scores", "run_bench"]
 
 BENCH_FILE = "bench.json"
 RANDOM_FILE = "random_scores.json"
 SCORES_FILE = "scores.csv"
+CURVES_FILE = "curves.csv"
 SCORE_COLUMNS = ("algorithm", "env", "seed", "score", "normalized_score")
 """The columns of ``scores.csv``."""
 EVAL_SCORE = "eval/return_mean"
@@ -118,21 +121,35 @@ def run_score(rows: list[Mapping[str, Any]], last: int) -> float:
     return float(sum(kept) / len(kept))
 
 
-def cell_scores(path: str | os.PathLike, last: int) -> list[tuple[int, float]]:
-    """``(seed, score)`` of each member of a finished cell's sweep, in member order."""
+def cell_runs(path: str | os.PathLike) -> list[tuple[int, list[dict[str, Any]]]]:
+    """``(seed, metrics rows)`` of each member of a cell's sweep, in member order."""
     from rljax.store.tracking import read_metrics
 
     path = pathlib.Path(path)
     members = json.loads((path / "sweep.json").read_text())["members"]
-    return [(m["seed"], run_score(read_metrics(path / "members" / m["name"]), last)) for m in members]
+    return [(m["seed"], read_metrics(path / "members" / m["name"])) for m in members]
 
 
-def bench_rows(run_dir: str | os.PathLike, spec: BenchSpec, randoms: Mapping[str, float]) -> list[dict[str, Any]]:
-    """The ``scores.csv`` rows of the bench's finished cells, in cell and seed order.
+def cell_scores(path: str | os.PathLike, last: int) -> list[tuple[int, float]]:
+    """``(seed, score)`` of each member of a finished cell's sweep, in member order (:func:`run_score`)."""
+    return [(seed, run_score(rows, last)) for seed, rows in cell_runs(path)]
 
-    ``normalized_score = (score - random) / (reference - random)``.
+
+def _curve(rows: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
+    """``(env_steps, fraction of the run's env steps, return)`` of each evaluation among a run's rows."""
+    evals = [(int(r["env_steps"]), float(r[EVAL_SCORE])) for r in rows if r.get(EVAL_SCORE) is not None]
+    total = max(1, max(int(r.get("env_steps", 0)) for r in rows))
+    return [(steps, steps / total, value) for steps, value in evals]
+
+
+def bench_rows(run_dir: str | os.PathLike, spec: BenchSpec, randoms: Mapping[str, float]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(scores.csv rows, curves.csv rows)`` of the bench's finished cells, in cell and seed order.
+
+    ``normalized_score = (score - random) / (reference - random)``; ``curves.csv`` has one row per
+    evaluation of each run (:data:`rljax.bench.plots.CURVE_COLUMNS`).
     """
-    rows = []
+    rows, curves = [], []
     for cell in spec.cells():
         path = cell_dir(run_dir, cell)
         if cell_state(path) != "done":
@@ -141,10 +158,14 @@ def bench_rows(run_dir: str | os.PathLike, spec: BenchSpec, randoms: Mapping[str
         if high == low:
             raise ValueError(f"env {cell.env.id}: its reference score {high} equals its random score; the scores "
                              "cannot be normalised")
-        for seed, score in cell_scores(path, spec.evaluation.last):
+        for seed, metrics in cell_runs(path):
+            score = run_score(metrics, spec.evaluation.last)
             rows.append({"algorithm": cell.algorithm, "env": cell.env.id, "seed": seed, "score": score,
                          "normalized_score": (score - low) / (high - low)})
-    return rows
+            curves += [{"algorithm": cell.algorithm, "env": cell.env.id, "seed": seed, "env_steps": steps,
+                        "fraction": fraction, "score": value, "normalized_score": (value - low) / (high - low)}
+                       for steps, fraction, value in _curve(metrics)]
+    return rows, curves
 
 
 def _write_atomic(path: pathlib.Path, text: str) -> None:
@@ -153,16 +174,18 @@ def _write_atomic(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_scores(run_dir: str | os.PathLike, rows: list[Mapping[str, Any]]) -> pathlib.Path:
-    """Writes ``DIR/scores.csv`` (atomically; floats with every digit, ``repr``)."""
+def write_scores(run_dir: str | os.PathLike, rows: list[Mapping[str, Any]], name: str = SCORES_FILE,
+                 columns: tuple[str, ...] = SCORE_COLUMNS) -> pathlib.Path:
+    """Writes ``DIR/scores.csv`` (or another table ``name`` of ``columns``) atomically, floats with
+    every digit (``repr``)."""
     import io
 
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SCORE_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: repr(float(v)) if isinstance(v, float) else v for k, v in row.items()})
-    path = pathlib.Path(run_dir) / SCORES_FILE
+    path = pathlib.Path(run_dir) / name
     _write_atomic(path, buffer.getvalue())
     return path
 
@@ -194,7 +217,7 @@ def _run_cell(cell: Cell, config: Any, path: pathlib.Path, seeds: int, quiet: bo
               plots=False, **{"checkpoint_every": 1, **train_kwargs})
 
 
-def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = False,
+def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = False, plots: bool = True,
               **train_kwargs: Any) -> dict[str, Any]:
     """Runs (or continues) the bench ``spec`` in ``run_dir`` and writes its scores and report.
 
@@ -203,6 +226,7 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
             checked (:func:`~rljax.bench.spec.check_spec`) before anything runs.
         run_dir: the bench directory (see the module docstring).
         quiet: no progress lines.
+        plots: draw ``DIR/plots/`` (:mod:`rljax.bench.plots`) after every cell.
         **train_kwargs: run options for every cell's sweep (:class:`rljax.training.options.RunOptions`
             fields: ``checkpoint_every`` (default 1 chunk), ``tensorboard``, ``wandb``, ...).
 
@@ -212,6 +236,7 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
     Raises:
         SpecError: a spec that cannot run, or a ``run_dir`` that holds another spec.
     """
+    from rljax.bench.plots import CURVE_COLUMNS, write_plots
     from rljax.bench.report import write_report
 
     configs = check_spec(spec)
@@ -233,8 +258,12 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
                 raise BenchStopped(f"cell {cell.name} stopped before it finished; run the bench again to continue")
             if not quiet:
                 print(f"bench: cell {cell.name} done in {time.perf_counter() - t0:.1f}s", flush=True)
-        write_scores(run_dir, bench_rows(run_dir, spec, randoms))
+        scores, curves = bench_rows(run_dir, spec, randoms)
+        write_scores(run_dir, scores)
+        write_scores(run_dir, curves, CURVES_FILE, CURVE_COLUMNS)
         report = write_report(run_dir, references=_references(spec, randoms))
+        if plots:
+            write_plots(run_dir)
     return report
 
 

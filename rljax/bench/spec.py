@@ -260,7 +260,8 @@ def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Se
            seeds: int | None = None, total_timesteps: Any = None) -> BenchSpec:
     """``spec`` narrowed to some algorithms and envs, with its seeds and budget overridden.
 
-    ``total_timesteps`` replaces the bench's budget and every env's own.
+    ``total_timesteps`` replaces the bench's budget and every env's own. Narrowed to some
+    algorithms, an env that lists its algorithms keeps those kept, and one left with none is dropped.
 
     Raises:
         SpecError: a name not in the spec, seeds < 1, a budget that is not a whole number >= 1.
@@ -268,10 +269,13 @@ def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Se
     out = spec
     if algorithms is not None:
         keep = _subset(algorithms, list(spec.algorithms), "algorithms")
-        out = dataclasses.replace(out, algorithms={a: spec.algorithms[a] for a in keep})
+        # An env that lists its algorithms keeps the kept ones; one left with none of them leaves the bench.
+        kept_envs = tuple(dataclasses.replace(e, algorithms=tuple(a for a in e.algorithms if a in keep))
+                          for e in out.envs if not e.algorithms or any(a in keep for a in e.algorithms))
+        out = dataclasses.replace(out, algorithms={a: spec.algorithms[a] for a in keep}, envs=kept_envs)
     if envs is not None:
         keep = _subset(envs, [e.id for e in spec.envs], "envs")
-        out = dataclasses.replace(out, envs=tuple(e for e in spec.envs if e.id in keep))
+        out = dataclasses.replace(out, envs=tuple(e for e in out.envs if e.id in keep))
     if seeds is not None:
         out = dataclasses.replace(out, seeds=_whole(seeds, "--seeds"))
     if total_timesteps is not None:

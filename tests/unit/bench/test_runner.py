@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from rljax.bench.plots import read_curves
 from rljax.bench.report import compute_report, read_scores
 from rljax.bench.runner import cell_dir, cell_state, random_score, run_bench, run_score
 from rljax.bench.spec import SpecError, load_spec, narrow
@@ -73,6 +74,13 @@ def test_a_bench_writes_its_spec_its_cells_sweep_and_one_score_row_per_run(bench
         assert r["normalized_score"] == pytest.approx((r["score"] - random) / (500.0 - random))
     assert json.loads((run_dir / "report.json").read_text()) == report == compute_report(rows)
     assert "the env's maximum return" in (run_dir / "report.md").read_text()
+    curves = read_curves(run_dir / "curves.csv")
+    for r in rows:  # a run's curve ends at its whole budget; its score is the mean of its last 2 evaluations
+        mine = [c for c in curves if c["seed"] == r["seed"]]
+        assert mine[-1]["fraction"] == 1.0 and len(mine) >= 2
+        assert r["score"] == pytest.approx((mine[-1]["score"] + mine[-2]["score"]) / 2)
+    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == [
+        "env_CartPole-v1.png", "performance_profile.png", "sample_efficiency.png"]
 
 
 def test_a_runs_score_is_the_mean_of_its_last_evaluations(bench):
@@ -111,7 +119,7 @@ def _killed(spec_path, run_dir, kill_at):
 
 
 def _assert_same_results(run_dir, reference_dir):
-    for name in ("scores.csv", "report.json"):
+    for name in ("scores.csv", "report.json", "curves.csv"):
         assert (run_dir / name).read_text() == (reference_dir / name).read_text(), name
 
 

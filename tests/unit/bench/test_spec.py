@@ -83,6 +83,12 @@ def test_narrowing_keeps_the_named_algorithms_and_envs_and_overrides_seeds_and_b
     out = narrow(spec, algorithms=["dqn"], envs=["CartPole-v1"], seeds=3, total_timesteps=2048.0)
     assert list(out.algorithms) == ["dqn"] and out.seeds == 3
     assert [(c.name, c.total_timesteps) for c in out.cells()] == [("dqn/CartPole-v1", 2048)]
+    # Pendulum lists only ppo: narrowed to dqn it leaves the bench; narrowed to ppo it stays.
+    assert [e.id for e in narrow(parse_spec(_doc()), algorithms=["dqn"]).envs] == ["CartPole-v1"]
+    kept = narrow(parse_spec(_doc()), algorithms=["ppo"])
+    assert [c.name for c in kept.cells()] == ["ppo/CartPole-v1", "ppo/Pendulum-v1"]
+    both = narrow(parse_spec(_doc()), algorithms=["ppo"], envs=["Pendulum-v1"])
+    assert [c.name for c in both.cells()] == ["ppo/Pendulum-v1"] and check_spec(both)
     with pytest.raises(SpecError, match="--algorithms 'td3': not in the spec; its algorithms: ppo, dqn"):
         narrow(spec, algorithms=["td3"])
     with pytest.raises(SpecError, match="--seeds must be a whole number >= 1, got 0"):
