@@ -99,5 +99,5 @@ class RunStatus(Hook):
             state = "preempted"
         else:
             state = "failed"
-        self._write(run, state=state, ended_unix=time.time(),
+        self._write(run, state=state, phase="ended", ended_unix=time.time(),
                     **({"stopped_by": run.guard.signal_name} if state == "preempted" else {}), eta_s=None)

@@ -5,6 +5,8 @@ the run started dropped with a warning."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import rljax
@@ -24,6 +26,8 @@ def test_a_finished_runs_status(full):
     assert status["state"] == "finished" and status["env_steps"] == status["total_env_steps"] == 1536
     assert status["chunks_done"] == status["num_chunks"] == 6 and status["last_checkpoint_env_steps"] == 1536
     assert status["sps"] > 0 and status["eta_s"] is None and status["stall_after_s"] > 0
+    # The file itself says so, for tools that read it without read_status.
+    assert json.loads((run / "status.json").read_text())["phase"] == "ended"
 
 
 def test_a_stop_request_stops_after_the_chunk_and_the_resume_is_bit_exact(full, tmp_path):
