@@ -271,8 +271,9 @@ def test_setup_commands_have_the_documented_shape():
             assert spec == "." or re.fullmatch(r"\.\[[\w,]+\]", spec), spec
             assert set(re.findall(r"\w+", spec[2:-1]) if spec != "." else []) <= set(extras), spec
     ci = (ROOT / ".ci" / "run").read_text()
-    # What the README says CI runs.
-    assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2" in ci
+    # What the README says CI runs: its test command, then the slow tier.
+    assert 'pip install -q -e ".[test,suites]"' in ci and "python -m pytest -q -n 2\n" in ci
+    assert "python -m pytest -q -n 2 --slow -m slow" in ci
 
 
 ALWAYS_RUN = ("README.md",)
@@ -289,12 +290,13 @@ README_VARIANTS = (
     "python -m experiments.ppo_cartpole --eval-interval 5 --eval-episodes 32",
     "python -m experiments.ppo_pendulum",
     "rljax eval runs/cp3 --env-param length=0.7",
+    "rljax train a2c --env CartPole-v1 --rmsprop torch --gae-lambda 1",
 )
 """README commands that run only with ``--slow``: variants of a command the README runs anyway (the same
 experiment or subcommand with one more flag or another action space), whose difference other default
 tests cover (data parallelism, gymnax envs, the flat encoder, domain randomisation, env-param sweeps,
 ``rljax train`` of a user env factory, evaluation during training, continuous PPO, ``rljax eval
---env-param``). Every other README command runs in every suite run, and every
+--env-param``, A2C's RMSprop forms: ``tests/unit/agents/test_a2c.py``). Every other README command runs in every suite run, and every
 command of every doc is parsed in every run (:func:`test_every_documented_command_parses_as_written`)."""
 
 GROUPS = 4  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side
