@@ -37,7 +37,7 @@ from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differ
 
 __all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "CURVES_FILE",
            "cell_dir", "cell_runs", "cell_state", "random_score", "random_scores", "run_score", "cell_scores",
-           "bench_rows", "write_scores", "run_bench"]
+           "bench_rows", "write_scores", "run_bench", "bench_status", "status_text"]
 
 BENCH_FILE = "bench.json"
 RANDOM_FILE = "random_scores.json"
@@ -271,3 +271,56 @@ def _references(spec: BenchSpec, randoms: Mapping[str, float]) -> dict[str, dict
     """Each env's random score, reference score and citation, for ``report.md``."""
     return {e.id: {"random": randoms[e.id], "reference": e.reference, "citation": e.citation} for e in spec.envs
             if math.isfinite(randoms[e.id])}
+
+
+def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Where the bench in ``run_dir`` stands: each cell's state and progress, the counts of cells
+    done, running and left, and an estimate of the time left.
+
+    A cell is ``done``, ``running`` (its sweep's ``status.json`` says so and its process is alive),
+    ``stopped`` (started and resumable, not running) or ``not started``. The estimate (``eta_s``,
+    None until a cell has finished) is the running cell's own ETA plus, for every other unfinished
+    cell, its env steps left (all seeds) at the seconds per env step the finished cells took
+    (compilation included).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``bench.json``.
+    """
+    from rljax.bench.spec import parse_spec
+    from rljax.store.status import read_status
+
+    run_dir = pathlib.Path(run_dir)
+    if not (run_dir / BENCH_FILE).exists():
+        raise FileNotFoundError(f"{run_dir} is not a bench directory (no {BENCH_FILE})")
+    spec = parse_spec(json.loads((run_dir / BENCH_FILE).read_text()))
+    cells, spent, steps_done = [], 0.0, 0
+    for cell in spec.cells():
+        path, total = cell_dir(run_dir, cell), cell.total_timesteps * spec.seeds
+        record = read_status(path) if path.exists() else {"state": "not started"}
+        state = cell_state(path)
+        if state != "done":
+            state = "running" if record.get("state") in ("running", "stalled") else \
+                ("stopped" if state == "partial" else "not started")
+        done_steps = total if state == "done" else int(record.get("env_steps") or 0)
+        if state == "done":
+            spent, steps_done = spent + float(record.get("wall_time_s") or 0.0), steps_done + total
+        cells.append({"cell": cell.name, "state": state, "env_steps": done_steps, "total_env_steps": total,
+                      "eta_s": record.get("eta_s") if state == "running" else None})
+    rate = spent / steps_done if steps_done else None
+    eta = None
+    if rate is not None:
+        eta = sum((c["eta_s"] if c["state"] == "running" and c["eta_s"] is not None
+                   else rate * (c["total_env_steps"] - c["env_steps"])) for c in cells if c["state"] != "done")
+    counts = {s: sum(c["state"] == s for c in cells) for s in ("done", "running", "stopped", "not started")}
+    return {"run_dir": str(run_dir), "cells": cells, "done": counts["done"], "running": counts["running"],
+            "left": counts["stopped"] + counts["not started"], "eta_s": eta}
+
+
+def status_text(status: Mapping[str, Any]) -> str:
+    """:func:`bench_status` as lines: the counts and time left, then one line per cell."""
+    eta = "unknown until a cell finishes" if status["eta_s"] is None else f"about {status['eta_s'] / 60:.1f} min"
+    lines = [f"bench {status['run_dir']}: {status['done']} cells done, {status['running']} running, "
+             f"{status['left']} left; time left {eta}"]
+    for c in status["cells"]:
+        lines.append(f"  {c['cell']:<40} {c['state']:<12} {c['env_steps']:>12,}/{c['total_env_steps']:,} env steps")
+    return "\n".join(lines)

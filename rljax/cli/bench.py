@@ -6,6 +6,7 @@ the scores and their statistics (:mod:`rljax.bench`).
     rljax bench classic --run-dir runs/classic                       # a shipped suite
     rljax bench my_bench.toml --algorithms ppo,dqn --seeds 3 --run-dir runs/b1
     rljax bench classic --envs CartPole-v1 --total-timesteps 20000 --run-dir runs/quick
+    rljax bench --status --run-dir runs/classic                      # cells done, running, left; time left
 
 Killed at any moment, the same command continues the bench: finished cells are not rerun and a
 cell killed mid-way resumes from its checkpoint. A spec that cannot run is refused before anything
@@ -36,8 +37,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("bench", help="algorithms x envs x seeds, scored with interval estimates",
                                    description=f"{summary}\n\n{examples}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", metavar="SUITE|SPEC.toml",
+    parser.add_argument("spec", metavar="SUITE|SPEC.toml", nargs="?",
                         help="a shipped suite (classic, minatar, bsuite, memory) or a spec file (docs/bench.md)")
+    parser.add_argument("--status", action="store_true",
+                        help="print the bench's cells done, running and left and the time left, and exit")
     parser.add_argument("--run-dir", required=True, help="the bench directory (created, or continued)")
     parser.add_argument("--algorithms", type=_names, default=None, metavar="A,B",
                         help="run only these of the spec's algorithms")
@@ -59,6 +62,18 @@ def run(args: argparse.Namespace) -> int:
     from rljax.bench.spec import SpecError, check_spec, load_spec, narrow
     from rljax.cli.process import EXIT_USAGE, enable_compilation_cache
 
+    if args.status:
+        from rljax.bench.runner import bench_status, status_text
+
+        try:
+            print(status_text(bench_status(args.run_dir)))
+        except FileNotFoundError as err:
+            print(f"rljax bench: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        return 0
+    if args.spec is None:
+        print("rljax bench: error: give a suite or a spec file (or --status)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         spec = narrow(load_spec(args.spec), algorithms=args.algorithms, envs=args.envs, seeds=args.seeds,
                       total_timesteps=args.total_timesteps)
