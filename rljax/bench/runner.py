@@ -280,8 +280,9 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
     A cell is ``done``, ``running`` (its sweep's ``status.json`` says so and its process is alive),
     ``stopped`` (started and resumable, not running) or ``not started``. The estimate (``eta_s``,
     None until a cell has finished) is the running cell's own ETA plus, for every other unfinished
-    cell, its env steps left (all seeds) at the seconds per env step the finished cells took
-    (compilation included).
+    cell, its env steps left at the seconds per env step the finished cells took (compilation
+    included; a resumed cell's status counts its last session only). Env steps are per run (each
+    of a cell's seeds runs them, in one compiled sweep).
 
     Raises:
         FileNotFoundError: ``run_dir`` holds no ``bench.json``.
@@ -295,7 +296,7 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
     spec = parse_spec(json.loads((run_dir / BENCH_FILE).read_text()))
     cells, spent, steps_done = [], 0.0, 0
     for cell in spec.cells():
-        path, total = cell_dir(run_dir, cell), cell.total_timesteps * spec.seeds
+        path, total = cell_dir(run_dir, cell), cell.total_timesteps
         record = read_status(path) if path.exists() else {"state": "not started"}
         state = cell_state(path)
         if state != "done":
@@ -318,9 +319,12 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 def status_text(status: Mapping[str, Any]) -> str:
     """:func:`bench_status` as lines: the counts and time left, then one line per cell."""
-    eta = "unknown until a cell finishes" if status["eta_s"] is None else f"about {status['eta_s'] / 60:.1f} min"
+    seconds = status["eta_s"]
+    eta = ("unknown until a cell finishes" if seconds is None else
+           f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.1f} min")
     lines = [f"bench {status['run_dir']}: {status['done']} cells done, {status['running']} running, "
              f"{status['left']} left; time left {eta}"]
     for c in status["cells"]:
-        lines.append(f"  {c['cell']:<40} {c['state']:<12} {c['env_steps']:>12,}/{c['total_env_steps']:,} env steps")
+        lines.append(f"  {c['cell']:<40} {c['state']:<12} {c['env_steps']:>12,}/{c['total_env_steps']:,} env steps "
+                     "per run")
     return "\n".join(lines)

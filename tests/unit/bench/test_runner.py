@@ -132,7 +132,7 @@ def test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results(b
     assert cell_state(cell) == "partial" and not (run_dir / "scores.csv").exists()
     status = bench_status(run_dir)  # killed: its process is gone, so the cell is stopped, not running
     assert (status["done"], status["running"], status["left"], status["eta_s"]) == (0, 0, 1, None)
-    assert status["cells"][0]["state"] == "stopped" and 0 < status["cells"][0]["env_steps"] < 4096
+    assert status["cells"][0]["state"] == "stopped" and 0 < status["cells"][0]["env_steps"] < 2048
     run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
     _assert_same_results(run_dir, reference_dir)
 
@@ -154,8 +154,8 @@ def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(be
     run_dir, _ = bench
     status = bench_status(run_dir)
     assert (status["done"], status["running"], status["left"], status["eta_s"]) == (1, 0, 0, 0)
-    assert status["cells"] == [{"cell": "ppo/CartPole-v1", "state": "done", "env_steps": 4096,
-                                "total_env_steps": 4096, "eta_s": None}]
+    assert status["cells"] == [{"cell": "ppo/CartPole-v1", "state": "done", "env_steps": 2048,
+                                "total_env_steps": 2048, "eta_s": None}]
     assert "1 cells done, 0 running, 0 left" in status_text(status)
     with pytest.raises(FileNotFoundError, match="not a bench directory"):
         bench_status(tmp_path)

@@ -78,6 +78,6 @@ def test_a_bench_runs_writes_its_files_and_run_again_continues_without_training(
     assert main([str(spec_path), "--run-dir", str(run_dir), "--no-tensorboard"]) == 0
     assert "cell 1/1 ppo/CartPole-v1: done" in capsys.readouterr().out
     assert main(["--status", "--run-dir", str(run_dir)]) == 0
-    assert "1 cells done, 0 running, 0 left; time left about 0.0 min" in capsys.readouterr().out
+    assert "1 cells done, 0 running, 0 left; time left about 0 s" in capsys.readouterr().out
     _refused(capsys, ["--status", "--run-dir", str(tmp_path)], "not a bench directory")
     _refused(capsys, ["--run-dir", str(run_dir)], "give a suite or a spec file")
