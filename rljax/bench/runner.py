@@ -205,16 +205,24 @@ def _claim(run_dir: pathlib.Path, spec: BenchSpec) -> None:
         _write_atomic(path, json.dumps(record, indent=2) + "\n")
 
 
-def _run_cell(cell: Cell, config: Any, path: pathlib.Path, seeds: int, quiet: bool,
+def _run_cell(run_dir: pathlib.Path, config: Any, path: pathlib.Path, seeds: int, quiet: bool,
               train_kwargs: Mapping[str, Any]) -> None:
-    """Runs (or resumes) one cell's sweep into ``path``."""
+    """Runs (or resumes) one cell's sweep into ``path``; a stop request in the bench directory
+    (``DIR/stop.request``, :func:`rljax.store.status.request_stop`) stops it at its next chunk."""
+    from rljax.store.status import take_stop_request
     from rljax.training.sweep import SweepSpec, run_sweep
 
     state = cell_state(path)
     if state == "not started" and path.exists():
         shutil.rmtree(path)  # killed before its first checkpoint: nothing to keep, it starts over
+    caller = train_kwargs.get("on_chunk")
+
+    def on_chunk(index: int, train_state: Any, row: dict[str, Any]) -> Any:
+        stop = take_stop_request(run_dir) is not None
+        return (caller(index, train_state, row) if caller is not None else False) or stop
+
     run_sweep(config, SweepSpec(seeds=tuple(range(seeds))), run_dir=path, resume=state == "partial", quiet=quiet,
-              plots=False, **{"checkpoint_every": 1, **train_kwargs})
+              plots=False, **{"checkpoint_every": 1, **train_kwargs, "on_chunk": on_chunk})
 
 
 def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = False, plots: bool = True,
@@ -235,9 +243,13 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
 
     Raises:
         SpecError: a spec that cannot run, or a ``run_dir`` that holds another spec.
+        BenchStopped: a cell stopped before it finished (SIGTERM, or a stop request in ``run_dir``
+            or in the cell's directory, each taken at a chunk boundary and saved there); the same
+            call continues the bench.
     """
     from rljax.bench.plots import CURVE_COLUMNS, write_plots
     from rljax.bench.report import write_report
+    from rljax.store.status import take_stop_request
 
     configs = check_spec(spec)
     run_dir = pathlib.Path(run_dir)
@@ -252,8 +264,10 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
                   + ("" if state == "done" else f", {'resuming' if state == 'partial' else 'running'} "
                      f"{spec.seeds} seeds x {cell.total_timesteps:,} env steps"), flush=True)
         if state != "done":
+            if take_stop_request(run_dir) is not None:
+                raise BenchStopped(f"stopped on request before cell {cell.name}; run the bench again to continue")
             t0 = time.perf_counter()
-            _run_cell(cell, config, path, spec.seeds, quiet, train_kwargs)
+            _run_cell(run_dir, config, path, spec.seeds, quiet, train_kwargs)
             if cell_state(path) != "done":  # stopped (SIGTERM, a stop request): the bench stops with it
                 raise BenchStopped(f"cell {cell.name} stopped before it finished; run the bench again to continue")
             if not quiet:

@@ -159,3 +159,26 @@ def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(be
     assert "1 cells done, 0 running, 0 left" in status_text(status)
     with pytest.raises(FileNotFoundError, match="not a bench directory"):
         bench_status(tmp_path)
+
+
+def test_a_stop_request_in_the_bench_directory_stops_the_cell_and_the_bench_continues(bench, spec_path, tmp_path):
+    from rljax.bench.runner import BenchStopped
+    from rljax.store.status import request_stop
+
+    reference_dir, _ = bench
+    run_dir = tmp_path / "b"
+    run_dir.mkdir()
+    request_stop(run_dir)  # found before the first cell starts: nothing runs
+    with pytest.raises(BenchStopped, match="stopped on request before cell ppo/CartPole-v1"):
+        run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
+    assert not (run_dir / "cells").exists() and not (run_dir / "stop.request").exists()
+
+    def request_at_chunk_2(index, state, row):  # as `rljax stop DIR` would, while the cell runs
+        if index == 1:
+            request_stop(run_dir)
+
+    with pytest.raises(BenchStopped, match="cell ppo/CartPole-v1 stopped before it finished"):
+        run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False, on_chunk=request_at_chunk_2)
+    assert bench_status(run_dir)["cells"][0]["state"] == "stopped" and not (run_dir / "stop.request").exists()
+    run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
+    _assert_same_results(run_dir, reference_dir)
