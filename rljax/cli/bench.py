@@ -48,6 +48,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (overrides the spec's)")
     parser.add_argument("--total-timesteps", type=float, default=None, metavar="T",
                         help="env steps per run (overrides the spec's and every env's)")
+    parser.add_argument("--wandb", default=None, metavar="PROJECT",
+                        help="also log every cell's sweep to this W&B project (as rljax sweep --wandb)")
+    parser.add_argument("--mlflow", default=None, metavar="URI",
+                        help="also log every cell's sweep to this MLflow tracking URI (as rljax sweep --mlflow)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--no-tensorboard", action="store_true", help="no tensorboard events in the cells")
     parser.add_argument("--no-compile-cache", action="store_true",
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_compile_cache and not jax.config.jax_compilation_cache_dir:  # a cache set already is kept
         enable_compilation_cache()
     try:
-        run_bench(spec, args.run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard)
+        trackers = {k: v for k, v in (("wandb", args.wandb), ("mlflow", args.mlflow)) if v is not None}
+        run_bench(spec, args.run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard, **trackers)
     except SpecError as err:
         print(f"rljax bench: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -91,3 +91,13 @@ def test_a_stopped_bench_exits_75_saying_how_to_continue(capsys, spec_path, tmp_
     request_stop(run_dir)
     assert main([str(spec_path), "--run-dir", str(run_dir), "--quiet"]) == 75
     assert f"run the bench again to continue: rljax bench {spec_path} --run-dir {run_dir}" in capsys.readouterr().err
+
+
+def test_the_tracker_flags_reach_every_cells_sweep(monkeypatch, spec_path, tmp_path):
+    import rljax.bench.runner as runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "run_bench", lambda spec, run_dir, **kwargs: seen.update(kwargs) or {})
+    assert main([str(spec_path), "--run-dir", str(tmp_path / "b"), "--wandb", "proj", "--mlflow", "file:/x",
+                 "--quiet"]) == 0
+    assert (seen["wandb"], seen["mlflow"], seen["tensorboard"]) == ("proj", "file:/x", True)
