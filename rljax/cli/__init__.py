@@ -2,7 +2,7 @@
 
 :mod:`rljax.cli.main` builds one argparse parser with a subparser per command; each command is a
 module here with ``add_parser(subparsers)`` and ``run(args)`` (``envs``, ``train``, ``sweep``,
-``resume``, ``eval``, ``export``, ``inspect``, ``supervise``, ``launch``, ``status``, ``stop``,
+``bench``, ``resume``, ``eval``, ``export``, ``inspect``, ``supervise``, ``launch``, ``status``, ``stop``,
 ``config``, ``env-server``). Shared pieces: the flags of a
 config (:mod:`rljax.cli.flags`), exit statuses and the process around a run
 (:mod:`rljax.cli.process`), the experiment modules' ``main`` (:mod:`rljax.cli.experiment`).

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import rljax
-from rljax.cli import (configfile, env_server, envs, eval as eval_command, export, inspect, launch, resume, status,
-                       stop, supervise, sweep, train)
+from rljax.cli import (bench, configfile, env_server, envs, eval as eval_command, export, inspect, launch, resume,
+                       status, stop, supervise, sweep, train)
 from rljax.cli.experiment import run_experiment
 from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_parser, config_from_args
 from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
@@ -26,8 +26,8 @@ __all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "ru
            "config_from_args", "call_training", "enable_compilation_cache", "request_cpu_devices", "EXIT_USAGE",
            "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
 
-COMMANDS = (envs, train, sweep, resume, eval_command, export, supervise, launch, inspect, status, stop, configfile,
-            env_server)
+COMMANDS = (envs, train, sweep, bench, resume, eval_command, export, supervise, launch, inspect, status, stop,
+            configfile, env_server)
 """The command modules, in the order ``rljax --help`` lists them."""
 
 
@@ -38,6 +38,8 @@ def usage() -> str:
             f"       rljax train {{{algos}}} [--env NAME|module:Name] [--env-param k=v ...] "
             "[--flag value ...]   (--help for the flags)\n"
             f"       rljax sweep {{{algos}}} --grid FIELD=V1,V2 [--seeds N] [--flag value ...]\n"
+            "       rljax bench SUITE|SPEC.toml --run-dir DIR [--algorithms A,B] [--envs ID,ID] [--seeds N] "
+            "[--total-timesteps T]\n"
             "       rljax resume RUN_DIR [--total-timesteps N] [--flag value ...]\n"
             "       rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif] "
             "[--step S] [--member NAME] [--seed N]\n"
