@@ -40,10 +40,10 @@ __all__ = ["ROLLED_ENV", "permutation", "stable_argsort", "unroll_threefry_on_cp
            "threefry2x32_unrolled", "threefry2x32_rolled"]
 
 ROLLED_ENV = "RLJAX_ROLLED_THREEFRY"
-"""Environment variable: ``1`` or unset keeps the hash as the five-step loop JAX lowers on the CPU in
-every program lowered after :func:`unroll_threefry_on_cpu` (the default: never slower than JAX on
-any CPU measured); ``0`` lowers it as the straight-line hash (the same bits; faster random numbers
-on some CPUs, slower on others, and up to a few tenths of a second more compile: measure on yours)."""
+"""Environment variable: ``1`` or unset keeps JAX's own CPU lowering of the hash (its five-step loop)
+in every program lowered after :func:`unroll_threefry_on_cpu` (the default: never slower than JAX);
+``0`` lowers it as the straight-line hash (the same bits; faster random numbers on some CPUs and
+slower programs on others, and another compile time: measure on yours)."""
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -105,12 +105,12 @@ def threefry2x32_rolled(key1: jax.Array, key2: jax.Array, x1: jax.Array, x2: jax
 
 @contextlib.contextmanager
 def rolled_threefry(rolled: bool = True) -> Iterator[None]:
-    """Programs this thread first lowers within this block get the Threefry hash as the rolled loop
-    (:func:`threefry2x32_rolled`) even where :data:`ROLLED_ENV` asks for the straight-line hash: for
-    programs that run once (an initial state), where the straight-line hash costs compile time and
-    saves nothing. ``rolled=False`` gives them the straight-line hash even where the loop is the
-    process's default. (JAX reuses a function's earlier lowering for the same arguments whatever the block says:
-    the choice changes speed and compile time only, never a bit.)"""
+    """Programs this thread first lowers within this block get the Threefry hash as JAX's rolled loop
+    even where :data:`ROLLED_ENV` asks for the straight-line hash: for programs that run once (an
+    initial state), where the straight-line hash saves nothing. ``rolled=False`` gives them the
+    straight-line hash even where the loop is the process's default. (JAX reuses a function's
+    earlier lowering for the same arguments whatever the block says: the choice changes speed and
+    compile time only, never a bit.)"""
     before = getattr(_LOCAL, "rolled", None)
     _LOCAL.rolled = bool(rolled)
     try:
@@ -121,13 +121,32 @@ def rolled_threefry(rolled: bool = True) -> Iterator[None]:
 
 _UNROLLED_RULE = mlir.lower_fun(threefry2x32_unrolled, multiple_results=True)
 _ROLLED_RULE = mlir.lower_fun(threefry2x32_rolled, multiple_results=True)
+_JAX_RULE: object = None
+"""JAX's own CPU lowering of the hash, found before rljax's replaces it (None where this JAX keeps it
+elsewhere: :data:`_ROLLED_RULE`, the same loop and bits, takes its place)."""
+
+
+def _jax_cpu_rule(primitive: object) -> object:
+    """JAX's CPU lowering rule of ``primitive`` as registered now, or None (read from JAX's private
+    table: only to hand the default back to JAX's own rule, never to change it)."""
+    try:
+        from jax._src.interpreters import mlir as jax_mlir
+
+        entry = jax_mlir._platform_specific_lowerings["cpu"].get(primitive)
+    except (ImportError, AttributeError, KeyError, TypeError):  # pragma: no cover - another JAX's layout
+        return None
+    rule = getattr(entry, "rule", None)
+    return None if rule is None or rule is _threefry_cpu_rule else rule
 
 
 def _threefry_cpu_rule(ctx: object, *args: object) -> object:
-    """The CPU lowering rule: the rolled hash inside :func:`rolled_threefry` (or, outside any such
-    block, unless :data:`ROLLED_ENV` asks for the straight-line one), else the straight-line one."""
+    """The CPU lowering rule: JAX's own (its rolled loop) inside :func:`rolled_threefry` or, outside
+    any such block, unless :data:`ROLLED_ENV` asks for the straight-line hash; else the straight-line
+    one."""
     rolled = getattr(_LOCAL, "rolled", None)
-    return (_ROLLED_RULE if (_ROLLED_BY_DEFAULT if rolled is None else rolled) else _UNROLLED_RULE)(ctx, *args)
+    if not (_ROLLED_BY_DEFAULT if rolled is None else rolled):
+        return _UNROLLED_RULE(ctx, *args)
+    return (_JAX_RULE or _ROLLED_RULE)(ctx, *args)
 
 
 def unroll_threefry_on_cpu() -> bool:
@@ -148,7 +167,7 @@ def unroll_threefry_on_cpu() -> bool:
     Raises:
         ValueError: :data:`ROLLED_ENV` is set to something other than ``0`` or ``1``.
     """
-    global _UNROLLED, _ROLLED_BY_DEFAULT
+    global _UNROLLED, _ROLLED_BY_DEFAULT, _JAX_RULE
     with _LOCK:
         if _UNROLLED:
             return True
@@ -161,6 +180,7 @@ def unroll_threefry_on_cpu() -> bool:
             from jax.extend.random import threefry2x32_p
         except ImportError:  # pragma: no cover - a JAX without the public primitive
             return False
+        _JAX_RULE = _jax_cpu_rule(threefry2x32_p) or _JAX_RULE
         mlir.register_lowering(threefry2x32_p, _threefry_cpu_rule, platform="cpu")
         _UNROLLED = True
         return True

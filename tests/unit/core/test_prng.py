@@ -118,6 +118,22 @@ def test_the_environment_variable_chooses_the_default_lowering(unregistered, val
     assert seen == [loop]
 
 
+def test_the_default_lowering_is_jaxs_own_rule(unregistered):
+    """Unset, rljax hands the hash to the rule JAX registered (not a copy of it): the programs users
+    get are JAX's."""
+    unregistered.delenv(prng.ROLLED_ENV, raising=False)
+    assert unroll_threefry_on_cpu() and prng._JAX_RULE is not None
+    calls = []
+    jax_rule = prng._JAX_RULE
+    unregistered.setattr(prng, "_JAX_RULE", lambda ctx, *args: calls.append(1) or jax_rule(ctx, *args))
+    jax.jit(lambda k: jax.random.split(k, 5)).lower(jax.random.key(0)).as_text()
+    assert calls
+    with rolled_threefry(False):
+        calls.clear()
+        jax.jit(lambda k: jax.random.split(k, 6)).lower(jax.random.key(0)).as_text()
+        assert not calls
+
+
 def test_a_bad_environment_value_is_refused_by_name(unregistered):
     unregistered.setenv(prng.ROLLED_ENV, "yes")
     with pytest.raises(ValueError, match=r"RLJAX_ROLLED_THREEFRY='yes': set it to 1 / unset it .* or 0 "):
