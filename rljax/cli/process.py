@@ -308,6 +308,14 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
     if newest is None:
         return None
     step, meta = newest
+    if "plan" not in meta and "updates" in meta:  # a host-env run (the actor-learner path): updates, no chunk plan
+        try:
+            updates, env_steps = int(meta["updates"]), int(meta["env_steps"])
+        except (TypeError, ValueError):
+            return None
+        if updates < 1 or updates < config.total_timesteps // max(1, env_steps // updates):
+            return None
+        return _finished_message(run_dir, step, env_steps, config.total_timesteps)
     try:
         saved = meta["plan"]
         plan = resume_plan(config.total_timesteps, int(saved["env_steps_per_update"]), int(saved["updates_per_chunk"]))
@@ -317,8 +325,12 @@ def finished_run(run_dir: str | os.PathLike, config: Any) -> str | None:
     check_not_shrunk(plan, done_chunks, env_steps, str(run_dir))
     if done_chunks < plan.num_chunks:
         return None
+    return _finished_message(run_dir, step, env_steps, config.total_timesteps)
+
+
+def _finished_message(run_dir: Any, step: int, env_steps: int, total: int) -> str:
     return (f"{run_dir} has finished: its newest checkpoint (step {step}) is at {env_steps:,} env steps, the end of "
-            f"a run of total_timesteps={config.total_timesteps:,}; nothing to train, nothing compiled. To train it "
+            f"a run of total_timesteps={total:,}; nothing to train, nothing compiled. To train it "
             f"further, extend it: rljax resume {run_dir} --total-timesteps N (N > {env_steps:,})")
 
 

@@ -139,6 +139,17 @@ def test_a_resume_cannot_shorten_what_is_trained(tmp_path, capsys):
     assert "it cannot shorten what is trained" in capsys.readouterr().err
 
 
+def test_a_finished_host_env_run_is_finished_too(tmp_path):
+    # `rljax resume` of a finished gymnasium/CartPole-v1 run "resumed", trained nothing and rewrote
+    # status.json and the manifest. A host run's checkpoint counts updates and has no chunk plan.
+    run = tmp_path / "host"
+    checkpoint_meta(run, 19968, {"env": "gymnasium/CartPole-v1"}, algorithm="PPOConfig", env_steps=19968, updates=39,
+                    chunk_index=9)
+    assert "has finished: its newest checkpoint (step 19968) is at 19,968 env steps" in finished_run(
+        run, PPOConfig(env="gymnasium/CartPole-v1", total_timesteps=20_000))   # 39 updates of 512: the same plan
+    assert finished_run(run, PPOConfig(env="gymnasium/CartPole-v1", total_timesteps=20_480)) is None  # one update more
+
+
 def test_a_finished_run_is_reported_once_in_a_job(tmp_path, capsys, monkeypatch):
     # `rljax launch -n 2 -d 2 -- rljax resume RUN` printed "has finished" once per process.
     from rljax.cli.process import report_finished
