@@ -89,8 +89,9 @@ def _checked(action: argparse.Action, value: Any, text: str, where: str) -> str:
 
     Raises:
         ValueError: naming ``where`` (the file and key), the value and why: the flag's own message
-            (``'1.5' is not an integer``), the valid choices, or, for a number written as a string
-            (``learning_rate = "0.001"``), the unquoted form to write instead.
+            (``'1.5' is not an integer``), the valid choices, for a number written as a string
+            (``learning_rate = "0.001"``) the unquoted form to write instead, and for a number or
+            boolean given to a string flag (``run_dir = 5``) the quoted form.
     """
     convert = action.type if callable(action.type) else (lambda t: t)
     try:
@@ -99,7 +100,14 @@ def _checked(action: argparse.Action, value: Any, text: str, where: str) -> str:
         raise ValueError(f"{where} = {_shown(value)}: {err}") from None
     if action.choices is not None and converted not in action.choices:
         raise ValueError(f"{where} = {_shown(value)}: must be one of {', '.join(map(repr, action.choices))}")
-    quoted = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and _is_number(v)]
+    raw = value if isinstance(value, list) else [value]
+    if isinstance(converted, str) and any(isinstance(v, (bool, int, float)) for v in raw):
+        # A string flag given a number or a boolean (run_dir = 5, wandb = true) would be read as its text.
+        key = where.rsplit(" ", 1)[-1]
+        what = "holds a number or boolean" if isinstance(value, list) else \
+            f"is a {'boolean' if isinstance(value, bool) else 'number'}, not a string"
+        raise ValueError(f"{where} = {_shown(value)} {what}: write it quoted, {key} = {json.dumps(text)}")
+    quoted = [v for v in raw if isinstance(v, str) and _is_number(v)]
     if quoted and _numeric(converted):
         # A quoted number would be read all the same; refused, as a typo in a type would be elsewhere.
         key = where.rsplit(" ", 1)[-1]

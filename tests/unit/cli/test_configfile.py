@@ -98,6 +98,10 @@ def test_a_sweep_reads_its_flags_from_the_run_table(tmp_path):
                                   r"hidden_sizes = \[64, 64\]\n"),
     ("[run]\nkeep_checkpoints = '5'", r"\[run\] keep_checkpoints = \"5\" is a string, not a number: write it "
                                      r"unquoted, keep_checkpoints = 5\n"),
+    # A number or boolean for a string flag is refused, with the quoted form to write.
+    ("[run]\nrun_dir = 5", r"\[run\] run_dir = 5 is a number, not a string: write it quoted, run_dir = \"5\"\n"),
+    ("[run]\nwandb = true", r"\[run\] wandb = true is a boolean, not a string: write it quoted, wandb = \"true\"\n"),
+    ("env = 5", r"env = 5 is a number, not a string: write it quoted, env = \"5\"\n"),
     # A key in the other table says where it belongs.
     ("checkpoint_every = 2", r"'checkpoint_every' is a run option, not a field of PPOConfig: put it under \[run\]"),
     ("[run]\nlearning_rate = 1e-3", r"\[run\] 'learning_rate' is a field of PPOConfig: put it at the top level, "
