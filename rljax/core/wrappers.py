@@ -1110,12 +1110,14 @@ class ParamRange(NamedTuple):
         return jnp.exp(value) if self.log else value
 
     def __str__(self) -> str:
-        """``NAME=LOW:HIGH`` (``NAME=log:LOW:HIGH``): each bound in its short form (``1``, ``0.25``)
-        where that is the same number, else with every digit (``0.123456789``)."""
-        def exact(x: float) -> str:
-            return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+        """``NAME=LOW:HIGH`` (``NAME=log:LOW:HIGH``), each bound as :func:`_exact_number` writes it."""
+        return f"{self.name}={'log:' if self.log else ''}{_exact_number(self.low)}:{_exact_number(self.high)}"
 
-        return f"{self.name}={'log:' if self.log else ''}{exact(self.low)}:{exact(self.high)}"
+
+def _exact_number(x: float) -> str:
+    """``x`` in its short form (``1``, ``0.25``, ``1e-05``) where that is the same number, else with
+    every digit (``0.123456789``): how a bound a user typed is shown back."""
+    return f"{x:g}" if float(f"{x:g}") == x else repr(x)
 
 
 _RANGE_FORMS = "NAME=LOW:HIGH (uniform) or NAME=log:LOW:HIGH (log-uniform), e.g. length=0.25:2.0"
@@ -1144,9 +1146,10 @@ def param_ranges(specs: Any) -> tuple[ParamRange, ...]:
         except ValueError:
             raise ValueError(f"--randomize {spec!r}: LOW and HIGH must be numbers ({_RANGE_FORMS})") from None
         if not (np.isfinite(low) and np.isfinite(high) and low < high):
-            raise ValueError(f"--randomize {spec!r}: need finite LOW < HIGH, got LOW={low:g}, HIGH={high:g}")
+            raise ValueError(f"--randomize {spec!r}: need finite LOW < HIGH, got LOW={_exact_number(low)}, "
+                             f"HIGH={_exact_number(high)}")
         if log and low <= 0:
-            raise ValueError(f"--randomize {spec!r}: a log range needs LOW > 0, got {low:g}")
+            raise ValueError(f"--randomize {spec!r}: a log range needs LOW > 0, got {_exact_number(low)}")
         ranges[name] = ParamRange(name, low, high, log)
     return tuple(ranges.values())
 

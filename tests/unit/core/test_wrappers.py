@@ -762,6 +762,9 @@ def test_a_log_range_draws_log_uniformly():
     ("value=2:1", "need finite LOW < HIGH, got LOW=2, HIGH=1"),
     ("value=1:inf", "need finite LOW < HIGH"),
     ("value=log:0:2", "a log range needs LOW > 0, got 0"),
+    # Bounds are named with every digit typed.
+    ("value=2.123456789:1.5", "need finite LOW < HIGH, got LOW=2.123456789, HIGH=1.5"),
+    ("value=log:-0.123456789:1.5", "a log range needs LOW > 0, got -0.123456789"),
 ])
 def test_bad_ranges_name_the_spec_and_the_valid_forms(spec, message):
     from rljax.core.wrappers import param_ranges
