@@ -246,11 +246,19 @@ def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
 
 
 class _QuietTrackerThreads(logging.Filter):
-    """Leaves out the records a tracker's thread logs (urllib3's "Retrying ..." per attempt): the
-    tracker's one warning names the final error."""
+    """Leaves out the records a tracker's thread logs (urllib3's "Retrying ..." per attempt), keeping
+    each thread's last one: the tracker's one warning names it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: dict[str, str] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.threadName.startswith(_THREAD_PREFIX)
+        """False (left out) for a record of a tracker's thread, whose message is kept as its last."""
+        if not record.threadName.startswith(_THREAD_PREFIX):
+            return True
+        self.last[record.threadName] = record.getMessage()
+        return False
 
 
 _QUIET = _QuietTrackerThreads()
@@ -447,8 +455,10 @@ class Trackers:
                 continue
             what = (f"sent its rows and closed its run {self.close_timeout_s:g} s" if started else
                     f"started its run {self.start_timeout_s:g} s")
+            last = _QUIET.last.get(worker.thread.name)
             self._drop(worker, f"{worker.backend.name} had still not {what} after training ended: dropped (its "
-                               f"tracker run may lack the last rows and files); metrics.jsonl and tb/ are complete")
+                               f"tracker run may lack the last rows and files); metrics.jsonl and tb/ are complete"
+                               + (f"; the last thing it logged: {last}" if last else ""))
         self._report()
 
     def _artifacts(self, key: str) -> list[pathlib.Path]:

@@ -161,12 +161,16 @@ class _HangingBackend:
 
     name = "Fake"
 
-    def __init__(self, fail_start=False):
-        self.release, self.opened = threading.Event(), threading.Event()
-        self.fail_start = fail_start
+    def __init__(self, fail_start=False, retrying=False):
+        self.release, self.opened, self.retried = threading.Event(), threading.Event(), threading.Event()
+        self.fail_start, self.retrying = fail_start, retrying
         self.logged, self.calls = [], []
 
     def open(self, run_id, name, group, config, tags):
+        if self.retrying:  # a client retrying a server that refuses connections, as MLflow's does
+            logging.getLogger("urllib3.connectionpool").warning("Retrying (Retry(total=%d)) after connection "
+                                                                "refused: /api/2.0/mlflow/runs/create", 3)
+            self.retried.set()
         assert self.release.wait(60), "the test never released the tracker"
         if self.fail_start:
             for attempt in range(7):
@@ -243,6 +247,21 @@ def test_a_tracker_still_starting_at_the_end_is_dropped_with_one_warning(tmp_pat
     assert not _tracker_threads() and fake.opened.is_set() and fake.logged == [] and fake.calls == []
     # Nor is anything written to the run directory once the run has ended (its lock is released by then).
     assert not (tmp_path / "trackers.json").exists()
+
+
+def test_a_tracker_dropped_while_retrying_names_what_it_last_logged(tmp_path, caplog):
+    fake = _HangingBackend(retrying=True)
+    hook = _trackers(tmp_path, fake, start_timeout_s=0.2)
+    hook.start(None)
+    assert fake.retried.wait(60)
+    with pytest.warns(UserWarning) as caught:
+        hook.close()
+    fake.release.set()
+    assert [str(w.message) for w in caught] == [
+        "Fake had still not started its run 0.2 s after training ended: dropped (its tracker run may lack the last "
+        "rows and files); metrics.jsonl and tb/ are complete; the last thing it logged: Retrying (Retry(total=3)) "
+        "after connection refused: /api/2.0/mlflow/runs/create"]
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]
 
 
 def test_a_start_that_fails_after_retries_warns_once_without_the_retry_warnings(tmp_path, caplog):
