@@ -454,8 +454,10 @@ def _no_checkpoint(run_dir: pathlib.Path) -> FileNotFoundError:
         return FileNotFoundError(f"{run_dir} has no checkpoint yet: its run is {holder} and saves its first "
                                  f"checkpoint after a chunk (--checkpoint-every / --checkpoint-interval) or at its "
                                  f"end; try again then")
-    return FileNotFoundError(f"{run_dir} holds no checkpoint (a run saves one after its last chunk and when it is "
-                             f"stopped; was it run with checkpoints=False?)")
+    return FileNotFoundError(f"{run_dir} holds no checkpoint: a run saves one every --checkpoint-every chunks or "
+                             f"--checkpoint-interval seconds (60), after its last chunk and when it is stopped, so one "
+                             f"killed before its first save has none (`rljax status {run_dir}` says how it ended); "
+                             f"was it run with checkpoints=False?")
 
 
 def _member(run_dir: pathlib.Path, member: str | int | None, config: Any, config_cls: Any, population: int = 1

@@ -108,7 +108,8 @@ def test_loading_a_live_run_before_its_first_checkpoint_says_so(tmp_path):
         with pytest.raises(FileNotFoundError, match=rf"{run} has no checkpoint yet: its run is still running \("
                                                     r".*saves its first checkpoint after a chunk"):
             rljax.load(run)
-    with pytest.raises(FileNotFoundError, match="holds no checkpoint .*was it run with checkpoints=False"):
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint: .*so one killed before its first save has none "
+                                                r"\(`rljax status .*was it run with checkpoints=False"):
         rljax.load(run)
 
 
