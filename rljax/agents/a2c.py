@@ -87,6 +87,9 @@ class A2CConfig(RolloutConfig):
         check_choice(self, "activation", ACTIVATIONS)
         check_choice(self, "optimizer", OPTIMIZERS)
         check_choice(self, "rmsprop", RMSPROPS)
+        if self.optimizer != "rmsprop" and self.rmsprop != "optax":
+            raise ValueError(f"rmsprop={self.rmsprop!r} picks RMSprop's form, but optimizer={self.optimizer!r}: "
+                             f"use optimizer='rmsprop' with it, or leave rmsprop at 'optax'")
         check_floats(self, ("learning_rate", "max_grad_norm"), 0, low_open=True)
         check_floats(self, ("gamma", "gae_lambda"), 0, 1)
         check_floats(self, ("ent_coef", "vf_coef"), 0)

@@ -47,7 +47,7 @@ def usage() -> str:
             "       rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND ...\n"
             "       rljax launch --num-processes P --devices-per-process D -- COMMAND ...   (multi-host on this "
             "machine)\n"
-            "       rljax inspect RUN_DIR [--out DIR] [--no-plots]   (a run's or sweep's summary and plots)\n"
+            "       rljax inspect RUN_DIR [--out DIR] [--no-plots] [--smooth W]   (a run's or sweep's summary and plots)\n"
             "       rljax env-server gymnasium/ID --num-envs N [--host H] [--port P]   (serve an env over rljax's "
             "env protocol)\n"
             "       rljax --version")

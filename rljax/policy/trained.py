@@ -69,12 +69,16 @@ class HostEnvSpaces:
         self._observation_space, self._action_space = (_int32(observation_space), _int32(action_space))
 
     def observation_space(self, params: Any = None) -> Any:
+        """The host envs' observation space, as their run's checkpoint recorded it."""
         return self._observation_space
 
     def action_space(self, params: Any = None) -> Any:
+        """The host envs' action space, as their run's checkpoint recorded it."""
         return self._action_space
 
     def reset(self, key: Any, params: Any = None) -> tuple[jax.Array, tuple[()]]:
+        """A zero observation of the recorded space and an empty state: the shapes a network is built
+        from (no host env is made or stepped)."""
         space = self._observation_space
         return jnp.zeros(tuple(space.shape), space.dtype), ()
 

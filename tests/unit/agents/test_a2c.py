@@ -160,6 +160,7 @@ def test_a2c_optimizer_names_a_bad_choice_and_the_valid_ones(args, match):
 @pytest.mark.parametrize("kw, match", [
     (dict(optimizer="sgd"), "optimizer='sgd'"),
     (dict(rmsprop="pytorch"), r"rmsprop='pytorch' is not one of \('optax', 'torch', 'tf1'\)"),
+    (dict(optimizer="adam", rmsprop="torch"), r"rmsprop='torch' picks RMSprop's form, but optimizer='adam'"),
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
     (dict(gae_lambda=1.5), "gae_lambda must be in"),
     (dict(total_timesteps=100), "less than one update"),
