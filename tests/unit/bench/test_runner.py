@@ -161,6 +161,9 @@ def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(be
         bench_status(tmp_path)
 
 
+# Slow: by default test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results (a cell cut mid-way
+# continues) and tests/unit/cli/test_bench.py's stop before the first cell stand for it.
+@pytest.mark.slow
 def test_a_stop_request_in_the_bench_directory_stops_the_cell_and_the_bench_continues(bench, spec_path, tmp_path):
     from rljax.bench.runner import BenchStopped
     from rljax.store.status import request_stop

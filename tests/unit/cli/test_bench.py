@@ -68,6 +68,9 @@ def test_help_names_the_flags(capsys):
         assert flag in out
 
 
+# Slow: by default tests/unit/bench/test_runner.py (the same bench through run_bench) and the usage tests
+# here stand for it.
+@pytest.mark.slow
 def test_a_bench_runs_writes_its_files_and_run_again_continues_without_training(capsys, spec_path, tmp_path):
     run_dir = tmp_path / "b"
     assert main([str(spec_path), "--run-dir", str(run_dir), "--no-tensorboard"]) == 0

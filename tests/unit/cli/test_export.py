@@ -96,6 +96,8 @@ def test_the_summary_of_a_recurrent_policy_names_its_state_and_its_check():
         "  policy.onnx not written: not requested (onnx=False)"]
 
 
+# Slow: by default tests/unit/policy/test_host_policy.py::test_a_host_policy_exports_like_any_other stands for it.
+@pytest.mark.slow
 def test_a_host_run_exports(tmp_path, capsys):
     """The issue: ``rljax export`` of a ``gymnasium/CartPole-v1`` run said "unknown environment"."""
     import json

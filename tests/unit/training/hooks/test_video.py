@@ -68,6 +68,9 @@ def test_videos_are_written_and_training_is_bit_identical_without_them(plain, tm
     assert strip(result.rows) == strip(plain.rows)
 
 
+# Slow: by default test_videos_are_written_and_training_is_bit_identical_without_them stands for it (the hook's
+# state is the run's own; resumes in general: tests/unit/store/test_checkpoint.py).
+@pytest.mark.slow
 def test_a_resumed_run_goes_on_with_its_videos(plain, tmp_path):
     run = tmp_path / "run"
     options = rljax.RunOptions(run_dir=run, quiet=True, video_interval=EVERY, checkpoint_every=1)
@@ -97,6 +100,8 @@ def test_bad_video_intervals_are_refused(kwargs, message):
         rljax.RunOptions(**{"run_dir": "runs/x", **kwargs})
 
 
+# Slow: by default test_videos_are_written_and_training_is_bit_identical_without_them stands for it.
+@pytest.mark.slow
 def test_each_member_of_a_sweep_gets_its_own_videos(tmp_path):
     from rljax.training.sweep import SweepSpec, run_sweep
 
