@@ -29,7 +29,7 @@ import numpy as np
 
 from rljax.runtime.distributed import fetch
 
-__all__ = ["Episodes", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
+__all__ = ["Episodes", "MemberInputs", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
            "agent_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
@@ -224,6 +224,42 @@ def eval_columns(episodes: Episodes) -> dict[str, float]:
             "eval/episodes": int(returns.size)}
 
 
+class MemberInputs:
+    """What a greedy episode of each member of a run reads of its train state, ``(policy_params,
+    env_params)`` with a leading member axis, gathered on one device: the small inputs move there, not
+    the state (no replay buffer is copied, no program with collectives runs beside a chunk). Shared
+    by the hooks that play episodes during training (evaluation, videos).
+
+    Args:
+        program: the run's :class:`rljax.training.program.Program`.
+
+    Attributes:
+        device: the device the inputs are put on (the local first one when the run spans processes).
+    """
+
+    def __init__(self, program: Any):
+        agent = program.agent
+
+        def inputs(state: Any) -> tuple[Any, Any]:  # what one member's episode reads of its state
+            return agent.policy_params(state), state.env_params
+
+        if program.isolated:
+            self._inputs = jax.jit(jax.vmap(inputs))
+        else:  # every device holds the same params: device 0's, with a member axis of 1
+            num_devices = program.config.num_devices
+            self._inputs = jax.jit(lambda s: jax.tree.map(lambda x: x[None], inputs(
+                s if num_devices == 1 else jax.tree.map(lambda x: x[0], s))))
+        self.device = jax.local_devices()[0] if jax.process_count() > 1 else program.parallel.devices[0]
+
+    def __call__(self, state: Any) -> tuple[Any, Any]:
+        """``(policy_params, env_params)`` of every member of ``state``, on :attr:`device`. In a run
+        over several processes every process must call it (it gathers the inputs whole)."""
+        inputs = self._inputs(state)
+        if jax.process_count() > 1:  # spans processes: every process gathers the (small) inputs whole
+            inputs = fetch(inputs)
+        return jax.device_put(inputs, self.device)
+
+
 class Evaluation:
     """The loop's evaluation hook: the greedy policy of every member, every ``eval_interval``
     chunks and after the last, ``eval_episodes`` episodes each; the ``eval/*`` columns are added to
@@ -241,21 +277,11 @@ class Evaluation:
         max_steps = max_episode_steps(program.env_params if program.population is None
                                       else program.population.env_params)
 
-        def inputs(state: Any) -> tuple[Any, Any]:  # what one member's evaluation reads of its state
-            return agent.policy_params(state), state.env_params
-
         def episodes(policy_params: Any, env_params: Any, key: jax.Array) -> Episodes:
             return agent_episodes(agent, env, policy_params, env_params, key, num_episodes, max_steps, True)
 
-        if program.isolated:
-            self._inputs = jax.jit(jax.vmap(inputs))
-        else:  # every device holds the same params: device 0's, with a member axis of 1
-            num_devices = program.config.num_devices
-            self._inputs = jax.jit(lambda s: jax.tree.map(lambda x: x[None], inputs(
-                s if num_devices == 1 else jax.tree.map(lambda x: x[0], s))))
-        # Every member's episodes run on one device: the small inputs move there, not the state.
+        self._inputs = MemberInputs(program)
         self._episodes = jax.jit(jax.vmap(episodes))
-        self._device = jax.local_devices()[0] if jax.process_count() > 1 else program.parallel.devices[0]
         base = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), EVAL_STREAM))(
             jnp.asarray(program.seeds, jnp.uint32))
         self._keys = jax.jit(lambda c: jax.vmap(jax.random.fold_in, in_axes=(0, None))(base, c))
@@ -269,11 +295,8 @@ class Evaluation:
         if run.ahead is not None or not self.due(run, chunk_index, chunk_index == run.plan.num_chunks - 1):
             return  # (never both: a due chunk is not launched ahead of)
         t0 = time.perf_counter()
-        inputs = self._inputs(run.state)
-        if jax.process_count() > 1:  # spans processes: every process gathers the (small) inputs whole
-            inputs = fetch(inputs)
-        policy_params, env_params = jax.device_put(inputs, self._device)
-        keys = jax.device_put(self._keys(jnp.int32(chunk_index)), self._device)
+        policy_params, env_params = self._inputs(run.state)
+        keys = jax.device_put(self._keys(jnp.int32(chunk_index)), self._inputs.device)
         out = jax.device_get(self._episodes(policy_params, env_params, keys))
         for i, row in enumerate(rows):
             row.update(eval_columns(Episodes(*(np.asarray(x)[i] for x in out))))

@@ -65,18 +65,9 @@ class Video(Hook):
         except NotDrawableError as err:
             raise NotDrawableError(f"video_interval={interval} (--video-interval) needs an env that can be drawn: "
                                    f"{err}") from None
-        agent = program.agent
+        from rljax.policy.evaluate import MemberInputs
 
-        def inputs(state: Any) -> tuple[Any, Any]:  # what one member's episode reads of its state
-            return agent.policy_params(state), state.env_params
-
-        if program.isolated:
-            self._inputs = jax.jit(jax.vmap(inputs))
-        else:  # every device holds the same params: device 0's, with a member axis of 1
-            num_devices = program.config.num_devices
-            self._inputs = jax.jit(lambda s: jax.tree.map(lambda x: x[None], inputs(
-                s if num_devices == 1 else jax.tree.map(lambda x: x[0], s))))
-        self._device = jax.local_devices()[0] if jax.process_count() > 1 else program.parallel.devices[0]
+        self._inputs = MemberInputs(program)
         self._base = [jax.random.fold_in(jax.random.key(int(seed)), VIDEO_STREAM) for seed in program.seeds]
 
     def _steps(self, run: Run, chunk_index: int) -> int:
@@ -95,15 +86,11 @@ class Video(Hook):
             return  # (never both: a due chunk is not launched ahead of)
         from rljax.policy.trained import Policy
         from rljax.policy.video import DEFAULT_FPS, episode_frames, write_gif
-        from rljax.runtime.distributed import fetch
 
         t0 = time.perf_counter()
-        inputs = self._inputs(run.state)
-        if jax.process_count() > 1:  # spans processes: every process gathers the (small) inputs whole
-            inputs = fetch(inputs)
+        policy_params, env_params = self._inputs(run.state)  # every process: it gathers over them
         if self.run_dir is None:
             return
-        policy_params, env_params = jax.device_put(inputs, self._device)
         steps = self._steps(run, chunk_index)
         fps = getattr(self.program.env, "render_fps", DEFAULT_FPS)
         for i, name in enumerate(self.program.names):
