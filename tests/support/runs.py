@@ -75,3 +75,27 @@ def sigterm_after_progress(cmd: list, env: dict, cwd, stderr_path, lines: int = 
         finally:
             proc.kill()
     return proc.returncode, pathlib.Path(stderr_path).read_text()
+
+
+def tb_events(logdir) -> list:
+    """``(step, [summary values])`` of every summary event of every tensorboard event file in ``logdir``
+    (not below it), in file order: the TFRecord framing read by hand, the events with tensorboardX's protos."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (n,) = struct.unpack("Q", data[offset:offset + 8])
+            event = Event.FromString(data[offset + 12:offset + 12 + n])
+            offset += 16 + n
+            if event.HasField("summary"):
+                out.append((event.step, list(event.summary.value)))
+    return out
+
+
+def tb_summaries(logdir) -> list:
+    """Every summary value of :func:`tb_events` of ``logdir``, as ``(step, value)``."""
+    return [(step, v) for step, values in tb_events(logdir) for v in values]

@@ -18,6 +18,7 @@ from rljax.agents.ppo import PPOConfig
 from rljax.store.tracking import (REQUIRED_KEYS, Tracker, Tracking, config_hash, config_to_dict, cost_totals,
                                   format_population_progress, format_progress, json_scalar, manifest,
                                   population_legend, read_chunks, read_metrics)
+from tests.support.runs import tb_events, tb_summaries
 
 PROCESS = {"git_commit": "abc", "git_dirty": False, "packages": {}, "python": "3", "platform": "p", "devices": [],
            "backend": "cpu", "argv": ["x"]}
@@ -73,21 +74,8 @@ def test_rows_round_trip_and_damaged_lines_are_skipped(tmp_path):
 
 
 def _events(run_dir) -> list[tuple[int, dict]]:
-    """``(step, {tag: value})`` of every summary event in ``run_dir/tb`` (TFRecord framing, read by hand)."""
-    import struct
-
-    from tensorboardX.proto.event_pb2 import Event
-
-    out = []
-    for path in sorted((run_dir / "tb").glob("events.out.tfevents.*")):
-        data, offset = path.read_bytes(), 0
-        while offset < len(data):
-            (n,) = struct.unpack("Q", data[offset:offset + 8])
-            event = Event.FromString(data[offset + 12:offset + 12 + n])
-            offset += 16 + n
-            if event.HasField("summary"):
-                out.append((event.step, {v.tag: v.simple_value for v in event.summary.value}))
-    return out
+    """``(step, {tag: value})`` of every summary event in ``run_dir/tb``."""
+    return [(step, {v.tag: v.simple_value for v in values}) for step, values in tb_events(run_dir / "tb")]
 
 
 def test_a_chunks_finer_rows_go_to_metrics_and_tensorboard_and_its_row_to_chunks(tmp_path):
@@ -262,30 +250,13 @@ def test_cost_totals_by_hand():
     assert cost_totals([])["env_steps_per_device_s"] is None
 
 
-def _summaries(logdir) -> list:
-    """Every summary value of every event file in ``logdir`` (not below it), as ``(step, value)``."""
-    import struct
-
-    from tensorboardX.proto.event_pb2 import Event
-
-    out = []
-    for path in sorted(logdir.glob("events.out.tfevents.*")):
-        data, offset = path.read_bytes(), 0
-        while offset < len(data):
-            (n,) = struct.unpack("Q", data[offset:offset + 8])
-            event = Event.FromString(data[offset + 12:offset + 12 + n])
-            offset += 16 + n
-            out += [(event.step, v) for v in event.summary.value]
-    return out
-
-
 def test_the_config_is_written_to_tensorboard_as_hparams_and_a_text_table_once(tmp_path):
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
     config = PPOConfig(learning_rate=1e-3, hidden_sizes=(32, 16), normalize_obs=True)
     with Tracker(tmp_path, config, quiet=True, process=PROCESS) as t:
         t.log(_row(10), [{"env_steps": 10, "updates": 1, "loss": 0.5}])
-    values = {tag: [v for _, v in _summaries(tmp_path / "tb" / "hparams") if v.tag == tag]
+    values = {tag: [v for _, v in tb_summaries(tmp_path / "tb" / "hparams") if v.tag == tag]
               for tag in ("_hparams_/experiment", "_hparams_/session_start_info", "hyperparameters/text_summary")}
     assert all(len(v) == 1 for v in values.values()), values
     plugin = lambda v: HParamsPluginData.FromString(v.metadata.plugin_data.content)  # noqa: E731
@@ -299,10 +270,10 @@ def test_the_config_is_written_to_tensorboard_as_hparams_and_a_text_table_once(t
     table = values["hyperparameters/text_summary"][0].tensor.string_val[0].decode()
     assert table.startswith("|param|value|\n|-|-|\n") and "|learning_rate|0.001|" in table.splitlines()
     # The table's metrics: the session's last values, in the same child run.
-    assert {(v.tag, step, v.simple_value) for step, v in _summaries(tmp_path / "tb" / "hparams")
+    assert {(v.tag, step, v.simple_value) for step, v in tb_summaries(tmp_path / "tb" / "hparams")
             if v.HasField("simple_value")} == {("episode_return_mean", 10, 1.0), ("episode_length_mean", 10, 1.0)}
     # The scalar event file holds only the rows' scalars.
-    assert {v.tag for _, v in _summaries(tmp_path / "tb")} == {k for k in _row(10, loss=0.5) if k != "env_steps"}
+    assert {v.tag for _, v in tb_summaries(tmp_path / "tb")} == {k for k in _row(10, loss=0.5) if k != "env_steps"}
     # A resume (even of a run whose tb/hparams was lost) leaves one copy.
     before = sorted((tmp_path / "tb" / "hparams").iterdir())
     Tracker(tmp_path, config, quiet=True, process=PROCESS, resume=True, resume_env_steps=10).close()
@@ -310,7 +281,7 @@ def test_the_config_is_written_to_tensorboard_as_hparams_and_a_text_table_once(t
     for path in before:
         path.unlink()
     Tracker(tmp_path, config, quiet=True, process=PROCESS, resume=True, resume_env_steps=10).close()
-    assert len([v for _, v in _summaries(tmp_path / "tb" / "hparams") if v.tag == "hyperparameters/text_summary"]) == 1
+    assert len([v for _, v in tb_summaries(tmp_path / "tb" / "hparams") if v.tag == "hyperparameters/text_summary"]) == 1
 
 
 def test_no_tensorboard_writes_no_hparams(tmp_path):
@@ -321,7 +292,7 @@ def test_no_tensorboard_writes_no_hparams(tmp_path):
 def test_an_image_reaches_tensorboard(tmp_path):
     with Tracker(tmp_path, PPOConfig(), quiet=True, process=PROCESS) as t:
         t.add_image("video/greedy", b"GIF89a-bytes", 4, 6, 30)
-    (step, value), = [(s, v) for s, v in _summaries(tmp_path / "tb") if v.tag == "video/greedy"]
+    (step, value), = [(s, v) for s, v in tb_summaries(tmp_path / "tb") if v.tag == "video/greedy"]
     assert step == 30 and (value.image.height, value.image.width, value.image.colorspace) == (4, 6, 3)
     assert value.image.encoded_image_string == b"GIF89a-bytes"
 
@@ -333,5 +304,5 @@ def test_the_hparams_metrics_are_the_kept_rows_last_values(tmp_path):
     t.log(_row(20, episode_return_mean=5.0))
     t.log(_row(30, episode_return_mean=None))  # no episode ended: the last value stays
     t.close()
-    assert {(v.tag, step, v.simple_value) for step, v in _summaries(tmp_path / "tb" / "hparams")
+    assert {(v.tag, step, v.simple_value) for step, v in tb_summaries(tmp_path / "tb" / "hparams")
             if v.HasField("simple_value")} == {("episode_return_mean", 20, 5.0), ("episode_length_mean", 30, 1.0)}

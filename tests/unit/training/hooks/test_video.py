@@ -4,15 +4,13 @@ goes on with them, and a non-drawing env refused before anything is compiled."""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
 import rljax
 from rljax.agents.ppo import PPOConfig
 from rljax.policy.video import NotDrawableError
 from rljax.training.hooks.video import VIDEO_TAG, video_due
-from tests.support.runs import PPO_SMALL, assert_same_bits, strip
+from tests.support.runs import PPO_SMALL, assert_same_bits, strip, tb_summaries
 
 # PPO_SMALL: 6 chunks of 2 updates x 8 envs x 16 steps = 256 env steps; 1,536 in all.
 STEPS = [256 * (c + 1) for c in range(6)]
@@ -29,18 +27,7 @@ def _gif_frames(path) -> int:
 
 def _images(tb_dir) -> list[tuple[int, str, bytes]]:
     """``(step, tag, encoded picture)`` of every image summary in ``tb_dir``'s event files."""
-    from tensorboardX.proto.event_pb2 import Event
-
-    out = []
-    for path in sorted(tb_dir.glob("events.out.tfevents.*")):
-        data, offset = path.read_bytes(), 0
-        while offset < len(data):
-            (n,) = struct.unpack("Q", data[offset:offset + 8])
-            event = Event.FromString(data[offset + 12:offset + 12 + n])
-            offset += 16 + n
-            out += [(event.step, v.tag, v.image.encoded_image_string) for v in event.summary.value
-                    if v.HasField("image")]
-    return out
+    return [(step, v.tag, v.image.encoded_image_string) for step, v in tb_summaries(tb_dir) if v.HasField("image")]
 
 
 def test_a_video_is_due_when_a_chunk_reaches_a_multiple_of_the_interval():
