@@ -16,22 +16,8 @@ from rljax.bench.runner import (bench_status, cell_dir, cell_state, random_score
 from rljax.bench.spec import SpecError, load_spec, narrow
 
 from tests.conftest import cpu_subprocess_env
+from tests.support.bench import SPEC
 
-SPEC = """
-name = "tiny"
-seeds = 2
-total_timesteps = 2048
-[evaluation]
-episodes = 4
-interval = 1
-last = 2
-random_episodes = 20
-[algorithms.ppo]
-num_steps = 64
-[envs."CartPole-v1"]
-reference = 500.0
-citation = "the env's maximum return"
-"""
 
 # A bench run in a subprocess that SIGKILLs itself after its cell's chunk KILL_AT (the cell checkpoints
 # every chunk, so the kill lands between a checkpoint and the end of the sweep).

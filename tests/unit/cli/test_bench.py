@@ -6,22 +6,7 @@ import json
 import pytest
 
 from rljax.cli.bench import main
-
-SPEC = """
-name = "tiny"
-seeds = 2
-total_timesteps = 2048
-[evaluation]
-episodes = 4
-interval = 1
-last = 2
-random_episodes = 20
-[algorithms.ppo]
-num_steps = 64
-[envs."CartPole-v1"]
-reference = 500.0
-citation = "the env's maximum return"
-"""
+from tests.support.bench import SPEC
 
 
 @pytest.fixture
