@@ -16,6 +16,9 @@ evaluated how, and scored against which references.
     [algorithms.ppo]             # config overrides of an algorithm (any field of its config class)
     num_envs = 8
 
+    [algorithms.dqn]
+    total_timesteps = 50_000     # optional: this algorithm's budget (e.g. its published protocol's)
+
     [envs."CartPole-v1"]
     params = { length = 0.5 }    # env param overrides (as --env-param)
     reference = 500.0            # the score normalised to 1
@@ -23,7 +26,16 @@ evaluated how, and scored against which references.
     algorithms = ["ppo"]         # optional: the algorithms that run on this env (default: all)
     total_timesteps = 200_000    # optional: this env's budget
 
-A cell is one (algorithm, env) pair. :func:`load_spec` reads a file or a shipped suite's name
+A cell is one (algorithm, env) pair. Its runs' budget (env steps per run) is the first of these that is
+set: the env's own ``total_timesteps``, the algorithm's (``[algorithms.X]``), the spec's. The env's
+comes first because an env sets one for what the task needs or for the budget its reference score
+was measured at, and the reference is what every algorithm on that env is normalised by; the
+algorithm's comes next because it states that algorithm's own protocol (the MinAtar paper's DQN at
+5e6 env steps beside PPO and PQN at 1e7) on every env that states none; the spec's is the default.
+:func:`narrow`'s ``total_timesteps`` (``--total-timesteps``) replaces all three. Every budget is a
+positive whole number (``5e6`` is read as 5,000,000).
+
+:func:`load_spec` reads a file or a shipped suite's name
 (``rljax/bench/suites/<name>.toml``), :func:`narrow` applies the command line's narrowing and
 overrides, and :func:`check_spec` refuses, before anything runs, a spec that cannot run: an
 unknown algorithm, env or config field, a field value the algorithm's config rejects, an env param
@@ -41,11 +53,15 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "load_spec", "parse_spec",
-           "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
+__all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "BUDGET_FIELD", "load_spec",
+           "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
 
-RESERVED_FIELDS = ("env", "env_params", "seed", "total_timesteps", "eval_interval", "eval_episodes")
-"""Config fields the bench sets itself (from ``envs``, ``seeds``, the budget and ``evaluation``)."""
+RESERVED_FIELDS = ("env", "env_params", "seed", "eval_interval", "eval_episodes")
+"""Config fields the bench sets itself (from ``envs``, ``seeds`` and ``evaluation``), which an algorithm
+table may not set. ``total_timesteps`` is the bench's too, but an algorithm table may set it: that
+algorithm's budget (see the module docstring for the order of the budgets)."""
+BUDGET_FIELD = "total_timesteps"
+"""The key of a budget: the spec's, an env's or an algorithm's (env steps per run)."""
 
 
 class SpecError(ValueError):
@@ -116,10 +132,11 @@ class BenchSpec:
 
     Attributes:
         name: the bench's name.
-        algorithms: algorithm name -> its config overrides.
+        algorithms: algorithm name -> its config overrides; ``total_timesteps`` among them is that
+            algorithm's budget (:meth:`budget`).
         envs: the envs, in order.
         seeds: runs per cell (seeds ``0 .. seeds-1``).
-        total_timesteps: env steps per run unless an env sets its own.
+        total_timesteps: env steps per run unless an env or an algorithm sets its own.
         evaluation: the evaluation protocol.
         description: free text.
     """
@@ -132,13 +149,23 @@ class BenchSpec:
     evaluation: Evaluation = Evaluation()
     description: str = ""
 
+    def budget(self, algorithm: str, env: EnvSpec) -> int:
+        """The env steps per run of the cell (``algorithm``, ``env``): the env's own budget, else the
+        algorithm's, else the spec's."""
+        if env.total_timesteps is not None:
+            return env.total_timesteps
+        own = self.algorithms[algorithm].get(BUDGET_FIELD)
+        if own is None:
+            return self.total_timesteps
+        return _whole(own, f"cell {algorithm}/{env.id}: algorithms.{algorithm}.{BUDGET_FIELD}")
+
     def cells(self) -> list[Cell]:
         """The cells, env by env, each env's algorithms in the spec's order."""
         out = []
         for env in self.envs:
             for algo in self.algorithms:
                 if not env.algorithms or algo in env.algorithms:
-                    out.append(Cell(algo, env, env.total_timesteps or self.total_timesteps))
+                    out.append(Cell(algo, env, self.budget(algo, env)))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,10 +243,26 @@ def parse_spec(data: Mapping[str, Any], name: str = "bench") -> BenchSpec:
         raise SpecError('envs: the spec names no env; add a table [envs."ID"] with reference and citation')
     if "seeds" not in data or "total_timesteps" not in data:
         raise SpecError(f"the spec needs seeds and total_timesteps; it has {sorted(data)}")
-    return BenchSpec(name=str(data.get("name", name)), algorithms=algorithms,
-                     envs=tuple(_env_spec(k, v) for k, v in envs.items()), seeds=_whole(data["seeds"], "seeds"),
+    env_specs = tuple(_env_spec(k, v) for k, v in envs.items())
+    for algo, table in algorithms.items():
+        if BUDGET_FIELD in table:
+            table[BUDGET_FIELD] = _algorithm_budget(algo, table[BUDGET_FIELD], env_specs)
+    return BenchSpec(name=str(data.get("name", name)), algorithms=algorithms, envs=env_specs,
+                     seeds=_whole(data["seeds"], "seeds"),
                      total_timesteps=_whole(data["total_timesteps"], "total_timesteps"), evaluation=evaluation,
                      description=str(data.get("description", "")))
+
+
+def _algorithm_budget(algorithm: str, value: Any, envs: Sequence[EnvSpec]) -> int:
+    """An ``[algorithms.X]`` table's ``total_timesteps`` as an int; a :class:`SpecError` naming the key,
+    the value and the cells it is the budget of otherwise."""
+    try:
+        return _whole(value, f"algorithms.{algorithm}.{BUDGET_FIELD}")
+    except SpecError as err:
+        cells = [f"{algorithm}/{e.id}" for e in envs
+                 if e.total_timesteps is None and (not e.algorithms or algorithm in e.algorithms)]
+        raise SpecError(f"{err} (the budget of {'cells ' + ', '.join(cells) if cells else 'no cell'}"
+                        f"{'' if cells else ': every env of the algorithm sets its own'})") from None
 
 
 def shipped_suites() -> list[str]:
@@ -260,7 +303,7 @@ def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Se
            seeds: int | None = None, total_timesteps: Any = None) -> BenchSpec:
     """``spec`` narrowed to some algorithms and envs, with its seeds and budget overridden.
 
-    ``total_timesteps`` replaces the bench's budget and every env's own. Narrowed to some
+    ``total_timesteps`` replaces the bench's budget and every env's and algorithm's own. Narrowed to some
     algorithms, an env that lists its algorithms keeps those kept, and one left with none is dropped.
 
     Raises:
@@ -281,7 +324,9 @@ def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Se
     if total_timesteps is not None:
         budget = _whole(total_timesteps, "--total-timesteps")
         out = dataclasses.replace(out, total_timesteps=budget,
-                                  envs=tuple(dataclasses.replace(e, total_timesteps=None) for e in out.envs))
+                                  envs=tuple(dataclasses.replace(e, total_timesteps=None) for e in out.envs),
+                                  algorithms={a: {k: v for k, v in o.items() if k != BUDGET_FIELD}
+                                              for a, o in out.algorithms.items()})
     return out
 
 
@@ -295,11 +340,12 @@ def cell_config(spec: BenchSpec, cell: Cell) -> Any:
 
     config_cls = agents.algorithms()[cell.algorithm].config_cls
     overrides = dict(spec.algorithms[cell.algorithm])
+    overrides.pop(BUDGET_FIELD, None)  # the algorithm's budget: cell.total_timesteps has applied it
     names = [f.name for f in dataclasses.fields(config_cls)]
     for key in overrides:
         if key in RESERVED_FIELDS:
             raise SpecError(f"cell {cell.name}: algorithms.{cell.algorithm}.{key} is set by the bench (env, "
-                            f"seeds, total_timesteps, evaluation); remove it")
+                            f"env params, seeds, evaluation); remove it")
         if key not in names:
             raise SpecError(f"cell {cell.name}: {key!r} is not a field of {config_cls.__name__}; its fields: "
                             + ", ".join(n for n in names if n not in RESERVED_FIELDS))

@@ -112,3 +112,50 @@ def test_a_file_that_is_not_toml_or_a_name_that_is_no_suite_is_refused(tmp_path)
         load_spec(bad)
     with pytest.raises(SpecError, match="neither a file nor a shipped suite; suites: bsuite, classic"):
         load_spec("no-such-suite")
+
+
+def test_an_algorithms_own_budget_comes_after_the_envs_and_before_the_specs():
+    # ppo sets none (the spec's 4096), dqn its own 5e6; CartPole sets its own, which wins over both.
+    doc = _doc(algorithms={"ppo": {}, "dqn": {"total_timesteps": 5e6}},
+               envs={"CartPole-v1": {"reference": 500, "citation": "c", "total_timesteps": 8192},
+                     "Acrobot-v1": {"reference": -100, "citation": "c"}})
+    spec = parse_spec(doc)
+    assert spec.algorithms["dqn"]["total_timesteps"] == 5_000_000  # a whole float is read as an int
+    assert [(c.name, c.total_timesteps) for c in spec.cells()] == [
+        ("ppo/CartPole-v1", 8192), ("dqn/CartPole-v1", 8192), ("ppo/Acrobot-v1", 4096),
+        ("dqn/Acrobot-v1", 5_000_000)]
+    # The budget reaches each cell's config and is not passed to it as an override besides.
+    assert [c.total_timesteps for c in check_spec(spec)] == [8192, 8192, 4096, 5_000_000]
+    # --total-timesteps replaces every budget, the algorithm's too; narrowing to algorithms keeps it.
+    assert {c.total_timesteps for c in narrow(spec, total_timesteps=1000).cells()} == {1000}
+    assert "total_timesteps" not in narrow(spec, total_timesteps=1000).algorithms["dqn"]
+    assert [c.total_timesteps for c in narrow(spec, algorithms=["dqn"]).cells()] == [8192, 5_000_000]
+
+
+@pytest.mark.parametrize("value", [0, -5, 1.5, "lots", True, float("inf")])
+def test_an_algorithms_budget_that_is_not_a_positive_whole_number_is_refused_naming_it_and_its_cells(value):
+    doc = _doc(algorithms={"ppo": {}, "dqn": {"total_timesteps": value}})
+    with pytest.raises(SpecError) as err:
+        parse_spec(doc)
+    message = str(err.value)
+    assert message.startswith(f"algorithms.dqn.total_timesteps must be a whole number >= 1, got {value!r}"), message
+    assert "(the budget of cells dqn/CartPole-v1)" in message  # Pendulum runs only ppo
+    # Every env of the algorithm setting its own, the message says the budget reaches no cell.
+    doc["envs"]["CartPole-v1"]["total_timesteps"] = 100
+    with pytest.raises(SpecError, match="no cell: every env of the algorithm sets its own"):
+        parse_spec(doc)
+    # A spec built in Python (no parse_spec) is refused by check_spec, naming the cell.
+    spec = dataclasses.replace(parse_spec(_doc()), algorithms={"ppo": {}, "dqn": {"total_timesteps": value}})
+    with pytest.raises(SpecError, match=r"cell dqn/CartPole-v1: algorithms\.dqn\.total_timesteps must be"):
+        check_spec(spec)
+
+
+def test_an_algorithms_budget_is_saved_in_bench_json_and_a_change_is_named():
+    spec = parse_spec(_doc(algorithms={"ppo": {"num_steps": 64}, "dqn": {"total_timesteps": 8192}}))
+    assert spec.to_dict()["algorithms"]["dqn"] == {"total_timesteps": 8192}
+    assert parse_spec(spec.to_dict()) == spec
+    assert parse_spec(spec.to_dict()).cells() == spec.cells()
+    other = parse_spec(_doc(algorithms={"ppo": {"num_steps": 64}, "dqn": {"total_timesteps": 16384}}))
+    assert spec_differences(spec.to_dict(), other.to_dict()) == ["algorithms.dqn.total_timesteps: 8192 -> 16384"]
+    plain = parse_spec(_doc())
+    assert spec_differences(plain.to_dict(), spec.to_dict()) == ["algorithms.dqn.total_timesteps: '<absent>' -> 8192"]
