@@ -10,6 +10,11 @@ The bench directory::
     DIR/report.json, report.md   the statistics (rljax.bench.report), recomputable from scores.csv
     DIR/plots/               performance profile, sample-efficiency and per-env curves (rljax.bench.plots)
 
+A bench directory takes one bench at a time: :func:`run_bench` holds its run lock
+(:class:`rljax.store.runlock.RunLock`, ``DIR/.lock``) from before anything is written until it
+returns, so a second bench on the same directory is refused naming the process that holds it (the
+kernel frees the lock of a killed process, whose record a rerun takes over).
+
 Cells run one after another. A cell whose sweep finished (its ``status.json`` says ``finished``) is
 not rerun; a cell killed mid-way is resumed from its newest checkpoint (``run_sweep(resume=True)``;
 one killed before its first checkpoint starts over), so a bench killed at any moment and run again
@@ -28,7 +33,9 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import shutil
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +44,7 @@ from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differ
 
 __all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "CURVES_FILE",
            "cell_dir", "cell_runs", "cell_state", "random_score", "random_scores", "run_score", "cell_scores",
-           "bench_rows", "write_scores", "run_bench", "bench_status", "status_text"]
+           "bench_rows", "write_scores", "run_bench", "bench_holder", "bench_status", "status_text"]
 
 BENCH_FILE = "bench.json"
 RANDOM_FILE = "random_scores.json"
@@ -243,16 +250,59 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
 
     Raises:
         SpecError: a spec that cannot run, or a ``run_dir`` that holds another spec.
+        rljax.store.runlock.RunLockedError: another live process holds ``run_dir`` (another bench
+            on it); one line naming the directory and that process's host:pid and command.
+        rljax.store.runlock.RunLockError: ``run_dir`` cannot be locked (not a writable directory, a
+            filesystem without file locks).
         BenchStopped: a cell stopped before it finished (SIGTERM, or a stop request in ``run_dir``
             or in the cell's directory, each taken at a chunk boundary and saved there); the same
             call continues the bench.
     """
+    configs = check_spec(spec)
+    run_dir = pathlib.Path(run_dir)
+    lock = _lock(run_dir)
+    try:
+        return _run_cells(spec, configs, run_dir, quiet, plots, train_kwargs)
+    finally:
+        lock.release()
+
+
+def _lock(run_dir: pathlib.Path) -> Any:
+    """Takes the bench directory's run lock (:class:`rljax.store.runlock.RunLock`); a live holder is
+    refused with one line naming the directory and that process."""
+    from rljax.store.runlock import RunLock, RunLockedError
+
+    try:
+        return RunLock(run_dir).acquire()
+    except RunLockedError as err:
+        raise RunLockedError(_locked_message(run_dir, err.holder), str(run_dir), err.holder) from None
+
+
+def _locked_message(run_dir: pathlib.Path, holder: Mapping[str, Any] | None) -> str:
+    from rljax.store.runlock import LOCK_FILE
+
+    if not holder:
+        who = f"a process whose lock record is unreadable (`fuser -v {run_dir / LOCK_FILE}` shows it)"
+    else:
+        argv = holder.get("argv")
+        command = shlex.join(str(a) for a in argv) if isinstance(argv, list) else "unknown"
+        command = command.replace("\n", "\\n")
+        if len(command) > 200:
+            command = command[:197] + "..."
+        who = (f"{holder.get('host', '?')}:{holder.get('pid', '?')} (started {holder.get('started') or '?'}, "
+               f"command: {command})")
+    return (f"bench directory {str(run_dir)!r} is in use by {who}; a bench directory takes one bench at a time: "
+            f"wait for that bench to finish or stop it (`rljax stop {run_dir}`; its own command continues it), "
+            f"or choose another --run-dir")
+
+
+def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, quiet: bool, plots: bool,
+               train_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`run_bench` once it holds ``run_dir``."""
     from rljax.bench.plots import CURVE_COLUMNS, write_plots
     from rljax.bench.report import write_report
     from rljax.store.status import take_stop_request
 
-    configs = check_spec(spec)
-    run_dir = pathlib.Path(run_dir)
     _claim(run_dir, spec)
     randoms = random_scores(run_dir, spec)
     report: dict[str, Any] = {}
@@ -287,27 +337,59 @@ def _references(spec: BenchSpec, randoms: Mapping[str, float]) -> dict[str, dict
             if math.isfinite(randoms[e.id])}
 
 
+def bench_holder(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The process holding the bench directory's lock, from its record (``DIR/.lock``,
+    :func:`rljax.store.runlock.read_holder`): ``{"host", "pid", "started", "alive"}``, ``alive`` True
+    for a live process on this host and None for one on another host (which cannot be told from
+    here). None when no bench holds it: no record (none ran, or the last one returned) or the record
+    of a process on this host that is gone (killed; the next bench takes the lock over)."""
+    from rljax.store.runlock import read_holder
+
+    record = read_holder(run_dir)
+    if not record:
+        return None
+    pid, alive = record.get("pid"), None
+    if record.get("host") == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # another user's live process
+            pass
+        alive = True
+    return {"host": record.get("host"), "pid": pid, "started": record.get("started"), "alive": alive}
+
+
 def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
     """Where the bench in ``run_dir`` stands: each cell's state and progress, the counts of cells
     done, running and left, and an estimate of the time left.
 
     A cell is ``done``, ``running`` (its sweep's ``status.json`` says so and its process is alive),
-    ``stopped`` (started and resumable, not running) or ``not started``. The estimate (``eta_s``,
-    None until a cell has finished) is the running cell's own ETA plus, for every other unfinished
-    cell, its env steps left at the seconds per env step the finished cells took (compilation
-    included; a resumed cell's status counts its last session only). Env steps are per run (each
-    of a cell's seeds runs them, in one compiled sweep).
+    ``stopped`` (started and resumable, not running) or ``not started``. A cell's ``wall_time_s``
+    is the seconds its sweep has run over all its sessions (its ``status.json``'s: a resumed sweep
+    continues the clock saved with the checkpoint it resumes from, so each session's compilation is
+    counted, and a killed session's work after its last checkpoint, done again by the next, is
+    not); None before its first chunk. The estimate (``eta_s``, None until a cell has finished) is
+    the running cell's own ETA plus, for every other unfinished cell, its env steps left at the
+    seconds per env step the finished cells took. Env steps are per run (each of a cell's seeds
+    runs them, in one compiled sweep). ``holder`` is :func:`bench_holder`'s: the process running
+    the bench, if one holds the directory.
 
     Raises:
         FileNotFoundError: ``run_dir`` holds no ``bench.json``.
+        ValueError: a damaged ``bench.json`` or cell ``status.json``, naming the file.
     """
     from rljax.bench.spec import parse_spec
     from rljax.store.status import read_status
 
     run_dir = pathlib.Path(run_dir)
-    if not (run_dir / BENCH_FILE).exists():
+    saved = run_dir / BENCH_FILE
+    if not saved.is_file():
         raise FileNotFoundError(f"{run_dir} is not a bench directory (no {BENCH_FILE})")
-    spec = parse_spec(json.loads((run_dir / BENCH_FILE).read_text()))
+    try:
+        spec = parse_spec(json.loads(saved.read_text(encoding="utf-8")))
+    except ValueError as err:  # SpecError too
+        raise ValueError(f"{saved} is damaged ({err}); a bench writes it when it starts in a new directory") from None
     cells, spent, steps_done = [], 0.0, 0
     for cell in spec.cells():
         path, total = cell_dir(run_dir, cell), cell.total_timesteps
@@ -317,10 +399,11 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
             state = "running" if record.get("state") in ("running", "stalled") else \
                 ("stopped" if state == "partial" else "not started")
         done_steps = total if state == "done" else int(record.get("env_steps") or 0)
+        wall = record.get("wall_time_s") if state != "not started" else None
         if state == "done":
-            spent, steps_done = spent + float(record.get("wall_time_s") or 0.0), steps_done + total
+            spent, steps_done = spent + float(wall or 0.0), steps_done + total
         cells.append({"cell": cell.name, "state": state, "env_steps": done_steps, "total_env_steps": total,
-                      "eta_s": record.get("eta_s") if state == "running" else None})
+                      "wall_time_s": wall, "eta_s": record.get("eta_s") if state == "running" else None})
     rate = spent / steps_done if steps_done else None
     eta = None
     if rate is not None:
@@ -328,17 +411,25 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
                    else rate * (c["total_env_steps"] - c["env_steps"])) for c in cells if c["state"] != "done")
     counts = {s: sum(c["state"] == s for c in cells) for s in ("done", "running", "stopped", "not started")}
     return {"run_dir": str(run_dir), "cells": cells, "done": counts["done"], "running": counts["running"],
-            "left": counts["stopped"] + counts["not started"], "eta_s": eta}
+            "left": counts["stopped"] + counts["not started"], "eta_s": eta, "holder": bench_holder(run_dir)}
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def status_text(status: Mapping[str, Any]) -> str:
     """:func:`bench_status` as lines: the counts and time left, then one line per cell."""
     seconds = status["eta_s"]
-    eta = ("unknown until a cell finishes" if seconds is None else
-           f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.1f} min")
+    eta = "unknown until a cell finishes" if seconds is None else f"about {_seconds(seconds)}"
+    holder = status.get("holder")
+    held = "" if not holder else (f"; run by {holder['host']}:{holder['pid']}" if holder["alive"] else
+                                  f"; locked by {holder['host']}:{holder['pid']} on another host (a bench there, or "
+                                  "one killed there)")
     lines = [f"bench {status['run_dir']}: {status['done']} cells done, {status['running']} running, "
-             f"{status['left']} left; time left {eta}"]
+             f"{status['left']} left; time left {eta}{held}"]
     for c in status["cells"]:
+        wall = "" if c.get("wall_time_s") is None else f", {_seconds(c['wall_time_s'])} spent"
         lines.append(f"  {c['cell']:<40} {c['state']:<12} {c['env_steps']:>12,}/{c['total_env_steps']:,} env steps "
-                     "per run")
+                     f"per run{wall}")
     return "\n".join(lines)

@@ -11,7 +11,11 @@ the scores and their statistics (:mod:`rljax.bench`).
 Killed at any moment, the same command continues the bench: finished cells are not rerun and a
 cell killed mid-way resumes from its checkpoint. A spec that cannot run is refused before anything
 runs (exit status 2, one line naming the cell and the value); the flags narrow and override the
-spec, and a DIR holding a bench with another spec is refused, naming what differs.
+spec, and a DIR holding a bench with another spec is refused, naming what differs. A DIR another
+live process is running a bench in is refused the same way, naming that process (host:pid). On a
+bench directory ``rljax status DIR`` prints the cells done, running and left, ``rljax stop DIR``
+stops the bench (exit status 75; the same command continues it) and ``rljax inspect DIR`` prints
+its report.
 
 The module is a command of the ``rljax`` parser's shape (``add_parser``, ``run``) and runs on its
 own as ``python -m rljax.cli.bench SUITE|SPEC.toml --run-dir DIR`` (:func:`main`).
@@ -61,17 +65,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rljax bench ...``; returns the exit status (2: a spec that cannot run, 75: stopped before the end)."""
+    """``rljax bench ...``; returns the exit status (2: a spec that cannot run, or a DIR another bench holds;
+    75: stopped before the end)."""
     from rljax.bench.runner import BenchStopped, run_bench
     from rljax.bench.spec import SpecError, check_spec, load_spec, narrow
     from rljax.cli.process import EXIT_USAGE, enable_compilation_cache
+    from rljax.store.runlock import RunLockError
 
     if args.status:
         from rljax.bench.runner import bench_status, status_text
 
         try:
             print(status_text(bench_status(args.run_dir)))
-        except FileNotFoundError as err:
+        except (ValueError, OSError) as err:  # FileNotFoundError: not a bench directory
             print(f"rljax bench: error: {err}", file=sys.stderr)
             return EXIT_USAGE
         return 0
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trackers = {k: v for k, v in (("wandb", args.wandb), ("mlflow", args.mlflow)) if v is not None}
         run_bench(spec, args.run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard, **trackers)
-    except SpecError as err:
+    except (SpecError, RunLockError) as err:  # another spec in DIR; another bench running in it
         print(f"rljax bench: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except BenchStopped as err:

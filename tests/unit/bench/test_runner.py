@@ -3,17 +3,21 @@ a bench killed with SIGKILL mid-cell and run again gives the same scores.csv and
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from rljax.bench.plots import read_curves
 from rljax.bench.report import compute_report, read_scores
-from rljax.bench.runner import (bench_status, cell_dir, cell_state, random_score, run_bench, run_score,
-                                status_text)
+from rljax.bench.runner import (bench_holder, bench_status, cell_dir, cell_state, random_score, run_bench,
+                                run_score, status_text)
 from rljax.bench.spec import SpecError, load_spec, narrow
+from rljax.store.runlock import RunLockWarning, read_holder
+from rljax.store.tracking import read_chunks
 
 from tests.conftest import cpu_subprocess_env
 from tests.support.bench import SPEC
@@ -110,17 +114,36 @@ def _assert_same_results(run_dir, reference_dir):
         assert (run_dir / name).read_text() == (reference_dir / name).read_text(), name
 
 
+def _walls(cell):
+    """``{env steps: wall_time_s}`` of member 0's chunk rows in a cell's sweep."""
+    return {r["env_steps"]: r["wall_time_s"] for r in read_chunks(cell / "members" / "000-base-s0")}
+
+
 def test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results(bench, spec_path, tmp_path):
     reference_dir, _ = bench
     run_dir = tmp_path / "b"
     _killed(spec_path, run_dir, kill_at=4)
     cell = cell_dir(run_dir, load_spec(spec_path).cells()[0])
     assert cell_state(cell) == "partial" and not (run_dir / "scores.csv").exists()
+    # The killed bench held the directory: its lock record stays, but a dead process holds nothing.
+    assert read_holder(run_dir)["pid"] != os.getpid() and bench_holder(run_dir) is None
     status = bench_status(run_dir)  # killed: its process is gone, so the cell is stopped, not running
-    assert (status["done"], status["running"], status["left"], status["eta_s"]) == (0, 0, 1, None)
+    assert (status["done"], status["running"], status["left"], status["eta_s"], status["holder"]) == (
+        0, 0, 1, None, None)
     assert status["cells"][0]["state"] == "stopped" and 0 < status["cells"][0]["env_steps"] < 2048
-    run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
+    killed = _walls(cell)
+    start = time.perf_counter()
+    with pytest.warns(RunLockWarning, match=re.escape(f"taking over a stale lock on run directory '{run_dir}'")):
+        run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False, plots=False)
+    took = time.perf_counter() - start
     _assert_same_results(run_dir, reference_dir)
+    # The cell's time counts both sessions: the killed one's up to the checkpoint the rerun resumed
+    # from (the rows before it are the killed session's) and the rerun's, so more than the rerun took.
+    walls = _walls(cell)
+    kept = max(steps for steps, wall in killed.items() if walls.get(steps) == wall)
+    spent = bench_status(run_dir)["cells"][0]["wall_time_s"]
+    assert spent == walls[2048] and killed[kept] < spent and spent - killed[kept] <= took
+    assert spent > took
 
 
 # The default suite's test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results stands
@@ -136,15 +159,32 @@ def test_a_bench_killed_twice_mid_cell_gives_the_uninterrupted_results(bench, sp
     assert os.path.exists(run_dir / "report.md")
 
 
-def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(bench, tmp_path):
+def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(bench, spec_path, tmp_path):
     run_dir, _ = bench
     status = bench_status(run_dir)
-    assert (status["done"], status["running"], status["left"], status["eta_s"]) == (1, 0, 0, 0)
+    assert (status["done"], status["running"], status["left"], status["eta_s"], status["holder"]) == (1, 0, 0, 0, None)
+    swept = json.loads((cell_dir(run_dir, load_spec(spec_path).cells()[0]) / "status.json").read_text())
+    assert status["cells"][0].pop("wall_time_s") == swept["wall_time_s"] > 0  # the seconds its sweep ran
     assert status["cells"] == [{"cell": "ppo/CartPole-v1", "state": "done", "env_steps": 2048,
                                 "total_env_steps": 2048, "eta_s": None}]
     assert "1 cells done, 0 running, 0 left" in status_text(status)
     with pytest.raises(FileNotFoundError, match="not a bench directory"):
         bench_status(tmp_path)
+
+
+def test_status_and_inspect_on_the_bench_directory(bench, capsys):
+    from rljax.cli.main import main
+
+    run_dir, _ = bench
+    assert main(["status", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"][0]["state"] == "done"
+    assert main(["inspect", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"bench {run_dir}: 1 cells done, 0 running, 0 left; time left about 0 s; the report covers "
+                          f"every cell\n\n{(run_dir / 'report.md').read_text()}")
+    plots = run_dir / "plots"
+    assert out.endswith(f"plots: {plots / 'env_CartPole-v1.png'}, {plots / 'performance_profile.png'}, "
+                        f"{plots / 'sample_efficiency.png'}\n")
 
 
 # Slow: by default test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results (a cell cut mid-way
