@@ -24,6 +24,14 @@ Plots go to ``RUN_DIR/inspect/`` (``--out`` elsewhere, ``--no-plots`` for none):
   evaluations: the configs compared on one plot, each named by the values it sweeps) and
   ``throughput.png`` (the population's).
 
+On a bench directory (one holding ``bench.json``, :mod:`rljax.bench.runner`) it prints the bench's
+cells done, running and left, then its ``report.md`` (per algorithm the IQM, mean, median and
+optimality gap of the normalised scores with their intervals, the probability-of-improvement table,
+the mean score per env and the references), and names the PNGs the bench drew in ``DIR/plots/``. A
+bench without a report yet (no cell has finished) is refused; ``--out`` and ``--smooth``, which
+apply to a run's or sweep's plots, are refused with a bench, as is a bench among several
+directories to compare (its cells, ``DIR/cells/ALGO/ENV``, are sweeps and compare).
+
 ``--smooth W`` draws each curve of training return and of the metrics as its centred rolling mean
 over W points (:func:`rljax.cli.rundata.smooth`: the mean of the W points around each one, fewer at
 the ends, so a curve is not shifted along env steps), with the raw values faintly behind;
@@ -47,8 +55,8 @@ from rljax.cli.rundata import (EVAL, TRAIN, NotARunError, config_label, finite_v
                                planned_total, read_json, read_run_status, run_kind, smooth, wall_times)
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
 
-__all__ = ["add_parser", "run", "summary_text", "write_plots", "returns_figure", "metrics_figure", "configs_figure",
-           "throughput_figure", "seeds_text", "configs_plot_title", "smooth_window"]
+__all__ = ["add_parser", "run", "summary_text", "bench_summary", "write_plots", "returns_figure", "metrics_figure",
+           "configs_figure", "throughput_figure", "seeds_text", "configs_plot_title", "smooth_window"]
 
 
 def _fmt_s(seconds: float) -> str:
@@ -319,6 +327,49 @@ def summary_text(run_dir: str | pathlib.Path) -> str:
     return _run_summary(run_dir)[0]
 
 
+def bench_summary(run_dir: str | pathlib.Path) -> tuple[str, list[pathlib.Path]]:
+    """The summary of the bench in ``run_dir`` (its status line, then its ``report.md``) and the PNGs
+    in ``DIR/plots/``.
+
+    Raises:
+        NotARunError: the bench has no report yet (no cell has finished), or its files are damaged.
+    """
+    from rljax.bench.report import MARKDOWN_FILE
+    from rljax.bench.runner import bench_status, status_text
+
+    run_dir = pathlib.Path(run_dir)
+    try:
+        status = bench_status(run_dir)
+    except (OSError, ValueError) as err:
+        raise NotARunError(str(err)) from None
+    cells, done = len(status["cells"]), status["done"]
+    path = run_dir / MARKDOWN_FILE
+    if not path.is_file() and not done:
+        raise NotARunError(f"bench {run_dir} has no report yet: no cell has finished ({done} of {cells} cells done, "
+                           f"{status['running']} running); `rljax status {run_dir}` shows its progress")
+    if not path.is_file():
+        raise NotARunError(f"bench {run_dir} has no {MARKDOWN_FILE} although {done} of {cells} cells are done (the "
+                           f"bench was stopped before writing it); its own rljax bench command writes it")
+    covers = "every cell" if done == cells else f"the {done} finished cells of {cells}"
+    head = f"{status_text(status).splitlines()[0]}; the report covers {covers}"
+    return f"{head}\n\n{path.read_text(encoding='utf-8').rstrip()}", sorted((run_dir / "plots").glob("*.png"))
+
+
+def _inspect_bench(args: argparse.Namespace, run_dir: str) -> None:
+    """``rljax inspect BENCH_DIR``: the report and the bench's own plots (nothing drawn)."""
+    if args.out is not None:
+        raise NotARunError(f"--out {args.out}: a bench draws its plots into {run_dir}/plots/ itself "
+                           f"(rljax.bench.write_plots redraws them); inspect a bench without --out")
+    if args.smooth != 1:
+        raise NotARunError(f"--smooth {args.smooth}: a bench's plots are not smoothed; inspect a bench without "
+                           f"--smooth, or one of its cells (a sweep: {run_dir}/cells/ALGO/ENV) with it")
+    text, plots = bench_summary(run_dir)
+    print(text, flush=True)
+    if not args.no_plots:
+        print("plots: " + (", ".join(str(p) for p in plots) if plots else
+                           f"none in {run_dir}/plots/ (rljax.bench.write_plots draws them)"), flush=True)
+
+
 def smooth_window(text: str) -> int:
     """``--smooth W``: a whole number of points >= 1; an ``argparse.ArgumentTypeError`` naming the value otherwise."""
     try:
@@ -496,10 +547,12 @@ def write_plots(run_dir: str | pathlib.Path, out: str | pathlib.Path | None = No
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``inspect`` to the ``rljax`` subcommands."""
-    parser = subparsers.add_parser("inspect", help="a run's or sweep's summary and plots; several side by side",
+    parser = subparsers.add_parser("inspect", help="a run's or sweep's summary and plots, a bench's report; several "
+                                   "runs side by side",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="+",
-                        help="a run or sweep directory; several: compared side by side (rljax.cli.compare)")
+                        help="a run, sweep or bench directory; several runs or sweeps: compared side by side "
+                             "(rljax.cli.compare)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help=f"where the PNGs go (default RUN_DIR/inspect; comparing several: {COMPARE_OUT}/)")
     parser.add_argument("--no-plots", action="store_true", help="print the summary only")
@@ -514,8 +567,18 @@ COMPARE_OUT = "inspect-compare"
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rljax inspect RUN_DIR... [--out DIR] [--no-plots] [--smooth W]``; returns the exit status (2: not a run)."""
+    """``rljax inspect RUN_DIR... [--out DIR] [--no-plots] [--smooth W]``; returns the exit status (2: not a
+    run, or a bench without a report)."""
+    from rljax.cli.status import is_bench
+
     try:
+        benches = [d for d in args.run_dir if is_bench(d)]
+        if len(args.run_dir) > 1 and benches:
+            raise NotARunError(f"{benches[0]} is a bench directory: compare runs and sweeps (its cells, "
+                               f"{benches[0]}/cells/ALGO/ENV, are sweeps), or inspect a bench on its own")
+        if benches:
+            _inspect_bench(args, benches[0])
+            return 0
         if len(args.run_dir) > 1:
             from rljax.cli.compare import compare_plot, comparison_text, curves
 

@@ -1,7 +1,12 @@
 """``rljax status RUN_DIR [--json]``: whether a run (or sweep) is running, stalled, preempted,
 finished or failed, how far it got, its rate and ETA, its newest checkpoint and who holds it; read
 from the ``status.json`` the run keeps current (:mod:`rljax.store.status`), so it works from any host
-that sees the directory and never disturbs the run. ``--json`` prints the record for tools."""
+that sees the directory and never disturbs the run. ``--json`` prints the record for tools.
+
+On a bench directory (one holding ``bench.json``, :mod:`rljax.bench.runner`) it prints the bench's
+cells done, running and left, the time left and the process running it
+(:func:`rljax.bench.runner.status_text`); ``--json`` prints
+:func:`rljax.bench.runner.bench_status`'s record."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 from rljax.cli.process import EXIT_USAGE
 
-__all__ = ["add_parser", "run", "status_line"]
+__all__ = ["add_parser", "run", "status_line", "is_bench"]
 
 
 def _duration(seconds: float | None) -> str:
@@ -45,22 +50,40 @@ def status_line(record: dict[str, Any]) -> str:
     return f"{run_dir}: {state}{phase}{why}; " + "; ".join(parts)
 
 
+def is_bench(run_dir: str | pathlib.Path) -> bool:
+    """Whether ``run_dir`` is a bench directory (it holds ``bench.json``)."""
+    from rljax.bench.runner import BENCH_FILE
+
+    return (pathlib.Path(run_dir) / BENCH_FILE).is_file()
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``status`` to the ``rljax`` subcommands."""
     parser = subparsers.add_parser("status", help="is a run running, stalled, preempted, finished or failed",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run or sweep directory")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run, sweep or bench directory")
     parser.add_argument("--json", action="store_true", help="print the status record as JSON")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prints the status; returns 0, or 2 when RUN_DIR is not a directory or its status is damaged."""
+    """Prints the status; returns 0, or 2 when RUN_DIR is not a directory or its status (a bench: its
+    ``bench.json`` or a cell's status) is damaged."""
     from rljax.store.status import read_status
 
     if not pathlib.Path(args.run_dir).is_dir():
         print(f"rljax status: error: {args.run_dir} is not a directory", file=sys.stderr)
         return EXIT_USAGE
+    if is_bench(args.run_dir):
+        from rljax.bench.runner import bench_status, status_text
+
+        try:
+            bench = bench_status(args.run_dir)
+        except (ValueError, OSError) as err:
+            print(f"rljax status: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        print(json.dumps(bench, sort_keys=True) if args.json else status_text(bench), flush=True)
+        return 0
     try:
         record = read_status(args.run_dir)
     except ValueError as err:

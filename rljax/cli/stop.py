@@ -3,7 +3,13 @@ boundary, save a checkpoint and exit with status 75, as SIGTERM does, from any h
 directory (``RUN_DIR/stop.request``, :mod:`rljax.store.status`). ``rljax resume RUN_DIR`` continues
 it. With ``--wait`` the command returns once the run has stopped (status 0) or, the run still running
 (or stalled) when the time is up, with status 1; the request then stands. Status 2: nothing to stop,
-or a bad ``--wait``."""
+or a bad ``--wait``.
+
+On a bench directory (one holding ``bench.json``) it asks the bench to stop (``DIR/stop.request``):
+the running cell stops at its next chunk boundary, saved, or a bench between cells before its next
+one, and the bench exits with status 75; its own ``rljax bench`` command continues it. There is
+something to stop while a cell is running (or stalled) or a live process on this host holds the
+bench directory (:func:`rljax.bench.runner.bench_holder`); ``--wait`` waits until neither is so."""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``stop`` to the ``rljax`` subcommands."""
     parser = subparsers.add_parser("stop", help="stop a running run at its next chunk boundary (saved, status 75)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run or sweep directory")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run, sweep or bench directory")
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait up to this long for the run to stop (0: ask and return; inf: until it stops); "
                              "exit status 1 if it is still running then")
@@ -30,13 +36,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Asks the run to stop; returns 0 (asked, or stopped with --wait), 1 (--wait ran out) or 2 (not running)."""
-    from rljax.cli.status import status_line
+    from rljax.cli.status import is_bench, status_line
     from rljax.store.status import read_status, request_stop
 
     if not args.wait >= 0:  # NaN too
         print(f"rljax stop: error: --wait is the seconds to wait for the run to stop, >= 0 (0: ask and return, "
               f"inf: until it stops); got {args.wait:g}", file=sys.stderr)
         return EXIT_USAGE
+    if is_bench(args.run_dir):
+        return _stop_bench(args.run_dir, args.wait)
     try:
         record = read_status(args.run_dir)
     except (ValueError, OSError) as err:
@@ -56,6 +64,46 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if time.monotonic() > deadline:
             print(f"rljax stop: still {record['state']} after {args.wait:g} s; the request stands", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 0
+
+
+def _bench_running(status: dict[str, Any]) -> bool:
+    """Whether a bench has something to stop: a running (or stalled) cell, or a live process here holding it."""
+    return status["running"] > 0 or bool(status["holder"] and status["holder"]["alive"])
+
+
+def _stop_bench(run_dir: str, wait: float) -> int:
+    """``rljax stop`` of a bench directory; the exit statuses of :func:`run`."""
+    from rljax.bench.runner import bench_status, status_text
+    from rljax.store.status import request_stop
+
+    try:
+        status = bench_status(run_dir)
+    except (ValueError, OSError) as err:
+        print(f"rljax stop: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if not _bench_running(status):
+        print(f"rljax stop: error: nothing to stop: no cell of the bench is running and no process here runs it "
+              f"({status_text(status).splitlines()[0]})", file=sys.stderr)
+        return EXIT_USAGE
+    request_stop(run_dir)
+    running = [c["cell"] for c in status["cells"] if c["state"] == "running"]
+    what = f"its running cell {running[0]} stops at its next chunk boundary (saved)" if running else \
+        "it stops before its next cell"
+    print(f"asked bench {run_dir} to stop: {what} and the bench exits with status 75; its own rljax bench command "
+          f"continues it; rljax status {run_dir} shows when it has", flush=True)
+    deadline = time.monotonic() + wait
+    while wait > 0:
+        status = bench_status(run_dir)
+        if not _bench_running(status):
+            print(status_text(status), flush=True)
+            return 0
+        if time.monotonic() > deadline:
+            running = [c["cell"] for c in status["cells"] if c["state"] == "running"]
+            print(f"rljax stop: bench still running after {wait:g} s ("
+                  + (f"cell {running[0]}" if running else "between cells") + "); the request stands", file=sys.stderr)
             return 1
         time.sleep(0.2)
     return 0

@@ -1,6 +1,7 @@
 """``rljax inspect`` (:mod:`rljax.cli.inspect`) on run directories written by hand: the summary's
 progress and score lines (of JAX-env and host-env runs, with and without ``status.json``), the
-figures' data, smoothing and labels, the plots, and a directory that holds no run."""
+figures' data, smoothing and labels, the plots, and a directory that holds no run. (On a bench
+directory: tests/unit/bench/test_bench_dir.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``rljax status`` (:mod:`rljax.cli.status`): the line a person reads for each state, ``--json`` for
-tools, and a directory that is not one. (Driving a live run with it: tests/unit/cli/test_stop.py.)"""
+tools, and a directory that is not one. (Driving a live run with it: tests/unit/cli/test_stop.py; on a
+bench directory: tests/unit/bench/test_bench_dir.py.)"""
 
 from __future__ import annotations
 

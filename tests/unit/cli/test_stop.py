@@ -1,7 +1,8 @@
 """``rljax stop`` (:mod:`rljax.cli.stop`): a run driven from start to stop and resume with the
 commands alone (``rljax status --json``, ``rljax stop --wait``, ``rljax resume``), exit status 75 and a
 bit-exact continuation; ``--wait`` on a faked running run (status 1 when it is still running when the
-time is up, 0 when it stops in time); and what it refuses (a run that is not running, a bad ``--wait``)."""
+time is up, 0 when it stops in time); and what it refuses (a run that is not running, a bad ``--wait``).
+(On a bench directory: tests/unit/bench/test_bench_dir.py.)"""
 
 from __future__ import annotations
 
