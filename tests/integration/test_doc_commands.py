@@ -291,12 +291,23 @@ README_VARIANTS = (
     "python -m experiments.ppo_pendulum",
     "rljax eval runs/cp3 --env-param length=0.7",
     "rljax train a2c --env CartPole-v1 --rmsprop torch --gae-lambda 1",
+    "python -m experiments.ppo_minatar",
+    "python -m experiments.dqn_minatar",
+    "rljax launch -n 2 -d 2 -- python -m experiments.ppo_cartpole --num-devices 4 --run-dir runs/mh",
+    "rljax launch -n 2 -d 2 -- rljax resume runs/mh",
+    "python -m experiments.ppo_cartpole --randomize length=0.25:2.0 --total-timesteps 1e6 --run-dir runs/dr-gru "
+    "--memory gru --memory-size 128 --hidden-sizes 128 --activation relu",
+    "rljax eval runs/dr-gru --env-param length=0.25,0.5,1,1.5,2",
 )
 """README commands that run only with ``--slow``: variants of a command the README runs anyway (the same
 experiment or subcommand with one more flag or another action space), whose difference other default
 tests cover (data parallelism, gymnax envs, the flat encoder, domain randomisation, env-param sweeps,
 ``rljax train`` of a user env factory, evaluation during training, continuous PPO, ``rljax eval
---env-param``, A2C's RMSprop forms: ``tests/unit/agents/test_a2c.py``). Every other README command runs in every suite run, and every
+--env-param``, A2C's RMSprop forms: ``tests/unit/agents/test_a2c.py``; the MinAtar experiments at
+their full sizes: ``tests/integration/test_minatar.py`` trains each module small; ``rljax launch`` and
+a launched resume: ``tests/integration/test_multihost.py`` launches its jobs so; a randomised
+recurrent run and its robustness grid: the README's randomisation sweep, ``test_memory.py``,
+``test_domain_randomization.py`` and ``tests/unit/cli/test_eval.py``). Every other README command runs in every suite run, and every
 command of every doc is parsed in every run (:func:`test_every_documented_command_parses_as_written`)."""
 
 GROUPS = 4  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side

@@ -52,10 +52,9 @@ def test_unknown_game_lists_the_games():
         MinAtar("Pong")
 
 
-# ppo_minatar and dqn_minatar with --slow only: by default the README's commands run them.
-@pytest.mark.parametrize("module, algo", [pytest.param("ppo_minatar", "ppo", marks=pytest.mark.slow),
-                                          pytest.param("dqn_minatar", "dqn", marks=pytest.mark.slow),
-                                          ("pqn_minatar", "pqn")])
+# Each MinAtar experiment module trains a few small updates (the README's commands run them at their
+# full sizes with --slow: tests/integration/test_doc_commands.py, README_VARIANTS).
+@pytest.mark.parametrize("module, algo", [("ppo_minatar", "ppo"), ("dqn_minatar", "dqn"), ("pqn_minatar", "pqn")])
 def test_minatar_experiments_train(module, algo, capsys):
     import importlib
 
