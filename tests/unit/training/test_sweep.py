@@ -7,9 +7,6 @@ import dataclasses
 import io
 import json
 import os
-import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -25,7 +22,9 @@ from rljax.training.sweep import (Member, SweepSpec, build_members, make_populat
                                   rank_configs, run_sweep, summarize, swept_ranges_drawn)
 from rljax.store.tracking import read_chunks
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+# The PPO sweeps that train below (bar the randomised one, whose env differs) have 8 members of this PPO:
+# one compiled chunk program for all of them (tests/conftest.py's persistent compile cache serves the
+# others; a member count or a structural field of a test's own would compile another, ~4-8 s on 2 cores).
 PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
                 num_minibatches=2, hidden_sizes=(16,))
 DQN = DQNConfig(total_timesteps=4 * 2 * 60, updates_per_chunk=10, num_envs=4, num_steps=2, batch_size=16,
@@ -198,11 +197,11 @@ def test_population_init_has_no_batched_lapack_call(config):
 
 
 def test_env_param_sweep_changes_the_physics():
-    spec = SweepSpec(grid={"env.length": [0.1, 2.0]}, seeds=(0,))
+    spec = SweepSpec(grid={"env.length": [0.1, 2.0]}, seeds=(0, 1, 2, 3))
     result, members, _ = run_sweep(PPO, spec, quiet=True)
-    np.testing.assert_allclose(np.asarray(result.state.env_params.length), [0.1, 2.0])
+    np.testing.assert_allclose(np.asarray(result.state.env_params.length), [0.1] * 4 + [2.0] * 4)
     lengths = [[r["episode_length_mean"] for r in rows] for rows in result.member_rows]
-    assert lengths[0] != lengths[1]
+    assert members[0].seed == members[4].seed and lengths[0] != lengths[4]  # same seed, other pole
 
 
 def test_outputs_and_resume(tmp_path):
@@ -236,16 +235,22 @@ def test_outputs_and_resume(tmp_path):
     assert (tmp_path / "cut" / "summary.csv").read_text() == (root / "summary.csv").read_text()
 
 
-def test_sweep_cli_and_structural_field_error(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "experiments.ppo_cartpole", "sweep", "--total-timesteps", "2048", "--num-steps", "64",
-           "--no-compile-cache", "--quiet"]
-    bad = subprocess.run(cmd + ["--grid", "num_envs=4,8"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "structural" in bad.stderr and "learning_rate" in bad.stderr
-    ok = subprocess.run(cmd + ["--grid", "gamma=0.9,0.99", "--seeds", "2", "--run-dir", str(tmp_path / "s")], env=env,
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert len(list(csv.DictReader(open(tmp_path / "s" / "summary.csv")))) == 4
+def test_sweep_cli_and_structural_field_error(tmp_path, capsys):
+    # The experiment module's sweep command in this process, with flags that make the module's PPO (so
+    # its 8-member program is compiled once for the module); `python -m experiments.ppo_cartpole sweep`
+    # in a subprocess: tests/integration/test_doc_commands.py (the README's sweeps) and test_population.py.
+    from experiments import ppo_cartpole
+
+    flags = ["sweep", "--total-timesteps", str(PPO.total_timesteps), "--updates-per-chunk", "2", "--num-envs", "8",
+             "--num-steps", "16", "--num-epochs", "2", "--num-minibatches", "2", "--hidden-sizes", "16",
+             "--no-compile-cache", "--quiet"]
+    capsys.readouterr()
+    assert ppo_cartpole.main(flags + ["--grid", "num_envs=4,8"]) == 2
+    err = capsys.readouterr().err
+    assert "structural" in err and "learning_rate" in err
+    status = ppo_cartpole.main(flags + ["--grid", "gamma=0.9,0.99", "--seeds", "4", "--run-dir", str(tmp_path / "s")])
+    assert status == 0, capsys.readouterr().err[-2000:]
+    assert len(list(csv.DictReader(open(tmp_path / "s" / "summary.csv")))) == 8
 
 
 # ------------------------------------------------------------------------------------------------
@@ -367,10 +372,10 @@ def test_a_member_without_a_finite_evaluation_ranks_last(tmp_path):
 
 def test_a_sweep_that_evaluates_is_ranked_by_its_last_evaluation(tmp_path):
     config = dataclasses.replace(PPO, eval_interval=2, eval_episodes=4)
-    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1))
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-3]}, seeds=(0, 1, 2, 3))
     _, members, agg = run_sweep(config, spec, run_dir=tmp_path, quiet=True, plots=False)
     history = [read_chunks(tmp_path / "members" / m.name) for m in members]
-    assert [["eval/return_mean" in r for r in rows] for rows in history] == [[False, True, True]] * 4
+    assert [["eval/return_mean" in r for r in rows] for rows in history] == [[False, True, True]] * 8
     csv_rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
     for rows, row in zip(history, csv_rows):
         assert row["score_metric"] == "eval/return_mean" and float(row["score"]) == rows[-1]["eval/return_mean"]
