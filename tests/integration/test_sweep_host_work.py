@@ -20,8 +20,10 @@ from rljax.training.population import Population
 from rljax.training.sweep import SweepSpec, build_members, make_population, plot_configs, run_sweep
 from rljax.store.tracking import read_chunks, read_metrics
 
-PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
-                num_minibatches=2, hidden_sizes=(8,))
+# tests/unit/training/test_sweep.py's PPO, and its 8 members in every sweep here: one chunk program for this
+# module and that one (the persistent compile cache serves the others).
+PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
+                num_minibatches=2, hidden_sizes=(16,))
 
 
 def _events(tb_dir):
@@ -51,11 +53,11 @@ def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path,
     calls = []
     real = tracking._git_state
     monkeypatch.setattr(tracking, "_git_state", lambda: calls.append(1) or real())
-    spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]}, seeds=(0, 1, 2))
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]}, seeds=(0, 1, 2, 3))
     part, members, _ = run_sweep(PPO, spec, run_dir=tmp_path / "s", quiet=True, plots=False, checkpoint_every=1,
                                  on_chunk=lambda c, s, r: c == 0)
     assert part.preempted == "on_chunk"
-    assert len(calls) == 2  # the sweep's own manifest and one provenance for all 6 members
+    assert len(calls) == 2  # the sweep's own manifest and one provenance for all 8 members
     root = tmp_path / "s"
     commits = set()
     for m in members:
@@ -64,7 +66,7 @@ def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path,
         commits.add(record["git_commit"])
     assert len(commits) == 1
     hashes = {json.loads((root / "members" / m.name / "manifest.json").read_text())["config_hash"] for m in members}
-    assert len(hashes) == 6  # one config per member (learning rate x seed), not one shared record
+    assert len(hashes) == 8  # one config per member (learning rate x seed), not one shared record
     calls.clear()
     run_sweep(PPO, spec, run_dir=root, quiet=True, plots=False, checkpoint_every=1, resume=True)
     assert len(calls) == 1  # the resume's provenance, once
@@ -88,7 +90,7 @@ def test_member_files_provenance_once_and_tensorboard_purged_on_resume(tmp_path,
 
 def test_plots_are_capped_at_the_best_configs_and_drawn_on_demand(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "MAX_PLOTS", 2)
-    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-4, 1e-3]}, seeds=(0, 1))
+    spec = SweepSpec(grid={"learning_rate": [1e-4, 3e-4, 1e-3, 3e-3]}, seeds=(0, 1))
     _, members, agg = run_sweep(PPO, spec, run_dir=tmp_path / "s", quiet=True, checkpoints=False,
                                 tensorboard=False)
     plots = tmp_path / "s" / "plots"
@@ -106,7 +108,7 @@ def test_many_seeds_share_one_legend_entry(tmp_path, monkeypatch):
     """A config with more seeds than LEGEND_SEEDS is drawn as one line collection (what keeps a
     512-seed plot cheap), and the PNG is written."""
     monkeypatch.setattr(sweep, "LEGEND_SEEDS", 2)
-    _, members, _ = run_sweep(PPO, SweepSpec(seeds=(0, 1, 2)), run_dir=tmp_path / "s", quiet=True, checkpoints=False,
+    _, members, _ = run_sweep(PPO, SweepSpec(seeds=tuple(range(8))), run_dir=tmp_path / "s", quiet=True, checkpoints=False,
                               tensorboard=False)
     (png,) = (tmp_path / "s" / "plots").glob("*.png")
     assert png.stat().st_size > 0
