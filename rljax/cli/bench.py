@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--envs", type=_names, default=None, metavar="ID,ID", help="run only these of the spec's envs")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (overrides the spec's)")
     parser.add_argument("--total-timesteps", type=float, default=None, metavar="T",
-                        help="env steps per run (overrides the spec's and every env's)")
+                        help="env steps per run (overrides the spec's, every env's and every algorithm's)")
     parser.add_argument("--wandb", default=None, metavar="PROJECT",
                         help="also log every cell's sweep to this W&B project (as rljax sweep --wandb)")
     parser.add_argument("--mlflow", default=None, metavar="URI",
