@@ -107,7 +107,9 @@ def test_truncation_bootstraps_from_final_observation():
     assert abs(q.mean() - WRONG_VALUE) > 0.2
 
 
-SMALL = PQNConfig(total_timesteps=16 * 16 * 8, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=2,
+# tests/conftest.py's tiny PQN run over 4 chunks: the same chunk program, which the persistent compile cache
+# serves in a suite run (test_export.py, which starts first, trains the tiny run).
+SMALL = PQNConfig(total_timesteps=16 * 16 * 8, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=1,
                   num_minibatches=2, hidden_sizes=(16,))
 
 
