@@ -192,8 +192,10 @@ def test_config_validation_names_the_values(kw, match):
         SACConfig(**kw)
 
 
-# Probes: 8 envs of one-step (or two-step) episodes, small nets, a fast learning rate.
-PROBE_CFG = dict(num_envs=8, num_steps=1, gradient_steps=2, batch_size=64, buffer_size=1024, hidden_sizes=(32, 32),
+# Probes: 8 envs of one-step (or two-step) episodes, small nets, a fast learning rate. One hidden layer of 64: a
+# chunk program compiles in ~4.5 s on 2 cores, one with two layers of 32 in ~8 s; on seeds 0-3 the errors stay
+# within a third of each probe's tolerance (two-step values <= 0.021 of 0.07, truncation <= 0.037 of 0.12).
+PROBE_CFG = dict(num_envs=8, num_steps=1, gradient_steps=2, batch_size=64, buffer_size=1024, hidden_sizes=(64,),
                  learning_starts=256, actor_learning_rate=3e-3, critic_learning_rate=3e-3, alpha_learning_rate=3e-3,
                  initial_alpha=0.1, total_timesteps=2000, updates_per_chunk=250)
 
