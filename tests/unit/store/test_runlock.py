@@ -296,14 +296,19 @@ def test_no_directory_means_no_lock():
 
 
 @pytest.mark.timeout(240)
-def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path):
+def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path, capsys):
     """The reported bug: a second run on a live run's --run-dir, or `rljax resume` of it, must exit 2
     naming the holder instead of writing into the directory."""
+    from experiments import ppo_cartpole
+    from rljax.cli.main import main
     from rljax.store.tracking import read_metrics
 
     run = tmp_path / "run"
-    flags = ["--total-timesteps", "1e8", "--num-envs", "4", "--num-steps", "16", "--hidden-sizes", "16",
-             "--checkpoint-every", "1", "--quiet"]  # small programs: the processes compile little
+    # A small program, tests/unit/cli/test_stop.py's (the suite's compile cache, which --no-compile-cache leaves
+    # in use, serves one for the other; the commands run in this process below leave its cache alone).
+    flags = ["--total-timesteps", "1e8", "--num-envs", "8", "--num-steps", "16", "--hidden-sizes", "16",
+             "--num-epochs", "1", "--updates-per-chunk", "1", "--checkpoint-every", "1", "--quiet",
+             "--no-compile-cache"]
     first = subprocess.Popen([sys.executable, "-m", "experiments.ppo_cartpole", *flags, "--run-dir", str(run)],
                              env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -311,13 +316,20 @@ def test_a_second_run_or_a_resume_of_a_live_run_directory_is_refused(tmp_path):
         while time.monotonic() < deadline and first.poll() is None and not read_metrics(run):
             time.sleep(0.1)
         assert read_metrics(run), "the first run did not start"
-        commands = [[sys.executable, "-m", "experiments.ppo_cartpole", *flags, "--seed", "1", "--run-dir", str(run)],
-                    [sys.executable, "-m", "rljax.cli.main", "resume", str(run), "--quiet"]]
+        # The second run and the resume are the same commands run in this process (another process than the
+        # holder's, without an interpreter start each).
+        commands = [lambda: ppo_cartpole.main([*flags, "--seed", "1", "--run-dir", str(run)]),
+                    lambda: main(["resume", str(run), "--quiet", "--no-compile-cache"])]
         for command in commands:
-            other = subprocess.run(command, env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=90)
-            assert other.returncode == 2, other.stderr[-2000:]
-            assert "is in use by another run" in other.stderr and f":{first.pid}," in other.stderr, other.stderr
-            assert "Traceback" not in other.stderr
+            capsys.readouterr()
+            try:
+                status = command()
+            except SystemExit as exit_:
+                status = exit_.code
+            err = capsys.readouterr().err
+            assert status == 2, err[-2000:]
+            assert "is in use by another run" in err and f":{first.pid}," in err, err
+            assert "Traceback" not in err
         assert first.poll() is None  # undisturbed
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=120)
