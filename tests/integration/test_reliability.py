@@ -34,8 +34,18 @@ from rljax.store.tracking import Tracker, read_chunks, read_metrics
 from tests.support.nan_env import NaNReward
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The module's runs, in Python and on the command line (SMALL_FLAGS), are this PPO but where the fault needs
+# another (a NaN env, a constant learning rate, the Ctrl-C tests' longer compile): one compiled program, which the
+# persistent compile cache (tests/conftest.py) serves after its first compile.
 PPO_SMALL = PPOConfig(total_timesteps=8 * 16 * 12, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
                       num_minibatches=2, hidden_sizes=(16,), normalize_obs=True, normalize_reward=True)
+SMALL_FLAGS = ["--updates-per-chunk", "2", "--num-envs", "8", "--num-steps", "16", "--num-epochs", "2",
+               "--num-minibatches", "2", "--hidden-sizes", "16", "--normalize-obs", "--normalize-reward"]
+"""PPO_SMALL's fields as flags of ``python -m experiments.ppo_cartpole`` (but its total_timesteps)."""
+IN_PROCESS = ["--quiet", "--no-compile-cache"]
+"""The flags of every command run in this test process: --no-compile-cache keeps the suite's compile cache, as
+a command's own (~/.cache/rljax/xla) would change the cache key of every program this process compiles after it
+(JAX puts the cache directory in the compile options it hashes)."""
 
 
 def strip(rows):
@@ -137,7 +147,7 @@ def test_cli_resume_of_a_run_without_a_checkpoint_exits_0(tmp_path):
     run = tmp_path / "run"
     rljax.train(PPO_SMALL, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoints=False,
                                                     on_chunk=lambda c, s, r: c == 0))
-    assert cli_main(["resume", str(run), "--quiet"]) == 0
+    assert cli_main(["resume", str(run), *IN_PROCESS]) == 0
     assert [r["env_steps"] for r in read_chunks(run)] == [256 * (i + 1) for i in range(6)]
 
 
@@ -153,7 +163,7 @@ def test_an_edited_config_json_is_refused_naming_the_field(tmp_path, capsys):
     config_path = run / "config.json"
     saved = json.loads(config_path.read_text())
     config_path.write_text(json.dumps({**saved, "learning_rate": 1e-2, "normalize_advantages": False}))
-    assert cli_main(["resume", str(run), "--quiet"]) == 2
+    assert cli_main(["resume", str(run), *IN_PROCESS]) == 2
     err = capsys.readouterr().err
     assert "learning_rate" in err and "normalize_advantages" in err and "config.json" in err
     edited = PPOConfig(**{**PPO_SMALL.__dict__, "learning_rate": 1e-2})
@@ -177,7 +187,7 @@ def test_damaged_config_manifest_and_a_cut_metrics_row_resume_losslessly(tmp_pat
         rows = (run / name).read_text()
         (run / name).write_text(rows[:-25])  # the checkpoint's own row, cut mid-line
     with pytest.warns(UserWarning, match="manifest.json is not valid JSON"):
-        assert cli_main(["resume", str(run), "--quiet"]) == 0
+        assert cli_main(["resume", str(run), *IN_PROCESS]) == 0
     ref_leaves, ref_rows, ref_lines = reference
     assert same_bits(final_leaves(run), ref_leaves)
     assert strip(read_chunks(run)) == ref_rows and strip(read_metrics(run)) == ref_lines
@@ -298,8 +308,8 @@ def test_an_env_that_returns_nan_is_named_and_stops_the_run_without_rollbacks(tm
 def test_cli_divergence_exits_65_with_one_line(tmp_path, capsys):
     from rljax.cli.main import EXIT_DIVERGED
 
-    status = run_experiment(PPOConfig, None, ["--learning-rate", "1e30", "--total-timesteps", "2048",
-                                              "--run-dir", str(tmp_path / "run"), "--quiet"])
+    status = run_experiment(PPOConfig, None, [*SMALL_FLAGS, "--learning-rate", "1e30", "--total-timesteps", "2048",
+                                              "--run-dir", str(tmp_path / "run"), *IN_PROCESS])
     assert status == EXIT_DIVERGED
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "non-finite" in err[0]
@@ -415,17 +425,16 @@ def test_run_options_are_kept_on_resume(tmp_path):
     """Regression: --checkpoint-every, --keep-checkpoints and --no-tensorboard were forgotten by
     `rljax resume`, which then wrote tensorboard, kept 3 steps and saved every 60 s."""
     run = tmp_path / "run"
-    flags = ["--total-timesteps", str(8 * 16 * 6), "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk",
-             "1", "--hidden-sizes", "16", "--checkpoint-every", "1", "--keep-checkpoints", "5", "--no-tensorboard",
-             "--quiet"]
+    flags = [*SMALL_FLAGS, "--total-timesteps", str(256 * 3), "--checkpoint-every", "1", "--keep-checkpoints", "5",
+             "--no-tensorboard", *IN_PROCESS]
     assert run_experiment(PPOConfig, None, flags + ["--run-dir", str(run)]) == 0
-    assert cli_main(["resume", str(run), "--total-timesteps", str(8 * 16 * 12), "--quiet"]) == 0
+    assert cli_main(["resume", str(run), "--total-timesteps", str(256 * 8), *IN_PROCESS]) == 0
     assert not (run / "tb").exists()
     steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
-    assert steps == [128 * k for k in range(8, 13)]  # saved every chunk, 5 kept
+    assert steps == [256 * k for k in range(4, 9)]  # saved every chunk (256 env steps), 5 kept
     # An explicit flag still wins over the saved option.
-    assert cli_main(["resume", str(run), "--total-timesteps", str(8 * 16 * 14), "--keep-checkpoints", "2",
-                     "--quiet"]) == 0
+    assert cli_main(["resume", str(run), "--total-timesteps", str(256 * 9), "--keep-checkpoints", "2",
+                     *IN_PROCESS]) == 0
     assert len([p for p in (run / "checkpoints").iterdir() if p.name.isdigit()]) == 2
 
 
