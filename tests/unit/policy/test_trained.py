@@ -114,8 +114,13 @@ def test_loading_a_live_run_before_its_first_checkpoint_says_so(tmp_path):
 
 
 def test_load_picks_steps_and_explains_bad_input(tmp_path):
+    # The tiny PPO CartPole run's config (tests/conftest.py: 2 chunks, observation normalisation), saved after
+    # each chunk: its program comes from the compile cache once the tiny run is trained (above, and in a suite run).
+    from tests.conftest import _tiny_runs
+
     run = tmp_path / "run"
-    rljax.train(PPO_NORM, options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1, keep_checkpoints=5))
+    rljax.train(_tiny_runs()["ppo-cartpole"], options=rljax.RunOptions(run_dir=run, quiet=True, checkpoint_every=1,
+                                                                       keep_checkpoints=5))
     steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) >= 2
     first, last = rljax.load(run, step=steps[0]), rljax.load(run)
