@@ -22,8 +22,8 @@ from rljax.training.sweep import (Member, SweepSpec, build_members, make_populat
                                   rank_configs, run_sweep, summarize, swept_ranges_drawn)
 from rljax.store.tracking import read_chunks
 
-# The PPO sweeps that train below (bar the randomised one, whose env differs) have 8 members of this PPO:
-# one compiled chunk program for all of them (tests/conftest.py's persistent compile cache serves the
+# The PPO sweeps of the default suite below (bar the randomised one, whose env differs) have 8 members of this
+# PPO: one compiled chunk program for all of them (tests/conftest.py's persistent compile cache serves the
 # others; a member count or a structural field of a test's own would compile another, ~4-8 s on 2 cores).
 PPO = PPOConfig(total_timesteps=8 * 16 * 6, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=2,
                 num_minibatches=2, hidden_sizes=(16,))
