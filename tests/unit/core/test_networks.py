@@ -17,6 +17,12 @@ from rljax.core.networks import ACTIVATIONS, MLP, ActorCritic, QNetwork, get_act
 KEY = jax.random.key(0)
 
 
+def _normal(shape, seed=0) -> jnp.ndarray:
+    """Standard normal float32 draws from numpy: an eager ``jax.random`` draw compiles the PRNG hash for each new
+    shape (0.4-3 s apiece on 2 cores under the suite's XLA flags), and these tests need only random values."""
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
+
+
 def _num_params(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
@@ -76,7 +82,7 @@ def test_actor_critic_continuous_log_std_starts_at_zero():
 def test_actor_critic_jit_matches_eager_and_int_obs():
     net = ActorCritic(action_dim=3, discrete=True)
     params = _init(net)
-    obs = jax.random.normal(KEY, (6, OBS_DIM))
+    obs = _normal((6, OBS_DIM))
     (d1, v1), (d2, v2) = net.apply(params, obs), jax.jit(net.apply)(params, obs)
     np.testing.assert_allclose(d1.logits, d2.logits, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6)
@@ -87,7 +93,7 @@ def test_actor_critic_jit_matches_eager_and_int_obs():
 def test_actor_critic_initial_policy_is_near_uniform():
     net = ActorCritic(action_dim=3, discrete=True)
     params = _init(net)
-    dist, _ = net.apply(params, jax.random.normal(KEY, (32, OBS_DIM)))
+    dist, _ = net.apply(params, _normal((32, OBS_DIM)))
     assert np.abs(np.asarray(dist.logits)).max() < 0.1  # logits head gain 0.01
     np.testing.assert_allclose(dist.entropy(), math.log(3), atol=1e-3)
 
@@ -185,7 +191,7 @@ def test_q_network_dueling_identity():
     params = _init(net)
     # Perturb so the value and advantage streams are not ~0 and the test is not vacuous.
     params = jax.tree.map(lambda x: x + 0.3, params)
-    obs = jax.random.normal(KEY, (8, OBS_DIM))
+    obs = _normal((8, OBS_DIM))
     q, state = net.apply(params, obs, mutable=["intermediates"])
     value = state["intermediates"]["value"][0]
     advantage = state["intermediates"]["advantage"][0]
@@ -221,13 +227,13 @@ def test_the_memory_core_computes_flax_cells_equations_with_fused_kernels(cell):
     from rljax.core.networks import MemoryCore, initial_memory
 
     f, h, b, t = 3, 4, 2, 5
-    x = jax.random.normal(jax.random.key(0), (t, b, f))
+    x = _normal((t, b, f))
     reset = jnp.array([[False, False], [False, True], [False, False], [True, False], [False, False]])
     flax_cell = nn.GRUCell(h) if cell == "gru" else nn.OptimizedLSTMCell(h)
     carry0 = initial_memory(cell, h, b)
     ref = flax_cell.init(jax.random.key(1), carry0, x[0])["params"]
     # Random biases too (flax initialises them to zero), so every term is checked.
-    ref = jax.tree.map(lambda v: v + 0.1 * jax.random.normal(jax.random.key(v.size), v.shape), ref)
+    ref = jax.tree.map(lambda v: v + 0.1 * _normal(v.shape, seed=v.size), ref)
     gates = ("r", "z", "n") if cell == "gru" else ("i", "f", "g", "o")
     params = {
         "input_kernel": jnp.concatenate([ref["i" + g]["kernel"] for g in gates], axis=1),
@@ -256,9 +262,7 @@ def test_the_memory_core_computes_flax_cells_equations_with_fused_kernels(cell):
 def test_patch_conv_is_flax_conv_in_params_init_and_outputs(kernel, stride):
     from rljax.core.networks import PatchConv
 
-    # Random inputs and perturbations from numpy: under the suite's XLA flags an eager jax.random draw compiles
-    # its hash for each shape, 1.5-3 s apiece on 2 cores.
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)  # numpy's draws, as _normal's
     x = jnp.asarray(rng.standard_normal((3, 21, 18, 5), dtype=np.float32))
     ref = nn.Conv(7, (kernel, kernel), strides=(stride, stride), padding="VALID",
                   kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)), bias_init=nn.initializers.zeros)
@@ -277,7 +281,7 @@ def test_the_nature_encoder_takes_atari_frames_scales_uint8_and_flattens_3136_fe
     spec = {"frames": jax.ShapeDtypeStruct((84, 84, 4), jnp.uint8), "lives": jax.ShapeDtypeStruct((1,), jnp.float32)}
     layout = encoder_layout(spec, "nature")
     assert [(leaf.name, leaf.kind) for leaf in layout] == [("frames", "nature"), ("lives", "flat")]
-    # numpy's draw: an eager jax.random.randint of this shape compiles for ~5 s on 2 cores under the suite's flags.
+    # numpy's draw (as _normal's): an eager jax.random.randint of this shape compiles for ~5 s on 2 cores.
     frames = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, 84, 84, 4), dtype=np.uint8))
     obs = {"frames": frames, "lives": jnp.ones((2, 1))}
     encoder = ObsEncoder(layout)
