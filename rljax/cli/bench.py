@@ -91,9 +91,7 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as err:
         print(f"rljax bench: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    import jax
-
-    if not args.no_compile_cache and not jax.config.jax_compilation_cache_dir:  # a cache set already is kept
+    if not args.no_compile_cache:  # a cache directory set already is kept
         enable_compilation_cache()
     try:
         trackers = {k: v for k, v in (("wandb", args.wandb), ("mlflow", args.mlflow)) if v is not None}

@@ -172,12 +172,9 @@ def run(args: argparse.Namespace) -> int:
     """``rljax envs [SUITE]``; returns the exit status (2: an unknown suite). Defers gymnax's
     rendering imports and, unless a cache directory is set already (``JAX_COMPILATION_CACHE_DIR``),
     uses the persistent compilation cache (see the module docstring)."""
-    import jax
-
     from rljax.cli.process import enable_compilation_cache
 
-    if not jax.config.jax_compilation_cache_dir:
-        enable_compilation_cache()
+    enable_compilation_cache()
     try:
         with _render_imports_deferred():
             text = list_envs(args.suite)

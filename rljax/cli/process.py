@@ -231,9 +231,15 @@ def resume_command(run_dir: str | os.PathLike) -> str:
 
 def enable_compilation_cache(path: str | None = None) -> str:
     """Turns on JAX's persistent compilation cache (a repeat run's compile drops from seconds to
-    a fraction of a second). Experiment entry points call this; the library never does."""
+    a fraction of a second). Experiment entry points call this; the library never does.
+
+    Without ``path``, a cache directory the process has set already (``JAX_COMPILATION_CACHE_DIR``,
+    a test harness, a notebook) is kept: JAX folds the directory into its cache keys, so repointing it
+    would make every program in this process miss the cache it was given. Returns the directory in use."""
     import jax
 
+    if path is None and jax.config.jax_compilation_cache_dir:
+        path = jax.config.jax_compilation_cache_dir
     path = path or os.path.join(os.path.expanduser("~"), ".cache", "rljax", "xla")
     os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)

@@ -222,3 +222,19 @@ def test_the_resume_command_of_a_multi_process_job_runs_in_every_process(monkeyp
     monkeypatch.setattr(distributed, "process_count", lambda: 2)
     assert resume_command("runs/x") == ("rljax resume runs/x in each of the job's 2 processes "
                                         "(e.g. rljax launch -n 2 -- rljax resume runs/x)")
+
+
+def test_the_compile_cache_a_process_was_given_is_kept(tmp_path):
+    """JAX folds the cache directory into its cache keys: a CLI command run inside a process that set
+    one (a test harness, a notebook) must keep it, or every program it compiles misses that cache."""
+    from rljax.cli.process import enable_compilation_cache
+
+    given, suites = str(tmp_path / "given"), jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", given)
+    try:
+        assert enable_compilation_cache() == given
+        assert jax.config.jax_compilation_cache_dir == given
+        chosen = str(tmp_path / "chosen")
+        assert enable_compilation_cache(chosen) == chosen == jax.config.jax_compilation_cache_dir
+    finally:
+        jax.config.update("jax_compilation_cache_dir", suites)
