@@ -298,6 +298,11 @@ README_VARIANTS = (
     "python -m experiments.ppo_cartpole --randomize length=0.25:2.0 --total-timesteps 1e6 --run-dir runs/dr-gru "
     "--memory gru --memory-size 128 --hidden-sizes 128 --activation relu",
     "rljax eval runs/dr-gru --env-param length=0.25,0.5,1,1.5,2",
+    # Varies sac_pendulum (the same off-policy continuous-control module shape; TD3 trains in test_td3.py).
+    "python -m experiments.td3_pendulum",
+    # Varies the grid sweep above it (PBT's lineage, perturbation and resume: tests/unit/training/hooks/test_pbt.py).
+    "python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 "
+    "--pbt-interval 4 --pbt learning_rate=1e-5:1e-2 --run-dir runs/pbt1",
 )
 """README commands that run only with ``--slow``: variants of a command the README runs anyway (the same
 experiment or subcommand with one more flag or another action space), whose difference other default
@@ -307,7 +312,9 @@ tests cover (data parallelism, gymnax envs, the flat encoder, domain randomisati
 their full sizes: ``tests/integration/test_minatar.py`` trains each module small; ``rljax launch`` and
 a launched resume: ``tests/integration/test_multihost.py`` launches its jobs so; a randomised
 recurrent run and its robustness grid: the README's randomisation sweep, ``test_memory.py``,
-``test_domain_randomization.py`` and ``tests/unit/cli/test_eval.py``). Every other README command runs in every suite run, and every
+``test_domain_randomization.py`` and ``tests/unit/cli/test_eval.py``; TD3's module beside SAC's: TD3
+trains in ``tests/unit/agents/test_td3.py``; the PBT sweep beside the grid sweep:
+``tests/unit/training/hooks/test_pbt.py`` runs PBT sweeps and resumes them). Every other README command runs in every suite run, and every
 command of every doc is parsed in every run (:func:`test_every_documented_command_parses_as_written`)."""
 
 GROUPS = 4  # per source: the commands are spread over this many tests, so pytest-xdist runs them side by side

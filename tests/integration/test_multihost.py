@@ -488,6 +488,9 @@ def _host_lines(run_dir: pathlib.Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+# Slow: by default the two-process equivalence above (a learner spanning processes) and
+# tests/unit/actorlearner/test_devices.py (the host-env learner split over two devices) stand for it.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_host_envs_over_two_processes_learn_as_one_job(host_two_processes):
     """Host envs (rljax.actorlearner) with a learner spanning two processes: each update learns from
@@ -503,7 +506,7 @@ def test_host_envs_over_two_processes_learn_as_one_job(host_two_processes):
     assert not list(run_dir.glob("stall-*")) and (run_dir / "checkpoints").is_dir()
 
 
-@pytest.mark.slow  # by default the run above, tests/unit/actorlearner/test_run.py's resume and _own_envs' unit test
+@pytest.mark.slow  # by default tests/unit/actorlearner/test_run.py's resume, _own_envs' unit test and test_devices.py
 @pytest.mark.timeout(600)
 def test_host_envs_over_two_processes_stop_together_and_resume_bit_exact(host_two_processes, tmp_path):
     """SIGTERM to the follower stops both processes after the same update with a checkpoint of every

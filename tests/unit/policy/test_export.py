@@ -270,23 +270,32 @@ RECURRENT = {
 }
 
 
-@pytest.fixture(scope="module")
-def recurrent_artefacts(tmp_path_factory):
-    """name -> (policy, out_dir, policy.json) of a tiny recurrent run (delay 2) exported with ONNX when
-    the converter is installed."""
-    from rljax.agents.ppo import PPOConfig
-    from rljax.agents.pqn import PQNConfig
+class _Trained(dict):
+    """name -> (policy, out_dir, policy.json), each tiny recurrent run trained and exported on first use."""
 
-    root, out = tmp_path_factory.mktemp("recurrent-export"), {}
-    for name, spec in RECURRENT.items():
-        spec = dict(spec)
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name):
+        from rljax.agents.ppo import PPOConfig
+        from rljax.agents.pqn import PQNConfig
+
+        spec = dict(RECURRENT[name])
         config_cls = PPOConfig if spec.pop("algorithm") == "ppo" else PQNConfig
         config = config_cls(env_params=("delay=2",), num_envs=4, num_steps=16, num_epochs=1, num_minibatches=2,
                             hidden_sizes=(16,), memory_size=8, total_timesteps=4 * 16 * 3, updates_per_chunk=3, **spec)
-        rljax.train(config, options=rljax.RunOptions(run_dir=root / name, quiet=True))
-        policy = rljax.load(root / name)
-        out[name] = (policy, root / "out" / name, export(policy, root / "out" / name, onnx="auto"))
-    return out
+        rljax.train(config, options=rljax.RunOptions(run_dir=self.root / name, quiet=True))
+        policy = rljax.load(self.root / name)
+        self[name] = (policy, self.root / "out" / name, export(policy, self.root / "out" / name, onnx="auto"))
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def recurrent_artefacts(tmp_path_factory):
+    """name -> (policy, out_dir, policy.json) of a tiny recurrent run (delay 2) exported with ONNX when
+    the converter is installed (each trained when a test first asks for it)."""
+    return _Trained(tmp_path_factory.mktemp("recurrent-export"))
 
 
 def _play_artefact(policy, call, steps: int = 40, envs: int = 3):
@@ -313,7 +322,8 @@ def _play_artefact(policy, call, steps: int = 40, envs: int = 3):
     return np.stack(mine), np.stack(got), ended
 
 
-@pytest.mark.parametrize("name", list(RECURRENT))
+# PQN's GRU with --slow: by default PPO's GRU (the same cell and signature) and LSTM stand for it.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "pqn-gru" else n for n in RECURRENT])
 def test_a_recurrent_artefact_takes_and_returns_the_state_and_plays_as_policy_act(recurrent_artefacts, name):
     policy, out_dir, meta = recurrent_artefacts[name]
     names = ["state_h"] if RECURRENT[name]["memory"] == "gru" else ["state_c", "state_h"]
