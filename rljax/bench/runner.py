@@ -10,15 +10,24 @@ The bench directory::
     DIR/report.json, report.md   the statistics (rljax.bench.report), recomputable from scores.csv
     DIR/plots/               performance profile, sample-efficiency and per-env curves (rljax.bench.plots)
 
-A bench directory takes one bench at a time: :func:`run_bench` holds its run lock
-(:class:`rljax.store.runlock.RunLock`, ``DIR/.lock``) from before anything is written until it
-returns, so a second bench on the same directory is refused naming the process that holds it (the
-kernel frees the lock of a killed process, whose record a rerun takes over).
+Any number of processes may run the same bench on one directory: a laptop's one command, the
+processes of ``rljax launch -n N -- rljax bench ...``, the tasks of a SLURM array. Each is a *worker*
+(registered, while it runs, as ``DIR/workers/<host>.<pid>.<token>/``, holding that directory's
+:class:`rljax.store.runlock.RunLock`) and takes the cells no live process runs: before running a cell it
+takes the cell directory's run lock without waiting, and a cell another live worker holds is left to
+it. A worker that finishes the cells it could take exits; the cells other workers still run are
+named, and finish with them. The kernel frees the locks of a killed worker, so its cell is taken by
+the next worker that reaches it (a requeued task, the same command run again), which resumes it.
+The spec, the random scores, ``scores.csv``, ``curves.csv``, the report and the plots are written
+under a short exclusive lock (``DIR/.bench.lock``, held while they are written), so the last worker
+to finish a cell writes results that cover every finished cell. ``rljax stop DIR`` asks every worker
+(:func:`request_bench_stop`).
 
-Cells run one after another. A cell whose sweep finished (its ``status.json`` says ``finished``) is
+Cells are taken in spec order. A cell whose sweep finished (its ``status.json`` says ``finished``) is
 not rerun; a cell killed mid-way is resumed from its newest checkpoint (``run_sweep(resume=True)``;
 one killed before its first checkpoint starts over), so a bench killed at any moment and run again
-with the same command gives the scores of an uninterrupted one. ``scores.csv`` and the report are
+with the same command gives the scores of an uninterrupted one, however its cells were spread over
+workers (a cell's results depend on its config, its seeds and the kind of machine, not on the worker). ``scores.csv`` and the report are
 rewritten after every cell, so a killed bench keeps the results of its finished cells.
 
 A run's score is the mean greedy return (``eval/return_mean``) of its last ``evaluation.last``
@@ -28,28 +37,34 @@ episodes of uniformly random actions, run as one compiled rollout with key 0.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import fcntl
 import json
 import math
 import os
 import pathlib
-import shlex
+import secrets
 import shutil
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differences
 
 __all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "CURVES_FILE",
            "cell_dir", "cell_runs", "cell_state", "random_score", "random_scores", "run_score", "cell_scores",
-           "bench_rows", "write_scores", "run_bench", "bench_holder", "bench_status", "status_text"]
+           "bench_rows", "write_scores", "run_bench", "bench_workers", "request_bench_stop", "bench_status",
+           "status_text"]
 
 BENCH_FILE = "bench.json"
 RANDOM_FILE = "random_scores.json"
 SCORES_FILE = "scores.csv"
 CURVES_FILE = "curves.csv"
+WORKERS_DIR = "workers"
+MUTEX_FILE = ".bench.lock"
 SCORE_COLUMNS = ("algorithm", "env", "seed", "score", "normalized_score")
 """The columns of ``scores.csv``."""
 EVAL_SCORE = "eval/return_mean"
@@ -212,20 +227,24 @@ def _claim(run_dir: pathlib.Path, spec: BenchSpec) -> None:
         _write_atomic(path, json.dumps(record, indent=2) + "\n")
 
 
-def _run_cell(run_dir: pathlib.Path, config: Any, path: pathlib.Path, seeds: int, quiet: bool,
+def _run_cell(worker: pathlib.Path, config: Any, path: pathlib.Path, seeds: int, quiet: bool,
               train_kwargs: Mapping[str, Any]) -> None:
-    """Runs (or resumes) one cell's sweep into ``path``; a stop request in the bench directory
-    (``DIR/stop.request``, :func:`rljax.store.status.request_stop`) stops it at its next chunk."""
-    from rljax.store.status import take_stop_request
+    """Runs (or resumes) one cell's sweep into ``path``, whose run lock the caller holds; a stop
+    request to this worker (:func:`request_bench_stop`) stops it at its next chunk."""
+    from rljax.store.runlock import LOCK_FILE
+    from rljax.store.status import STOP_FILE
     from rljax.training.sweep import SweepSpec, run_sweep
 
     state = cell_state(path)
-    if state == "not started" and path.exists():
-        shutil.rmtree(path)  # killed before its first checkpoint: nothing to keep, it starts over
+    if state == "not started":  # killed before its first checkpoint: nothing to keep, it starts over
+        for entry in path.iterdir():
+            if entry.name != LOCK_FILE:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     caller = train_kwargs.get("on_chunk")
 
     def on_chunk(index: int, train_state: Any, row: dict[str, Any]) -> Any:
-        stop = take_stop_request(run_dir) is not None
+        # Left in place: a request seen at the cell's last chunk stops the worker before its next cell.
+        stop = (worker / STOP_FILE).exists()
         return (caller(index, train_state, row) if caller is not None else False) or stop
 
     run_sweep(config, SweepSpec(seeds=tuple(range(seeds))), run_dir=path, resume=state == "partial", quiet=quiet,
@@ -234,7 +253,11 @@ def _run_cell(run_dir: pathlib.Path, config: Any, path: pathlib.Path, seeds: int
 
 def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = False, plots: bool = True,
               **train_kwargs: Any) -> dict[str, Any]:
-    """Runs (or continues) the bench ``spec`` in ``run_dir`` and writes its scores and report.
+    """Runs (or continues) the bench ``spec`` in ``run_dir`` as one of its workers, and writes its
+    scores and report.
+
+    Other processes may run the same bench on ``run_dir`` at the same time; each runs the cells no
+    other live process runs (see the module docstring).
 
     Args:
         spec: the bench (:func:`rljax.bench.spec.load_spec`, :func:`~rljax.bench.spec.narrow`);
@@ -246,82 +269,185 @@ def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, quiet: bool = Fals
             fields: ``checkpoint_every`` (default 1 chunk), ``tensorboard``, ``wandb``, ...).
 
     Returns:
-        The report (:func:`rljax.bench.report.compute_report`'s dict).
+        The report (:func:`rljax.bench.report.compute_report`'s dict) of the cells finished when this
+        worker ends; it covers every cell unless other workers still run some (named in a progress
+        line; the last of them to finish writes the whole report).
 
     Raises:
         SpecError: a spec that cannot run, or a ``run_dir`` that holds another spec.
-        rljax.store.runlock.RunLockedError: another live process holds ``run_dir`` (another bench
-            on it); one line naming the directory and that process's host:pid and command.
         rljax.store.runlock.RunLockError: ``run_dir`` cannot be locked (not a writable directory, a
             filesystem without file locks).
-        BenchStopped: a cell stopped before it finished (SIGTERM, or a stop request in ``run_dir``
-            or in the cell's directory, each taken at a chunk boundary and saved there); the same
-            call continues the bench.
+        BenchStopped: a cell stopped before it finished (SIGTERM, a stop request to this worker or in
+            the cell's directory, each taken at a chunk boundary and saved there), or a stop request
+            found between cells; the same call continues the bench.
     """
+    from rljax.store.runlock import RunLock
+
     configs = check_spec(spec)
     run_dir = pathlib.Path(run_dir)
-    lock = _lock(run_dir)
+    worker = run_dir / WORKERS_DIR / f"{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
+    with _bench_mutex(run_dir):
+        _claim(run_dir, spec)
+        _forget_dead_workers(run_dir)
+        lock = RunLock(worker).acquire()
     try:
-        return _run_cells(spec, configs, run_dir, quiet, plots, train_kwargs)
+        return _run_cells(spec, configs, run_dir, worker, quiet, plots, train_kwargs)
     finally:
+        shutil.rmtree(worker, ignore_errors=True)
         lock.release()
 
 
-def _lock(run_dir: pathlib.Path) -> Any:
-    """Takes the bench directory's run lock (:class:`rljax.store.runlock.RunLock`); a live holder is
-    refused with one line naming the directory and that process."""
-    from rljax.store.runlock import RunLock, RunLockedError
+@contextlib.contextmanager
+def _bench_mutex(run_dir: pathlib.Path) -> Iterator[None]:
+    """Holds ``DIR/.bench.lock`` exclusively (waiting for it) while the bench's shared files are written."""
+    from rljax.store.runlock import DISABLE_ENV, RunLockError
 
+    path = run_dir / MUTEX_FILE
+    if os.environ.get(DISABLE_ENV, "1").strip() == "0":
+        run_dir.mkdir(parents=True, exist_ok=True)
+        yield
+        return
     try:
-        return RunLock(run_dir).acquire()
-    except RunLockedError as err:
-        raise RunLockedError(_locked_message(run_dir, err.holder), str(run_dir), err.holder) from None
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise RunLockError(f"cannot open {str(path)!r} ({type(err).__name__}: {err.strerror or err}); the bench "
+                           "directory must be a directory this user can write") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as err:
+            raise RunLockError(f"cannot lock {str(path)!r}: the filesystem refused a file lock "
+                               f"({errno.errorcode.get(err.errno, err.errno)}: {err.strerror}); workers of one bench "
+                               f"would overwrite each other's results. Mount it with locking (NFS without 'nolock', "
+                               f"Lustre with 'flock') or, at your own risk, set {DISABLE_ENV}=0") from None
+        yield
+    finally:
+        os.close(fd)
 
 
-def _locked_message(run_dir: pathlib.Path, holder: Mapping[str, Any] | None) -> str:
+def _held_elsewhere(lock_dir: pathlib.Path) -> bool:
+    """Whether some live process (this one included, through another open file) holds ``lock_dir``'s
+    run lock: a non-blocking ``flock`` on its lock file fails."""
     from rljax.store.runlock import LOCK_FILE
 
-    if not holder:
-        who = f"a process whose lock record is unreadable (`fuser -v {run_dir / LOCK_FILE}` shows it)"
-    else:
-        argv = holder.get("argv")
-        command = shlex.join(str(a) for a in argv) if isinstance(argv, list) else "unknown"
-        command = command.replace("\n", "\\n")
-        if len(command) > 200:
-            command = command[:197] + "..."
-        who = (f"{holder.get('host', '?')}:{holder.get('pid', '?')} (started {holder.get('started') or '?'}, "
-               f"command: {command})")
-    return (f"bench directory {str(run_dir)!r} is in use by {who}; a bench directory takes one bench at a time: "
-            f"wait for that bench to finish or stop it (`rljax stop {run_dir}`; its own command continues it), "
-            f"or choose another --run-dir")
+    try:
+        fd = os.open(lock_dir / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a filesystem without locks: nothing can be told, so the record is believed
+        return True
+    finally:
+        os.close(fd)  # also releases a lock taken here
+    return False
 
 
-def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, quiet: bool, plots: bool,
-               train_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`run_bench` once it holds ``run_dir``."""
-    from rljax.bench.plots import CURVE_COLUMNS, write_plots
-    from rljax.bench.report import write_report
+def bench_workers(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The live workers of the bench in ``run_dir`` (``DIR/workers/*`` whose run lock a process
+    holds), each ``{"host", "pid", "started"}`` from its lock record, oldest first. A killed worker's
+    entry stays until the next worker starts, and is not listed."""
+    from rljax.store.runlock import read_holder
+
+    root = pathlib.Path(run_dir) / WORKERS_DIR
+    workers = []
+    for entry in sorted(root.iterdir()) if root.is_dir() else ():
+        if entry.is_dir() and _held_elsewhere(entry):
+            record = read_holder(entry) or {}
+            workers.append({"host": record.get("host"), "pid": record.get("pid"), "started": record.get("started"),
+                            "dir": str(entry)})
+    return sorted(workers, key=lambda w: str(w["started"]))
+
+
+def _forget_dead_workers(run_dir: pathlib.Path) -> None:
+    """Removes the entries of workers no process holds (killed ones); called under the bench mutex."""
+    root = run_dir / WORKERS_DIR
+    for entry in root.iterdir() if root.is_dir() else ():
+        if entry.is_dir() and not _held_elsewhere(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def request_bench_stop(run_dir: str | os.PathLike, requester: str = "") -> list[dict[str, Any]]:
+    """Asks every live worker of the bench in ``run_dir`` to stop (``stop.request`` in its entry): one
+    in a cell stops it at its next chunk boundary, saved, and one between cells before its next cell;
+    each then exits as stopped. Workers started afterwards are not asked. Returns the workers asked."""
+    from rljax.store.status import request_stop
+
+    workers = bench_workers(run_dir)
+    for worker in workers:
+        request_stop(worker["dir"], requester)
+    return workers
+
+
+def _who(record: Mapping[str, Any] | None) -> str:
+    return "a process whose lock record is unreadable" if not record else f"{record.get('host')}:{record.get('pid')}"
+
+
+def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, worker: pathlib.Path, quiet: bool,
+               plots: bool, train_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`run_bench` once it is a worker of ``run_dir``: each cell no live process runs, in order."""
+    from rljax.store.runlock import RunLock, RunLockedError
     from rljax.store.status import take_stop_request
 
-    _claim(run_dir, spec)
-    randoms = random_scores(run_dir, spec)
-    report: dict[str, Any] = {}
+    with _bench_mutex(run_dir):
+        randoms = random_scores(run_dir, spec)
+    others: dict[str, str] = {}
+    report: dict[str, Any] | None = None
     for i, (cell, config) in enumerate(zip(spec.cells(), configs)):
         path = cell_dir(run_dir, cell)
-        state = cell_state(path)
-        if not quiet:
-            print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: {state}"
-                  + ("" if state == "done" else f", {'resuming' if state == 'partial' else 'running'} "
-                     f"{spec.seeds} seeds x {cell.total_timesteps:,} env steps"), flush=True)
-        if state != "done":
-            if take_stop_request(run_dir) is not None:
-                raise BenchStopped(f"stopped on request before cell {cell.name}; run the bench again to continue")
+        if cell_state(path) == "done":
+            if not quiet:
+                print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: done", flush=True)
+            continue
+        if take_stop_request(worker) is not None:
+            raise BenchStopped(f"stopped on request before cell {cell.name}; run the bench again to continue")
+        try:
+            lock = RunLock(path).acquire()
+        except RunLockedError as err:
+            others[cell.name] = _who(err.holder)
+            if not quiet:
+                print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: run by {others[cell.name]}, left to it",
+                      flush=True)
+            continue
+        try:
+            state = cell_state(path)  # read again under the lock: another worker may have finished it
+            if not quiet:
+                print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: {state}"
+                      + ("" if state == "done" else f", {'resuming' if state == 'partial' else 'running'} "
+                         f"{spec.seeds} seeds x {cell.total_timesteps:,} env steps"), flush=True)
+            if state == "done":
+                continue
             t0 = time.perf_counter()
-            _run_cell(run_dir, config, path, spec.seeds, quiet, train_kwargs)
+            _run_cell(worker, config, path, spec.seeds, quiet, train_kwargs)
             if cell_state(path) != "done":  # stopped (SIGTERM, a stop request): the bench stops with it
                 raise BenchStopped(f"cell {cell.name} stopped before it finished; run the bench again to continue")
-            if not quiet:
-                print(f"bench: cell {cell.name} done in {time.perf_counter() - t0:.1f}s", flush=True)
+        finally:
+            lock.release()
+        if not quiet:
+            print(f"bench: cell {cell.name} done in {time.perf_counter() - t0:.1f}s", flush=True)
+        report = _write_results(run_dir, spec, randoms, plots)
+    if report is None:  # this worker finished no cell: the results are rewritten once, from what is on disk
+        report = _write_results(run_dir, spec, randoms, plots)
+    left = {name: who for name, who in others.items()
+            if cell_state(cell_dir(run_dir, next(c for c in spec.cells() if c.name == name))) != "done"}
+    if left and not quiet:
+        print(f"bench: {len(left)} {'cell is' if len(left) == 1 else 'cells are'} run by other workers ("
+              + ", ".join(f"{name} by {who}" for name, who in left.items())
+              + "); the report covers them once they finish", flush=True)
+    return report
+
+
+def _write_results(run_dir: pathlib.Path, spec: BenchSpec, randoms: Mapping[str, float], plots: bool
+                   ) -> dict[str, Any]:
+    """Rewrites ``scores.csv``, ``curves.csv``, the report and the plots from the finished cells,
+    under the bench mutex (so the last writer's results cover every cell finished before it)."""
+    from rljax.bench.plots import CURVE_COLUMNS, write_plots
+    from rljax.bench.report import write_report
+
+    with _bench_mutex(run_dir):
         scores, curves = bench_rows(run_dir, spec, randoms)
         write_scores(run_dir, scores)
         write_scores(run_dir, curves, CURVES_FILE, CURVE_COLUMNS)
@@ -337,29 +463,6 @@ def _references(spec: BenchSpec, randoms: Mapping[str, float]) -> dict[str, dict
             if math.isfinite(randoms[e.id])}
 
 
-def bench_holder(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The process holding the bench directory's lock, from its record (``DIR/.lock``,
-    :func:`rljax.store.runlock.read_holder`): ``{"host", "pid", "started", "alive"}``, ``alive`` True
-    for a live process on this host and None for one on another host (which cannot be told from
-    here). None when no bench holds it: no record (none ran, or the last one returned) or the record
-    of a process on this host that is gone (killed; the next bench takes the lock over)."""
-    from rljax.store.runlock import read_holder
-
-    record = read_holder(run_dir)
-    if not record:
-        return None
-    pid, alive = record.get("pid"), None
-    if record.get("host") == socket.gethostname():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:  # another user's live process
-            pass
-        alive = True
-    return {"host": record.get("host"), "pid": pid, "started": record.get("started"), "alive": alive}
-
-
 def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
     """Where the bench in ``run_dir`` stands: each cell's state and progress, the counts of cells
     done, running and left, and an estimate of the time left.
@@ -372,8 +475,8 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
     not); None before its first chunk. The estimate (``eta_s``, None until a cell has finished) is
     the running cell's own ETA plus, for every other unfinished cell, its env steps left at the
     seconds per env step the finished cells took. Env steps are per run (each of a cell's seeds
-    runs them, in one compiled sweep). ``holder`` is :func:`bench_holder`'s: the process running
-    the bench, if one holds the directory.
+    runs them, in one compiled sweep). ``workers`` is :func:`bench_workers`'s: the live processes
+    running the bench.
 
     Raises:
         FileNotFoundError: ``run_dir`` holds no ``bench.json``.
@@ -411,7 +514,8 @@ def bench_status(run_dir: str | os.PathLike) -> dict[str, Any]:
                    else rate * (c["total_env_steps"] - c["env_steps"])) for c in cells if c["state"] != "done")
     counts = {s: sum(c["state"] == s for c in cells) for s in ("done", "running", "stopped", "not started")}
     return {"run_dir": str(run_dir), "cells": cells, "done": counts["done"], "running": counts["running"],
-            "left": counts["stopped"] + counts["not started"], "eta_s": eta, "holder": bench_holder(run_dir)}
+            "left": counts["stopped"] + counts["not started"], "eta_s": eta,
+            "workers": [{k: w[k] for k in ("host", "pid", "started")} for w in bench_workers(run_dir)]}
 
 
 def _seconds(seconds: float) -> str:
@@ -422,11 +526,10 @@ def status_text(status: Mapping[str, Any]) -> str:
     """:func:`bench_status` as lines: the counts and time left, then one line per cell."""
     seconds = status["eta_s"]
     eta = "unknown until a cell finishes" if seconds is None else f"about {_seconds(seconds)}"
-    holder = status.get("holder")
-    held = "" if not holder else (f"; run by {holder['host']}:{holder['pid']}" if holder["alive"] else
-                                  f"; locked by {holder['host']}:{holder['pid']} on another host (a bench there, or "
-                                  "one killed there)")
-    lines = [f"bench {status['run_dir']}: {status['done']} cells done, {status['running']} running, "
+    workers = [f"{w['host']}:{w['pid']}" for w in status.get("workers") or ()]
+    held = "" if not workers else (f"; run by {workers[0]}" if len(workers) == 1 else
+                                   f"; run by {len(workers)} workers ({', '.join(workers)})")
+    lines = [f"bench {status['run_dir']}: {status['done']} cell{'' if status['done'] == 1 else 's'} done, {status['running']} running, "
              f"{status['left']} left; time left {eta}{held}"]
     for c in status["cells"]:
         wall = "" if c.get("wall_time_s") is None else f", {_seconds(c['wall_time_s'])} spent"

@@ -11,11 +11,13 @@ the scores and their statistics (:mod:`rljax.bench`).
 Killed at any moment, the same command continues the bench: finished cells are not rerun and a
 cell killed mid-way resumes from its checkpoint. A spec that cannot run is refused before anything
 runs (exit status 2, one line naming the cell and the value); the flags narrow and override the
-spec, and a DIR holding a bench with another spec is refused, naming what differs. A DIR another
-live process is running a bench in is refused the same way, naming that process (host:pid). On a
-bench directory ``rljax status DIR`` prints the cells done, running and left, ``rljax stop DIR``
-stops the bench (exit status 75; the same command continues it) and ``rljax inspect DIR`` prints
-its report.
+spec, and a DIR holding a bench with another spec is refused, naming what differs. The same command
+run by several processes at once (``rljax launch -n 4 -- rljax bench ...``, a SLURM array whose tasks
+all run it) spreads the cells over them: each takes the cells no other live process runs, and a
+killed one's cell is taken by the next that reaches it. On a bench directory ``rljax status DIR``
+prints the cells done, running and left and the processes running them, ``rljax stop DIR`` stops
+every one of them (exit status 75; the same command continues the bench) and ``rljax inspect DIR``
+prints its report.
 
 The module is a command of the ``rljax`` parser's shape (``add_parser``, ``run``) and runs on its
 own as ``python -m rljax.cli.bench SUITE|SPEC.toml --run-dir DIR`` (:func:`main`).
@@ -65,8 +67,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``rljax bench ...``; returns the exit status (2: a spec that cannot run, or a DIR another bench holds;
-    75: stopped before the end)."""
+    """``rljax bench ...``; returns the exit status (2: a spec that cannot run, or a DIR holding another
+    spec or that cannot be locked; 75: stopped before the end)."""
     from rljax.bench.runner import BenchStopped, run_bench
     from rljax.bench.spec import SpecError, check_spec, load_spec, narrow
     from rljax.cli.process import EXIT_USAGE, enable_compilation_cache
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trackers = {k: v for k, v in (("wandb", args.wandb), ("mlflow", args.mlflow)) if v is not None}
         run_bench(spec, args.run_dir, quiet=args.quiet, tensorboard=not args.no_tensorboard, **trackers)
-    except (SpecError, RunLockError) as err:  # another spec in DIR; another bench running in it
+    except (SpecError, RunLockError) as err:  # another spec in DIR; a DIR that cannot be locked
         print(f"rljax bench: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except BenchStopped as err:

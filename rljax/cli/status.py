@@ -4,7 +4,7 @@ from the ``status.json`` the run keeps current (:mod:`rljax.store.status`), so i
 that sees the directory and never disturbs the run. ``--json`` prints the record for tools.
 
 On a bench directory (one holding ``bench.json``, :mod:`rljax.bench.runner`) it prints the bench's
-cells done, running and left, the time left and the process running it
+cells done, running and left, the time left and the processes (workers) running it
 (:func:`rljax.bench.runner.status_text`); ``--json`` prints
 :func:`rljax.bench.runner.bench_status`'s record."""
 

@@ -5,11 +5,11 @@ it. With ``--wait`` the command returns once the run has stopped (status 0) or, 
 (or stalled) when the time is up, with status 1; the request then stands. Status 2: nothing to stop,
 or a bad ``--wait``.
 
-On a bench directory (one holding ``bench.json``) it asks the bench to stop (``DIR/stop.request``):
-the running cell stops at its next chunk boundary, saved, or a bench between cells before its next
-one, and the bench exits with status 75; its own ``rljax bench`` command continues it. There is
-something to stop while a cell is running (or stalled) or a live process on this host holds the
-bench directory (:func:`rljax.bench.runner.bench_holder`); ``--wait`` waits until neither is so."""
+On a bench directory (one holding ``bench.json``) it asks every worker running the bench to stop
+(:func:`rljax.bench.runner.request_bench_stop`): a worker's running cell stops at its next chunk
+boundary, saved, or a worker between cells before its next one, and each exits with status 75; the
+bench's own ``rljax bench`` command continues it. There is something to stop while the bench has a
+live worker (:func:`rljax.bench.runner.bench_workers`); ``--wait`` waits until none is left."""
 
 from __future__ import annotations
 
@@ -70,30 +70,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bench_running(status: dict[str, Any]) -> bool:
-    """Whether a bench has something to stop: a running (or stalled) cell, or a live process here holding it."""
-    return status["running"] > 0 or bool(status["holder"] and status["holder"]["alive"])
+    """Whether a bench has something to stop: a live worker."""
+    return bool(status["workers"])
 
 
 def _stop_bench(run_dir: str, wait: float) -> int:
     """``rljax stop`` of a bench directory; the exit statuses of :func:`run`."""
-    from rljax.bench.runner import bench_status, status_text
-    from rljax.store.status import request_stop
+    from rljax.bench.runner import bench_status, request_bench_stop, status_text
 
     try:
         status = bench_status(run_dir)
     except (ValueError, OSError) as err:
         print(f"rljax stop: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    if not _bench_running(status):
-        print(f"rljax stop: error: nothing to stop: no cell of the bench is running and no process here runs it "
+    workers = [f"{w['host']}:{w['pid']}" for w in request_bench_stop(run_dir, "rljax stop")] \
+        if _bench_running(status) else []
+    if not workers:
+        print(f"rljax stop: error: nothing to stop: no process runs the bench "
               f"({status_text(status).splitlines()[0]})", file=sys.stderr)
         return EXIT_USAGE
-    request_stop(run_dir)
     running = [c["cell"] for c in status["cells"] if c["state"] == "running"]
-    what = f"its running cell {running[0]} stops at its next chunk boundary (saved)" if running else \
-        "it stops before its next cell"
-    print(f"asked bench {run_dir} to stop: {what} and the bench exits with status 75; its own rljax bench command "
-          f"continues it; rljax status {run_dir} shows when it has", flush=True)
+    what = (f"{'its running cell' if len(running) == 1 else 'its running cells'} {', '.join(running)} "
+            f"{'stops' if len(running) == 1 else 'stop'} at the next chunk boundary (saved)" if running else
+            "it stops before its next cell")
+    who = workers[0] if len(workers) == 1 else f"its {len(workers)} workers ({', '.join(workers)})"
+    print(f"asked bench {run_dir} ({who}) to stop: {what} and each worker exits with status 75; the bench's own "
+          f"rljax bench command continues it; rljax status {run_dir} shows when it has", flush=True)
     deadline = time.monotonic() + wait
     while wait > 0:
         status = bench_status(run_dir)
@@ -101,9 +103,10 @@ def _stop_bench(run_dir: str, wait: float) -> int:
             print(status_text(status), flush=True)
             return 0
         if time.monotonic() > deadline:
-            running = [c["cell"] for c in status["cells"] if c["state"] == "running"]
-            print(f"rljax stop: bench still running after {wait:g} s ("
-                  + (f"cell {running[0]}" if running else "between cells") + "); the request stands", file=sys.stderr)
+            left = [f"{w['host']}:{w['pid']}" for w in status["workers"]]
+            print(f"rljax stop: bench still running after {wait:g} s (worker{'s' if len(left) > 1 else ''} "
+                  f"{', '.join(left)}); the request stands",
+                  file=sys.stderr)
             return 1
         time.sleep(0.2)
     return 0

@@ -1,8 +1,8 @@
 """``rljax status``, ``rljax stop`` and ``rljax inspect`` on a bench directory written by hand (no
-training: ``bench.json``, each cell's ``sweep.json`` and ``status.json``, a ``scores.csv``), and the
-bench directory's lock: a second bench on a directory a live process holds is refused with one line
-naming it, before anything is written; a killed holder does not block the next bench. (A bench killed
-mid-cell and run again, through the lock it left: tests/unit/bench/test_runner.py.)"""
+training: ``bench.json``, each cell's ``sweep.json`` and ``status.json``, a ``scores.csv``, workers
+registered by holding ``DIR/workers/<name>``'s run lock), and a bench's workers: a cell another live
+process holds is left to it; a killed worker's entry is forgotten. (A bench killed mid-cell and
+continued by the next worker, and two workers sharing a bench: tests/unit/bench/test_runner.py.)"""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import threading
 import pytest
 
 from rljax.bench.report import write_report
-from rljax.bench.runner import BenchStopped, bench_status, run_bench, write_scores
+from rljax.bench.runner import bench_status, run_bench, write_scores
 from rljax.bench.spec import load_spec
 from rljax.cli.main import main
-from rljax.store.runlock import RunLock, RunLockedError, RunLockWarning
-from rljax.store.status import request_stop, write_status
+from rljax.store.runlock import RunLock, read_holder
+from rljax.store.status import write_status
 
 from tests.conftest import cpu_subprocess_env
 from tests.support.bench import SPEC
@@ -77,14 +77,14 @@ def test_status_of_a_bench_prints_its_cells_and_time_left_or_json(bench_dir, cap
     _running(bench_dir, "dqn")
     assert main(["status", str(bench_dir)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"bench {bench_dir}: 1 cells done, 1 running, 0 left; time left about 12 s"
+    assert out[0] == f"bench {bench_dir}: 1 cell done, 1 running, 0 left; time left about 12 s"
     assert re.fullmatch(r"  ppo/CartPole-v1 +done +2,048/2,048 env steps per run, 20 s spent", out[1]), out[1]
     assert re.fullmatch(r"  dqn/CartPole-v1 +running +512/2,048 env steps per run, 4 s spent", out[2]), out[2]
     assert main(["status", str(bench_dir), "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record == json.loads(json.dumps(bench_status(bench_dir)))
-    assert (record["done"], record["running"], record["left"], record["eta_s"], record["holder"]) == (1, 1, 0, 12.0,
-                                                                                                     None)
+    assert (record["done"], record["running"], record["left"], record["eta_s"], record["workers"]) == (1, 1, 0, 12.0,
+                                                                                                      [])
     (bench_dir / "bench.json").write_text("{")
     assert main(["status", str(bench_dir)]) == 2
     assert f"{bench_dir / 'bench.json'} is damaged (" in _one_line_error(capsys, "status")
@@ -98,37 +98,40 @@ def test_the_time_left_counts_the_other_cells_at_the_finished_cells_rate(bench_d
                                   "total_env_steps": 2048, "wall_time_s": None, "eta_s": None}
 
 
-def test_stop_on_a_bench_asks_it_to_stop_and_waits_until_no_cell_runs(bench_dir, capsys):
-    assert main(["stop", str(bench_dir)]) == 2  # no cell running, nothing holds it
-    assert "nothing to stop: no cell of the bench is running and no process here runs it (bench " in \
-        _one_line_error(capsys, "stop")
-    assert not (bench_dir / "stop.request").exists()
+def test_stop_on_a_bench_asks_each_worker_and_waits_until_none_is_left(bench_dir, capsys):
+    assert main(["stop", str(bench_dir)]) == 2  # no worker: nothing to stop
+    assert "nothing to stop: no process runs the bench (bench " in _one_line_error(capsys, "stop")
     cell = _running(bench_dir, "dqn")
-    assert main(["stop", str(bench_dir), "--wait", "0.4"]) == 1
-    out, err = capsys.readouterr()
-    assert f"asked bench {bench_dir} to stop: its running cell dqn/CartPole-v1 stops at its next chunk" in out
-    assert err == "rljax stop: bench still running after 0.4 s (cell dqn/CartPole-v1); the request stands\n"
-    assert (bench_dir / "stop.request").exists() and not (cell / "stop.request").exists()  # the bench's, not the cell's
-    stopper = threading.Timer(0.3, write_status, (cell, {"state": "preempted", "env_steps": 768,
-                                                         "total_env_steps": 2048, "wall_time_s": 5.0}))
-    stopper.start()
-    try:
+    assert main(["stop", str(bench_dir)]) == 2  # a cell's status says running, but no worker runs it
+    capsys.readouterr()
+    with _held(bench_dir / "workers" / "w0") as first, _held(bench_dir / "workers" / "w1") as second:
+        whose = [f"{socket.gethostname()}:{p.pid}" for p in (first, second)]
+        assert main(["stop", str(bench_dir), "--wait", "0.4"]) == 1
+        out, err = capsys.readouterr()
+        assert f"asked bench {bench_dir} (its 2 workers ({', '.join(whose)})) to stop: its running cell " \
+               "dqn/CartPole-v1 stops at the next chunk boundary (saved) and each worker exits with status 75" in out
+        assert err == f"rljax stop: bench still running after 0.4 s (workers {', '.join(whose)}); the request stands\n"
+        for name in ("w0", "w1"):  # each worker's own request; none in the bench's or the cell's directory
+            assert (bench_dir / "workers" / name / "stop.request").exists()
+        assert not (bench_dir / "stop.request").exists() and not (cell / "stop.request").exists()
+        first.kill()  # the workers end (as stopped ones do); --wait returns once the last has
+        threading.Timer(0.3, second.kill).start()
         assert main(["stop", str(bench_dir), "--wait", "60"]) == 0
-    finally:
-        stopper.join()
-    assert f"bench {bench_dir}: 0 cells done, 0 running, 2 left" in capsys.readouterr().out
+    assert f"bench {bench_dir}: 0 cells done, 1 running, 1 left" in capsys.readouterr().out
     assert main(["stop", str(bench_dir), "--wait", "-1"]) == 2
     assert "--wait is the seconds to wait" in _one_line_error(capsys, "stop")
 
 
-def test_stop_asks_a_bench_between_cells_whose_process_holds_its_directory(bench_dir, capsys):
-    with RunLock(bench_dir):  # this process, as a bench between two cells
-        assert bench_status(bench_dir)["holder"]["alive"] is True
+def test_stop_asks_a_worker_between_cells(bench_dir, capsys):
+    with RunLock(bench_dir / "workers" / "w0"):  # this process, as a worker between two cells
+        assert bench_status(bench_dir)["workers"] == [
+            {"host": socket.gethostname(), "pid": os.getpid(), "started": read_holder(bench_dir / "workers" / "w0")[
+                "started"]}]
         assert main(["status", str(bench_dir)]) == 0
         assert f"; run by {socket.gethostname()}:{os.getpid()}" in capsys.readouterr().out.splitlines()[0]
         assert main(["stop", str(bench_dir)]) == 0
         assert "it stops before its next cell" in capsys.readouterr().out
-    assert (bench_dir / "stop.request").exists() and bench_status(bench_dir)["holder"] is None
+    assert (bench_dir / "workers" / "w0" / "stop.request").exists() and bench_status(bench_dir)["workers"] == []
 
 
 def test_inspect_prints_a_benchs_report_and_names_its_plots(bench_dir, tmp_path, capsys):
@@ -180,21 +183,20 @@ def _held(run_dir):
         proc.wait()
 
 
-def test_a_bench_directory_held_by_a_live_process_is_refused_and_a_killed_holder_does_not_block(spec_path, tmp_path,
-                                                                                                capsys):
+def test_a_cell_a_live_process_holds_is_left_to_it_and_a_killed_workers_entry_is_forgotten(spec_path, tmp_path,
+                                                                                             capsys):
     run_dir = tmp_path / "b"
-    with _held(run_dir) as holder:
+    dead = run_dir / "workers" / "gone"
+    with _held(dead):  # a worker killed earlier: its entry stays until the next worker starts
+        pass
+    assert dead.is_dir()
+    with _held(run_dir / "cells" / "ppo" / "CartPole-v1") as holder:  # another worker, running the only cell
+        assert run_bench(load_spec(spec_path), run_dir, tensorboard=False) == {}
+        out = capsys.readouterr().out
         who = f"{socket.gethostname()}:{holder.pid}"
-        with pytest.raises(RunLockedError) as refused:
-            run_bench(load_spec(spec_path), run_dir, quiet=True)
-        message = str(refused.value)
-        assert message.startswith(f"bench directory '{run_dir}' is in use by {who} (started ") and "\n" not in message
-        assert f"`rljax stop {run_dir}`" in message
-        assert main(["bench", str(spec_path), "--run-dir", str(run_dir), "--quiet", "--no-compile-cache"]) == 2
-        assert _one_line_error(capsys, "bench") == f"rljax bench: error: {message}\n"
-        assert os.listdir(run_dir) == [".lock"]  # refused before anything was written
-    request_stop(run_dir)  # the next bench gets past the lock, writes its spec and stops before its first cell
-    with pytest.warns(RunLockWarning, match=f"left by {who}, .*: that process is gone"):
-        with pytest.raises(BenchStopped, match="stopped on request before cell ppo/CartPole-v1"):
-            run_bench(load_spec(spec_path), run_dir, quiet=True)
-    assert (run_dir / "bench.json").exists() and bench_status(run_dir)["holder"] is None
+        assert f"bench: cell 1/1 ppo/CartPole-v1: run by {who}, left to it\n" in out
+        assert out.endswith(f"bench: 1 cell is run by other workers (ppo/CartPole-v1 by {who}); the report covers "
+                            "them once they finish\n")
+    assert (run_dir / "bench.json").exists() and not (run_dir / "report.json").exists()
+    assert os.listdir(run_dir / "workers") == []  # the dead worker's entry and this one's are gone
+    assert bench_status(run_dir)["cells"][0]["state"] == "not started"

@@ -1,5 +1,6 @@
 """rljax.bench.runner: one tiny bench (PPO on CartPole, 2 seeds, 2048 env steps) shared by the tests;
-a bench killed with SIGKILL mid-cell and run again gives the same scores.csv and report.json."""
+a bench killed with SIGKILL mid-cell and run again gives the same scores.csv and report.json; two
+workers running one bench at once share its cells."""
 
 import json
 import os
@@ -13,10 +14,11 @@ import pytest
 
 from rljax.bench.plots import read_curves
 from rljax.bench.report import compute_report, read_scores
-from rljax.bench.runner import (bench_holder, bench_status, cell_dir, cell_state, random_score, run_bench,
-                                run_score, status_text)
+from rljax.bench.runner import (bench_status, bench_workers, cell_dir, cell_state, random_score, request_bench_stop,
+                                run_bench, run_score, status_text)
 from rljax.bench.spec import SpecError, load_spec, narrow
 from rljax.store.runlock import RunLockWarning, read_holder
+from tests.unit.bench.test_bench_dir import TWO_CELLS
 from rljax.store.tracking import read_chunks
 
 from tests.conftest import cpu_subprocess_env
@@ -125,15 +127,15 @@ def test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results(b
     _killed(spec_path, run_dir, kill_at=4)
     cell = cell_dir(run_dir, load_spec(spec_path).cells()[0])
     assert cell_state(cell) == "partial" and not (run_dir / "scores.csv").exists()
-    # The killed bench held the directory: its lock record stays, but a dead process holds nothing.
-    assert read_holder(run_dir)["pid"] != os.getpid() and bench_holder(run_dir) is None
+    # The killed worker held the cell: its lock record stays, but a dead process holds nothing.
+    assert read_holder(cell)["pid"] != os.getpid() and bench_workers(run_dir) == []
     status = bench_status(run_dir)  # killed: its process is gone, so the cell is stopped, not running
-    assert (status["done"], status["running"], status["left"], status["eta_s"], status["holder"]) == (
-        0, 0, 1, None, None)
+    assert (status["done"], status["running"], status["left"], status["eta_s"], status["workers"]) == (
+        0, 0, 1, None, [])
     assert status["cells"][0]["state"] == "stopped" and 0 < status["cells"][0]["env_steps"] < 2048
     killed = _walls(cell)
     start = time.perf_counter()
-    with pytest.warns(RunLockWarning, match=re.escape(f"taking over a stale lock on run directory '{run_dir}'")):
+    with pytest.warns(RunLockWarning, match=re.escape(f"taking over a stale lock on run directory '{cell}'")):
         run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False, plots=False)
     took = time.perf_counter() - start
     _assert_same_results(run_dir, reference_dir)
@@ -162,12 +164,12 @@ def test_a_bench_killed_twice_mid_cell_gives_the_uninterrupted_results(bench, sp
 def test_the_status_of_a_finished_bench_counts_its_cells_and_has_no_time_left(bench, spec_path, tmp_path):
     run_dir, _ = bench
     status = bench_status(run_dir)
-    assert (status["done"], status["running"], status["left"], status["eta_s"], status["holder"]) == (1, 0, 0, 0, None)
+    assert (status["done"], status["running"], status["left"], status["eta_s"], status["workers"]) == (1, 0, 0, 0, [])
     swept = json.loads((cell_dir(run_dir, load_spec(spec_path).cells()[0]) / "status.json").read_text())
     assert status["cells"][0].pop("wall_time_s") == swept["wall_time_s"] > 0  # the seconds its sweep ran
     assert status["cells"] == [{"cell": "ppo/CartPole-v1", "state": "done", "env_steps": 2048,
                                 "total_env_steps": 2048, "eta_s": None}]
-    assert "1 cells done, 0 running, 0 left" in status_text(status)
+    assert "1 cell done, 0 running, 0 left" in status_text(status)
     with pytest.raises(FileNotFoundError, match="not a bench directory"):
         bench_status(tmp_path)
 
@@ -180,7 +182,7 @@ def test_status_and_inspect_on_the_bench_directory(bench, capsys):
     assert json.loads(capsys.readouterr().out)["cells"][0]["state"] == "done"
     assert main(["inspect", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"bench {run_dir}: 1 cells done, 0 running, 0 left; time left about 0 s; the report covers "
+    assert out.startswith(f"bench {run_dir}: 1 cell done, 0 running, 0 left; time left about 0 s; the report covers "
                           f"every cell\n\n{(run_dir / 'report.md').read_text()}")
     plots = run_dir / "plots"
     assert out.endswith(f"plots: {plots / 'env_CartPole-v1.png'}, {plots / 'performance_profile.png'}, "
@@ -188,26 +190,58 @@ def test_status_and_inspect_on_the_bench_directory(bench, capsys):
 
 
 # Slow: by default test_a_bench_killed_mid_cell_and_run_again_gives_the_uninterrupted_results (a cell cut mid-way
-# continues) and tests/unit/cli/test_bench.py's stop before the first cell stand for it.
+# continues) and tests/unit/bench/test_bench_dir.py's stop tests (each worker asked) stand for it.
 @pytest.mark.slow
-def test_a_stop_request_in_the_bench_directory_stops_the_cell_and_the_bench_continues(bench, spec_path, tmp_path):
+def test_a_stop_request_stops_the_workers_cell_or_its_next_one_and_the_bench_continues(bench, spec_path, tmp_path):
     from rljax.bench.runner import BenchStopped
-    from rljax.store.status import request_stop
 
     reference_dir, _ = bench
     run_dir = tmp_path / "b"
-    run_dir.mkdir()
-    request_stop(run_dir)  # found before the first cell starts: nothing runs
-    with pytest.raises(BenchStopped, match="stopped on request before cell ppo/CartPole-v1"):
-        run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
-    assert not (run_dir / "cells").exists() and not (run_dir / "stop.request").exists()
 
     def request_at_chunk_2(index, state, row):  # as `rljax stop DIR` would, while the cell runs
         if index == 1:
-            request_stop(run_dir)
+            assert len(request_bench_stop(run_dir)) == 1
 
     with pytest.raises(BenchStopped, match="cell ppo/CartPole-v1 stopped before it finished"):
         run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False, on_chunk=request_at_chunk_2)
-    assert bench_status(run_dir)["cells"][0]["state"] == "stopped" and not (run_dir / "stop.request").exists()
-    run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)
+    assert bench_status(run_dir)["cells"][0]["state"] == "stopped" and os.listdir(run_dir / "workers") == []
+    run_bench(load_spec(spec_path), run_dir, quiet=True, tensorboard=False)  # not asked: it finishes the cell
     _assert_same_results(run_dir, reference_dir)
+
+    two = tmp_path / "two.toml"
+    two.write_text(TWO_CELLS)
+    run_dir = tmp_path / "b2"
+
+    def request_at_the_last_chunk(index, state, row):  # the cell finishes; the worker stops before the next
+        if row["env_steps"] >= 2048:
+            request_bench_stop(run_dir)
+
+    with pytest.raises(BenchStopped, match="stopped on request before cell dqn/CartPole-v1"):
+        run_bench(load_spec(two), run_dir, quiet=True, tensorboard=False, on_chunk=request_at_the_last_chunk)
+    assert [c["state"] for c in bench_status(run_dir)["cells"]] == ["done", "not started"]
+    assert (run_dir / "scores.csv").read_text() == (reference_dir / "scores.csv").read_text()
+
+
+# Slow: by default tests/unit/bench/test_bench_dir.py's
+# test_a_cell_a_live_process_holds_is_left_to_it_and_a_killed_workers_entry_is_forgotten stands for it.
+@pytest.mark.slow
+def test_two_workers_started_together_share_the_cells_of_one_bench(bench, tmp_path):
+    reference_dir, _ = bench
+    spec = tmp_path / "two.toml"
+    spec.write_text(TWO_CELLS)
+    run_dir = tmp_path / "b"
+    done = subprocess.run([sys.executable, "-m", "rljax.cli.main", "launch", "-n", "2", "--", sys.executable, "-m",
+                           "rljax.cli.main", "bench", str(spec), "--run-dir", str(run_dir), "--no-tensorboard"],
+                          env=cpu_subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Each cell was run by one worker. The first cell was left to the worker that took it by the other
+    # (which waited for the first to measure the random score, and got there while it ran).
+    for cell in ("ppo/CartPole-v1", "dqn/CartPole-v1"):
+        assert len(re.findall(f"cell ./2 {cell}: not started, running", done.stdout)) == 1, done.stdout
+    assert re.search("cell 1/2 ppo/CartPole-v1: run by .*, left to it", done.stdout), done.stdout
+    status = bench_status(run_dir)
+    assert (status["done"], status["workers"]) == (2, [])
+    rows = read_scores(run_dir / "scores.csv")  # the last worker's results cover both cells
+    assert [(r["algorithm"], r["seed"]) for r in rows] == [("ppo", 0), ("ppo", 1), ("dqn", 0), ("dqn", 1)]
+    ppo = (reference_dir / "scores.csv").read_text().splitlines()
+    assert (run_dir / "scores.csv").read_text().splitlines()[:3] == ppo

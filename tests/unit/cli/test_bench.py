@@ -66,17 +66,19 @@ def test_a_bench_runs_writes_its_files_and_run_again_continues_without_training(
     assert main([str(spec_path), "--run-dir", str(run_dir), "--no-tensorboard"]) == 0
     assert "cell 1/1 ppo/CartPole-v1: done" in capsys.readouterr().out
     assert main(["--status", "--run-dir", str(run_dir)]) == 0
-    assert "1 cells done, 0 running, 0 left; time left about 0 s" in capsys.readouterr().out
+    assert "1 cell done, 0 running, 0 left; time left about 0 s" in capsys.readouterr().out
     _refused(capsys, ["--status", "--run-dir", str(tmp_path)], "not a bench directory")
     _refused(capsys, ["--run-dir", str(run_dir)], "give a suite or a spec file")
 
 
-def test_a_stopped_bench_exits_75_saying_how_to_continue(capsys, spec_path, tmp_path):
-    from rljax.store.status import request_stop
+def test_a_stopped_bench_exits_75_saying_how_to_continue(capsys, monkeypatch, spec_path, tmp_path):
+    import rljax.bench.runner as runner
 
+    def stopped(spec, run_dir, **kwargs):  # a worker asked to stop (rljax stop) before its next cell
+        raise runner.BenchStopped("stopped on request before cell ppo/CartPole-v1; run the bench again to continue")
+
+    monkeypatch.setattr(runner, "run_bench", stopped)
     run_dir = tmp_path / "b"
-    run_dir.mkdir()
-    request_stop(run_dir)
     assert main([str(spec_path), "--run-dir", str(run_dir), "--quiet"]) == 75
     assert f"run the bench again to continue: rljax bench {spec_path} --run-dir {run_dir}" in capsys.readouterr().err
 
