@@ -5,7 +5,8 @@
   dicts/tuples one encoder per leaf with the features concatenated (:func:`encoder_layout` decides).
 * :class:`MLP` -- the shared torso: ``Dense -> activation`` per hidden layer, orthogonal init.
 * :class:`ActorCritic` -- PPO's policy and value function, ``obs -> (distribution, value)``.
-* :class:`QNetwork` -- DQN's action values, ``obs -> Q[..., num_actions]``, optionally dueling.
+* :class:`QNetwork` -- DQN's action values, ``obs -> Q[..., num_actions]``, optionally dueling,
+  noisy (:class:`NoisyDense`) or distributional (``num_atoms`` outputs per action).
 * :class:`RecurrentActorCritic`, :class:`RecurrentQNetwork` -- the same with a GRU or LSTM
   :class:`MemoryCore` between the torso and the heads, ``(memory, obs [T, B], reset [T, B]) ->
   (memories, ...)``.
@@ -41,7 +42,7 @@ from rljax.core.distributions import Categorical, DiagGaussian
 from rljax.core.rollout import reset_memory
 
 __all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3",
-           "PatchConv", "ObsEncoder",
+           "PatchConv", "ObsEncoder", "NOISE", "NoisyDense",
            "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
            "MEMORY_CELLS", "initial_memory", "MemoryCore", "RecurrentActorCritic", "RecurrentQNetwork"]
 
@@ -93,9 +94,67 @@ def _as_float(obs: jax.typing.ArrayLike) -> jax.Array:
     return obs if jnp.issubdtype(obs.dtype, jnp.floating) else obs.astype(jnp.float32)
 
 
-def _dense(features: int, gain: float, name: str | None = None) -> nn.Dense:
+def _dense(features: int, gain: float, name: str | None = None, noisy: bool = False) -> nn.Module:
+    if noisy:
+        return NoisyDense(features, name=name)
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain),
                     bias_init=nn.initializers.zeros, name=name)
+
+
+NOISE = "noise"
+"""The rng collection :class:`NoisyDense` draws its noise from (``apply(..., rngs={NOISE: key})``)."""
+
+
+class NoisyDense(nn.Module):
+    """A linear layer with factorised Gaussian parameter noise (Fortunato et al. 2018, "Noisy Networks
+    for Exploration", section 3.2)::
+
+        y = x (mu_W + sigma_W * eps_W) + mu_b + sigma_b * eps_b
+        eps_W = f(eps_out) f(eps_in)^T,  eps_b = f(eps_out),  f(e) = sign(e) sqrt(|e|)
+
+    with ``eps_in ~ N(0, I_p)`` and ``eps_out ~ N(0, I_q)`` drawn from the :data:`NOISE` rng, one draw
+    per call (shared by every row of a batch). ``mu`` starts ``U[-1/sqrt(p), 1/sqrt(p)]`` and ``sigma``
+    at ``sigma0 / sqrt(p)``. Without a :data:`NOISE` rng the layer is its mean, ``x mu_W + mu_b`` (the
+    greedy policy of evaluation and export).
+
+    Attributes:
+        features: output width ``q``.
+        sigma0: the initial noise scale (0.5 in the paper).
+
+    Call:
+        ``x``: float ``[..., p]`` -> float ``[..., q]``. Parameters ``mu_kernel``, ``sigma_kernel``
+        ``[p, q]`` and ``mu_bias``, ``sigma_bias`` ``[q]``.
+    """
+
+    features: int
+    sigma0: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
+        x = _as_float(x)
+        p = x.shape[-1]
+        bound = 1.0 / math.sqrt(p)
+
+        def uniform(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+            return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+        sigma = nn.initializers.constant(self.sigma0 / math.sqrt(p))
+        mu_w = self.param("mu_kernel", uniform, (p, self.features))
+        sigma_w = self.param("sigma_kernel", sigma, (p, self.features))
+        mu_b = self.param("mu_bias", uniform, (self.features,))
+        sigma_b = self.param("sigma_bias", sigma, (self.features,))
+        y = x @ mu_w + mu_b
+        if not self.has_rng(NOISE):
+            return y
+        key_in, key_out = jax.random.split(self.make_rng(NOISE))
+        eps_in = _scaled_noise(key_in, p)
+        eps_out = _scaled_noise(key_out, self.features)
+        return y + ((x * eps_in) @ sigma_w) * eps_out + sigma_b * eps_out
+
+
+def _scaled_noise(key: jax.Array, size: int) -> jax.Array:
+    eps = jax.random.normal(key, (size,), jnp.float32)
+    return jnp.sign(eps) * jnp.sqrt(jnp.abs(eps))
 
 
 ENCODERS = ("auto", "mlp", "cnn", "nature")
@@ -352,6 +411,7 @@ class MLP(nn.Module):
         output_dim: size of an optional final linear layer.
         output_gain: orthogonal gain of that final layer.
         layer_norm: normalise each hidden layer's pre-activations (default off: no norm parameters).
+        noisy: every layer a :class:`NoisyDense` (its own initialisation instead of orthogonal).
 
     Call:
         ``x``: float ``[..., in_dim]`` -> float ``[..., hidden_sizes[-1]]`` (or
@@ -363,6 +423,7 @@ class MLP(nn.Module):
     output_dim: int | None = None
     output_gain: float = 1.0
     layer_norm: bool = False
+    noisy: bool = False
 
     def __post_init__(self) -> None:
         # Validate at construction: a typo fails where the config is built, not inside a jit trace.
@@ -377,12 +438,12 @@ class MLP(nn.Module):
         act = get_activation(self.activation)
         x = _as_float(x)
         for i, size in enumerate(self.hidden_sizes):
-            x = _dense(size, _HIDDEN_GAIN, name=f"hidden_{i}")(x)
+            x = _dense(size, _HIDDEN_GAIN, name=f"hidden_{i}", noisy=self.noisy)(x)
             if self.layer_norm:
                 x = nn.LayerNorm(name=f"layer_norm_{i}")(x)
             x = act(x)
         if self.output_dim is not None:
-            x = _dense(self.output_dim, self.output_gain, name="output")(x)
+            x = _dense(self.output_dim, self.output_gain, name="output", noisy=self.noisy)(x)
         return x
 
 
@@ -474,6 +535,12 @@ class QNetwork(nn.Module):
     ``advantage`` ``[..., num_actions]`` for inspection
     (``apply(..., mutable=["intermediates"])``).
 
+    With ``num_atoms > 1`` the network is distributional: ``num_atoms`` outputs per action,
+    ``[..., num_actions, num_atoms]`` (C51's logits over fixed atoms, QR-DQN's quantiles); a dueling
+    head combines the streams per atom, ``V[..., 1, k] + A[..., a, k] - mean_a' A[..., a', k]`` (as
+    Rainbow, Hessel et al. 2018). With ``noisy`` every layer after the encoder is a
+    :class:`NoisyDense`: pass ``rngs={NOISE: key}`` to draw its noise, or nothing for its mean.
+
     All layers use orthogonal init (gain ``sqrt(2)`` in the torso, ``1`` in the heads) and zero
     biases. Parameters: ``encoder`` (:class:`ObsEncoder`, none for a vector observation), ``torso``
     (:class:`MLP`) and either ``q`` or ``value_stream``/``advantage_stream``.
@@ -486,9 +553,12 @@ class QNetwork(nn.Module):
         layer_norm: ``Dense -> LayerNorm -> activation`` in the torso (see :class:`MLP`).
         obs_layout: :func:`encoder_layout` of the observation (``()``: a flat vector ``[..., obs_dim]``).
         cnn_channels: conv widths of the image encoder (see :class:`ObsEncoder`).
+        noisy: noisy layers (:class:`NoisyDense`) in the torso and heads.
+        num_atoms: outputs per action (1: the action values themselves).
 
     Call:
-        ``obs``: the observation pytree, each leaf ``[..., *leaf_shape]`` -> float ``[..., num_actions]``.
+        ``obs``: the observation pytree, each leaf ``[..., *leaf_shape]`` -> float ``[..., num_actions]``
+        (``[..., num_actions, num_atoms]`` with ``num_atoms > 1``).
     """
 
     num_actions: int
@@ -498,24 +568,35 @@ class QNetwork(nn.Module):
     layer_norm: bool = False
     obs_layout: tuple[LeafEncoding, ...] = ()
     cnn_channels: Sequence[int] = (16,)
+    noisy: bool = False
+    num_atoms: int = 1
 
     def __post_init__(self) -> None:
         get_activation(self.activation)
         _validate_sizes("QNetwork", self.hidden_sizes)
         _validate_positive("QNetwork", "num_actions", self.num_actions)
+        _validate_positive("QNetwork", "num_atoms", self.num_atoms)
         super().__post_init__()
 
     @nn.compact
     def __call__(self, obs: Any) -> jax.Array:
         features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
-        features = MLP(self.hidden_sizes, self.activation, layer_norm=self.layer_norm, name="torso")(features)
+        features = MLP(self.hidden_sizes, self.activation, layer_norm=self.layer_norm, noisy=self.noisy,
+                       name="torso")(features)
+        atoms, shape = self.num_atoms, (self.num_actions,) if self.num_atoms == 1 else (self.num_actions,
+                                                                                          self.num_atoms)
         if not self.dueling:
-            return _dense(self.num_actions, 1.0, name="q")(features)
-        value = _dense(1, 1.0, name="value_stream")(features)[..., 0]
-        advantage = _dense(self.num_actions, 1.0, name="advantage_stream")(features)
+            out = _dense(self.num_actions * atoms, 1.0, name="q", noisy=self.noisy)(features)
+            return out.reshape(*out.shape[:-1], *shape)
+        value = _dense(atoms, 1.0, name="value_stream", noisy=self.noisy)(features)
+        advantage = _dense(self.num_actions * atoms, 1.0, name="advantage_stream", noisy=self.noisy)(features)
+        value = value[..., 0] if atoms == 1 else value.reshape(*value.shape[:-1], 1, atoms)
+        advantage = advantage.reshape(*advantage.shape[:-1], *shape)
         self.sow("intermediates", "value", value)
         self.sow("intermediates", "advantage", advantage)
-        return value[..., None] + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+        if atoms == 1:
+            return value[..., None] + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+        return value + advantage - jnp.mean(advantage, axis=-2, keepdims=True)
 
 
 class BoxCritic(nn.Module):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rljax.core.distributions import Categorical, DiagGaussian
-from rljax.core.networks import ACTIVATIONS, MLP, ActorCritic, QNetwork, get_activation
+from rljax.core.networks import ACTIVATIONS, MLP, NOISE, ActorCritic, NoisyDense, QNetwork, get_activation
 
 KEY = jax.random.key(0)
 
@@ -302,3 +302,56 @@ def test_the_nature_encoder_refuses_frames_smaller_than_its_convolutions():
                                          r"must be >= 36"):
         encoder_layout(jax.ShapeDtypeStruct((10, 10, 4), jnp.uint8), "nature")
     assert encoder_layout(jax.ShapeDtypeStruct((36, 36, 1), jnp.uint8), "nature")[0].kind == "nature"
+
+
+def test_noisy_dense_is_its_mean_without_noise_and_the_factorised_formula_with_it():
+    layer = NoisyDense(3)
+    x = _normal((5, 4))
+    params = layer.init(jax.random.key(0), x)["params"]
+    assert params["mu_kernel"].shape == params["sigma_kernel"].shape == (4, 3)
+    assert np.all(np.abs(np.asarray(params["mu_kernel"])) <= 0.5) and np.all(np.abs(np.asarray(params["mu_bias"])) <= 0.5)
+    np.testing.assert_allclose(np.asarray(params["sigma_kernel"]), 0.25)  # sigma0 / sqrt(p) = 0.5 / 2
+    w = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    mean = np.asarray(x, np.float64) @ w["mu_kernel"] + w["mu_bias"]
+    np.testing.assert_allclose(np.asarray(layer.apply({"params": params}, x)), mean, rtol=1e-6, atol=1e-6)
+    key = jax.random.key(7)
+    # The same key draws the same noise; recover it with mu = 0, sigma = 1: a zero input gives f(eps_out),
+    # the unit vector e_k gives (f(eps_in)_k + 1) f(eps_out).
+    probe = {"mu_kernel": jnp.zeros((4, 3)), "mu_bias": jnp.zeros(3), "sigma_kernel": jnp.ones((4, 3)),
+             "sigma_bias": jnp.ones(3)}
+    rows = np.asarray(layer.apply({"params": probe}, jnp.concatenate([jnp.zeros((1, 4)), jnp.eye(4)]),
+                                  rngs={NOISE: key}), np.float64)
+    eps_out = rows[0]
+    eps_in = (rows[1:] / eps_out).mean(axis=1) - 1.0
+    noisy = np.asarray(layer.apply({"params": params}, x, rngs={NOISE: key}), np.float64)
+    kernel = w["mu_kernel"] + w["sigma_kernel"] * np.outer(eps_in, eps_out)  # mu_W + sigma_W * f(eps_out) f(eps_in)^T
+    want = np.asarray(x, np.float64) @ kernel + w["mu_bias"] + w["sigma_bias"] * eps_out
+    np.testing.assert_allclose(noisy, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(noisy - mean).max() > 1e-3, "the noise changes the output"
+    other = np.asarray(layer.apply({"params": params}, x, rngs={NOISE: jax.random.key(8)}))
+    assert not np.allclose(other, noisy), "another key, other noise"
+
+
+def test_a_distributional_and_noisy_q_network():
+    x = _normal((2, 6))
+    plain = QNetwork(num_actions=3, hidden_sizes=(8,))
+    names = set(plain.init(jax.random.key(0), x)["params"])
+    assert names == {"torso", "q"}  # the defaults keep the parameter tree (and so the bits) of every DQN run
+    for dueling in (False, True):
+        net = QNetwork(num_actions=3, hidden_sizes=(8,), dueling=dueling, num_atoms=5)
+        variables = net.init(jax.random.key(0), x)
+        out, inter = net.apply(variables, x, mutable=["intermediates"])
+        assert out.shape == (2, 3, 5)
+        if dueling:  # per atom: mean over actions of the output is the value stream
+            value = inter["intermediates"]["value"][0]
+            np.testing.assert_allclose(np.asarray(out.mean(axis=1)), np.asarray(value[:, 0, :]), rtol=1e-5, atol=1e-6)
+    noisy = QNetwork(num_actions=3, hidden_sizes=(8,), noisy=True, dueling=True)
+    variables = noisy.init(jax.random.key(0), x)
+    params = variables["params"]
+    assert "sigma_kernel" in params["torso"]["hidden_0"] and "sigma_bias" in params["value_stream"]
+    greedy = noisy.apply(variables, x)
+    np.testing.assert_array_equal(np.asarray(greedy), np.asarray(noisy.apply(variables, x)))
+    drawn = noisy.apply(variables, x, rngs={NOISE: jax.random.key(1)})
+    assert not np.allclose(np.asarray(drawn), np.asarray(greedy))
+    with pytest.raises(ValueError, match="num_atoms"):
+        QNetwork(num_actions=3, num_atoms=0)
