@@ -160,14 +160,14 @@ def _normalize(stats, x, eps=1e-8):
 def test_dqn_replay_stores_raw_obs_and_learns_on_current_normalisation(monkeypatch):
     seen = []
 
-    real_loss = dqn_module.dqn_loss
+    real_loss = dqn_module.q_learning_loss
 
     def spy_loss(params, target_params, apply_fn, items, weights, **kw):
         jax.debug.callback(lambda o, n, v: seen.append((np.asarray(o), np.asarray(n), np.asarray(v))),
                            items.obs, items.next_obs, items.valid)
         return real_loss(params, target_params, apply_fn, items, weights, **kw)
 
-    monkeypatch.setattr(dqn_module, "dqn_loss", spy_loss)
+    monkeypatch.setattr(dqn_module, "q_learning_loss", spy_loss)
     cfg = DQNConfig(num_envs=2, num_steps=1, batch_size=8, buffer_size=64, learning_starts=0, gradient_steps=1,
                     hidden_sizes=(8,), normalize_obs=True, n_step=2, total_timesteps=1000)
     env = Ticker()
