@@ -11,7 +11,7 @@ import envs
 import rljax
 from rljax.agents.dqn import DQNConfig, dqn_loss
 from rljax.agents.offpolicy import ReplayItem
-from rljax.core.networks import QNetwork
+from rljax.core.networks import NOISE, QNetwork
 from tests.support.endless import TRUE_VALUE, WRONG_VALUE, Endless
 
 
@@ -135,3 +135,24 @@ def test_cartpole_learns_end_to_end():
     # Random play scores ~22 and learning starts at 1e4 steps; by 1.5e5 steps the three seeds'
     # final returns average 461 +- 40.
     assert summary["final_mean"] > 300 and summary["final_mean"] - summary["final_std"] > 250, summary
+
+
+def test_noisy_layers_learn_their_noise_scale_explore_and_act_on_their_mean(tmp_path):
+    """With noisy layers and epsilon 0 the run still explores (the sigmas are trained: they move from
+    their initial sigma0 / sqrt(p)); the loaded policy's greedy action is the argmax of the noise's
+    mean, the same for every call; and the noisy network's draws differ from it."""
+    cfg = DQNConfig(env="CartPole-v1", noisy=True, epsilon_start=0.0, epsilon_end=0.0, num_envs=4, num_steps=2,
+                    batch_size=16, buffer_size=256, learning_starts=32, hidden_sizes=(16,), total_timesteps=4 * 2 * 40,
+                    updates_per_chunk=20)
+    rljax.train(cfg, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True))
+    policy = rljax.load(tmp_path / "run")
+    params = policy.params[0]  # (the network's params, the final epsilon)
+    sigma = np.asarray(params["params"]["torso"]["hidden_0"]["sigma_kernel"])
+    assert not np.allclose(sigma, 0.5 / np.sqrt(4)), "the noise scale is learned"
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32) * 0.5
+    network = QNetwork(num_actions=2, hidden_sizes=(16,), noisy=True)
+    mean = np.asarray(jnp.argmax(network.apply(params, obs), axis=-1))
+    np.testing.assert_array_equal(np.asarray(policy.act(obs)), mean)
+    np.testing.assert_array_equal(np.asarray(policy.act(obs)), mean)
+    drawn = [network.apply(params, obs, rngs={NOISE: jax.random.key(k)}) for k in range(2)]
+    assert not np.allclose(np.asarray(drawn[0]), np.asarray(drawn[1]))
