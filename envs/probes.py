@@ -14,12 +14,16 @@ ActionReward           one step, reward 1 for the right action                pi
                                                                               (policy gradient sign)
 ActionObsReward        one step, obs +-1, reward 1 when action matches obs    picks the action per obs
                                                                               (policy conditioning)
+RandomReward           obs 0 then obs 1, reward 0 then +1 with probability    the return distributions
+                       3/4, else -1                                           Z(1) = {+1: 3/4, -1: 1/4},
+                                                                              Z(0) = gamma Z(1)
+                                                                              (distributional learning)
 =====================  =====================================================  ==========================
 
 Discrete variants have two actions; "right" is action 1 for ActionReward and action ``(obs + 1) / 2``
 for ActionObsReward. Continuous variants take a ``Box(-1, 1, (1,))`` action and pay
 ``1 - (a - a*)^2`` (clipped to [-1, 1] first), with ``a* = 0.5`` (ActionReward) or ``a* = 0.5 * obs``
-(ActionObsReward); ConstantReward, ObsReward and TwoStep ignore the action.
+(ActionObsReward); ConstantReward, ObsReward, TwoStep and RandomReward ignore the action.
 
 Every episode terminates on its own (``terminated``), so values have no bootstrap beyond the episode.
 """
@@ -34,7 +38,10 @@ from flax import struct
 
 from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
 
-PROBE_KINDS = ("ConstantReward", "ObsReward", "TwoStep", "ActionReward", "ActionObsReward")
+PROBE_KINDS = ("ConstantReward", "ObsReward", "TwoStep", "ActionReward", "ActionObsReward", "RandomReward")
+
+RANDOM_REWARD_P = 0.75
+"""RandomReward's probability of the +1 reward at its second step (-1 otherwise)."""
 
 
 @struct.dataclass
@@ -62,13 +69,12 @@ class ProbeEnv(Environment[ProbeState, ProbeParams]):
     Observations have shape ``(1,)``, float32.
     """
 
-    stochastic_transitions = False  # only resets draw
-
     def __init__(self, kind: str, continuous: bool = False):
         if kind not in PROBE_KINDS:
             raise ValueError(f"unknown probe kind {kind!r}; valid kinds: {', '.join(PROBE_KINDS)}")
         self.kind = kind
         self.continuous = continuous
+        self.stochastic_transitions = kind == "RandomReward"  # the others draw only at resets
 
     @property
     def name(self) -> str:
@@ -102,10 +108,11 @@ class ProbeEnv(Environment[ProbeState, ProbeParams]):
             reward, terminated, obs = jnp.float32(1.0), jnp.bool_(True), state.obs
         elif self.kind == "ObsReward":
             reward, terminated, obs = state.obs, jnp.bool_(True), state.obs
-        elif self.kind == "TwoStep":
-            # Step 1 moves from obs 0 to obs 1 with reward 0; step 2 pays 1 and ends.
+        elif self.kind in ("TwoStep", "RandomReward"):
+            # Step 1 moves from obs 0 to obs 1 with reward 0; step 2 pays 1 (RandomReward: +1 or -1) and ends.
             terminated = state.obs > 0.5
-            reward = jnp.where(terminated, 1.0, 0.0).astype(jnp.float32)
+            pay = 1.0 if self.kind == "TwoStep" else jnp.where(jax.random.bernoulli(key, RANDOM_REWARD_P), 1.0, -1.0)
+            reward = jnp.where(terminated, pay, 0.0).astype(jnp.float32)
             obs = jnp.float32(1.0)
         else:
             reward, terminated, obs = self._action_reward(state.obs, action), jnp.bool_(True), state.obs

@@ -178,6 +178,23 @@ def test_probe_semantics():
         envs.probes.ProbeEnv("Nope")
 
 
+def test_the_random_reward_probe_pays_plus_one_three_times_in_four_at_its_second_step():
+    env, params = envs.make("ProbeRandomReward-v0")
+    assert env.stochastic_transitions and not envs.make("ProbeTwoStep-v0")[0].stochastic_transitions
+
+    def episode(key):
+        k0, k1, k2 = jax.random.split(key, 3)
+        _, state = env.reset(k0, params)
+        _, state, r1, t1, _, _ = env.step(k1, state, 0, params)
+        _, _, r2, t2, _, _ = env.step(k2, state, 0, params)
+        return r1, t1, r2, t2
+
+    r1, t1, r2, t2 = jax.jit(jax.vmap(episode))(jax.random.split(jax.random.key(0), 4000))
+    assert np.all(np.asarray(r1) == 0.0) and not np.any(np.asarray(t1)) and np.all(np.asarray(t2))
+    assert set(np.unique(np.asarray(r2))) == {-1.0, 1.0}
+    assert abs(float(np.mean(np.asarray(r2) == 1.0)) - envs.probes.RANDOM_REWARD_P) < 0.03  # 4 sd of 4,000 draws
+
+
 def test_memory_cue_shows_the_cue_once_then_judges_the_answer_at_the_query():
     from envs.memory import MemoryCue
 

@@ -4,6 +4,7 @@ refusals."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -36,3 +37,22 @@ def test_c51s_q_values_are_the_means_and_a_terminated_item_targets_its_reward():
 def test_bad_configs_are_refused_naming_the_value(kw, match):
     with pytest.raises(ValueError, match=match):
         C51Config(**kw).validate()
+
+
+def test_c51_learns_the_probes_return_distribution():
+    """ProbeRandomReward-v0: the atoms -1.2 .. 1.2 every 0.1 hold +-1 and +-0.9 exactly; W1 to Z(obs) within
+    5 % of the return range."""
+    import rljax
+    from rljax.core.distributional import support
+    from rljax.core.networks import QNetwork
+    from tests.unit.agents.test_qrdqn import PROBE_RUN, wasserstein_1
+
+    result = rljax.train(C51Config(num_atoms=25, v_min=-1.2, v_max=1.2, **PROBE_RUN), options=rljax.RunOptions(quiet=True))
+    params = result.agent.params_of(result.state)
+    network = QNetwork(num_actions=2, hidden_sizes=(32,), num_atoms=25)
+    atoms = np.asarray(support(-1.2, 1.2, 25))
+    for obs in (0, 1):
+        probs = np.asarray(jax.nn.softmax(network.apply(params, jnp.asarray([[float(obs)]])), axis=-1))[0]
+        for a in range(2):
+            w1 = wasserstein_1(atoms, probs[a], obs)
+            assert w1 <= 0.05 * 2, (obs, a, w1, np.round(probs[a], 3))
