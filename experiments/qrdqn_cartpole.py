@@ -1,0 +1,21 @@
+"""QR-DQN (51 quantiles, quantile Huber loss) on CartPole-v1, with DQN's PureJaxRL CartPole configuration otherwise.
+
+    python -m experiments.qrdqn_cartpole                          # 5e5 steps
+    python -m experiments.qrdqn_cartpole --double-q --dueling --n-step 3 --prioritized --noisy
+    python -m experiments.qrdqn_cartpole sweep --seeds 3 --eval-interval 5
+"""
+
+import sys
+
+from rljax.agents.qrdqn import QRDQNConfig
+from rljax.cli.experiment import run_experiment
+
+DEFAULTS = dict(env="CartPole-v1", total_timesteps=500_000)
+
+
+def main(argv=None) -> int:
+    return run_experiment(QRDQNConfig, DEFAULTS, argv, description=__doc__, name="qrdqn_cartpole")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
