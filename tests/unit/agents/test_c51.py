@@ -39,6 +39,8 @@ def test_bad_configs_are_refused_naming_the_value(kw, match):
         C51Config(**kw).validate()
 
 
+# Slow (a learning run): by default the head by hand above and tests/unit/core/test_distributional.py stand for it.
+@pytest.mark.slow
 def test_c51_learns_the_probes_return_distribution():
     """ProbeRandomReward-v0: the atoms -1.2 .. 1.2 every 0.1 hold +-1 and +-0.9 exactly; W1 to Z(obs) within
     5 % of the return range."""

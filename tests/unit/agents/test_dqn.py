@@ -137,6 +137,8 @@ def test_cartpole_learns_end_to_end():
     assert summary["final_mean"] > 300 and summary["final_mean"] - summary["final_std"] > 250, summary
 
 
+# Slow (a training run): by default tests/unit/core/test_networks.py's NoisyDense and noisy QNetwork tests stand for it.
+@pytest.mark.slow
 def test_noisy_layers_learn_their_noise_scale_explore_and_act_on_their_mean(tmp_path):
     """With noisy layers and epsilon 0 the run still explores (the sigmas are trained: they move from
     their initial sigma0 / sqrt(p)); the loaded policy's greedy action is the argmax of the noise's

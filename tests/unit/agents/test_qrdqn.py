@@ -90,6 +90,9 @@ def wasserstein_1(atoms, probs, obs):
     return float(np.mean(np.abs(learned - true_quantile(u, obs))))
 
 
+# Slow (a learning run): by default the head and the skeleton's loss by hand above and
+# tests/unit/core/test_distributional.py stand for it.
+@pytest.mark.slow
 def test_qr_dqn_learns_the_probes_return_distribution():
     import rljax
 
