@@ -231,11 +231,10 @@ def make_q_learner(config: DQNConfig, env: Any, env_params: Any, axis_name: str 
 
     def epsilon_greedy(learner: DQNLearner, ctx: UpdateContext):
         def act(key: jax.Array, obs: jax.Array) -> jax.Array:
+            noise = None
             if config.noisy:  # fresh noise at every acting step, one draw for all of this device's envs
                 key, noise = jax.random.split(key)
-                return greedy_or_epsilon(head.q_values(apply_fn(learner.params, obs, noise)), key,
-                                         ctx.values["epsilon"], deterministic=False)
-            return greedy_or_epsilon(head.q_values(apply_fn(learner.params, obs)), key, ctx.values["epsilon"],
+            return greedy_or_epsilon(head.q_values(apply_fn(learner.params, obs, noise)), key, ctx.values["epsilon"],
                                      deterministic=False)
         return act
 

@@ -27,8 +27,9 @@ Cells are taken in spec order. A cell whose sweep finished (its ``status.json`` 
 not rerun; a cell killed mid-way is resumed from its newest checkpoint (``run_sweep(resume=True)``;
 one killed before its first checkpoint starts over), so a bench killed at any moment and run again
 with the same command gives the scores of an uninterrupted one, however its cells were spread over
-workers (a cell's results depend on its config, its seeds and the kind of machine, not on the worker). ``scores.csv`` and the report are
-rewritten after every cell, so a killed bench keeps the results of its finished cells.
+workers (a cell's results depend on its config, its seeds and the kind of machine, not on the worker).
+``scores.csv`` and the report are rewritten after every cell, so a killed bench keeps the results of
+its finished cells.
 
 A run's score is the mean greedy return (``eval/return_mean``) of its last ``evaluation.last``
 evaluations; an env's random score is the mean return of :attr:`~rljax.bench.spec.Evaluation.random_episodes`
@@ -326,47 +327,29 @@ def _bench_mutex(run_dir: pathlib.Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _held_elsewhere(lock_dir: pathlib.Path) -> bool:
-    """Whether some live process (this one included, through another open file) holds ``lock_dir``'s
-    run lock: a non-blocking ``flock`` on its lock file fails."""
-    from rljax.store.runlock import LOCK_FILE
-
-    try:
-        fd = os.open(lock_dir / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:  # a filesystem without locks: nothing can be told, so the record is believed
-        return True
-    finally:
-        os.close(fd)  # also releases a lock taken here
-    return False
-
-
 def bench_workers(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The live workers of the bench in ``run_dir`` (``DIR/workers/*`` whose run lock a process
     holds), each ``{"host", "pid", "started"}`` from its lock record, oldest first. A killed worker's
     entry stays until the next worker starts, and is not listed."""
-    from rljax.store.runlock import read_holder
+    from rljax.store.runlock import is_held, read_holder
 
     root = pathlib.Path(run_dir) / WORKERS_DIR
     workers = []
-    for entry in sorted(root.iterdir()) if root.is_dir() else ():
-        if entry.is_dir() and _held_elsewhere(entry):
+    for entry in root.iterdir() if root.is_dir() else ():
+        if entry.is_dir() and is_held(entry):
             record = read_holder(entry) or {}
             workers.append({"host": record.get("host"), "pid": record.get("pid"), "started": record.get("started"),
                             "dir": str(entry)})
-    return sorted(workers, key=lambda w: str(w["started"]))
+    return sorted(workers, key=lambda w: (str(w["started"]), w["dir"]))
 
 
 def _forget_dead_workers(run_dir: pathlib.Path) -> None:
     """Removes the entries of workers no process holds (killed ones); called under the bench mutex."""
+    from rljax.store.runlock import is_held
+
     root = run_dir / WORKERS_DIR
     for entry in root.iterdir() if root.is_dir() else ():
-        if entry.is_dir() and not _held_elsewhere(entry):
+        if entry.is_dir() and not is_held(entry):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -394,7 +377,7 @@ def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, worke
 
     with _bench_mutex(run_dir):
         randoms = random_scores(run_dir, spec)
-    others: dict[str, str] = {}
+    others: dict[str, tuple[str, pathlib.Path]] = {}  # cell name -> (the worker running it, its directory)
     report: dict[str, Any] | None = None
     for i, (cell, config) in enumerate(zip(spec.cells(), configs)):
         path = cell_dir(run_dir, cell)
@@ -407,9 +390,9 @@ def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, worke
         try:
             lock = RunLock(path).acquire()
         except RunLockedError as err:
-            others[cell.name] = _who(err.holder)
+            others[cell.name] = (_who(err.holder), path)
             if not quiet:
-                print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: run by {others[cell.name]}, left to it",
+                print(f"bench: cell {i + 1}/{len(configs)} {cell.name}: run by {others[cell.name][0]}, left to it",
                       flush=True)
             continue
         try:
@@ -431,8 +414,7 @@ def _run_cells(spec: BenchSpec, configs: list[Any], run_dir: pathlib.Path, worke
         report = _write_results(run_dir, spec, randoms, plots)
     if report is None:  # this worker finished no cell: the results are rewritten once, from what is on disk
         report = _write_results(run_dir, spec, randoms, plots)
-    left = {name: who for name, who in others.items()
-            if cell_state(cell_dir(run_dir, next(c for c in spec.cells() if c.name == name))) != "done"}
+    left = {name: who for name, (who, path) in others.items() if cell_state(path) != "done"}
     if left and not quiet:
         print(f"bench: {len(left)} {'cell is' if len(left) == 1 else 'cells are'} run by other workers ("
               + ", ".join(f"{name} by {who}" for name, who in left.items())
@@ -529,7 +511,8 @@ def status_text(status: Mapping[str, Any]) -> str:
     workers = [f"{w['host']}:{w['pid']}" for w in status.get("workers") or ()]
     held = "" if not workers else (f"; run by {workers[0]}" if len(workers) == 1 else
                                    f"; run by {len(workers)} workers ({', '.join(workers)})")
-    lines = [f"bench {status['run_dir']}: {status['done']} cell{'' if status['done'] == 1 else 's'} done, {status['running']} running, "
+    done = status["done"]
+    lines = [f"bench {status['run_dir']}: {done} cell{'' if done == 1 else 's'} done, {status['running']} running, "
              f"{status['left']} left; time left {eta}{held}"]
     for c in status["cells"]:
         wall = "" if c.get("wall_time_s") is None else f", {_seconds(c['wall_time_s'])} spent"

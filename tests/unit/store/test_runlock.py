@@ -19,7 +19,7 @@ import pytest
 
 from rljax.store import runlock
 from rljax.store.runlock import (LOCK_FILE, RunLock, RunLockedError, RunLockError, RunLockWarning, describe_holder,
-                                 read_holder)
+                                 is_held, read_holder)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -358,3 +358,14 @@ def test_describe_holder_tells_a_live_run_from_a_finished_or_killed_one(tmp_path
     assert describe_holder(run) is None and describe_holder(tmp_path / "nowhere") is None
     with RunLock(run):   # describing never takes the lock
         assert describe_holder(run).startswith("still running")
+
+
+def test_is_held_tells_a_live_holder_from_a_record_left_behind(tmp_path):
+    run_dir = tmp_path / "run"
+    assert not is_held(run_dir)  # no lock file
+    lock = RunLock(run_dir).acquire()
+    assert is_held(run_dir) and is_held(run_dir)  # probing never takes the lock
+    lock.release()
+    assert not is_held(run_dir)
+    (run_dir / LOCK_FILE).write_text('{"host": "elsewhere", "pid": 1}\n')  # a record with no holder behind it
+    assert not is_held(run_dir)
