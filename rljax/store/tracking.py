@@ -224,12 +224,13 @@ def boundary_line(row: Mapping[str, Any], lines: list[Mapping[str, Any]] | None)
     return {**row, **(lines[-1] if lines else {})}
 
 
-def format_progress(row: Mapping[str, Any], total_env_steps: int) -> str:
+def format_progress(row: Mapping[str, Any], total_env_steps: int, members: int = 1) -> str:
     """One progress line: steps done, steps/s, ETA, the recent return and, on a chunk that was
-    evaluated, the greedy evaluation's mean return."""
+    evaluated, the greedy evaluation's mean return. With ``members > 1`` (a sweep) the steps are
+    each member's and the steps/s all members', so the ETA is ``(total - steps) * members / sps``."""
     steps = int(row["env_steps"])
     sps = float(row.get("sps") or 0.0)
-    eta = (total_env_steps - steps) / sps if sps > 0 else float("nan")
+    eta = (total_env_steps - steps) * members / sps if sps > 0 else float("nan")
     ret = row.get("episode_return_mean")
     ret_s = "   n/a" if ret is None or (isinstance(ret, float) and math.isnan(ret)) else f"{ret:8.2f}"
     pct = 100.0 * steps / max(total_env_steps, 1)
@@ -253,7 +254,7 @@ def format_population_progress(rows: list[Mapping[str, Any]], total_env_steps: i
            **({"eval/return_mean": sum(evals) / len(evals)} if evals else {})}
     best = f"  best {max(returns):8.2f}" if returns else ""
     best_eval = f"  best eval {max(evals):8.2f}" if evals else ""
-    return format_progress(row, total_env_steps) + best + best_eval
+    return format_progress(row, total_env_steps, len(rows)) + best + best_eval
 
 
 def population_legend(size: int) -> str:

@@ -74,11 +74,11 @@ class RunStatus(Hook):
         """The chunk's progress; a pending stop request becomes a stop."""
         from rljax.store.status import take_stop_request
 
-        row = rows[0]
+        row = rows[0]  # every member moves at the same rate: steps and steps/s are each member's
         steps, sps = int(row["env_steps"]), float(row.get("sps") or 0.0)
         left = self.record_.get("total_env_steps", steps) - steps
         self._write(run, env_steps=steps, chunks_done=chunk_index + 1, sps=sps * len(rows),
-                    eta_s=left / (sps * len(rows)) if sps > 0 else None, wall_time_s=row.get("wall_time_s"))
+                    eta_s=left / sps if sps > 0 else None, wall_time_s=row.get("wall_time_s"))
         request = take_stop_request(self.run_dir)
         if request is not None:
             who = request.get("by") or f"{request.get('host', '?')}:{request.get('pid', '?')}"

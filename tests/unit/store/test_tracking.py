@@ -213,6 +213,10 @@ def test_progress_lines():
     # mean over the finite members 2.0, best 3.0; population sps 3 x 10.
     assert "return     2.00  best     3.00" in pop and "sps        30" in pop
     assert pop.endswith("best     3.00")   # what the columns mean is printed once (population_legend), not per line
+    # The ETA is the per-member steps left at each member's rate: (10 - 5) / 10 = 0.5 s, not / 30.
+    rows = [{"env_steps": 500, "sps": 100.0}] * 9
+    pop = format_population_progress(rows, 1000)
+    assert "sps       900" in pop and "eta   0m05s" in pop
 
 
 def test_a_sweeps_progress_lines_are_explained_once(capsys):

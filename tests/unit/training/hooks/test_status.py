@@ -52,6 +52,21 @@ def test_a_stop_request_stops_after_the_chunk_and_the_resume_is_bit_exact(full, 
     assert all((a == b).all() for a, b in zip(leaves(rest.state), leaves(ref.state)))
 
 
+def test_a_sweeps_time_left_is_each_members_steps_left_at_each_members_rate(tmp_path):
+    # Steps and steps/s in a sweep's rows are each member's (they move together): 9 members at 100
+    # steps/s each with 500 of 1000 steps left finish in 5 s, not 5 / 9 s; status.json's sps is all of theirs.
+    import types
+
+    from rljax.training.hooks.status import RunStatus
+
+    hook = RunStatus(tmp_path)
+    hook.record_["total_env_steps"] = 1000
+    run = types.SimpleNamespace(guard=types.SimpleNamespace(ask=lambda why: None))
+    hook.record(run, 0, [{"env_steps": 500, "sps": 100.0, "wall_time_s": 5.0}] * 9)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["eta_s"] == pytest.approx(5.0) and status["sps"] == pytest.approx(900.0)
+
+
 def test_a_request_from_before_the_run_is_dropped(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
