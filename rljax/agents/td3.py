@@ -50,7 +50,7 @@ from rljax.core.returns import clipped_double_q_target, smoothed_target_action
 
 __all__ = ["TD3Config", "TD3HyperParams", "TD3Actor", "TD3Networks", "make_td3_networks", "td3_critic_loss",
            "td3_actor_loss", "TD3Learner", "TD3State", "td3_optimizers", "init_learner", "td3_learn_step",
-           "exploration_action", "make_td3"]
+           "exploration_action", "make_td3", "make_deterministic_actor_critic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +123,11 @@ class TD3Networks(NamedTuple):
 
     Attributes:
         init: ``init(key, obs[1, ...], action[1, A]) -> (actor_params, critic_params)``; the critic
-            params carry a leading ``[2]`` axis (the twin critics).
+            params carry a leading ``[C]`` axis (the twin critics: ``C = 2``).
         actor: ``actor(actor_params, obs[N, ...]) -> action [N, A]``, ``center + half * tanh(f(s))``
             in env units.
-        critic: ``critic(critic_params, obs[N, ...], action[N, A]) -> Q [2, N]``; ``action`` in env
-            units, rescaled to ``[-1, 1]`` inside.
+        critic: ``critic(critic_params, obs[N, ...], action[N, A]) -> Q [C, N]`` (a distributional
+            critic's logits ``[C, N, K]``); ``action`` in env units, rescaled to ``[-1, 1]`` inside.
         low: float ``[A]``, the box's lower bounds.
         high: float ``[A]``, its upper bounds.
     """
@@ -141,17 +141,20 @@ class TD3Networks(NamedTuple):
 
 def make_td3_networks(action_dim: int, low: jax.typing.ArrayLike, high: jax.typing.ArrayLike,
                       hidden_sizes: Sequence[int], activation: str = "relu",
-                      obs_layout: tuple[LeafEncoding, ...] = (), cnn_channels: Sequence[int] = (16,)) -> TD3Networks:
+                      obs_layout: tuple[LeafEncoding, ...] = (), cnn_channels: Sequence[int] = (16,),
+                      num_atoms: int = 1, num_critics: int = 2) -> TD3Networks:
     """TD3's deterministic actor and twin critics for actions in the box ``[low, high]`` (finite, ``[A]``),
-    on observations encoded by ``obs_layout`` (``()`` for a flat vector) with ``cnn_channels``."""
+    on observations encoded by ``obs_layout`` (``()`` for a flat vector) with ``cnn_channels``;
+    ``num_critics`` critics (2: the twins) with ``num_atoms`` outputs each (1: the action value;
+    more: a categorical distribution's logits, D4PG's critic)."""
     low = jnp.broadcast_to(jnp.asarray(low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(high, jnp.float32), (action_dim,))
     center, half = (high + low) / 2.0, (high - low) / 2.0
     actor = TD3Actor(action_dim, tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
-    critic = BoxCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels))
+    critic = BoxCritic(tuple(hidden_sizes), activation, tuple(obs_layout), tuple(cnn_channels), num_atoms)
 
     def init(key, obs, action):
-        return init_actor_and_twin_critics(actor, critic, key, obs, action)
+        return init_actor_and_twin_critics(actor, critic, key, obs, action, num_critics)
 
     def actor_fn(params, obs):
         return center + half * actor.apply(params, obs)
@@ -275,7 +278,8 @@ def init_learner(nets: TD3Networks, hyperparams: TD3HyperParams, key: jax.Array,
 
 
 def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, key: jax.Array,
-                   hyperparams: TD3HyperParams, nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None
+                   hyperparams: TD3HyperParams, nets: TD3Networks, *, policy_delay: int, axis_name: str | None = None,
+                   critic_loss: Callable[..., Any] = td3_critic_loss, actor_loss: Callable[..., Any] = td3_actor_loss
                    ) -> tuple[TD3Learner, jax.Array, dict[str, jax.Array]]:
     """One TD3 gradient step (Fujimoto et al. 2018, Algorithm 1): the critics; on every
     ``policy_delay``-th critic step also the actor (against the new critics), then the targets
@@ -294,6 +298,9 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
         nets: the network functions.
         policy_delay: critic steps per actor step (static).
         axis_name: the device axis, or None.
+        critic_loss: the critics' loss, with :func:`td3_critic_loss`'s arguments and returns (D4PG's
+            categorical one, :func:`rljax.agents.d4pg.d4pg_critic_loss`).
+        actor_loss: the actor's loss, with :func:`td3_actor_loss`'s.
 
     Returns:
         ``(learner, td_abs [N], metrics)``; ``actor_loss`` and ``actor_grad_norm`` are those of the
@@ -301,11 +308,11 @@ def td3_learn_step(learner: TD3Learner, items: ReplayItem, weights: jax.Array, k
     """
     actor_tx, critic_tx = td3_optimizers(hyperparams)
     critic_params, critic_opt, (td_abs, c_metrics), c_norm = gradient_step(
-        td3_critic_loss, learner.critic_params, learner.critic_opt, critic_tx, learner.target_critic_params,
+        critic_loss, learner.critic_params, learner.critic_opt, critic_tx, learner.target_critic_params,
         learner.target_actor_params, nets, items, weights, key, hyperparams.policy_noise, hyperparams.noise_clip,
         axis_name=axis_name)
     actor_params, actor_opt, a_metrics, a_norm = gradient_step(
-        td3_actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
+        actor_loss, learner.actor_params, learner.actor_opt, actor_tx, critic_params, nets, items.obs,
         (weights > 0).astype(jnp.float32), axis_name=axis_name)
     critic_steps = (learner.critic_steps + 1) % policy_delay
     delayed = critic_steps == 0
@@ -337,12 +344,24 @@ def exploration_action(action: jax.Array, eps: jax.Array, low: jax.Array, high: 
 
 
 def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None = None) -> Agent:
-    """Builds TD3's per-device program for a continuous-action (bounded ``Box``) ``env``: the
-    off-policy skeleton (:func:`~rljax.agents.offpolicy.make_offpolicy_agent`) with a noisy
-    deterministic behaviour policy (uniform before ``learning_starts``) and :func:`td3_learn_step`."""
-    action_dim, low, high = bounded_box(env, env_params, "TD3")
+    """Builds TD3's per-device program for a continuous-action (bounded ``Box``) ``env``:
+    :func:`make_deterministic_actor_critic` with twin scalar critics and TD3's losses."""
+    return make_deterministic_actor_critic(config, env, env_params, axis_name, "TD3")
+
+
+def make_deterministic_actor_critic(config: TD3Config, env: Any, env_params: Any, axis_name: str | None, name: str, *,
+                                    num_atoms: int = 1, num_critics: int = 2,
+                                    critic_loss: Callable[..., Any] = td3_critic_loss,
+                                    actor_loss: Callable[..., Any] = td3_actor_loss) -> Agent:
+    """The per-device program of a deterministic-policy actor-critic (TD3's; D4PG's with a
+    categorical critic): the off-policy skeleton (:func:`~rljax.agents.offpolicy.make_offpolicy_agent`)
+    with a noisy deterministic behaviour policy (uniform before ``learning_starts``) and
+    :func:`td3_learn_step` with ``critic_loss`` and ``actor_loss`` on ``num_critics`` critics of
+    ``num_atoms`` outputs (:func:`make_td3_networks`). ``name`` is the algorithm's, for errors."""
+    action_dim, low, high = bounded_box(env, env_params, name)
     nets = make_td3_networks(action_dim, low, high, config.hidden_sizes, config.activation,
-                             observation_layout(config, env, env_params, "TD3"), config.cnn_channels)
+                             observation_layout(config, env, env_params, name), config.cnn_channels,
+                             num_atoms=num_atoms, num_critics=num_critics)
 
     def behaviour(learner: TD3Learner, ctx: UpdateContext):
         def act(key: jax.Array, obs: jax.Array) -> jax.Array:
@@ -356,7 +375,7 @@ def make_td3(config: TD3Config, env: Any, env_params: Any, axis_name: str | None
 
     def learn_step(learner: TD3Learner, batch: ReplayItem, weights: jax.Array, key: jax.Array, ctx: UpdateContext):
         return td3_learn_step(learner, batch, weights, key, ctx.hyperparams, nets, policy_delay=config.policy_delay,
-                              axis_name=axis_name)
+                              axis_name=axis_name, critic_loss=critic_loss, actor_loss=actor_loss)
 
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=jnp.zeros((action_dim,), jnp.float32),

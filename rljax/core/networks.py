@@ -600,7 +600,9 @@ class QNetwork(nn.Module):
 
 
 class BoxCritic(nn.Module):
-    """``(obs, a_norm) -> Q``: one action-value critic for Box actions, float ``[...]``.
+    """``(obs, a_norm) -> Q``: one action-value critic for Box actions, float ``[...]`` (or, with
+    ``num_atoms > 1``, float ``[..., num_atoms]``: the logits of a categorical return distribution, as
+    D4PG's critic, :mod:`rljax.agents.d4pg`).
 
     The observation goes through the critic's own ``encoder`` (``obs_layout``, see
     :class:`ObsEncoder`), whose features are concatenated with the action ``a_norm`` (rescaled to
@@ -612,18 +614,20 @@ class BoxCritic(nn.Module):
     activation: str = "relu"
     obs_layout: tuple[LeafEncoding, ...] = ()
     cnn_channels: Sequence[int] = (16,)
+    num_atoms: int = 1
 
     @nn.compact
     def __call__(self, obs: Any, action: jax.typing.ArrayLike) -> jax.Array:
         features = ObsEncoder(self.obs_layout, self.cnn_channels, name="encoder")(obs)
         x = jnp.concatenate([features, jnp.asarray(action, jnp.float32)], axis=-1)
-        return MLP(self.hidden_sizes, self.activation, output_dim=1, output_gain=1.0)(x)[..., 0]
+        out = MLP(self.hidden_sizes, self.activation, output_dim=self.num_atoms, output_gain=1.0)(x)
+        return out[..., 0] if self.num_atoms == 1 else out
 
 
-def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Array, obs: Any, action: jax.Array
-                                ) -> tuple[Any, Any]:
+def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Array, obs: Any, action: jax.Array,
+                                num_critics: int = 2) -> tuple[Any, Any]:
     """``(actor_params, critic_params)``: the actor from one half of ``key``, the twin critics (a
-    leading ``[2]`` axis) from the other.
+    leading ``[num_critics]`` axis, 2 by default) from the other.
 
     ``obs`` is ``[1, ...]`` and ``action`` ``[1, A]``. The critics are initialised one after the
     other (``lax.map``), never vmapped: a vmapped orthogonal initialiser becomes a batched LAPACK QR,
@@ -631,12 +635,14 @@ def init_actor_and_twin_critics(actor: nn.Module, critic: nn.Module, key: jax.Ar
     """
     k_actor, k_critic = jax.random.split(key)
     actor_params = actor.init(k_actor, obs)
-    return actor_params, jax.lax.map(lambda args: critic.init(args[0], obs, action), (jax.random.split(k_critic, 2),))
+    return actor_params, jax.lax.map(lambda args: critic.init(args[0], obs, action),
+                                     (jax.random.split(k_critic, num_critics),))
 
 
 def twin_critic_apply(critic: nn.Module, low: jax.Array, high: jax.Array
                       ) -> Callable[[Any, Any, jax.Array], jax.Array]:
-    """``critic_fn(critic_params [2, ...], obs [N, ...], action [N, A]) -> Q [2, N]``: the twin critics
+    """``critic_fn(critic_params [C, ...], obs [N, ...], action [N, A]) -> Q [C, N]`` (``[C, N, K]`` for
+    a critic with ``K = num_atoms > 1``): the ``C`` (twin: 2) critics
     on actions in env units, rescaled to ``[-1, 1]`` by the box ``[low, high]`` (float ``[A]``)
     first, so the critics see the same scale whatever the env's units."""
     center, half = (high + low) / 2.0, (high - low) / 2.0

@@ -222,6 +222,20 @@ def test_twin_box_critics_share_one_module_and_rescale_actions_to_the_box():
     np.testing.assert_allclose(q[1], critic.apply(one, jnp.ones((5, 3)), jnp.full((5, 1), 0.5)), rtol=1e-6)
 
 
+def test_a_distributional_box_critic_gives_logits_per_atom_and_any_number_of_critics():
+    from rljax.core.networks import BoxCritic, init_actor_and_twin_critics, twin_critic_apply
+
+    actor, critic = MLP((4,), "relu", output_dim=1), BoxCritic((8,), num_atoms=7)
+    obs, action = jnp.ones((1, 3)), jnp.zeros((1, 1))
+    _, one = init_actor_and_twin_critics(actor, critic, jax.random.key(0), obs, action, num_critics=1)
+    assert one["params"]["MLP_0"]["output"]["kernel"].shape == (1, 8, 7)
+    logits = twin_critic_apply(critic, jnp.array([-1.0]), jnp.array([1.0]))(one, jnp.ones((5, 3)), jnp.zeros((5, 1)))
+    assert logits.shape == (1, 5, 7)
+    # With one atom the output is the scalar value (the twins' [2, N]), as before atoms existed.
+    _, two = init_actor_and_twin_critics(actor, BoxCritic((8,)), jax.random.key(0), obs, action)
+    assert two["params"]["MLP_0"]["output"]["kernel"].shape == (2, 8, 1)
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_the_memory_core_computes_flax_cells_equations_with_fused_kernels(cell):
     from rljax.core.networks import MemoryCore, initial_memory
