@@ -19,12 +19,20 @@ evaluated how, and scored against which references.
     [algorithms.dqn]
     total_timesteps = 50_000     # optional: this algorithm's budget (e.g. its published protocol's)
 
+    [algorithms.rainbow]         # a named variant: `algorithm` is the registered algorithm it configures
+    algorithm = "c51"
+    noisy = true
+
     [envs."CartPole-v1"]
     params = { length = 0.5 }    # env param overrides (as --env-param)
     reference = 500.0            # the score normalised to 1
     citation = "the env's maximum return (500 steps of reward 1)"
     algorithms = ["ppo"]         # optional: the algorithms that run on this env (default: all)
     total_timesteps = 200_000    # optional: this env's budget
+
+An ``[algorithms.NAME]`` table's name is what the report calls the algorithm; ``algorithm`` (default:
+``NAME``) is the registered algorithm whose config it overrides, so one spec can compare variants of
+one algorithm (DQN beside Rainbow's C51, PPO at two learning rates) as different algorithms.
 
 A cell is one (algorithm, env) pair. Its runs' budget (env steps per run) is the first of these that is
 set: the env's own ``total_timesteps``, the algorithm's (``[algorithms.X]``), the spec's. The env's
@@ -53,14 +61,18 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "BUDGET_FIELD", "load_spec",
-           "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
+__all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "BUDGET_FIELD",
+           "ALGORITHM_FIELD", "registered_algorithm", "load_spec", "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
 
 RESERVED_FIELDS = ("env", "env_params", "seed", "eval_interval", "eval_episodes")
 """Config fields the bench sets itself (from ``envs``, ``seeds`` and ``evaluation``), which an algorithm
 table may not set. ``total_timesteps`` is the bench's too, but an algorithm table may set it: that
 algorithm's budget (see the module docstring for the order of the budgets)."""
 BUDGET_FIELD = "total_timesteps"
+
+ALGORITHM_FIELD = "algorithm"
+"""The key of an ``[algorithms.NAME]`` table that names the registered algorithm it configures (default:
+``NAME``)."""
 """The key of a budget: the spec's, an env's or an algorithm's (env steps per run)."""
 
 
@@ -330,6 +342,12 @@ def narrow(spec: BenchSpec, *, algorithms: Sequence[str] | None = None, envs: Se
     return out
 
 
+def registered_algorithm(spec: BenchSpec, name: str) -> str:
+    """The registered algorithm that the spec's algorithm ``name`` configures (its ``algorithm`` key,
+    or ``name`` itself)."""
+    return spec.algorithms[name].get(ALGORITHM_FIELD, name)
+
+
 def cell_config(spec: BenchSpec, cell: Cell) -> Any:
     """The base config of ``cell``'s sweep (seed 0; the sweep adds the others), validated.
 
@@ -338,9 +356,10 @@ def cell_config(spec: BenchSpec, cell: Cell) -> Any:
     """
     from rljax import agents
 
-    config_cls = agents.algorithms()[cell.algorithm].config_cls
+    config_cls = agents.algorithms()[registered_algorithm(spec, cell.algorithm)].config_cls
     overrides = dict(spec.algorithms[cell.algorithm])
     overrides.pop(BUDGET_FIELD, None)  # the algorithm's budget: cell.total_timesteps has applied it
+    overrides.pop(ALGORITHM_FIELD, None)
     names = [f.name for f in dataclasses.fields(config_cls)]
     for key in overrides:
         if key in RESERVED_FIELDS:
@@ -360,8 +379,9 @@ def cell_config(spec: BenchSpec, cell: Cell) -> Any:
     return config
 
 
-def _check_env(env_spec: EnvSpec, algorithms: Sequence[str]) -> None:
-    """Builds the env, applies its params and checks each algorithm's action-space rule."""
+def _check_env(env_spec: EnvSpec, algorithms: Mapping[str, str]) -> None:
+    """Builds the env, applies its params and checks each algorithm's action-space rule
+    (``algorithms``: the spec's name -> the registered algorithm)."""
     from rljax import agents
     from rljax.core import registry
 
@@ -374,10 +394,11 @@ def _check_env(env_spec: EnvSpec, algorithms: Sequence[str]) -> None:
         params, _ = registry.parse_env_params([f"{k}={v}" for k, v in env_spec.params.items()], params)
     except ValueError as err:
         raise SpecError(f'envs."{env_spec.id}".params: {err}') from None
-    for algo in algorithms:
-        if not agents.fits_env(algo, env, params):
+    for algo, registered in algorithms.items():
+        if not agents.fits_env(registered, env, params):
             fits = [a for a in agents.algorithms() if agents.fits_env(a, env, params)]
-            raise SpecError(f"cell {algo}/{env_spec.id}: {algo} does not fit the env's action space "
+            which = algo if registered == algo else f"{algo} ({registered})"
+            raise SpecError(f"cell {algo}/{env_spec.id}: {which} does not fit the env's action space "
                             f"{env.action_space(params)}; algorithms that fit it: {', '.join(fits)} (list the env's "
                             f"algorithms in its `algorithms` key)")
 
@@ -391,9 +412,11 @@ def check_spec(spec: BenchSpec) -> list[Any]:
     from rljax import agents
 
     known = agents.algorithms()
-    for algo in spec.algorithms:
-        if algo not in known:
-            raise SpecError(f"algorithms.{algo}: unknown algorithm {algo!r}; registered: {', '.join(known)}")
+    for algo, table in spec.algorithms.items():
+        registered = table.get(ALGORITHM_FIELD, algo)
+        where = f"algorithms.{algo}" + (f".{ALGORITHM_FIELD}" if ALGORITHM_FIELD in table else "")
+        if not isinstance(registered, str) or registered not in known:
+            raise SpecError(f"{where}: unknown algorithm {registered!r}; registered: {', '.join(known)}")
     for env in spec.envs:
         for algo in env.algorithms:
             if algo not in spec.algorithms:
@@ -403,7 +426,7 @@ def check_spec(spec: BenchSpec) -> list[Any]:
     if not cells:
         raise SpecError("the spec has no cell: no env runs any of its algorithms")
     for env in spec.envs:
-        _check_env(env, [c.algorithm for c in cells if c.env.id == env.id])
+        _check_env(env, {c.algorithm: registered_algorithm(spec, c.algorithm) for c in cells if c.env.id == env.id})
     return [cell_config(spec, c) for c in cells]
 
 

@@ -44,12 +44,28 @@ def test_the_cell_config_carries_the_bench_fields_and_the_overrides():
      ['envs."CartPole-v1".params', "nosuch"]),
     ({"envs": {"CartPole-v1": {"reference": 1, "citation": "c", "algorithms": ["a2c"]}}},
      ['envs."CartPole-v1".algorithms', "'a2c'"]),
+    ({"algorithms": {"ppo": {}, "fast": {"algorithm": "nosuch"}}}, ["algorithms.fast.algorithm", "'nosuch'", "c51"]),
+    ({"algorithms": {"ppo": {}, "fast": {"algorithm": 3}}}, ["algorithms.fast.algorithm", "3"]),
+    ({"algorithms": {"ppo": {}, "soft": {"algorithm": "sac"}}}, ["cell soft/CartPole-v1", "soft (sac) does not fit",
+                                                               "Discrete(2)"]),
+    ({"algorithms": {"ppo": {}, "rainbow": {"algorithm": "c51", "clip_eps": 0.1}}},
+     ["cell rainbow/CartPole-v1", "'clip_eps'", "C51Config"]),
 ])
 def test_a_spec_that_cannot_run_is_refused_naming_the_cell_and_the_value(change, words):
     with pytest.raises(SpecError) as err:
         check_spec(parse_spec(_doc(**change)))
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+def test_a_named_variant_configures_its_registered_algorithm_under_its_own_name():
+    spec = parse_spec(_doc(algorithms={"dqn": {}, "rainbow": {"algorithm": "c51", "noisy": True, "n_step": 3}},
+                           envs={"CartPole-v1": {"reference": 500, "citation": "c"}}))
+    dqn, rainbow = check_spec(spec)
+    assert [c.name for c in spec.cells()] == ["dqn/CartPole-v1", "rainbow/CartPole-v1"]
+    assert type(dqn).__name__ == "DQNConfig" and type(rainbow).__name__ == "C51Config"
+    assert (rainbow.noisy, rainbow.n_step, dqn.noisy) == (True, 3, False)
+    assert parse_spec(spec.to_dict()) == spec  # the key is kept in bench.json
 
 
 @pytest.mark.parametrize("change, words", [
