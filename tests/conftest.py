@@ -51,14 +51,19 @@ def _tiny_runs() -> dict:
     """One tiny run per algorithm kind (a few hundred env steps: barely trained weights, which is all
     loading, evaluating and exporting need; observation normalisation on wherever the algorithm has
     it, so the folded-in statistics are not the identity)."""
+    from rljax.agents.c51 import C51Config
+    from rljax.agents.d4pg import D4PGConfig
     from rljax.agents.dqn import DQNConfig
     from rljax.agents.ppo import PPOConfig
+    from rljax.agents.qrdqn import QRDQNConfig
     from rljax.agents.pqn import PQNConfig
     from rljax.agents.sac import SACConfig
     from rljax.agents.td3 import TD3Config
 
     ppo = dict(total_timesteps=8 * 16 * 4, updates_per_chunk=2, num_envs=8, num_steps=16, num_epochs=1,
                num_minibatches=2, hidden_sizes=(16, 16), normalize_obs=True)
+    dqn_small = dict(env="CartPole-v1", total_timesteps=4 * 2 * 40, updates_per_chunk=10, num_envs=4, num_steps=2,
+                     batch_size=16, buffer_size=64, learning_starts=32, hidden_sizes=(16,), normalize_obs=True)
     return {
         "ppo-cartpole": PPOConfig(env="CartPole-v1", **ppo),
         "ppo-pendulum": PPOConfig(env="Pendulum-v1", **ppo),
@@ -71,10 +76,17 @@ def _tiny_runs() -> dict:
                          learning_starts=32, hidden_sizes=(16,), normalize_obs=True),
         "pqn": PQNConfig(total_timesteps=16 * 16 * 2, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=1,
                          num_minibatches=2, hidden_sizes=(16,)),
+        # The distributional family: Rainbow (C51's head with every DQN option and noisy layers; the policy
+        # acts on the mean of the noise and of the distribution), QR-DQN's quantiles, D4PG's categorical critic.
+        "c51-rainbow": C51Config(**dqn_small, num_atoms=11, double_q=True, dueling=True, n_step=3, prioritized=True,
+                             noisy=True, epsilon_start=0.0, epsilon_end=0.0),
+        "qrdqn": QRDQNConfig(**dqn_small, num_quantiles=8),
+        "d4pg": D4PGConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
+                           learning_starts=32, hidden_sizes=(16,), normalize_obs=True, num_atoms=11),
     }
 
 
-TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn")
+TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn", "c51-rainbow", "qrdqn", "d4pg")
 
 
 @pytest.fixture(scope="session")
