@@ -280,6 +280,9 @@ ALWAYS_RUN = ("README.md",)
 """The sources whose commands every suite run executes; the others need RLJAX_ALL_DOC_COMMANDS=1."""
 
 README_VARIANTS = (
+    # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
+    # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.
+    "python -m experiments.rainbow_cartpole",
     "python -m experiments.ppo_cartpole --num-devices 2",
     "python -m experiments.ppo_cartpole --env gymnax/Acrobot-v1",
     "python -m experiments.ppo_minatar --encoder mlp --env SpaceInvaders-MinAtar",

@@ -4,7 +4,7 @@ placeholder, and minatar runs the published configurations at the published budg
 import pytest
 
 from rljax.bench.spec import check_spec, load_spec, shipped_suites
-from experiments import dqn_minatar, ppo_minatar, pqn_minatar
+from experiments import dqn_minatar, ppo_minatar, pqn_minatar, rainbow_minatar
 
 
 def test_the_suites_are_shipped():
@@ -29,7 +29,8 @@ def test_no_shipped_suite_cites_a_placeholder_or_an_unverified_reference(name):
 def test_the_minatar_suite_runs_the_published_configurations_at_their_budgets():
     spec = load_spec("minatar")
     assert (spec.seeds, spec.total_timesteps) == (5, 10_000_000)  # PureJaxRL's and purejaxql's 1e7
-    assert list(spec.algorithms) == ["ppo", "pqn", "dqn"]  # a2c and impala have no published MinAtar config
+    # a2c and impala have no published MinAtar config; rainbow is c51 configured as DQN's config plus Rainbow.
+    assert list(spec.algorithms) == ["ppo", "pqn", "dqn", "rainbow"]
 
     def published(defaults):
         return {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items() if k != "env"}
@@ -43,8 +44,16 @@ def test_the_minatar_suite_runs_the_published_configurations_at_their_budgets():
     dqn = dict(spec.algorithms["dqn"])
     assert dqn.pop("updates_per_chunk") == 500_000
     assert dqn == published(dqn_minatar.DEFAULTS) and dqn["total_timesteps"] == 5_000_000  # the MinAtar paper's
+    rainbow = dict(spec.algorithms["rainbow"])
+    assert (rainbow.pop("algorithm"), rainbow.pop("updates_per_chunk")) == ("c51", 500_000)
+    assert rainbow == published(rainbow_minatar.DEFAULTS)
+    # Rainbow's fields beside DQN's: the Rainbow components, nothing else.
+    assert {k: v for k, v in rainbow.items() if dqn.get(k) != v} == {
+        "loss": "mse", "num_atoms": 51, "v_min": 0.0, "v_max": 100.0, "double_q": True, "dueling": True, "n_step": 3,
+        "prioritized": True, "priority_alpha": 0.5, "noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0}
     assert {c.name: c.total_timesteps for c in spec.cells() if c.env.id == "Breakout-MinAtar"} == {
-        "ppo/Breakout-MinAtar": 10_000_000, "pqn/Breakout-MinAtar": 10_000_000, "dqn/Breakout-MinAtar": 5_000_000}
+        "ppo/Breakout-MinAtar": 10_000_000, "pqn/Breakout-MinAtar": 10_000_000, "dqn/Breakout-MinAtar": 5_000_000,
+        "rainbow/Breakout-MinAtar": 5_000_000}
 
 
 def test_the_minatar_references_are_the_published_figures_each_cited_with_its_protocol():
