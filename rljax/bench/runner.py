@@ -49,11 +49,12 @@ import pathlib
 import secrets
 import shutil
 import socket
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rljax.bench.spec import BenchSpec, Cell, SpecError, check_spec, spec_differences
+from rljax.bench.spec import TEXT_KEYS, BenchSpec, Cell, SpecError, check_spec, spec_differences
 
 __all__ = ["BenchStopped", "BENCH_FILE", "RANDOM_FILE", "SCORES_FILE", "SCORE_COLUMNS", "EVAL_SCORE", "CURVES_FILE",
            "cell_dir", "cell_runs", "cell_state", "random_score", "random_scores", "run_score", "cell_scores",
@@ -214,15 +215,22 @@ def write_scores(run_dir: str | os.PathLike, rows: list[Mapping[str, Any]], name
 
 
 def _claim(run_dir: pathlib.Path, spec: BenchSpec) -> None:
-    """Writes ``bench.json``, or checks that the one there is this spec's."""
+    """Writes ``bench.json``, or checks that the one there is this spec's. A spec that differs only in
+    its text (:data:`~rljax.bench.spec.TEXT_KEYS`: a corrected citation or description) is the same
+    bench: ``bench.json`` takes the new text, which the report then prints."""
     path = run_dir / BENCH_FILE
     record = spec.to_dict()
     if path.exists():
         saved = json.loads(path.read_text())
-        diffs = spec_differences(saved, record)
+        diffs = spec_differences(saved, record, ignore=TEXT_KEYS)
         if diffs:
             raise SpecError(f"{run_dir} holds a bench with another spec ({'; '.join(diffs[:5])}"
                             f"{'; ...' if len(diffs) > 5 else ''}); run it with its own spec or choose a new --run-dir")
+        if saved != record:
+            changed = [line.split(":", 1)[0] for line in spec_differences(saved, record)]
+            print(f"bench: {path}: the spec's text changed ({', '.join(changed)}); the bench continues with it",
+                  file=sys.stderr, flush=True)
+            _write_atomic(path, json.dumps(record, indent=2) + "\n")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(path, json.dumps(record, indent=2) + "\n")

@@ -62,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "BUDGET_FIELD",
-           "ALGORITHM_FIELD", "registered_algorithm", "load_spec", "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
+           "ALGORITHM_FIELD", "registered_algorithm", "TEXT_KEYS", "load_spec", "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
 
 RESERVED_FIELDS = ("env", "env_params", "seed", "eval_interval", "eval_episodes")
 """Config fields the bench sets itself (from ``envs``, ``seeds`` and ``evaluation``), which an algorithm
@@ -430,14 +430,22 @@ def check_spec(spec: BenchSpec) -> list[Any]:
     return [cell_config(spec, c) for c in cells]
 
 
-def spec_differences(saved: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Where two :meth:`BenchSpec.to_dict` records differ: ``"key.path: saved -> new"`` lines."""
+TEXT_KEYS = ("description", "citation")
+"""Keys of a spec that describe it without changing what runs: a bench continues when only they change."""
+
+
+def spec_differences(saved: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "",
+                     ignore: Sequence[str] = ()) -> list[str]:
+    """Where two :meth:`BenchSpec.to_dict` records differ: ``"key.path: saved -> new"`` lines, leaving
+    out keys named in ``ignore`` (at any depth, e.g. :data:`TEXT_KEYS`)."""
     out = []
     for key in sorted(set(saved) | set(new), key=str):
+        if key in ignore:
+            continue
         a, b = saved.get(key, "<absent>"), new.get(key, "<absent>")
         path = f"{prefix}{key}"
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += spec_differences(a, b, path + ".")
+            out += spec_differences(a, b, path + ".", ignore)
         elif a != b:
             out.append(f"{path}: {a!r} -> {b!r}")
     return out

@@ -105,6 +105,25 @@ def test_a_directory_holding_another_spec_is_refused_naming_what_differs(bench, 
         run_bench(narrow(load_spec(spec_path), seeds=3), run_dir, quiet=True)
 
 
+def test_a_spec_whose_text_alone_changed_continues_the_bench_with_the_new_text(bench, spec_path, capsys):
+    # A corrected citation or description is the same experiment: nothing reruns, bench.json and the
+    # report take the new text. A change in what runs beside it is still refused (above).
+    import dataclasses
+
+    run_dir, report = bench
+    spec = load_spec(spec_path)
+    env = dataclasses.replace(spec.envs[0], citation="corrected: " + spec.envs[0].citation)
+    fixed = dataclasses.replace(spec, envs=(env, *spec.envs[1:]), description="a new description")
+    saved = (run_dir / "bench.json").read_text()
+    try:
+        assert run_bench(fixed, run_dir, quiet=True, tensorboard=False) == report
+        assert json.loads((run_dir / "bench.json").read_text()) == fixed.to_dict()
+        assert "the spec's text changed (description, envs." in capsys.readouterr().err
+        assert "corrected: " in (run_dir / "report.md").read_text()
+    finally:
+        (run_dir / "bench.json").write_text(saved)  # the module's bench stays the spec file's
+
+
 def _killed(spec_path, run_dir, kill_at):
     done = subprocess.run([sys.executable, "-c", KILLED, str(spec_path), str(run_dir), str(kill_at)],
                           env=cpu_subprocess_env(), capture_output=True, text=True, timeout=300)
