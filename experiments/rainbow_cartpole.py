@@ -5,8 +5,8 @@ epsilon-greedy exploration (epsilon 0). A config of the Q-learning family (:mod:
 not another algorithm: every field can be switched back off on the command line. The rest is DQN's
 PureJaxRL CartPole configuration but for a replay of 5e4 transitions (Obando-Ceron & Castro 2021's
 CartPole Rainbow): with DQN's 1e4, Rainbow solves CartPole within about 1.3e5 steps, then forgets it on
-some seeds once the buffer holds nothing but balanced poles (measured: one seed of three fell from
-200-250 by 5e5 steps, with or without lr annealing; with 5e4, 500 on all three).
+some seeds once the buffer holds nothing but balanced poles (measured: one seed of three fell from 500
+to 200-250 by 5e5 steps, with or without lr annealing; with 5e4, 500 on all three).
 
     python -m experiments.rainbow_cartpole                          # 5e5 steps
     python -m experiments.rainbow_cartpole --no-noisy --epsilon-start 1 --epsilon-end 0.05
