@@ -143,13 +143,14 @@ class NoisyDense(nn.Module):
         sigma_w = self.param("sigma_kernel", sigma, (p, self.features))
         mu_b = self.param("mu_bias", uniform, (self.features,))
         sigma_b = self.param("sigma_bias", sigma, (self.features,))
-        y = x @ mu_w + mu_b
         if not self.has_rng(NOISE):
-            return y
+            return x @ mu_w + mu_b
         key_in, key_out = jax.random.split(self.make_rng(NOISE))
         eps_in = _scaled_noise(key_in, p)
         eps_out = _scaled_noise(key_out, self.features)
-        return y + ((x * eps_in) @ sigma_w) * eps_out + sigma_b * eps_out
+        # One draw serves the whole batch, so the noisy weight is formed once (p x q elementwise) and
+        # applied with one matmul: half the matmuls of x mu_W + ((x eps_in) sigma_W) eps_out.
+        return x @ (mu_w + sigma_w * (eps_in[:, None] * eps_out[None, :])) + (mu_b + sigma_b * eps_out)
 
 
 def _scaled_noise(key: jax.Array, size: int) -> jax.Array:
