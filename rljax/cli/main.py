@@ -10,6 +10,7 @@ error the dispatcher finds (an unknown command or flag, bad input a command reje
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from rljax.cli import (bench, configfile, env_server, envs, eval as eval_command
                        status, stop, supervise, sweep, train)
 from rljax.cli.experiment import run_experiment
 from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_parser, config_from_args
-from rljax.cli.process import (EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
+from rljax.cli.process import (EXIT_BROKEN_PIPE, EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
                                enable_compilation_cache, request_cpu_devices)
 
 __all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "run_experiment", "build_parser",
@@ -117,11 +118,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:
         return _status(exit_)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # here, so a closed pipe is caught below rather than at interpreter exit
+        return code
     except UsageError as err:
         command: Any = commands[args.subcommand]
         print(command.error_text(str(err)), file=sys.stderr, end="")
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader closed the pipe (`rljax status DIR | head -3`): stop quietly with the status a
+        # tool killed by SIGPIPE has, and keep Python's exit-time flush of stdout from raising again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # a stdout with no file descriptor (captured)
+            pass
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

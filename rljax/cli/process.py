@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 __all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO", "EXIT_PEER_LOST", "EXIT_INTERRUPTED",
-           "TRACEBACK_ENV",
+           "EXIT_BROKEN_PIPE", "TRACEBACK_ENV",
            "call_training", "raised_outside_rljax",
            "enable_compilation_cache", "request_cpu_devices", "request_caller_thread_cpu_ops", "finished_run", "report_finished", "setting_up_line"]
 
@@ -42,6 +42,9 @@ EXIT_PEER_LOST = 69
 """Exit status (EX_UNAVAILABLE) of a process of a multi-process run that lost another process."""
 EXIT_INTERRUPTED = 130
 """Exit status (128 + SIGINT, as a shell reports it) of a run interrupted by a second Ctrl-C without saving."""
+EXIT_BROKEN_PIPE = 141
+"""Exit status (128 + SIGPIPE, as a shell reports a tool the signal killed) of a command whose reader closed
+its standard output (``rljax status DIR | head``)."""
 TRACEBACK_ENV = "RLJAX_TRACEBACK"
 """Environment variable: ``1`` lets an error raised by an env or a hook propagate with its whole
 traceback instead of the one line :func:`call_training` prints."""

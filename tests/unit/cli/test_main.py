@@ -249,3 +249,17 @@ def test_one_parser_with_a_subcommand_per_module(capsys):
                                               "bench, resume, eval, export, supervise, launch, inspect, status, stop, config, "
                                               "env-server\n")
     assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_sigpipes_status():
+    # `rljax config ppo | head -1` with the reader gone before the first line: no traceback, 128 + SIGPIPE.
+    import subprocess
+
+    from tests.conftest import cpu_subprocess_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "rljax.cli.main", "config", "ppo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=cpu_subprocess_env())
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
