@@ -55,7 +55,6 @@ def _tiny_runs() -> dict:
     from rljax.agents.d4pg import D4PGConfig
     from rljax.agents.dqn import DQNConfig
     from rljax.agents.ppo import PPOConfig
-    from rljax.agents.qrdqn import QRDQNConfig
     from rljax.agents.pqn import PQNConfig
     from rljax.agents.sac import SACConfig
     from rljax.agents.td3 import TD3Config
@@ -77,16 +76,17 @@ def _tiny_runs() -> dict:
         "pqn": PQNConfig(total_timesteps=16 * 16 * 2, updates_per_chunk=2, num_envs=16, num_steps=16, num_epochs=1,
                          num_minibatches=2, hidden_sizes=(16,)),
         # The distributional family: Rainbow (C51's head with every DQN option and noisy layers; the policy
-        # acts on the mean of the noise and of the distribution), QR-DQN's quantiles, D4PG's categorical critic.
+        # acts on the mean of the noise and of the distribution) and D4PG's categorical critic. QR-DQN acts
+        # through the same Q-learner path with its head's mean (tests/unit/agents/test_qrdqn.py); left out for
+        # the default suite's time.
         "c51-rainbow": C51Config(**dqn_small, num_atoms=11, double_q=True, dueling=True, n_step=3, prioritized=True,
                              noisy=True, epsilon_start=0.0, epsilon_end=0.0),
-        "qrdqn": QRDQNConfig(**dqn_small, num_quantiles=8),
         "d4pg": D4PGConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
                            learning_starts=32, hidden_sizes=(16,), normalize_obs=True, num_atoms=11),
     }
 
 
-TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn", "c51-rainbow", "qrdqn", "d4pg")
+TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn", "c51-rainbow", "d4pg")
 
 
 @pytest.fixture(scope="session")
