@@ -13,18 +13,18 @@ import numpy as np
 import pytest
 
 import rljax
-from rljax.agents.c51 import C51Config
 from rljax.agents.d4pg import D4PGConfig
 from rljax.agents.qrdqn import QRDQNConfig
 from rljax.store.tracking import read_chunks
 from rljax.training.sweep import SweepSpec, run_sweep
+from tests.conftest import _tiny_runs
 from tests.support.runs import assert_same_bits, leaves, strip
 
 SMALL = dict(env="CartPole-v1", total_timesteps=4 * 2 * 48, updates_per_chunk=12, num_envs=4, num_steps=2,
              batch_size=16, buffer_size=64, learning_starts=32, hidden_sizes=(16,))
 RESUME = {
-    "rainbow": C51Config(**SMALL, num_atoms=11, double_q=True, dueling=True, n_step=3, prioritized=True, noisy=True,
-                         epsilon_start=0.0, epsilon_end=0.0),
+    # The shared tiny Rainbow run's config (tests/conftest.py), so its chunk program is compiled once per suite.
+    "rainbow": _tiny_runs()["c51-rainbow"],
     "qrdqn-noisy": QRDQNConfig(**SMALL, num_quantiles=8, noisy=True, n_step=2),
     "d4pg": D4PGConfig(total_timesteps=4 * 48, updates_per_chunk=12, num_envs=4, batch_size=16, buffer_size=128,
                        learning_starts=32, hidden_sizes=(16,), num_atoms=11, prioritized=True, num_critics=2),
@@ -39,7 +39,7 @@ def test_a_run_stopped_and_resumed_is_bit_identical(name, tmp_path):
     full = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "full", quiet=True, checkpoint_every=1))
     part = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, checkpoint_every=1,
                                                         on_chunk=lambda c, state, row: c == 1))
-    assert part.preempted == "on_chunk" and len(part.rows) == 2
+    assert part.preempted == "on_chunk" and len(part.rows) == 2 < len(full.rows)
     rest = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, resume=True,
                                                         checkpoint_every=1))
     assert_same_bits(full.state, rest.state)

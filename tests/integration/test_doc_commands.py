@@ -283,6 +283,10 @@ README_VARIANTS = (
     # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
     # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.
     "python -m experiments.rainbow_cartpole",
+    # A second sweep of the same module as the README's randomize sweep above (which runs by default, with
+    # tests/unit/training/test_sweep.py's grids); here for the default suite's time.
+    "python -m experiments.ppo_cartpole sweep --grid learning_rate=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01 --seeds 4 "
+    "--run-dir runs/sweep1",
     "python -m experiments.ppo_cartpole --num-devices 2",
     "python -m experiments.ppo_cartpole --env gymnax/Acrobot-v1",
     "python -m experiments.ppo_minatar --encoder mlp --env SpaceInvaders-MinAtar",

@@ -121,18 +121,13 @@ def test_a_discrete_env_is_refused_by_name():
         make_d4pg(D4PGConfig(env="CartPole-v1"), env, params)
 
 
-def test_a_short_run_trains_the_distributional_critic_and_reports_its_spread():
-    import rljax
-
-    cfg = D4PGConfig(total_timesteps=1_024, learning_starts=256, num_envs=4, num_steps=8, batch_size=32,
-                     buffer_size=1_024, hidden_sizes=(16,), num_atoms=11)
-    result = rljax.train(cfg, options=rljax.RunOptions(quiet=True))
+def test_a_short_run_trains_the_distributional_critic_and_reports_its_spread(tiny_run):
+    _, result = tiny_run("d4pg")  # the shared tiny D4PG run (tests/conftest.py): 11 atoms on [-1000, 0]
     row = result.rows[-1]
     assert np.isfinite(row["critic_loss"]) and row["z_std_mean"] > 0
     assert -1000.0 <= row["q_mean"] <= 0.0
-    actor, critic = result.agent.params_of(result.state)[:2]
-    out = jax.tree.leaves(critic)[0]
-    assert out.shape[0] == 1  # one critic
+    critic = result.agent.params_of(result.state)[1]
+    assert jax.tree.leaves(critic)[0].shape[0] == 1  # one critic
 
 
 # Slow (a learning run, 3 seeds x 2e4 steps): by default the losses by hand and the short run above stand for it.
