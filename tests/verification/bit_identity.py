@@ -54,6 +54,10 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "pqn_cartpole": ("experiments.pqn_cartpole", dict(total_timesteps=20_480), "train"),
     "pqn_sweep": ("experiments.pqn_cartpole", dict(total_timesteps=8_192), "sweep"),
     "a2c_cartpole": ("experiments.a2c_cartpole", dict(total_timesteps=10_240), "train"),
+    "c51_cartpole": ("experiments.c51_cartpole", dict(total_timesteps=6_000, learning_starts=1_000), "train"),
+    "qrdqn_cartpole": ("experiments.qrdqn_cartpole", dict(total_timesteps=6_000, learning_starts=1_000), "train"),
+    "rainbow_cartpole": ("experiments.rainbow_cartpole", dict(total_timesteps=6_000, learning_starts=1_000), "train"),
+    "d4pg_pendulum": ("experiments.d4pg_pendulum", dict(total_timesteps=3_000), "train"),
 }
 # Data-parallel cases, run in a child process with 2 CPU devices.
 PARALLEL_CASES: dict[str, tuple[str, dict[str, Any], str]] = {
