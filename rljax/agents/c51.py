@@ -31,7 +31,7 @@ from rljax.agents.base import Agent, discrete_actions
 from rljax.agents.dqn import DQNConfig, QHead, make_q_learner
 from rljax.agents.offpolicy import ReplayItem
 from rljax.core.config import check_ints, field, hyperparams_class
-from rljax.core.distributional import categorical_loss, categorical_projection, support
+from rljax.core.distributional import categorical_loss, categorical_mean_std, categorical_projection, support
 
 __all__ = ["C51Config", "C51HyperParams", "categorical_head", "make_c51"]
 
@@ -67,14 +67,12 @@ def categorical_head(num_atoms: int, v_min: float, v_max: float) -> QHead:
     atoms = support(v_min, v_max, num_atoms)
 
     def q_values(logits: jax.Array) -> jax.Array:
-        return jnp.sum(jax.nn.softmax(logits, axis=-1) * atoms, axis=-1)
+        return categorical_mean_std(logits, atoms)[0]
 
     def td(taken: jax.Array, next_taken: jax.Array, items: ReplayItem):
         target = categorical_projection(jax.nn.softmax(next_taken, axis=-1), items.reward, items.discount, atoms)
         per_item = categorical_loss(taken, target)
-        probs = jax.nn.softmax(taken, axis=-1)
-        mean = jnp.sum(probs * atoms, axis=-1)
-        std = jnp.sqrt(jnp.maximum(jnp.sum(probs * jnp.square(atoms - mean[:, None]), axis=-1), 0.0))
+        mean, std = categorical_mean_std(taken, atoms)
         return per_item, per_item, {"q_mean": jnp.mean(mean), "z_std_mean": jnp.mean(std)}
 
     return QHead(num_atoms, q_values, td)

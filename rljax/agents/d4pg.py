@@ -38,7 +38,7 @@ from rljax.agents.base import Agent, bounded_box
 from rljax.agents.offpolicy import ReplayItem, masked_mean
 from rljax.agents.td3 import TD3Config, TD3Networks, make_deterministic_actor_critic
 from rljax.core.config import check_ints, field, hyperparams_class
-from rljax.core.distributional import categorical_loss, categorical_projection, support
+from rljax.core.distributional import categorical_loss, categorical_mean_std, categorical_projection, support
 from rljax.core.returns import smoothed_target_action
 
 __all__ = ["D4PGConfig", "D4PGHyperParams", "d4pg_critic_loss", "d4pg_actor_loss", "make_d4pg"]
@@ -73,10 +73,6 @@ class D4PGConfig(TD3Config):
 D4PGHyperParams = hyperparams_class(D4PGConfig)
 
 
-def _mean(logits: jax.Array, atoms: jax.Array) -> jax.Array:
-    return jnp.sum(jax.nn.softmax(logits, axis=-1) * atoms, axis=-1)
-
-
 def d4pg_critic_loss(critic_params: Any, target_critic_params: Any, target_actor_params: Any, nets: TD3Networks,
                      items: ReplayItem, weights: jax.Array, key: jax.Array, policy_noise: jax.Array,
                      noise_clip: jax.Array, *, atoms: jax.Array
@@ -108,15 +104,13 @@ def d4pg_critic_loss(critic_params: Any, target_critic_params: Any, target_actor
     next_action = smoothed_target_action(mu, jax.random.normal(key, mu.shape, mu.dtype), nets.low, nets.high,
                                          policy_noise, noise_clip)
     next_logits = nets.critic(target_critic_params, items.next_obs, next_action)  # [C, N, K]
-    lowest = jnp.argmin(_mean(next_logits, atoms), axis=0)  # [N]
+    lowest = jnp.argmin(categorical_mean_std(next_logits, atoms)[0], axis=0)  # [N]
     next_probs = jax.nn.softmax(jnp.take_along_axis(next_logits, lowest[None, :, None], axis=0)[0], axis=-1)
     target = jax.lax.stop_gradient(categorical_projection(next_probs, items.reward, items.discount, atoms))
     logits = nets.critic(critic_params, items.obs, items.action)  # [C, N, K]
     per_critic = jax.vmap(categorical_loss, in_axes=(0, None))(logits, target)  # [C, N]
     loss = masked_mean(jnp.sum(per_critic, axis=0), weights)
-    probs = jax.nn.softmax(logits, axis=-1)
-    mean = jnp.sum(probs * atoms, axis=-1)
-    std = jnp.sqrt(jnp.maximum(jnp.sum(probs * jnp.square(atoms - mean[..., None]), axis=-1), 0.0))
+    mean, std = categorical_mean_std(logits, atoms)
     metrics = {"critic_loss": loss, "q_mean": jnp.mean(mean), "z_std_mean": jnp.mean(std),
                "target_mean": jnp.mean(jnp.sum(target * atoms, axis=-1))}
     return loss, (jnp.mean(per_critic, axis=0), metrics)
@@ -127,7 +121,7 @@ def d4pg_actor_loss(actor_params: Any, critic_params: Any, nets: TD3Networks, ob
     """``L_mu = -mean( sum_i p_{1,i}(s, mu(s)) z_i )`` over valid items: the first critic's mean, the
     gradient through the critic into the action (its params held fixed)."""
     logits = nets.critic(critic_params, obs, nets.actor(actor_params, obs))[0]
-    loss = masked_mean(-_mean(logits, atoms), mask)
+    loss = masked_mean(-categorical_mean_std(logits, atoms)[0], mask)
     return loss, {"actor_loss": loss}
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["support", "categorical_projection", "categorical_loss", "quantile_midpoints", "quantile_huber_loss"]
+__all__ = ["support", "categorical_projection", "categorical_loss", "categorical_mean_std", "quantile_midpoints", "quantile_huber_loss"]
 
 
 def support(v_min: float, v_max: float, num_atoms: int) -> jax.Array:
@@ -70,6 +70,20 @@ def categorical_loss(logits: jax.Array, target_probs: jax.Array) -> jax.Array:
         target_probs: float ``[N, K]``, the projected target (:func:`categorical_projection`).
     """
     return -jnp.sum(target_probs * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def categorical_mean_std(logits: jax.Array, atoms: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The mean ``sum_i p_i z_i`` and standard deviation ``sqrt(sum_i p_i (z_i - mean)^2)`` of the
+    distribution ``p = softmax(logits)`` on ``atoms``, each float ``[...]``.
+
+    Args:
+        logits: float ``[..., K]``.
+        atoms: float ``[K]`` (:func:`support`).
+    """
+    probs = jax.nn.softmax(logits, axis=-1)
+    mean = jnp.sum(probs * atoms, axis=-1)
+    std = jnp.sqrt(jnp.maximum(jnp.sum(probs * jnp.square(atoms - mean[..., None]), axis=-1), 0.0))
+    return mean, std
 
 
 def quantile_midpoints(num_quantiles: int) -> jax.Array:

@@ -12,7 +12,8 @@ import numpy as np
 import optax
 import pytest
 
-from rljax.core.distributional import (categorical_loss, categorical_projection, quantile_huber_loss,
+from rljax.core.distributional import (categorical_loss, categorical_mean_std, categorical_projection,
+                                       quantile_huber_loss,
                                        quantile_midpoints, support)
 from rljax.core.returns import n_step_transitions
 
@@ -117,6 +118,28 @@ def test_the_cross_entropy():
     want = -(target * log_p).sum(axis=1)
     got = categorical_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(target, jnp.float32))
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
+def test_the_categorical_mean_and_std():
+    # Hand-computed: equal logits on atoms (-1, 0, 1) are uniform: mean 0, variance 2/3; a logit of +inf
+    # on one atom is its point mass: std 0 (not the square root of a rounding-negative variance).
+    atoms = jnp.asarray([-1.0, 0.0, 1.0])
+    mean, std = categorical_mean_std(jnp.zeros((2, 3)), atoms)
+    np.testing.assert_allclose(np.asarray(mean), [0.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(std), [np.sqrt(2 / 3)] * 2, rtol=1e-6)
+    mean, std = categorical_mean_std(jnp.asarray([[-jnp.inf, -jnp.inf, 0.0]]), atoms)
+    assert float(mean[0]) == 1.0 and float(std[0]) == 0.0
+    # Leading axes of any rank (D4PG's [C, N, K]) against float64 numpy.
+    rng = np.random.default_rng(2)
+    logits, z = rng.normal(size=(2, 5, K)) * 2.0, np.linspace(V_MIN, V_MAX, K)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    want_mean = (p * z).sum(axis=-1)
+    want_std = np.sqrt((p * (z - want_mean[..., None]) ** 2).sum(axis=-1))
+    mean, std = categorical_mean_std(jnp.asarray(logits, jnp.float32), support(V_MIN, V_MAX, K))
+    assert mean.shape == std.shape == (2, 5)
+    np.testing.assert_allclose(np.asarray(mean), want_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(std), want_std, rtol=1e-5)
 
 
 def _quantile_huber_reference(quantiles, targets, taus, kappa):
