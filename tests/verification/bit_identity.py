@@ -189,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = pathlib.Path(args.save or args.compare)
     only = set(args.only) if args.only else None
+    unknown = sorted((only or set()) - set(CASES) - set(PARALLEL_CASES))
+    if unknown:  # (names given as one comma-joined word land here too)
+        parser.error(f"--only: unknown case(s) {', '.join(unknown)}; cases (space-separated): "
+                     f"{' '.join([*CASES, *PARALLEL_CASES])}")
 
     import jax
 
