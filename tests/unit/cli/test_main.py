@@ -171,8 +171,10 @@ def test_several_cpu_devices_come_with_a_note(tmp_path):
     import os
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    env.pop("XLA_FLAGS", None)
+    from tests.conftest import suite_xla_flags
+
+    # The suite's flags (so the program is the one the suite's cache holds); --num-devices sets the devices.
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "XLA_FLAGS": suite_xla_flags()}
     proc = subprocess.run([sys.executable, "-m", "rljax.cli.main", "train", "ppo", *TINY, "--num-devices", "2",
                            "--run-dir", "none"], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
