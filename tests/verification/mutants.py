@@ -239,8 +239,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "D4PG's target distribution comes from the online critic instead of the target critic",
            ("tests/unit/agents/test_d4pg.py::test_the_critic_loss_is_the_cross_entropy_to_the_projected_target_of_the_target_action",)),
     Mutant("d4pg-highest-critic", "rljax/agents/d4pg.py",
-           "lowest = jnp.argmin(_mean(next_logits, atoms), axis=0)",
-           "lowest = jnp.argmax(_mean(next_logits, atoms), axis=0)",
+           "lowest = jnp.argmin(categorical_mean_std(next_logits, atoms)[0], axis=0)",
+           "lowest = jnp.argmax(categorical_mean_std(next_logits, atoms)[0], axis=0)",
            "D4PG with two critics bootstraps from the higher-mean critic (overestimation) instead of the lower",
            ("tests/unit/agents/test_d4pg.py::test_with_two_critics_each_item_bootstraps_from_the_lower_mean_one",)),
     # ---------------------------------------------------------------- SAC
