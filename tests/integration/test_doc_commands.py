@@ -307,6 +307,12 @@ README_VARIANTS = (
     "rljax eval runs/dr-gru --env-param length=0.25,0.5,1,1.5,2",
     # Varies sac_pendulum (the same off-policy continuous-control module shape; TD3 trains in test_td3.py).
     "python -m experiments.td3_pendulum",
+    # The other on-policy modules beside ppo_cartpole (PQN's and IMPALA's learning and resume: test_pqn.py,
+    # test_impala.py) and a user env by name beside the README's other user-env commands (test_user_env_cli.py
+    # trains named user envs with kwargs and params from the command line): for the default suite's time.
+    "python -m experiments.pqn_cartpole",
+    "python -m experiments.impala_cartpole",
+    "rljax train ppo --env my_envs:GridWorld --env-param max_steps_in_episode=100",
     # Varies the grid sweep above it (PBT's lineage, perturbation and resume: tests/unit/training/hooks/test_pbt.py).
     "python -m experiments.ppo_cartpole sweep --sample learning_rate=log:1e-4:3e-3 --num-samples 8 "
     "--pbt-interval 4 --pbt learning_rate=1e-5:1e-2 --run-dir runs/pbt1",
