@@ -26,7 +26,7 @@ from .memory import MemoryCue
 from .minatar import GAMES as MINATAR_GAMES, MinAtar
 from .mountain_car import MountainCar, MountainCarContinuous
 from .pendulum import Pendulum
-from .probes import PROBE_KINDS, ProbeEnv
+from .probes import PROBE_KINDS, ProbeEnv, ProbeLegalActions
 
 __all__ = ["GYMNAX_PREFIX", "make", "register", "registered", "gymnax_registered"]
 
@@ -45,3 +45,4 @@ for _game in MINATAR_GAMES:
 for _kind in PROBE_KINDS:
     register_builtin(f"Probe{_kind}-v0", functools.partial(ProbeEnv, _kind, continuous=False))
     register_builtin(f"Probe{_kind}Continuous-v0", functools.partial(ProbeEnv, _kind, continuous=True))
+register_builtin("ProbeLegalActions-v0", ProbeLegalActions)

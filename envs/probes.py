@@ -18,12 +18,19 @@ RandomReward           obs 0 then obs 1, reward 0 then +1 with probability    th
                        3/4, else -1                                           Z(1) = {+1: 3/4, -1: 1/4},
                                                                               Z(0) = gamma Z(1)
                                                                               (distributional learning)
+LegalActions           one step, obs {observation: 0, legal_action_mask: one of  picks the highest legal
+                       the 15 non-empty masks over 4 actions, uniformly},     action every time, never an
+                       reward 1 for the highest legal action, 0 for another   illegal one (legal-action
+                       legal one, 2 for an illegal one (a learner that        masks)
+                       ignores the mask is drawn to it)
 =====================  =====================================================  ==========================
 
 Discrete variants have two actions; "right" is action 1 for ActionReward and action ``(obs + 1) / 2``
 for ActionObsReward. Continuous variants take a ``Box(-1, 1, (1,))`` action and pay
 ``1 - (a - a*)^2`` (clipped to [-1, 1] first), with ``a* = 0.5`` (ActionReward) or ``a* = 0.5 * obs``
 (ActionObsReward); ConstantReward, ObsReward, TwoStep and RandomReward ignore the action.
+LegalActions (:class:`ProbeLegalActions`, ``ProbeLegalActions-v0``) is discrete only, with a dict
+observation.
 
 Every episode terminates on its own (``terminated``), so values have no bootstrap beyond the episode.
 """
@@ -36,7 +43,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rljax.env import Box, Discrete, EnvParams, EnvState, Environment
+from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, EnvParams, EnvState, Environment
 
 PROBE_KINDS = ("ConstantReward", "ObsReward", "TwoStep", "ActionReward", "ActionObsReward", "RandomReward")
 
@@ -124,3 +131,55 @@ class ProbeEnv(Environment[ProbeState, ProbeParams]):
 
     def action_space(self, params: ProbeParams) -> Box | Discrete:
         return Box(-1.0, 1.0, (1,), jnp.float32) if self.continuous else Discrete(2)
+
+
+LEGAL_PROBE_ACTIONS = 4
+"""ProbeLegalActions' number of actions."""
+
+
+@struct.dataclass
+class LegalProbeState(EnvState):
+    """Attributes: legal: the episode's legal-action mask, bool ``[4]``. time: steps in episode."""
+
+    legal: jax.Array
+    time: jax.Array
+
+
+class ProbeLegalActions(Environment[LegalProbeState, ProbeParams]):
+    """The legal-action probe (see the module docstring): ``Discrete(4)`` actions, observations
+    ``{"observation": float32 [1] (always 0), "legal_action_mask": bool [4]}``.
+
+    Rewards: 1 for the highest legal action, 0 for another legal action, 2 for an illegal one, so a
+    learner that honours the mask earns 1 every episode and one that ignores it prefers illegal actions.
+    """
+
+    stochastic_transitions = False
+    name = "ProbeLegalActions-v0"
+
+    @property
+    def default_params(self) -> ProbeParams:
+        return ProbeParams()
+
+    @staticmethod
+    def _obs(legal: jax.Array) -> dict[str, jax.Array]:
+        return {"observation": jnp.zeros((1,), jnp.float32), LEGAL_ACTION_MASK: legal}
+
+    def reset_env(self, key: jax.Array, params: ProbeParams) -> tuple[dict[str, jax.Array], LegalProbeState]:
+        code = jax.random.randint(key, (), 1, 2 ** LEGAL_PROBE_ACTIONS)  # a non-empty mask, uniformly
+        legal = (code >> jnp.arange(LEGAL_PROBE_ACTIONS)) & 1 == 1
+        return self._obs(legal), LegalProbeState(legal=legal, time=jnp.int32(0))
+
+    def step_env(self, key: jax.Array, state: LegalProbeState, action: Any, params: ProbeParams
+                 ) -> tuple[dict[str, jax.Array], LegalProbeState, jax.Array, jax.Array, dict[str, Any]]:
+        action = jnp.asarray(action, jnp.int32)
+        best = LEGAL_PROBE_ACTIONS - 1 - jnp.argmax(state.legal[::-1])
+        reward = jnp.where(state.legal[action], (action == best).astype(jnp.float32), 2.0)
+        new_state = LegalProbeState(legal=state.legal, time=state.time + 1)
+        return self._obs(state.legal), new_state, reward.astype(jnp.float32), jnp.bool_(True), {}
+
+    def observation_space(self, params: ProbeParams) -> Any:
+        return {"observation": Box(0.0, 0.0, (1,), jnp.float32),
+                LEGAL_ACTION_MASK: Box(False, True, (LEGAL_PROBE_ACTIONS,), jnp.bool_)}
+
+    def action_space(self, params: ProbeParams) -> Discrete:
+        return Discrete(LEGAL_PROBE_ACTIONS)

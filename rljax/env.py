@@ -19,6 +19,7 @@ May import: nothing in rljax (every layer, the bundled envs and user envs build 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import jax
@@ -39,6 +40,9 @@ __all__ = [
     "observation_spec",
     "space_spec",
     "describe_space",
+    "LEGAL_ACTION_MASK",
+    "legal_action_mask",
+    "masked_actions",
 ]
 
 
@@ -155,8 +159,8 @@ def space_spec(space: Any) -> Any:
     Raises:
         ValueError: ``space`` is none of these (the message names it).
     """
-    members = getattr(space, "spaces", None)
-    if isinstance(members, dict):
+    members = space if isinstance(space, (Mapping, tuple, list)) else getattr(space, "spaces", None)
+    if isinstance(members, Mapping):
         return {k: space_spec(v) for k, v in members.items()}
     if isinstance(members, (tuple, list)):
         return tuple(space_spec(v) for v in members)
@@ -180,8 +184,8 @@ def describe_space(space: Any, compact: bool = False) -> str:
     and they are finite-looking: float32's largest value stands for "unbounded" in some envs'
     spaces, gymnax's Reacher), for listings such as ``rljax envs``.
     """
-    members = getattr(space, "spaces", None)
-    if isinstance(members, dict):
+    members = space if isinstance(space, (Mapping, tuple, list)) else getattr(space, "spaces", None)
+    if isinstance(members, Mapping):
         return "Dict(" + ", ".join(f"{k}: {describe_space(v, compact)}" for k, v in members.items()) + ")"
     if isinstance(members, (tuple, list)):
         return "Tuple(" + ", ".join(describe_space(v, compact) for v in members) + ")"
@@ -218,6 +222,41 @@ def observation_spec(env: Any, params: Any = None) -> Any:
     batch = tuple(getattr(env, "batch_shape", ()))
     obs = jax.eval_shape(lambda key: env.reset(key, params)[0], jax.random.key(0))
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[len(batch):], x.dtype), obs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Legal actions
+# --------------------------------------------------------------------------------------------------
+
+LEGAL_ACTION_MASK = "legal_action_mask"
+"""The observation key of a legal-action mask: an env whose legal actions change from state to state
+returns a dict observation with this leaf, bool ``[num_actions]``, True where the action is legal (at
+least one in every state an agent acts in). It is an observation leaf like any other (stored in
+rollouts and replay, carried by ``info["final_observation"]``, fed to the network as inputs), and every
+discrete-action algorithm restricts its choices to it (``docs/env_api.md``, "Legal actions")."""
+
+
+def legal_action_mask(obs: Any) -> jax.Array | None:
+    """The legal-action mask of an observation (bool ``[..., num_actions]``, any batch axes), or None
+    when the observation has none (not a dict with a :data:`LEGAL_ACTION_MASK` leaf)."""
+    if isinstance(obs, Mapping) and LEGAL_ACTION_MASK in obs:
+        return jnp.asarray(obs[LEGAL_ACTION_MASK]).astype(jnp.bool_)
+    return None
+
+
+def masked_actions(values: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``values[..., a]`` (logits, action values) with every illegal action's entry replaced by the
+    lowest finite float, so argmax, max, softmax and sampling never choose it while sums and products
+    stay finite (a softmax gives it probability 0 and its log-probability times 0 is 0; a bootstrap
+    value times a zero discount is 0). ``mask`` None returns ``values`` unchanged.
+
+    Args:
+        values: float ``[..., A]``.
+        mask: bool ``[..., A]`` (broadcastable), True where legal; or None.
+    """
+    if mask is None:
+        return values
+    return jnp.where(mask, values, jnp.finfo(values.dtype).min)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from rljax.core import wrappers
 from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
-from rljax.env import describe_space, is_discrete, observation_spec
+from rljax.env import describe_space, is_discrete, masked_actions, observation_spec
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.prng import permutation
 from rljax.core.rollout import EpisodeSummary
@@ -341,15 +341,20 @@ def into_action_space(space: Any) -> Callable[[jax.Array], jax.Array]:
     return lambda action: clip_to_space(action, space.low, space.high)
 
 
-def greedy_or_epsilon(q_values: jax.Array, key: Any, epsilon: jax.Array, deterministic: bool) -> jax.Array:
+def greedy_or_epsilon(q_values: jax.Array, key: Any, epsilon: jax.Array, deterministic: bool,
+                      legal: jax.Array | None = None) -> jax.Array:
     """The action of a Q-function's policy: ``argmax_a q[n, a]`` (``deterministic``), else with
     probability ``epsilon`` a uniformly random action instead (``key`` needed). ``q_values``
-    ``[N, A]`` -> int32 ``[N]``."""
-    greedy = jnp.argmax(q_values, axis=-1).astype(jnp.int32)
+    ``[N, A]`` -> int32 ``[N]``. With ``legal`` (bool ``[N, A]``, the observations' legal-action
+    masks) both the argmax and the random action are over the legal actions only."""
+    greedy = jnp.argmax(masked_actions(q_values, legal), axis=-1).astype(jnp.int32)
     if deterministic:
         return greedy
     k_explore, k_action = jax.random.split(key)
-    random = jax.random.randint(k_action, greedy.shape, 0, q_values.shape[-1], jnp.int32)
+    if legal is None:
+        random = jax.random.randint(k_action, greedy.shape, 0, q_values.shape[-1], jnp.int32)
+    else:
+        random = jax.random.categorical(k_action, jnp.where(legal, 0.0, -jnp.inf), axis=-1).astype(jnp.int32)
     return jnp.where(jax.random.uniform(k_explore, greedy.shape) < epsilon, random, greedy)
 
 

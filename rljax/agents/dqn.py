@@ -37,6 +37,7 @@ from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyHooks, OffPolicySt
                                     make_offpolicy_agent, masked_mean, periodic, polyak)
 from rljax.core.config import MAX_STEPS_PER_UPDATE, check_choice, check_floats, check_ints, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS, NOISE, QNetwork
+from rljax.env import legal_action_mask, masked_actions
 
 __all__ = ["DQNConfig", "DQNHyperParams", "DQNLearner", "DQNState", "QHead", "expected_value_head", "q_learning_loss",
            "dqn_loss", "make_q_learner", "make_dqn"]
@@ -147,7 +148,8 @@ def q_learning_loss(params: Any, target_params: Any, apply_fn: Any, items: Repla
     """The (importance-weighted) loss of a Q-learner with ``head``.
 
     The bootstrap action is ``a* = argmax_a q_values(out_target(s'))`` or, with ``double_q``,
-    ``argmax_a q_values(out_online(s'))``; the head's ``td`` compares the online outputs of the taken
+    ``argmax_a q_values(out_online(s'))``, over the actions legal in ``s'`` when its observation has a
+    legal-action mask (:func:`rljax.env.legal_action_mask`); the head's ``td`` compares the online outputs of the taken
     action with the target outputs of ``a*`` (gradients stopped); ``L = mean(w * per_item)`` over the
     items with nonzero weight. ``discount`` is ``gamma^m`` (0 after termination), so truncated
     episodes bootstrap from their final observation.
@@ -167,11 +169,13 @@ def q_learning_loss(params: Any, target_params: Any, apply_fn: Any, items: Repla
         ``(loss, (priority [N], metrics))``; metrics hold ``td_loss`` (the loss) and the head's.
     """
     k_target, k_next, k_online = keys
+    legal = legal_action_mask(items.next_obs)
     out_next_target = _apply(apply_fn, target_params, items.next_obs, k_target)
     if double_q:
-        a_star = jnp.argmax(head.q_values(_apply(apply_fn, params, items.next_obs, k_next)), axis=-1)
+        a_star = jnp.argmax(masked_actions(head.q_values(_apply(apply_fn, params, items.next_obs, k_next)), legal),
+                            axis=-1)
     else:
-        a_star = jnp.argmax(head.q_values(out_next_target), axis=-1)
+        a_star = jnp.argmax(masked_actions(head.q_values(out_next_target), legal), axis=-1)
     next_taken = jax.lax.stop_gradient(_take(out_next_target, a_star))
     out = _apply(apply_fn, params, items.obs, k_online)
     per_item, priority, metrics = head.td(_take(out, items.action.astype(jnp.int32)), next_taken, items)
@@ -235,7 +239,7 @@ def make_q_learner(config: DQNConfig, env: Any, env_params: Any, axis_name: str 
             if config.noisy:  # fresh noise at every acting step, one draw for all of this device's envs
                 key, noise = jax.random.split(key)
             return greedy_or_epsilon(head.q_values(apply_fn(learner.params, obs, noise)), key, ctx.values["epsilon"],
-                                     deterministic=False)
+                                     deterministic=False, legal=legal_action_mask(obs))
         return act
 
     def learn_step(learner: DQNLearner, batch: ReplayItem, weights: jax.Array, key: jax.Array, ctx: UpdateContext):
@@ -256,7 +260,8 @@ def make_q_learner(config: DQNConfig, env: Any, env_params: Any, axis_name: str 
 
     def act(params: Any, obs: Any, key: Any, epsilon: jax.Array, deterministic: bool) -> jax.Array:
         # The policy outside training (evaluation, export): the noise's mean.
-        return greedy_or_epsilon(head.q_values(apply_fn(params, obs)), key, epsilon, deterministic)
+        return greedy_or_epsilon(head.q_values(apply_fn(params, obs)), key, epsilon, deterministic,
+                                 legal_action_mask(obs))
 
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(
         example_action=jnp.zeros((), jnp.int32), init_learner=init_learner, behaviour=epsilon_greedy,

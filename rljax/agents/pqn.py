@@ -36,6 +36,7 @@ from rljax.agents.recurrent import (bootstrap_outputs, memory_init, memory_step,
 from rljax.core.config import check_choice, check_floats, check_sizes, field, hyperparams_class
 from rljax.core.networks import ACTIVATIONS, QNetwork, RecurrentQNetwork
 from rljax.core.returns import q_lambda_targets
+from rljax.env import legal_action_mask, masked_actions
 
 __all__ = ["PQNConfig", "PQNHyperParams", "PQNState", "PQNBatch", "pqn_loss", "make_pqn"]
 
@@ -155,9 +156,10 @@ def make_pqn(config: PQNConfig, env: Any, env_params: Any, axis_name: str | None
     def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
         hyperparams = ctx.hyperparams
         if config.recurrent:  # the bootstrap values from the memory after each step of the replayed rollout
-            boot = jnp.max(bootstrap_outputs(q_fn, params, replay(q_fn, params, traj)[0], traj.next_obs), axis=-1)
+            q_next = bootstrap_outputs(q_fn, params, replay(q_fn, params, traj)[0], traj.next_obs)
         else:  # one batched pass over the true next observations [T, B] for every bootstrap value
-            boot = jnp.max(q_fn(params, traj.next_obs), axis=-1)
+            q_next = q_fn(params, traj.next_obs)
+        boot = jnp.max(masked_actions(q_next, legal_action_mask(traj.next_obs)), axis=-1)  # over legal actions
         targets = q_lambda_targets(hyperparams.reward_scale * traj.reward, boot, traj.terminated, traj.truncated,
                                    hyperparams.gamma, hyperparams.q_lambda)
         if config.recurrent:
@@ -185,12 +187,13 @@ def _hooks(network: QNetwork) -> dict[str, Any]:
 
     def epsilon_greedy(params: Any, ctx: OnPolicyContext):
         def act(key: jax.Array, obs: jax.Array) -> tuple[jax.Array, tuple]:
-            return greedy_or_epsilon(q_fn(params, obs), key, ctx.values["epsilon"], deterministic=False), ()
+            return greedy_or_epsilon(q_fn(params, obs), key, ctx.values["epsilon"], deterministic=False,
+                                     legal=legal_action_mask(obs)), ()
         return act
 
     return dict(init_params=network.init, behaviour=epsilon_greedy,
-                act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(q_fn(params, obs), key, epsilon,
-                                                                                      deterministic))
+                act=lambda params, obs, key, epsilon, deterministic: greedy_or_epsilon(
+                    q_fn(params, obs), key, epsilon, deterministic, legal_action_mask(obs)))
 
 
 def _recurrent_hooks(network: RecurrentQNetwork) -> dict[str, Any]:
@@ -202,12 +205,13 @@ def _recurrent_hooks(network: RecurrentQNetwork) -> dict[str, Any]:
     def epsilon_greedy(params: Any, ctx: OnPolicyContext):
         def act(key: jax.Array, obs: Any, memory: Any) -> tuple[jax.Array, tuple, Any]:
             memory, q = memory_step(q_fn, params, memory, obs)
-            return greedy_or_epsilon(q, key, ctx.values["epsilon"], deterministic=False), (), memory
+            return greedy_or_epsilon(q, key, ctx.values["epsilon"], deterministic=False,
+                                     legal=legal_action_mask(obs)), (), memory
         return act
 
     def act(params: Any, obs: Any, key: Any, epsilon: jax.Array, deterministic: bool, memory: Any):
         memory, q = memory_step(q_fn, params, memory, obs)
-        return greedy_or_epsilon(q, key, epsilon, deterministic), memory
+        return greedy_or_epsilon(q, key, epsilon, deterministic, legal_action_mask(obs)), memory
 
     return dict(init_params=init_params, behaviour=epsilon_greedy, act=act, initial_memory=initial)
 

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 
 from rljax.core.distributions import Categorical, DiagGaussian
 from rljax.core.rollout import reset_memory
+from rljax.env import legal_action_mask, masked_actions
 
 __all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3",
            "PatchConv", "ObsEncoder", "NOISE", "NoisyDense",
@@ -501,17 +502,19 @@ class ActorCritic(nn.Module):
         else:
             actor_features, critic_features = torso("actor_"), torso("critic_")
 
-        return _policy_and_value(self, actor_features, critic_features, self.action_dim, self.discrete)
+        return _policy_and_value(self, actor_features, critic_features, self.action_dim, self.discrete,
+                                 legal_action_mask(obs))
 
 
 def _policy_and_value(module: nn.Module, actor_features: jax.Array, critic_features: jax.Array, action_dim: int,
-                      discrete: bool) -> tuple[Categorical | DiagGaussian, jax.Array]:
+                      discrete: bool, legal: jax.Array | None = None) -> tuple[Categorical | DiagGaussian, jax.Array]:
     """The actor-critic heads, created inside ``module``'s compact call: ``logits`` or
-    ``mean``/``log_std``, and ``value``."""
+    ``mean``/``log_std``, and ``value``. A discrete policy's logits of illegal actions (``legal``
+    False, the observation's legal-action mask) are the lowest float: probability 0."""
     # Gain 0.01: initial logits/means are ~0, so the first policy is near-uniform / centred and
     # early updates are not dominated by an arbitrary initial preference.
     if discrete:
-        logits = _dense(action_dim, 0.01, name="logits")(actor_features)
+        logits = masked_actions(_dense(action_dim, 0.01, name="logits")(actor_features), legal)
         dist: Categorical | DiagGaussian = Categorical(logits=logits)
     else:
         mean = _dense(action_dim, 0.01, name="mean")(actor_features)
@@ -822,7 +825,7 @@ class RecurrentActorCritic(nn.Module):
         memories, y = _remember(self, memory, obs, reset)
         actor = MLP((self.memory_size,), self.activation, name="actor_head")(y)
         critic = MLP((self.memory_size,), self.activation, name="critic_head")(y)
-        dist, value = _policy_and_value(self, actor, critic, self.action_dim, self.discrete)
+        dist, value = _policy_and_value(self, actor, critic, self.action_dim, self.discrete, legal_action_mask(obs))
         return memories, dist, value
 
 

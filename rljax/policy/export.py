@@ -534,6 +534,8 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     Raises:
         ValueError: ``onnx`` is not True, False or ``"auto"``, or ``out_dir`` is the policy's run
             directory, holds it, or is an existing directory inside it.
+        ExportError: the policy's observation is a pytree (a dict with a legal-action mask, say): not
+            exported yet.
         FileExistsError, NotADirectoryError: ``out_dir`` is non-empty (without ``force``) or a file.
         ExportError: an artefact does not reproduce ``policy.act`` (or ONNX failed with ``onnx=True``).
     """
@@ -541,6 +543,12 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
         raise ValueError(f"onnx must be one of True, False, 'auto'; got {onnx!r}")
     import jax
 
+    spec = policy.observation_spec
+    if not isinstance(spec, jax.ShapeDtypeStruct):
+        leaves = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(spec)[0]]
+        raise ExportError(f"the policy's observation is a pytree (observation{', observation'.join(leaves)}); export "
+                          f"takes policies of single-array observations (rljax.load(RUN).act works on pytree "
+                          f"observations, a legal-action mask included)")
     out = pathlib.Path(out_dir)
     check_out_dir(out, force)
     _check_outside_run(out, policy.run_dir)

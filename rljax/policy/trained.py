@@ -209,6 +209,9 @@ class Policy:
             deterministic: the greedy/mean action (True) or the agent's exploring one (PPO/SAC:
                 a sample of the policy distribution; DQN/PQN: epsilon-greedy with the final
                 epsilon; TD3: Gaussian noise of its exploration std).
+            legal_action_mask: (keyword; envs with legal-action masks) bool ``[A]`` or ``[N, A]``, put
+                into ``obs`` as its :data:`rljax.env.LEGAL_ACTION_MASK` leaf (which ``obs`` may also
+                hold itself): the action is one of the legal ones.
 
         Returns:
             ``[*action_shape]`` or ``[N, *action_shape]``: int32 for discrete actions, float32
@@ -218,6 +221,8 @@ class Policy:
             dtype and ``deterministic`` and keeps (the same outputs as ``jax.jit(policy.act)``);
             under a transformation (``jit``, ``vmap``, export) it is traced inline.
         """
+        if "legal_action_mask" in kwargs:
+            obs = self._with_legal_actions(obs, kwargs.pop("legal_action_mask"))
         if self.recurrent and not args and "state" not in kwargs:
             raise TypeError("this policy is recurrent: act with policy.act(obs, state) -> (action, state), "
                             "the state from policy.initial_state() at an episode's start")
@@ -235,6 +240,20 @@ class Policy:
             # The params are closed over, as jax.jit(policy.act) closes over them: the same program and bits.
             cache[deterministic] = jax.jit(functools.partial(fn, self.params, deterministic=deterministic))
         return cache[deterministic](**inputs)
+
+    def _with_legal_actions(self, obs: Any, legal: Any) -> Any:
+        from collections.abc import Mapping
+
+        from rljax.env import LEGAL_ACTION_MASK
+
+        spec = self.observation_spec
+        if not (isinstance(spec, Mapping) and LEGAL_ACTION_MASK in spec):
+            raise ValueError(f"legal_action_mask was given, but this policy's env ({self.config.env}) has no "
+                             f"legal-action mask: its observations have no '{LEGAL_ACTION_MASK}' leaf")
+        if not isinstance(obs, Mapping):
+            raise ValueError(f"legal_action_mask was given with an observation of type {type(obs).__name__}; this "
+                             f"policy's observations are dicts with the keys {sorted(spec)}")
+        return {**obs, LEGAL_ACTION_MASK: legal}
 
     def apply(self, params: PolicyParams, obs: Any, key: jax.Array | None = None,
               deterministic: bool = True) -> jax.Array:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import envs
-from rljax.env import Box, Discrete, is_discrete
+from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, is_discrete, legal_action_mask
 
 NUM_ENVS = 4
 NUM_STEPS = 64
@@ -62,9 +62,32 @@ GYMNAX_OBS_SPACE_BUGS = {
 }
 
 
+def _contains(space, obs) -> jax.Array:
+    """``space.contains(obs)`` for one observation, a dict space leaf by leaf."""
+    if isinstance(space, dict):
+        return jnp.all(jnp.stack([_contains(space[k], obs[k]) for k in space]))
+    return jnp.all(space.contains(obs))
+
+
 def _make_rollout(env, params):
+    """A jitted rollout of random actions (legal ones where the observation has a legal-action mask)
+    that checks the contract at every step; its first observation and rewards and flags."""
     obs_space = env.observation_space(params)
     act_space = env.action_space(params)
+
+    def sample(key, obs):
+        legal = legal_action_mask(obs)
+        if legal is None:
+            return act_space.sample(key)
+        return jax.random.categorical(key, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
+
+    def mask_checks(obs) -> dict:
+        legal = legal_action_mask(obs)  # [NUM_ENVS, A]: bool, one per action, at least one legal
+        if legal is None:
+            return {}
+        return dict(mask_is_bool_per_action=jnp.bool_(obs[LEGAL_ACTION_MASK].dtype == jnp.bool_
+                                                      and legal.shape[-1] == act_space.n),
+                    a_legal_action_in_every_state=jnp.all(jnp.any(legal, axis=-1)))
 
     def rollout(key):
         k_reset, k_run = jax.random.split(key)
@@ -73,27 +96,33 @@ def _make_rollout(env, params):
         def body(carry, key):
             obs, state = carry
             k_act, k_step = jax.random.split(key)
-            action = jax.vmap(act_space.sample)(jax.random.split(k_act, NUM_ENVS))
+            action = jax.vmap(sample)(jax.random.split(k_act, NUM_ENVS), obs)
             obs2, state2, reward, term, trunc, info = jax.vmap(
                 env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_step, NUM_ENVS), state, action, params)
             done = term | trunc
-            final = info["final_observation"]
-            not_done = ~done.reshape(done.shape + (1,) * (final.ndim - 1))
-            same_when_live = jnp.all(jnp.where(not_done, final == obs2, True))
+
+            def same_when_live(final, now):
+                not_done = ~done.reshape(done.shape + (1,) * (final.ndim - 1))
+                return jnp.all(jnp.where(not_done, final == now, True))
+
             clock_restarted = (jnp.all(jnp.where(done, state2.time == 0, True))
                                if hasattr(state2, "time") else jnp.bool_(True))
             checks = dict(
-                obs_in_space=jnp.all(jax.vmap(obs_space.contains)(obs2)),
-                final_same_when_live=same_when_live,
+                obs_in_space=jnp.all(jax.vmap(lambda o: _contains(obs_space, o))(obs2)),
+                final_same_when_live=jnp.all(jnp.stack(jax.tree.leaves(
+                    jax.tree.map(same_when_live, info["final_observation"], obs2)))),
                 clock_restarted=clock_restarted,
                 reward_finite=jnp.all(jnp.isfinite(reward)),
+                **mask_checks(obs2),
             )
-            return (obs2, state2), (checks, done, reward, term, trunc, obs2.dtype == obs0.dtype)
+            same_dtypes = all(a.dtype == b.dtype for a, b in zip(jax.tree.leaves(obs2), jax.tree.leaves(obs0)))
+            return (obs2, state2), (checks, done, reward, term, trunc, same_dtypes)
 
         (_, _), (checks, done, reward, term, trunc, _) = jax.lax.scan(
             body, (obs0, state0), jax.random.split(k_run, NUM_STEPS))
         checks = jax.tree.map(jnp.all, checks)
-        checks["reset_obs_in_space"] = jnp.all(jax.vmap(obs_space.contains)(obs0))
+        checks["reset_obs_in_space"] = jnp.all(jax.vmap(lambda o: _contains(obs_space, o))(obs0))
+        checks.update({f"reset_{k}": v for k, v in mask_checks(obs0).items()})
         return checks, obs0, reward, term, trunc, done
 
     return rollout
@@ -116,8 +145,11 @@ def test_contract(name):
             f"{name} now keeps its observation space: remove it from GYMNAX_OBS_SPACE_BUGS"
         checks["obs_in_space"] = checks["reset_obs_in_space"] = True
     assert all(checks.values()), f"{name}: failed checks {[k for k, v in checks.items() if not v]}"
-    assert obs0.shape == (NUM_ENVS, *obs_space.shape)
-    assert obs0.dtype == jnp.dtype(obs_space.dtype) or name.startswith("gymnax/")
+    spaces = obs_space if isinstance(obs_space, dict) else {None: obs_space}
+    for k, space in spaces.items():
+        leaf = obs0 if k is None else obs0[k]
+        assert leaf.shape == (NUM_ENVS, *space.shape), (k, leaf.shape, space.shape)
+        assert leaf.dtype == jnp.dtype(space.dtype) or name.startswith("gymnax/"), (k, leaf.dtype, space.dtype)
     assert reward.dtype == jnp.float32 or name.startswith("gymnax/")
     assert term.dtype == jnp.bool_ and trunc.dtype == jnp.bool_
     assert reward.shape == term.shape == (NUM_STEPS, NUM_ENVS)
@@ -128,7 +160,8 @@ def test_contract(name):
 
     # Same key, same bits.
     checks2, obs0b, reward2, *_ = fn(jax.random.key(0))
-    np.testing.assert_array_equal(np.asarray(obs0), np.asarray(obs0b))
+    for a, b in zip(jax.tree.leaves(obs0), jax.tree.leaves(obs0b)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(reward), np.asarray(reward2))
 
 

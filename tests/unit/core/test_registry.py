@@ -21,7 +21,8 @@ def test_registry_lists_builtins_and_gymnax_instantiates():
     for required in ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0",
                      "MountainCarContinuous-v0"]:
         assert required in names
-    assert len([n for n in names if n.startswith("Probe")]) == 12  # 6 kinds, each discrete and continuous
+    # 6 kinds, each discrete and continuous, and the legal-action probe (discrete only)
+    assert len([n for n in names if n.startswith("Probe")]) == 13 and "ProbeLegalActions-v0" in names
     # Every gymnax id is tested; the ones that cannot be built here are named with their reason.
     gymnax_ids = registry.gymnax_registered()
     assert {"gymnax/CartPole-v1", "gymnax/Breakout-MinAtar"} <= set(gymnax_ids)
