@@ -259,8 +259,12 @@ def make_q_learner(config: DQNConfig, env: Any, env_params: Any, axis_name: str 
         return learner._replace(target_params=target), {}
 
     def act(params: Any, obs: Any, key: Any, epsilon: jax.Array, deterministic: bool) -> jax.Array:
-        # The policy outside training (evaluation, export): the noise's mean.
-        return greedy_or_epsilon(head.q_values(apply_fn(params, obs)), key, epsilon, deterministic,
+        # The policy outside training: greedy on the noise's mean (evaluation, export); exploring, one draw of
+        # the noise for the batch and then epsilon-greedy, as the behaviour policy acts in training.
+        noise = None
+        if config.noisy and not deterministic:
+            key, noise = jax.random.split(key)
+        return greedy_or_epsilon(head.q_values(apply_fn(params, obs, noise)), key, epsilon, deterministic,
                                  legal_action_mask(obs))
 
     return make_offpolicy_agent(config, env, env_params, axis_name, OffPolicyHooks(

@@ -208,7 +208,8 @@ class Policy:
             key: a PRNG key; needed only when ``deterministic`` is False.
             deterministic: the greedy/mean action (True) or the agent's exploring one (PPO/SAC:
                 a sample of the policy distribution; DQN/PQN: epsilon-greedy with the final
-                epsilon; TD3: Gaussian noise of its exploration std).
+                epsilon, after one draw of the network noise for a noisy Q-network (Rainbow); TD3:
+                Gaussian noise of its exploration std).
             legal_action_mask: (keyword; envs with legal-action masks) bool ``[A]`` or ``[N, A]``, put
                 into ``obs`` as its :data:`rljax.env.LEGAL_ACTION_MASK` leaf (which ``obs`` may also
                 hold itself): the action is one of the legal ones.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -76,3 +77,15 @@ def test_pbt_evolves_a_c51_population_from_the_command_line(tmp_path):
     assert code == 0
     events = [json.loads(line) for line in (run / "pbt.jsonl").read_text().splitlines()]
     assert events and all("learning_rate" in json.dumps(e) for e in events)
+
+
+def test_a_loaded_noisy_policy_explores_with_drawn_noise_and_is_greedy_on_its_mean(tiny_run):
+    # The tiny Rainbow run (noisy layers, epsilon 0): exploring, policy.act draws the network noise as the
+    # behaviour policy does in training (so actions change with the key); greedy, it acts on the noise's mean.
+    policy = rljax.load(tiny_run("c51-rainbow")[0])
+    obs = (np.random.default_rng(0).normal(size=(256, 4)) * 0.5).astype(np.float32)
+    greedy = np.asarray(policy.act(obs))
+    explored = [np.asarray(policy.act(obs, jax.random.key(k), deterministic=False)) for k in range(8)]
+    assert any((e != greedy).any() for e in explored), "epsilon is 0: only the drawn noise can change an action"
+    np.testing.assert_array_equal(np.asarray(policy.act(obs, jax.random.key(3), deterministic=False)), explored[3])
+    np.testing.assert_array_equal(np.asarray(policy.act(obs)), greedy)
