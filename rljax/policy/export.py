@@ -47,7 +47,7 @@ import numpy as np
 from rljax.env import is_discrete
 from rljax.store.tracking import config_to_dict, package_version
 
-__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "ExportError", "STABLEHLO_FILE",
+__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "observation_inputs", "ExportError", "STABLEHLO_FILE",
            "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS",
            "CONTINUOUS_TOLERANCE"]
 
@@ -91,13 +91,16 @@ def sample_observations(space: Any, n: int, seed: int = 0) -> np.ndarray:
     """``n`` observations drawn from ``space`` with numpy: ``[n, *space.shape]`` of ``space.dtype``.
 
     Box dimensions with finite bounds are uniform between them; unbounded ones are standard normal
-    times 3 (clipped to a one-sided bound); a discrete space is uniform over ``{0, ..., n - 1}``.
+    times 3 (clipped to a one-sided bound); a discrete space is uniform over ``{0, ..., n - 1}``; a bool
+    Box is True or False with probability 1/2 each.
     """
     rng = np.random.default_rng(seed)
     shape = tuple(int(d) for d in getattr(space, "shape", ()))
     dtype = np.dtype(getattr(space, "dtype", np.float32))
     if is_discrete(space):
         return rng.integers(0, int(space.n), size=(n, *shape)).astype(dtype)
+    if dtype == np.bool_:  # (a legal-action mask: each entry True or False with probability 1/2)
+        return rng.integers(0, 2, size=(n, *shape)).astype(np.bool_)
     low = np.broadcast_to(np.asarray(space.low, np.float64), shape)
     high = np.broadcast_to(np.asarray(space.high, np.float64), shape)
     finite = np.isfinite(low) & np.isfinite(high)
@@ -122,11 +125,56 @@ def state_names(policy: Any) -> list[str]:
     return {0: [], 1: ["state_h"], 2: ["state_c", "state_h"]}.get(n) or [f"state_{i}" for i in range(n)]
 
 
+def observation_inputs(policy: Any) -> list[tuple[str, Any]]:
+    """The artefact's observation inputs: ``[("obs", spec)]`` for an observation that is one array; for a
+    pytree observation (a dict with a legal-action mask, say) one input per leaf, in ``jax.tree.leaves``
+    order, named ``obs_<key>`` (``obs_observation``, ``obs_legal_action_mask``). ``spec``: the leaf's
+    ``jax.ShapeDtypeStruct`` in one observation."""
+    import jax
+
+    spec = policy.observation_spec
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return [("obs", spec)]
+    return [("obs_" + "_".join("".join(c if c.isalnum() else "_" for c in str(getattr(k, "key", getattr(k, "idx", k))))
+                               for k in path), leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(spec)[0]]
+
+
+def _leaf_spaces(policy: Any) -> list[Any]:
+    """The observation space of each :func:`observation_inputs` leaf (a dict space indexed by the leaf's
+    keys; an unbounded float ``Box`` of the leaf's shape where the space does not say)."""
+    import jax
+
+    spec, space = policy.observation_spec, policy.observation_space
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return [space]
+    from rljax.env import Box
+
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(spec)[0]:
+        sub = space
+        try:
+            for k in path:
+                sub = sub[getattr(k, "key", getattr(k, "idx", k))]
+        except (KeyError, IndexError, TypeError):
+            sub = None
+        if sub is None or tuple(getattr(sub, "shape", ())) != tuple(leaf.shape):
+            sub = Box(-np.inf, np.inf, tuple(leaf.shape), np.dtype(leaf.dtype))
+        out.append(sub)
+    return out
+
+
 def _policy_fn(policy: Any) -> Any:
     """The exported function: a batch of raw observations to deterministic actions; for a recurrent
-    policy ``(obs, *state) -> (action, *next_state)``, the state as flat ``[b, H]`` arrays."""
+    policy ``(obs, *state) -> (action, *next_state)``, the state as flat ``[b, H]`` arrays. A pytree
+    observation comes as its leaves (:func:`observation_inputs`), put back together inside."""
     if not policy.recurrent:
-        return lambda obs: policy.act(obs, deterministic=True)
+        if len(observation_inputs(policy)) == 1 and observation_inputs(policy)[0][0] == "obs":
+            return lambda obs: policy.act(obs, deterministic=True)
+        import jax
+
+        treedef = jax.tree.structure(policy.observation_spec)
+        return lambda *leaves: policy.act(jax.tree.unflatten(treedef, leaves), deterministic=True)
     import jax
 
     treedef = jax.tree.structure(policy.initial_state(1))
@@ -142,10 +190,10 @@ def _input_specs(policy: Any, batch: Any) -> list[Any]:
     symbolic dimension shared by all)."""
     import jax
 
-    space = policy.observation_space
-    obs = jax.ShapeDtypeStruct((batch, *(int(d) for d in space.shape)), np.dtype(space.dtype))
+    obs = [jax.ShapeDtypeStruct((batch, *(int(d) for d in leaf.shape)), np.dtype(leaf.dtype))
+           for _, leaf in observation_inputs(policy)]
     state = jax.tree.leaves(policy.initial_state(1))
-    return [obs, *(jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype) for x in state)]
+    return [*obs, *(jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype) for x in state)]
 
 
 def _stablehlo(policy: Any, platforms: Sequence[str]) -> Any:
@@ -196,26 +244,28 @@ def _onnx(policy: Any) -> bytes:
     import jax
     import jax2onnx
 
-    space = policy.observation_space
+    inputs = observation_inputs(policy)
     names = state_names(policy)
-    if np.dtype(space.dtype) == np.float32 and not names:
-        specs: list[Any] = [("B", *(int(d) for d in space.shape))]
+    if len(inputs) == 1 and np.dtype(inputs[0][1].dtype) == np.float32 and not names:
+        specs: list[Any] = [("B", *(int(d) for d in inputs[0][1].shape))]
     else:
         specs = _input_specs(policy, jax.export.symbolic_shape("B")[0])
     with _converter_contained():
         model = jax2onnx.to_onnx(_policy_fn(policy), specs, model_name="rljax_policy",
-                                 input_names=["obs", *names], output_names=["action", *(f"next_{n}" for n in names)])
+                                 input_names=[n for n, _ in inputs] + names,
+                                 output_names=["action", *(f"next_{n}" for n in names)])
     return model.SerializeToString()
 
 
-def _onnx_call(model: bytes, names: list[str]) -> Any:
-    """``call(obs, *state) -> action`` or ``(action, *next_state)`` of an ONNX model in onnxruntime."""
+def _onnx_call(model: bytes, names: list[str], obs_names: Sequence[str] = ("obs",)) -> Any:
+    """``call(*obs_leaves, *state) -> action`` or ``(action, *next_state)`` of an ONNX model in onnxruntime."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
 
-    def call(obs: np.ndarray, *state: np.ndarray) -> Any:
-        out = session.run(["action", *(f"next_{n}" for n in names)], {"obs": obs, **dict(zip(names, state))})
+    def call(*inputs: np.ndarray) -> Any:
+        feeds = dict(zip([*obs_names, *names], inputs))
+        out = session.run(["action", *(f"next_{n}" for n in names)], feeds)
         return out[0] if not names else tuple(out)
     return call
 
@@ -278,12 +328,12 @@ def _shortest(array: np.ndarray) -> Any:
     return np.vectorize(one, otypes=[object])(array).tolist()
 
 
-def _signature(exported: Any, names: list[str]) -> dict[str, Any]:
+def _signature(exported: Any, names: list[str], obs_names: Sequence[str] = ("obs",)) -> dict[str, Any]:
     def describe(name: str, aval: Any) -> dict[str, Any]:
         return {"name": name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],
                 "dtype": np.dtype(aval.dtype).name}
 
-    return {"inputs": [describe(n, a) for n, a in zip(["obs", *names], exported.in_avals)],
+    return {"inputs": [describe(n, a) for n, a in zip([*obs_names, *names], exported.in_avals)],
             "outputs": [describe(n, a) for n, a in zip(["action", *(f"next_{n}" for n in names)], exported.out_avals)]}
 
 
@@ -313,20 +363,26 @@ def _metadata(policy: Any, exported: Any, files: dict[str, bytes], checks: dict[
         entries[ONNX_FILE] = _file_entry(files[ONNX_FILE], format="ONNX", converter=f"jax2onnx {package_version('jax2onnx')}",
                                          checked_with=f"onnxruntime {package_version('onnxruntime')}")
     names = state_names(policy)
-    call = "call(obs)" if not names else f"call(obs, {', '.join(names)})"
+    obs_names = [n for n, _ in observation_inputs(policy)]
+    call = f"call({', '.join([*obs_names, *names])})"
     returns = "actions [batch, ...]" if not names else f"(actions [batch, ...], {', '.join(f'next_{n}' for n in names)})"
     return {
         "format": "rljax-policy", "format_version": FORMAT_VERSION,
-        "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).{call} with obs "
-                        f"[batch, *observation_space.shape] of observation_space.dtype -> {returns}; "
-                        f"see docs/export.md"),
+        "how_to_load": (f"jax.export.deserialize(open('{STABLEHLO_FILE}', 'rb').read()).{call} with "
+                        + ("obs [batch, *observation_space.shape] of observation_space.dtype" if obs_names == ["obs"]
+                           else "each observation leaf [batch, *shape] as signature.inputs lists them")
+                        + f" -> {returns}; see docs/export.md"),
         "algorithm": policy.algorithm, "env": getattr(policy.config, "env", None),
         "env_params": _jsonable(policy.env_params), "config_hash": policy.config_hash,
         "config": config_to_dict(policy.config), "step": int(policy.step),
         "run_dir": None if policy.run_dir is None else os.path.abspath(policy.run_dir), "member": policy.member,
         "deterministic": True,
-        "observation_space": space_json(policy.observation_space), "action_space": space_json(policy.action_space),
-        "signature": _signature(exported, names), **({"memory": _memory_json(policy, names)} if names else {}),
+        "observation_space": (space_json(policy.observation_space) if obs_names == ["obs"] else
+                              {"kind": "leaves",
+                               "leaves": {n: space_json(sp) for n, sp in zip(obs_names, _leaf_spaces(policy))}}),
+        "action_space": space_json(policy.action_space),
+        "signature": _signature(exported, names, obs_names),
+        **({"memory": _memory_json(policy, names)} if names else {}),
         "files": entries,
         **({"onnx_skipped": onnx_note} if onnx_note else {}),
         "checks": checks,
@@ -427,8 +483,9 @@ class _Check:
 
         self.policy, self.discrete, self.names = policy, policy.discrete, state_names(policy)
         if not policy.recurrent:
-            self.obs = sample_observations(policy.observation_space, CHECK_OBSERVATIONS)
-            self.expected = np.asarray(jax.jit(_policy_fn(policy))(self.obs))
+            self.obs = [sample_observations(space, CHECK_OBSERVATIONS, seed=i)
+                        for i, space in enumerate(_leaf_spaces(policy))]
+            self.expected = np.asarray(jax.jit(_policy_fn(policy))(*self.obs))
             self.info: dict[str, Any] = {"observations": CHECK_OBSERVATIONS}
             return
         obs, dones, actions = jax.device_get(_played_episodes(policy, CHECK_STEPS // CHECK_ENVS, CHECK_ENVS))
@@ -441,7 +498,7 @@ class _Check:
         """The largest action difference of ``call`` (the artefact: ``call(obs, *state)``) from
         ``policy.act``; raises :class:`ExportError` past the tolerance."""
         if not self.policy.recurrent:
-            return _difference(name, call(self.obs), self.expected, self.discrete)
+            return _difference(name, call(*self.obs), self.expected, self.discrete)
         state = [np.zeros((CHECK_ENVS, *x.shape[1:]), x.dtype) for x in _leaves(self.policy.initial_state(1))]
         worst = 0.0
         for t in range(len(self.obs)):
@@ -507,7 +564,7 @@ def _with_onnx(policy: Any, onnx: Any, check: _Check) -> tuple[bytes | None, Any
         if missing:
             raise ExportError(missing)
         model = _onnx(policy)
-        return model, check(ONNX_FILE, _onnx_call(model, check.names)), None
+        return model, check(ONNX_FILE, _onnx_call(model, check.names, [n for n, _ in observation_inputs(policy)])), None
     except Exception as err:  # noqa: BLE001 - "auto" reports any converter failure and ships StableHLO alone
         if onnx is True:
             raise ExportError(f"ONNX export failed: {type(err).__name__}: "
@@ -534,8 +591,8 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     Raises:
         ValueError: ``onnx`` is not True, False or ``"auto"``, or ``out_dir`` is the policy's run
             directory, holds it, or is an existing directory inside it.
-        ExportError: the policy's observation is a pytree (a dict with a legal-action mask, say): not
-            exported yet.
+        ExportError: a recurrent policy's observation is a pytree: not exported yet (a memoryless
+            one's is, one input per leaf: :func:`observation_inputs`).
         FileExistsError, NotADirectoryError: ``out_dir`` is non-empty (without ``force``) or a file.
         ExportError: an artefact does not reproduce ``policy.act`` (or ONNX failed with ``onnx=True``).
     """
@@ -544,11 +601,11 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     import jax
 
     spec = policy.observation_spec
-    if not isinstance(spec, jax.ShapeDtypeStruct):
+    if policy.recurrent and not isinstance(spec, jax.ShapeDtypeStruct):
         leaves = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(spec)[0]]
-        raise ExportError(f"the policy's observation is a pytree (observation{', observation'.join(leaves)}); export "
-                          f"takes policies of single-array observations (rljax.load(RUN).act works on pytree "
-                          f"observations, a legal-action mask included)")
+        raise ExportError(f"the recurrent policy's observation is a pytree (observation"
+                          f"{', observation'.join(leaves)}); export takes recurrent policies of single-array "
+                          f"observations (memoryless ones of any observation; rljax.load(RUN).act works on both)")
     out = pathlib.Path(out_dir)
     check_out_dir(out, force)
     _check_outside_run(out, policy.run_dir)

@@ -2,8 +2,9 @@
 (categorical policies, epsilon-greedy, Q-learning's bootstrap argmax) kept to the legal actions over
 a million random masks, and PPO, DQN and PQN trained on ``ProbeLegalActions-v0`` (illegal actions pay
 2, the highest legal one 1): their loaded policies take the highest legal action greedily and never an
-illegal one, greedily or sampling. Envs without a mask keep their bits: the code paths are those of
-before when the observation has no mask (``python -m tests.verification.bit_identity --compare``)."""
+illegal one, greedily or sampling, and their exported artefacts (the mask one of the inputs) act alike.
+Envs without a mask keep their bits: the code paths are those of before when the observation has no mask
+(``python -m tests.verification.bit_identity --compare``)."""
 
 from __future__ import annotations
 
@@ -156,9 +157,20 @@ def test_a_trained_policy_takes_the_best_legal_action_and_never_an_illegal_one(t
     assert float(np.max(sampled.returns)) <= 1.0 and float(np.mean(sampled.returns)) > 0.5
     spec = observation_spec(policy.env, policy.env_params)
     assert set(spec) == {"observation", LEGAL_ACTION_MASK}
-    # Export takes single-array observations so far: refused in one line naming the leaves, nothing written.
+    # The exported artefact takes each observation leaf as an input (the mask among them) and acts as policy.act.
+    meta = export(policy, tmp_path / "out", onnx=False)
+    assert [i["name"] for i in meta["signature"]["inputs"]] == ["obs_legal_action_mask", "obs_observation"]
+    artefact = jax.export.deserialize((tmp_path / "out" / "policy.stablehlo").read_bytes())
+    np.testing.assert_array_equal(np.asarray(artefact.call(masks, np.zeros((15, 1), np.float32))), actions)
+
+
+def test_a_recurrent_policy_of_pytree_observations_is_refused_by_export_naming_its_leaves(tmp_path):
+    import types
+
+    spec = {"observation": jax.ShapeDtypeStruct((1,), jnp.float32), LEGAL_ACTION_MASK: jax.ShapeDtypeStruct((4,), bool)}
+    policy = types.SimpleNamespace(recurrent=True, observation_spec=spec)
     leaves = r"observation\['legal_action_mask'\], observation\['observation'\]"
-    with pytest.raises(ExportError, match=rf"pytree \({leaves}\)"):
+    with pytest.raises(ExportError, match=rf"recurrent policy's observation is a pytree \({leaves}\)"):
         export(policy, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
