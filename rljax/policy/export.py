@@ -47,8 +47,8 @@ import numpy as np
 from rljax.env import is_discrete
 from rljax.store.tracking import config_to_dict, package_version
 
-__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "observation_inputs", "ExportError", "STABLEHLO_FILE",
-           "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS",
+__all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "observation_inputs",
+           "ExportError", "STABLEHLO_FILE", "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS",
            "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
