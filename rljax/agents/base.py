@@ -16,7 +16,7 @@ and off-policy algorithms each also share a whole skeleton (:mod:`rljax.agents.o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -28,7 +28,7 @@ from rljax.core import wrappers
 from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
-from rljax.env import describe_space, is_discrete, masked_actions, observation_spec
+from rljax.env import LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, observation_spec
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.prng import permutation
 from rljax.core.rollout import EpisodeSummary
@@ -245,9 +245,18 @@ def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -
 
     Raises:
         ValueError: one line naming the algorithm, the env, its observation space and the leaf the
-            chosen encoder cannot take (before anything is compiled).
+            chosen encoder cannot take (before anything is compiled); or a legal-action mask that is
+            not one entry per action of a ``Discrete`` action space.
     """
     spec = observation_spec(env, env_params)
+    if isinstance(spec, Mapping) and LEGAL_ACTION_MASK in spec:
+        space, mask = env.action_space(env_params), spec[LEGAL_ACTION_MASK]
+        if not is_discrete(space):
+            raise ValueError(f"{algorithm}: {_env_name(env)}'s observation has a {LEGAL_ACTION_MASK} but its action "
+                             f"space is {describe_space(space)}; legal-action masks are for Discrete action spaces")
+        if tuple(getattr(mask, "shape", ())) != (int(space.n),):
+            raise ValueError(f"{algorithm}: {_env_name(env)}'s {LEGAL_ACTION_MASK} has shape {tuple(mask.shape)}; its "
+                             f"action space {describe_space(space)} needs one entry per action: ({int(space.n)},)")
     try:
         return encoder_layout(spec, config.encoder, config.cnn_channels)
     except ValueError as e:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import envs
+from envs.probes import ProbeLegalActions
 import rljax
 from rljax.agents.base import greedy_or_epsilon
 from rljax.agents.dqn import QHead, expected_value_head, q_learning_loss
@@ -179,3 +180,21 @@ def test_a_mask_for_a_policy_whose_env_has_none_is_refused(tiny_run):
     policy = rljax.load(tiny_run("dqn")[0])
     with pytest.raises(ValueError, match="has no legal-action mask.*'legal_action_mask' leaf"):
         policy.act(np.zeros(4, np.float32), legal_action_mask=np.ones(2, bool))
+
+
+class _WrongMask(ProbeLegalActions):
+    """The probe with a mask of 3 entries for its 4 actions."""
+
+    @staticmethod
+    def _obs(legal):
+        return {"observation": jnp.zeros((1,), jnp.float32), LEGAL_ACTION_MASK: legal[:3]}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_mask_that_is_not_one_entry_per_action_is_refused_before_anything_compiles(algo):
+    from rljax.agents import algorithms
+
+    cfg = algorithms()[algo].config_cls(**PROBE_RUNS[algo])
+    with pytest.raises(ValueError, match=r"legal_action_mask has shape \(3,\); its action space Discrete\(4\) needs "
+                                         r"one entry per action: \(4,\)"):
+        rljax.train(cfg, env=_WrongMask(), options=rljax.RunOptions(quiet=True))
