@@ -149,10 +149,10 @@ def q_learning_loss(params: Any, target_params: Any, apply_fn: Any, items: Repla
 
     The bootstrap action is ``a* = argmax_a q_values(out_target(s'))`` or, with ``double_q``,
     ``argmax_a q_values(out_online(s'))``, over the actions legal in ``s'`` when its observation has a
-    legal-action mask (:func:`rljax.env.legal_action_mask`); the head's ``td`` compares the online outputs of the taken
-    action with the target outputs of ``a*`` (gradients stopped); ``L = mean(w * per_item)`` over the
-    items with nonzero weight. ``discount`` is ``gamma^m`` (0 after termination), so truncated
-    episodes bootstrap from their final observation.
+    legal-action mask (:func:`rljax.env.legal_action_mask`); the head's ``td`` compares the online
+    outputs of the taken action with the target outputs of ``a*`` (gradients stopped);
+    ``L = mean(w * per_item)`` over the items with nonzero weight. ``discount`` is ``gamma^m`` (0 after
+    termination), so truncated episodes bootstrap from their final observation.
 
     Args:
         params: online params.

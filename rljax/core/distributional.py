@@ -17,7 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["support", "categorical_projection", "categorical_loss", "categorical_mean_std", "quantile_midpoints", "quantile_huber_loss"]
+__all__ = ["support", "categorical_projection", "categorical_loss", "categorical_mean_std", "quantile_midpoints",
+           "quantile_huber_loss"]
 
 
 def support(v_min: float, v_max: float, num_atoms: int) -> jax.Array:

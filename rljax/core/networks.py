@@ -42,8 +42,8 @@ from rljax.core.distributions import Categorical, DiagGaussian
 from rljax.core.rollout import reset_memory
 from rljax.env import legal_action_mask, masked_actions
 
-__all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "encoder_layout", "Conv3x3",
-           "PatchConv", "ObsEncoder", "NOISE", "NoisyDense",
+__all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "leaf_name", "encoder_layout",
+           "Conv3x3", "PatchConv", "ObsEncoder", "NOISE", "NoisyDense",
            "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
            "MEMORY_CELLS", "initial_memory", "MemoryCore", "RecurrentActorCritic", "RecurrentQNetwork"]
 
@@ -189,7 +189,9 @@ class LeafEncoding(NamedTuple):
     shape: tuple[int, ...]
 
 
-def _leaf_name(path: Any) -> str:
+def leaf_name(path: Any) -> str:
+    """A pytree leaf's path as an identifier: its keys (dict keys, sequence indices, attribute names)
+    joined by ``_``, every other character ``_`` (``("image", 0)`` -> ``image_0``)."""
     parts = []
     for k in path:
         part = getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))
@@ -258,7 +260,7 @@ def encoder_layout(obs_spec: Any, encoder: str = "auto", cnn_channels: Sequence[
                 raise ValueError(f"{where} of shape {shape} is too small for {len(tuple(cnn_channels))} VALID "
                                  f"{_CNN_KERNEL}x{_CNN_KERNEL} conv layer(s): H and W must be >= {min_side} "
                                  f"(use encoder='mlp' or fewer cnn_channels)")
-        layout.append(LeafEncoding(jax.tree_util.keystr(path), _leaf_name(path), kind, shape))
+        layout.append(LeafEncoding(jax.tree_util.keystr(path), leaf_name(path), kind, shape))
     names: dict[str, str] = {}
     for leaf in layout:
         if leaf.kind in ("cnn", "nature") and names.setdefault(leaf.name, leaf.path) != leaf.path:

@@ -48,8 +48,8 @@ from rljax.env import is_discrete
 from rljax.store.tracking import config_to_dict, package_version
 
 __all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "observation_inputs",
-           "ExportError", "STABLEHLO_FILE", "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS",
-           "CONTINUOUS_TOLERANCE"]
+           "ExportError", "STABLEHLO_FILE", "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS",
+           "CHECK_STEPS", "CHECK_ENVS", "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
 """The serialized StableHLO module (bytes of ``jax.export.Exported.serialize()``)."""
@@ -132,12 +132,12 @@ def observation_inputs(policy: Any) -> list[tuple[str, Any]]:
     ``jax.ShapeDtypeStruct`` in one observation."""
     import jax
 
+    from rljax.core.networks import leaf_name
+
     spec = policy.observation_spec
     if isinstance(spec, jax.ShapeDtypeStruct):
         return [("obs", spec)]
-    return [("obs_" + "_".join("".join(c if c.isalnum() else "_" for c in str(getattr(k, "key", getattr(k, "idx", k))))
-                               for k in path), leaf)
-            for path, leaf in jax.tree_util.tree_flatten_with_path(spec)[0]]
+    return [("obs_" + leaf_name(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(spec)[0]]
 
 
 def _leaf_spaces(policy: Any) -> list[Any]:
@@ -168,14 +168,13 @@ def _policy_fn(policy: Any) -> Any:
     """The exported function: a batch of raw observations to deterministic actions; for a recurrent
     policy ``(obs, *state) -> (action, *next_state)``, the state as flat ``[b, H]`` arrays. A pytree
     observation comes as its leaves (:func:`observation_inputs`), put back together inside."""
-    if not policy.recurrent:
-        if len(observation_inputs(policy)) == 1 and observation_inputs(policy)[0][0] == "obs":
-            return lambda obs: policy.act(obs, deterministic=True)
-        import jax
+    import jax
 
+    if not policy.recurrent:
+        if isinstance(policy.observation_spec, jax.ShapeDtypeStruct):
+            return lambda obs: policy.act(obs, deterministic=True)
         treedef = jax.tree.structure(policy.observation_spec)
         return lambda *leaves: policy.act(jax.tree.unflatten(treedef, leaves), deterministic=True)
-    import jax
 
     treedef = jax.tree.structure(policy.initial_state(1))
 
