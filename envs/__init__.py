@@ -7,7 +7,8 @@
 
 Built-in: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 (dynamics
 exact to Gymnasium's), the MinAtar games with boolean observation planes (:mod:`envs.minatar`,
-gymnax's dynamics), the memory task of :mod:`envs.memory` (MemoryCue-v0, MemoryCueContinuous-v0)
+gymnax's dynamics), the two-player board games of :mod:`envs.board_games` (TicTacToe-v0,
+ConnectFour-v0), the memory task of :mod:`envs.memory` (MemoryCue-v0, MemoryCueContinuous-v0)
 and the probe environments of :mod:`envs.probes`. They register in the
 library's registry (:mod:`rljax.core.registry`); ``make``, ``register`` and ``registered`` here are
 that registry's functions. The imports below are relative, so the package works whatever name it is
@@ -21,6 +22,7 @@ import functools
 from rljax.core.registry import GYMNAX_PREFIX, gymnax_registered, make, register, register_builtin, registered
 
 from .acrobot import Acrobot
+from .board_games import ConnectFour, TicTacToe
 from .cartpole import CartPole
 from .memory import MemoryCue
 from .minatar import GAMES as MINATAR_GAMES, MinAtar
@@ -46,3 +48,5 @@ for _kind in PROBE_KINDS:
     register_builtin(f"Probe{_kind}-v0", functools.partial(ProbeEnv, _kind, continuous=False))
     register_builtin(f"Probe{_kind}Continuous-v0", functools.partial(ProbeEnv, _kind, continuous=True))
 register_builtin("ProbeLegalActions-v0", ProbeLegalActions)
+register_builtin("TicTacToe-v0", TicTacToe)
+register_builtin("ConnectFour-v0", ConnectFour)

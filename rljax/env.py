@@ -43,6 +43,9 @@ __all__ = [
     "LEGAL_ACTION_MASK",
     "legal_action_mask",
     "masked_actions",
+    "CURRENT_PLAYER",
+    "current_player",
+    "turn_sign",
 ]
 
 
@@ -257,6 +260,38 @@ def masked_actions(values: jax.Array, mask: jax.Array | None) -> jax.Array:
     if mask is None:
         return values
     return jnp.where(mask, values, jnp.finfo(values.dtype).min)
+
+
+# --------------------------------------------------------------------------------------------------
+# Turn-based games
+# --------------------------------------------------------------------------------------------------
+
+CURRENT_PLAYER = "current_player"
+"""The observation key of whose turn it is in a turn-based game: an int32 scalar leaf of a dict
+observation, the player (``0 .. num_players - 1``) who chooses the action taken from this
+observation. A game's observation is seen from that player's side (its own pieces first), its
+``reward`` is the reward of the player who moved (the mover's view) and ``info["rewards"]`` (float32
+``[num_players]``) holds every player's reward of the step; ``docs/env_api.md``, "Turn-based games"."""
+
+
+def current_player(obs: Any) -> jax.Array | None:
+    """Whose turn an observation is (int32 ``[...]``, any batch axes), or None when the
+    observation has no :data:`CURRENT_PLAYER` leaf (a single-player env)."""
+    if isinstance(obs, Mapping) and CURRENT_PLAYER in obs:
+        return jnp.asarray(obs[CURRENT_PLAYER]).astype(jnp.int32)
+    return None
+
+
+def turn_sign(obs: Any, next_obs: Any) -> jax.Array | float:
+    """The sign that carries a value from the side of the player to move at ``next_obs`` to the side
+    of the player who moved at ``obs`` in a two-player zero-sum game: ``+1`` where the same player
+    moves again, ``-1`` where the turn passed (float32 ``[...]``). ``1.0`` (a Python float, no
+    array work) for observations without a :data:`CURRENT_PLAYER` leaf (single-player envs), so
+    ``value(obs) = reward + gamma * turn_sign * value(next_obs)`` is the one backup for both."""
+    player, next_player = current_player(obs), current_player(next_obs)
+    if player is None or next_player is None:
+        return 1.0
+    return jnp.where(player == next_player, 1.0, -1.0).astype(jnp.float32)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ def _tiny_runs() -> dict:
     """One tiny run per algorithm kind (a few hundred env steps: barely trained weights, which is all
     loading, evaluating and exporting need; observation normalisation on wherever the algorithm has
     it, so the folded-in statistics are not the identity)."""
+    from rljax.agents.alphazero import AlphaZeroConfig
     from rljax.agents.c51 import C51Config
     from rljax.agents.d4pg import D4PGConfig
     from rljax.agents.dqn import DQNConfig
@@ -83,10 +84,16 @@ def _tiny_runs() -> dict:
                              noisy=True, epsilon_start=0.0, epsilon_end=0.0),
         "d4pg": D4PGConfig(total_timesteps=4 * 60, updates_per_chunk=10, num_envs=4, batch_size=16, buffer_size=128,
                            learning_starts=32, hidden_sizes=(16,), normalize_obs=True, num_atoms=11),
+        # Search over a two-player game: a dict observation with a legal-action mask and whose turn it is.
+        "alphazero": AlphaZeroConfig(env="TicTacToe-v0", total_timesteps=8 * 4 * 4, updates_per_chunk=2, num_envs=8,
+                                     num_steps=4, num_minibatches=2, num_simulations=4, hidden_sizes=(16,),
+                                     encoder="mlp"),
     }
 
 
 TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn", "c51-rainbow", "d4pg")
+"""The tiny runs the load and export tests of every algorithm kind go over (the AlphaZero run, of a dict observation,
+has its own in tests/integration/test_search_stack.py)."""
 
 
 @pytest.fixture(scope="session")

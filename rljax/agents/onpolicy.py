@@ -217,6 +217,9 @@ class OnPolicyHooks(NamedTuple):
             zeros); ``behaviour``'s policy is then ``policy(key, obs, memory) -> (action, extras,
             memory)`` and ``act`` is ``act(params, obs, key, exploration, deterministic, memory) ->
             (action, memory)`` (:mod:`rljax.agents.recurrent`). None for a memoryless policy.
+        observe: ``observe(env_state, obs) -> x``: what ``behaviour``'s policy acts on instead of
+            the observations (the rollout's ``observe``, :func:`rljax.core.rollout.rollout`), e.g. a
+            search that steps copies of the envs' own states; None: the observations.
     """
 
     init_params: Callable[[jax.Array, Any], Any]
@@ -227,6 +230,7 @@ class OnPolicyHooks(NamedTuple):
     exploration: Callable[[Any], jax.Array] | None = None
     schedule: Callable[[OnPolicyContext], dict[str, jax.Array]] | None = None
     initial_memory: Callable[[int], Any] | None = None
+    observe: Callable[[Any, Any], Any] | None = None
 
 
 class _Program(NamedTuple):
@@ -339,7 +343,8 @@ def _update(program: _Program, state: OnPolicyState) -> tuple[OnPolicyState, Upd
     carry, traj, episodes = rollout(program.venv, stack_params(state.env_params, state.hyperparams),
                                     hooks.behaviour(state.params, ctx),
                                     RolloutCarry(_with_gamma(program, state.env_state, state.hyperparams), state.obs,
-                                                 state.memory), k_roll, program.config.num_steps)
+                                                 state.memory), k_roll, program.config.num_steps,
+                                    observe=hooks.observe)
     params, opt_state, metrics = hooks.learn(state.params, state.opt_state, traj, k_learn, ctx)
     metrics = {**metrics, **ctx.values, "learning_rate": ctx.learning_rate,
                "param_desync": desync(params, program.axis_name)}

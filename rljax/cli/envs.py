@@ -3,7 +3,7 @@
 ::
 
     rljax envs            # rljax's own envs and every gymnax env; one line per optional suite
-    rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid), when its extra is installed
+    rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid, pgx), when its extra is installed
 
 One line per env: its name (what ``--env`` takes), observation space, action space and the
 registered algorithms whose action-space rule accepts it (PPO and A2C: ``Discrete`` or a flat
@@ -37,7 +37,7 @@ __all__ = ["describe_env", "fitting_algorithms", "list_envs", "add_parser", "run
 
 
 # The package each optional suite imports (rljax.suites.<prefix> needs it); checked without importing it.
-_SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid"}
+_SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid", "pgx": "pgx"}
 
 
 def fitting_algorithms(env: Any, params: Any) -> list[str]:

@@ -4,6 +4,13 @@
 
     rljax eval RUN_DIR [--episodes N] [--stochastic] [--env-param k=v ...] [--video FILE.gif]
                        [--step S] [--member NAME] [--seed N]
+    rljax eval RUN_DIR [--opponent random|RUN_DIR|MODULE:NAME] [--games N] [--search [--simulations S]]
+
+A run of a two-player game (an observation with ``current_player``) is evaluated by matches instead
+of episodes (:mod:`rljax.policy.games`): ``N`` games as the first mover and ``N`` as the second
+against the opponent (random by default), the report's ``as_first`` and ``as_second`` holding the
+wins, draws and losses on each side; against the default opponent with the network's greedy policy
+it goes into ``eval/<step>/``, otherwise into ``eval/<step>-vs-<opponent>[-search]/``.
 
 Loads the policy read-only (:func:`rljax.policy.trained.load`: no run lock, so a run that is still training
 can be evaluated), plays ``N`` episodes in parallel on the device with the env's time limit
@@ -62,13 +69,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--step", type=int, help="checkpoint step (env steps); default: the newest")
     parser.add_argument("--member", help="sweep member: its name (members/<name>) or index")
     parser.add_argument("--seed", type=int, default=0, help="seed of the episodes' randomness; default 0")
+    parser.add_argument("--opponent", metavar="random|RUN_DIR|MODULE:NAME",
+                        help="two-player games: play matches against this opponent instead of episodes (the "
+                             "default for a game: random); MODULE:NAME is a function (obs, legal_action_mask, key) "
+                             "-> action, e.g. envs.board_games:tictactoe_perfect")
+    parser.add_argument("--games", type=int, default=100,
+                        help="two-player games: games as the first mover and as many as the second; default 100")
+    parser.add_argument("--search", action="store_true",
+                        help="two-player games: an AlphaZero policy (and an AlphaZero opponent run) plays with its "
+                             "search instead of its network alone")
+    parser.add_argument("--simulations", type=int,
+                        help="with --search: simulations per move (default: the run's num_simulations)")
     parser.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compile cache")
     return parser
 
 
 def eval_dir(run_dir: str | os.PathLike, step: int, member: str | None = None, deterministic: bool = True,
-             overrides: dict[str, Any] | None = None) -> pathlib.Path:
-    """Where an evaluation's report goes: ``RUN_DIR[/members/<member>]/eval/<step>[-stochastic][-k=v...]``."""
+             overrides: dict[str, Any] | None = None, kind: str = "") -> pathlib.Path:
+    """Where an evaluation's report goes: ``RUN_DIR[/members/<member>]/eval/<step>[-stochastic][-k=v...][kind]``
+    (``kind``: a match's ``-vs-<opponent>`` and ``-search``, empty for episodes and for the default
+    match, the network against a random player)."""
     base = pathlib.Path(run_dir)
     if member is not None:
         base = base / "members" / str(member)
@@ -77,7 +97,7 @@ def eval_dir(run_dir: str | os.PathLike, step: int, member: str | None = None, d
         name += "-stochastic"
     for key in sorted(overrides or {}):
         name += f"-{key}={overrides[key]:g}" if isinstance(overrides[key], float) else f"-{key}={overrides[key]}"
-    return base / "eval" / name
+    return base / "eval" / (name + kind)
 
 
 def _check_video_path(video: str | None) -> None:
@@ -215,6 +235,84 @@ def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any,
             f"report {out.parent / 'report.md'}")
 
 
+def _prepare_match(args: argparse.Namespace, policy: Any) -> tuple[Any, str] | None:
+    """``(opponent player, its label)`` when this evaluation is a match (``--opponent``, or any
+    evaluation of a two-player game), None for episodes; bad input raises ``ValueError`` first."""
+    from rljax.policy.trained import is_host_policy
+
+    game_flags = [f for f, on in (("--search", args.search), ("--simulations", args.simulations is not None)) if on]
+    if args.opponent is None and (is_host_policy(policy) or not _is_game(policy)):
+        if game_flags:
+            raise ValueError(f"{game_flags[0]} applies to matches in two-player games; {policy.config.env} is not one")
+        return None
+    if is_host_policy(policy) or not _is_game(policy):
+        raise ValueError(f"--opponent {args.opponent}: {policy.config.env} is not a two-player game (its observation "
+                         f"has no 'current_player'; docs/env_api.md, 'Turn-based games')")
+    for flag, on in (("--video", args.video), ("--env-param", args.env_param)):
+        if on:
+            raise ValueError(f"{flag} does not apply to a match (--opponent); evaluate episodes without --opponent")
+    if not 1 <= args.games <= MAX_EPISODES // 2:
+        raise ValueError(f"--games must be in [1, {MAX_EPISODES // 2}] (games per side, all at once), got {args.games}")
+    if args.simulations is not None and not (args.search and args.simulations >= 1):
+        raise ValueError(f"--simulations {args.simulations}: give a positive number of simulations, with --search")
+    from rljax.policy.games import resolve_opponent
+
+    return resolve_opponent(args.opponent or "random", policy, args.search, args.simulations)
+
+
+def _is_game(policy: Any) -> bool:
+    from rljax.policy.games import is_game
+
+    return is_game(policy.env, policy.env_params)
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "._=" else "_" for c in label)
+
+
+def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, label: str) -> str:
+    """Plays the match, writes ``report.json`` and ``report.md``; returns the summary line."""
+    import json
+
+    from rljax.policy.games import match, policy_player, search_player
+    from rljax.policy.report import replace_into
+
+    t0 = time.perf_counter()
+    if args.search:
+        player = search_player(policy, policy.env, policy.env_params, num_simulations=args.simulations)
+    else:
+        player = policy_player(policy, deterministic=not args.stochastic)
+    results = match(policy.env, policy.env_params, player, opponent, args.games, seed=args.seed)
+    wall = time.perf_counter() - t0
+    games = 2 * args.games
+    wins = sum(o.wins for o in results.values())
+    draws = sum(o.draws for o in results.values())
+    report = {"run_dir": str(args.run_dir), "algorithm": policy.algorithm, "env": str(policy.config.env),
+              "checkpoint_step": int(policy.step), "config_hash": policy.config_hash, "opponent": label,
+              "player": "search" if args.search else ("network, sampled" if args.stochastic else "network, greedy"),
+              "simulations": (args.simulations or policy.config.num_simulations) if args.search else None,
+              "games_per_side": args.games, "seed": args.seed, "eval_wall_s": round(wall, 3),
+              "as_first": results["as_first"].as_dict(), "as_second": results["as_second"].as_dict(),
+              "win_rate": wins / games, "score": (wins + 0.5 * draws) / games}
+    kind = "" if label == "random" and not args.search and not args.stochastic else \
+        (f"-vs-{_slug(label)}" if label != "random" else "") + ("-search" if args.search else "")
+    out = eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, None, kind)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = "\n".join(f"| {side.replace('_', ' ')} | {o.wins} | {o.draws} | {o.losses} | {o.unfinished} |"
+                     for side, o in results.items())
+    md = (f"# {report['env']}: {report['algorithm']} ({report['player']}) against {label}\n\n"
+          f"Checkpoint step {policy.step}, {args.games} games on each side, seed {args.seed}.\n\n"
+          f"| side | wins | draws | losses | unfinished |\n|---|---|---|---|---|\n{rows}\n\n"
+          f"Win rate {report['win_rate']:.3f}, score (a draw counts 1/2) {report['score']:.3f}.\n")
+    replace_into(out / "report.md", lambda tmp: tmp.write_text(md, encoding="utf-8"))
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    replace_into(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    first, second = results["as_first"], results["as_second"]
+    return (f"eval {report['env']} {report['algorithm']} step {policy.step} ({report['player']}) vs {label}: "
+            f"as first {first.wins}/{first.draws}/{first.losses}, as second {second.wins}/{second.draws}/"
+            f"{second.losses} (wins/draws/losses of {args.games} each); {wall:.2f}s; report {out / 'report.md'}")
+
+
 def run(args: argparse.Namespace) -> int:
     """The ``rljax eval`` command. Returns a process exit status (:mod:`rljax.cli.process`): 0, 2 (bad
     input, found before any episode is played) or 74 (reading the checkpoint or writing the report failed)."""
@@ -224,12 +322,20 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         policy, evaluations, draw = _prepare(args)
+        match = _prepare_match(args, policy)
     except (FileNotFoundError, ValueError, NotDrawableError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:  # the checkpoint could not be read
         print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
+    if match is not None:
+        try:
+            print(_match_and_report(args, policy, *match), flush=True)
+        except OSError as err:
+            print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
+            return EXIT_IO
+        return 0
     for env_params, overrides in evaluations:  # one compiled evaluation: the env params are its inputs
         try:
             line = _evaluate_and_report(args, policy, env_params, overrides, draw)

@@ -250,7 +250,7 @@ class RunConfig:
     """Fields every algorithm's config starts with: what to run, for how long, on what."""
 
     env: str = field("CartPole-v1", "the environment: a registered name (`rljax envs` lists them), 'gymnax/<id>', "
-                                    "a suite's '<suite>/<id>' (craftax/, brax/, navix/, xminigrid/), or a user env 'package.module:Name' "
+                                    "a suite's '<suite>/<id>' (craftax/, brax/, navix/, xminigrid/, pgx/), or a user env 'package.module:Name' "
                                     "(a class or factory, imported from the working directory or sys.path)")
     env_kwargs: tuple[str, ...] = field((), "NAME=VALUE keyword argument for the env's constructor or factory (the "
                                             "value read as a Python literal, else a string); repeat for several",

@@ -33,7 +33,7 @@ import typing
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-__all__ = ["GYMNAX_PREFIX", "GYMNAX_UNAVAILABLE", "SUITES", "OBJECT_PREFIX", "EnvNotRebuildableError", "make", "register", "registered",
+__all__ = ["GYMNAX_PREFIX", "GYMNAX_UNAVAILABLE", "SUITES", "OBJECT_PREFIX", "import_spec", "EnvNotRebuildableError", "make", "register", "registered",
            "gymnax_registered", "suite_registered", "parse_env_params", "parse_env_kwargs", "rebuild_name",
            "object_name", "resolve_run"]
 
@@ -56,6 +56,7 @@ SUITES: dict[str, str] = {
     "brax": "rljax.suites.brax",
     "navix": "rljax.suites.navix",
     "xminigrid": "rljax.suites.xminigrid",
+    "pgx": "rljax.suites.pgx",
 }
 
 # The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).
@@ -263,14 +264,16 @@ def _ensure_cwd_importable() -> None:
     importlib.invalidate_caches()
 
 
-def _import_spec(spec: str) -> tuple[Any, str]:
-    """``(object, where)`` that ``"package.module:Name"`` names; ValueError saying what is wrong."""
+def import_spec(spec: str, what: str = "env") -> tuple[Any, str]:
+    """``(object, where)`` that ``"package.module:Name"`` names, imported from the working directory or
+    ``sys.path``; a ``ValueError`` saying what is wrong (the module, the name, close matches), its
+    messages naming the object as ``what`` (``"env"``, ``"opponent"``)."""
     module_name, _, attr = spec.partition(":")
     module_name, attr = module_name.strip(), attr.strip()
     parts = attr.split(".")
     if not all(p.isidentifier() for p in module_name.split(".")) or not all(p.isidentifier() for p in parts):
-        raise ValueError(f"env {spec!r}: a user env is named 'package.module:Name' (a module path, a colon, and a "
-                         f"class or factory in it, e.g. 'my_project.envs:GridWorld')")
+        raise ValueError(f"{what} {spec!r}: a user {what} is named 'package.module:Name' (a module path, a colon, and "
+                         f"a name in it, e.g. 'my_project.{what}s:{'GridWorld' if what == 'env' else 'Player'}')")
     _ensure_cwd_importable()
     try:
         obj = importlib.import_module(module_name)
@@ -279,13 +282,13 @@ def _import_spec(spec: str) -> tuple[Any, str]:
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             first = module_name.split(".")[0]
             raise ValueError(
-                f"env {spec!r}: no module named {missing!r} (searched the working directory {os.getcwd()} and "
+                f"{what} {spec!r}: no module named {missing!r} (searched the working directory {os.getcwd()} and "
                 f"sys.path); run from the folder that holds {first}.py (or the {first}/ package), or add that "
                 f"folder to PYTHONPATH") from None
-        raise ValueError(f"env {spec!r}: importing module {module_name!r} failed: {type(err).__name__}: {err}") \
+        raise ValueError(f"{what} {spec!r}: importing module {module_name!r} failed: {type(err).__name__}: {err}") \
             from err
     except Exception as err:  # noqa: BLE001 - the user module's own error, named and chained
-        raise ValueError(f"env {spec!r}: importing module {module_name!r} failed: {type(err).__name__}: {err}") \
+        raise ValueError(f"{what} {spec!r}: importing module {module_name!r} failed: {type(err).__name__}: {err}") \
             from err
     where = module_name
     for part in parts:
@@ -295,7 +298,7 @@ def _import_spec(spec: str) -> tuple[Any, str]:
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
             shown = [n for n in names if callable(getattr(obj, n, None)) and not isinstance(getattr(obj, n), type(sys))]
             listing = ", ".join(shown[:20]) + (", ..." if len(shown) > 20 else "")
-            raise ValueError(f"env {spec!r}: {where} ({getattr(obj, '__file__', None) or type(obj).__name__}) has no "
+            raise ValueError(f"{what} {spec!r}: {where} ({getattr(obj, '__file__', None) or type(obj).__name__}) has no "
                              f"attribute {part!r}{hint}; its callables: {listing or 'none'}")
         obj = getattr(obj, part)
         where = f"{where}.{part}" if where != module_name else f"{module_name}:{part}"
@@ -308,7 +311,7 @@ def _is_env(obj: Any) -> bool:
 
 def _make_from_spec(spec: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """:func:`make` of a ``"package.module:Name"`` user env."""
-    factory, where = _import_spec(spec)
+    factory, where = import_spec(spec)
     if not callable(factory):
         raise ValueError(f"env {spec!r}: {where} is a {type(factory).__name__}, not callable; name a class or a "
                          f"factory function that returns an env")

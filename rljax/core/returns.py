@@ -376,7 +376,9 @@ def q_lambda_targets(rewards: jax.typing.ArrayLike, bootstrap: jax.typing.ArrayL
         bootstrap: ``boot_t``, same shape.
         terminated: bool (or 0/1), same shape.
         truncated: bool (or 0/1), same shape.
-        gamma: discount, scalar in [0, 1] (Python float or traced).
+        gamma: discount, scalar in [0, 1] (Python float or traced); or one per step, the shape of
+            ``rewards`` (``gamma_t`` in place of ``gamma`` above; a two-player game's
+            ``gamma * turn_sign``, :func:`rljax.env.turn_sign`, which is -1 where the turn passed).
         lambda_: trace parameter, scalar in [0, 1].
 
     Returns:
@@ -394,16 +396,19 @@ def q_lambda_targets(rewards: jax.typing.ArrayLike, bootstrap: jax.typing.ArrayL
                          f"[T] or [T, B]; got {rewards.shape}, {bootstrap.shape}, {terminated.shape}, "
                          f"{truncated.shape}")
     gamma, lambda_ = jnp.asarray(gamma, dtype), jnp.asarray(lambda_, dtype)
+    if gamma.ndim and gamma.shape != rewards.shape:
+        raise ValueError(f"q_lambda_targets: gamma must be a scalar or one per step {rewards.shape}; got {gamma.shape}")
     not_term = 1.0 - terminated.astype(dtype)
     cont = (1.0 - (terminated | truncated).astype(dtype)).at[-1].set(0.0)
+    per_step = gamma if gamma.ndim else None
 
     def step(next_return: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
-        r, boot, nt, c = xs
-        g = r + gamma * nt * ((1.0 - lambda_ * c) * boot + lambda_ * c * next_return)
+        r, boot, nt, c, *g_t = xs
+        g = r + (g_t[0] if g_t else gamma) * nt * ((1.0 - lambda_ * c) * boot + lambda_ * c * next_return)
         return g, g
 
-    _, returns = jax.lax.scan(step, jnp.zeros(rewards.shape[1:], dtype), (rewards, bootstrap, not_term, cont),
-                              reverse=True)
+    xs = (rewards, bootstrap, not_term, cont) + (() if per_step is None else (per_step,))
+    _, returns = jax.lax.scan(step, jnp.zeros(rewards.shape[1:], dtype), xs, reverse=True)
     return returns
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import envs
-from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, is_discrete, legal_action_mask
+from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, current_player, is_discrete, legal_action_mask
 
 NUM_ENVS = 4
 NUM_STEPS = 64
@@ -89,6 +89,17 @@ def _make_rollout(env, params):
                                                       and legal.shape[-1] == act_space.n),
                     a_legal_action_in_every_state=jnp.all(jnp.any(legal, axis=-1)))
 
+    def game_checks(obs, reward, info) -> dict:
+        player = current_player(obs)  # [NUM_ENVS]: who moved; a turn-based game's reward is theirs
+        if player is None:
+            return {}
+        rewards = info.get("rewards")
+        num_players = getattr(env, "num_players", 0)
+        if rewards is None or rewards.shape != (NUM_ENVS, num_players) or rewards.dtype != jnp.float32:
+            return dict(rewards_per_player_in_info=jnp.bool_(False))
+        return dict(player_in_range=jnp.all((player >= 0) & (player < num_players)),
+                    reward_is_the_movers=jnp.all(reward == jnp.take_along_axis(rewards, player[:, None], 1)[:, 0]))
+
     def rollout(key):
         k_reset, k_run = jax.random.split(key)
         obs0, state0 = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, NUM_ENVS), params)
@@ -114,6 +125,7 @@ def _make_rollout(env, params):
                 clock_restarted=clock_restarted,
                 reward_finite=jnp.all(jnp.isfinite(reward)),
                 **mask_checks(obs2),
+                **game_checks(obs, reward, info),
             )
             same_dtypes = all(a.dtype == b.dtype for a, b in zip(jax.tree.leaves(obs2), jax.tree.leaves(obs0)))
             return (obs2, state2), (checks, done, reward, term, trunc, same_dtypes)

@@ -26,7 +26,7 @@ def test_an_env_is_described_by_its_spaces_and_the_algorithms_that_fit():
 
 def test_an_unknown_suite_names_the_suites(capsys):
     assert main(["envs", "gym"]) == 2
-    assert capsys.readouterr().err == "error: unknown env suite 'gym'; suites: brax, craftax, navix, xminigrid\n"
+    assert capsys.readouterr().err == "error: unknown env suite 'gym'; suites: brax, craftax, navix, pgx, xminigrid\n"
 
 
 def test_envs_takes_at_most_one_suite(capsys):
@@ -38,7 +38,7 @@ def test_envs_help_shows_the_examples(capsys):
     assert main(["envs", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: rljax envs [-h] [SUITE]")
-    assert "\n    rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid)" in out
+    assert "\n    rljax envs brax       # a suite's envs (craftax, brax, navix, xminigrid, pgx)" in out
 
 
 def test_a_deferred_module_is_imported_at_its_first_use_and_left_whole(tmp_path, monkeypatch):

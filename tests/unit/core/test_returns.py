@@ -388,6 +388,21 @@ def test_q_lambda_targets_by_hand():
         q_lambda_targets(jnp.zeros(3), jnp.zeros(4), jnp.zeros(3), jnp.zeros(3), 0.9, 0.9)
 
 
+def test_q_lambda_targets_with_a_discount_per_step_back_up_a_two_player_game():
+    # A game: moves at t = 0, 1, 2 alternate players (discount -1 each), the mover at t=2 wins (+1, terminated);
+    # a new game starts at t=3 and the rollout cuts it: bootstrap from -V(next) from the next mover's side.
+    rewards, boot = [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.25]
+    term, trunc = [0, 0, 1, 0], NO
+    g = q_lambda_targets(jnp.array(rewards), jnp.array(boot), jnp.array(term), jnp.array(trunc),
+                         jnp.full((4,), -1.0), 1.0)
+    np.testing.assert_allclose(g, [1.0, -1.0, 1.0, -0.25])  # the winner's moves +1, the loser's -1
+    # A scalar and the same discount on every step give the same bits.
+    same = q_lambda_targets(jnp.array(R), jnp.array(BOOT), jnp.array(NO), jnp.array(NO), jnp.full((4,), 0.5), 0.5)
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(_g(NO, NO, 0.5)))
+    with pytest.raises(ValueError, match=r"gamma must be a scalar or one per step \(4,\); got \(3,\)"):
+        q_lambda_targets(jnp.zeros(4), jnp.zeros(4), jnp.zeros(4), jnp.zeros(4), jnp.zeros(3), 0.9)
+
+
 def test_q_lambda_targets_are_gae_lambda_returns():
     # With boot_t = V(next_obs_t) and V(s_{t+1}) = boot_t inside episodes, Q(lambda) targets are GAE's
     # lambda-returns (advantages + values): the same recursion, cut the same way at episode ends.

@@ -1,0 +1,247 @@
+"""Matches in two-player games: a player's wins, draws and losses as the first and as the second mover.
+
+A **player** is ``player(key, env_states, obs) -> actions``: a batch of ``B`` games' env states
+(leaves ``[B, ...]``, what ``env.step_env`` steps) and observations ``[B, ...]`` to int32 actions
+``[B]``. Players come from
+
+* an opponent function ``(obs, legal_action_mask, key) -> action`` on one observation
+  (:func:`opponent_player`; :func:`random_player` is the uniform one over the legal moves, and the
+  bundled games have :meth:`envs.board_games.LineGame.minimax_player` and
+  :meth:`envs.board_games.TicTacToe.perfect_player`);
+* a trained policy (:func:`policy_player`: its network, greedy or sampled; for a policy that plans
+  with a search over the env, such as AlphaZero's, :func:`search_player`).
+
+:func:`play` runs ``B`` games to their end in one compiled loop (``env.step_env``, no auto-reset;
+finished games stay frozen), and :func:`match` plays a player against an opponent ``n`` times as
+each side. The outcome of a game is decided by the players' summed rewards (``info["rewards"]``,
+:data:`rljax.env.CURRENT_PLAYER`'s contract): more than the other's is a win. A game the time limit
+cuts before it ends is a draw (and counted as ``unfinished``).
+
+May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.agents`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rljax.env import CURRENT_PLAYER, current_player, legal_action_mask
+
+__all__ = ["Player", "Outcomes", "opponent_player", "random_player", "policy_player", "search_player", "play",
+           "match", "is_game", "resolve_opponent"]
+
+Player = Callable[[jax.Array, Any, Any], jax.Array]
+"""``player(key, env_states[B], obs[B]) -> actions[B]`` (int32)."""
+
+
+class Outcomes(NamedTuple):
+    """How a batch of games ended, for one player: counts (Python ints) that add up to ``games``.
+
+    Attributes:
+        wins: games where the player's summed reward beat the opponent's.
+        draws: games where they were equal, including games the time limit cut (``unfinished``).
+        losses: games where the opponent's was higher.
+        unfinished: games still running at the time limit (counted as draws).
+    """
+
+    wins: int
+    draws: int
+    losses: int
+    unfinished: int
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"wins", "draws", "losses", "unfinished", "games"}``, for reports."""
+        return {**self._asdict(), "games": self.games}
+
+
+def is_game(env: Any, env_params: Any) -> bool:
+    """Whether ``env`` is a two-player game: its observation has a :data:`~rljax.env.CURRENT_PLAYER`
+    leaf (and ``env.num_players``, where it says, is 2). Nothing is compiled."""
+    obs = jax.eval_shape(lambda key: env.reset(key, env_params)[0], jax.random.key(0))
+    return isinstance(obs, dict) and CURRENT_PLAYER in obs and getattr(env, "num_players", 2) == 2
+
+
+def _require_game(env: Any, env_params: Any) -> None:
+    if not is_game(env, env_params):
+        raise ValueError(f"{getattr(env, 'name', type(env).__name__)} is not a two-player game: matches need an "
+                         f"observation with a {CURRENT_PLAYER!r} leaf (docs/env_api.md, 'Turn-based games') and "
+                         f"two players")
+
+
+def opponent_player(opponent: Callable[[Any, jax.Array, jax.Array], jax.Array]) -> Player:
+    """A :data:`Player` from ``opponent(obs, legal_action_mask, key) -> action`` on one observation
+    (vmapped over the batch; each game draws its own key)."""
+    def player(key: jax.Array, env_states: Any, obs: Any) -> jax.Array:
+        legal = legal_action_mask(obs)
+        keys = jax.random.split(key, legal.shape[0])
+        return jax.vmap(opponent)(obs, legal, keys).astype(jnp.int32)
+    return player
+
+
+def _uniform_legal(obs: Any, legal_action_mask: jax.Array, key: jax.Array) -> jax.Array:
+    return jax.random.categorical(key, jnp.where(legal_action_mask, 0.0, -jnp.inf)).astype(jnp.int32)
+
+
+def random_player() -> Player:
+    """A :data:`Player` that plays uniformly at random among the legal moves."""
+    return opponent_player(_uniform_legal)
+
+
+def policy_player(policy: Any, deterministic: bool = True) -> Player:
+    """A :data:`Player` from a trained :class:`~rljax.policy.trained.Policy` of a memoryless
+    algorithm: its network's action (greedy when ``deterministic``, else sampled as it explored)."""
+    if policy.recurrent:
+        raise ValueError("policy_player: a recurrent policy cannot play matches yet (its memory would need one "
+                         "game's history per seat); train without --memory")
+
+    def player(key: jax.Array, env_states: Any, obs: Any) -> jax.Array:
+        return policy.agent.policy(policy.params, obs, key, deterministic).astype(jnp.int32)
+    return player
+
+
+def search_player(policy: Any, env: Any, env_params: Any, gumbel_scale: float = 0.0,
+                  num_simulations: int | None = None) -> Player:
+    """A :data:`Player` that plans with the search of an AlphaZero :class:`~rljax.policy.trained.Policy`
+    over ``env``'s dynamics (:func:`rljax.agents.alphazero.search_policy`) and plays its choice:
+    with ``gumbel_scale`` 0 (the default) the best action the search found, deterministic up to the
+    search's own ties. ``num_simulations``: the search's size (None: the run's)."""
+    import dataclasses
+
+    from rljax.agents.alphazero import AlphaZeroConfig, search_policy
+    from rljax.agents.onpolicy import actor_critic_network
+
+    config = policy.config
+    if not isinstance(config, AlphaZeroConfig):
+        raise ValueError(f"search_player: the policy was trained by {type(config).__name__}, which has no search; "
+                         f"use policy_player")
+    config = dataclasses.replace(config, gumbel_scale=float(gumbel_scale), dirichlet_fraction=0.0,
+                                 num_simulations=config.num_simulations if num_simulations is None else
+                                 int(num_simulations))
+    network = actor_critic_network(config, env, env_params, "AlphaZero")
+    search = search_policy(env, env_params, network.apply, config)
+    hyperparams = config.hyperparams()
+
+    def player(key: jax.Array, env_states: Any, obs: Any) -> jax.Array:
+        return search(policy.params.params, key, env_states, obs, hyperparams).action.astype(jnp.int32)
+    return player
+
+
+def play(env: Any, env_params: Any, players: tuple[Player, Player], first: jax.Array, num_games: int,
+         key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Plays ``num_games`` games of a two-player ``env`` to their end (or the time limit), in one
+    compiled loop that stops when every game has ended.
+
+    ``players[0]`` plays the seat ``first`` (bool ``[num_games]``: True, the side that moves first;
+    False, the other), ``players[1]`` the other seat. Every step asks both players (each on the whole
+    batch) and keeps the one whose turn it is.
+
+    Returns:
+        ``(margin, finished)``: float32 ``[num_games]``, ``players[0]``'s summed reward minus
+        ``players[1]``'s; bool ``[num_games]``, whether the game ended before the time limit.
+    """
+    _require_game(env, env_params)
+    steps = int(env_params.max_steps_in_episode)
+    reset = jax.vmap(env.reset, in_axes=(0, None))
+    step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+
+    def run(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        k_reset, k_play = jax.random.split(key)
+        obs, state = reset(jax.random.split(k_reset, num_games), env_params)
+        mover0 = current_player(obs)
+        seat = jnp.where(first, mover0, 1 - mover0)  # players[0]'s player index in each game
+
+        def body(carry: Any) -> Any:
+            t, k, obs, state, margin, done = carry
+            k, k0, k1, k_env = jax.random.split(k, 4)
+            mine = current_player(obs) == seat
+            action = jnp.where(mine, players[0](k0, state, obs), players[1](k1, state, obs))
+            obs2, state2, _, terminated, info = step(jax.random.split(k_env, num_games), state, action, env_params)
+            rewards = info["rewards"]
+            gain = jnp.take_along_axis(rewards, seat[:, None], 1)[:, 0] - \
+                jnp.take_along_axis(rewards, 1 - seat[:, None], 1)[:, 0]
+            live = ~done
+            keep = lambda new, old: jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+            return (t + 1, k, jax.tree.map(keep, obs2, obs), jax.tree.map(keep, state2, state),
+                    margin + jnp.where(live, gain, 0.0), done | terminated)
+
+        init = (jnp.int32(0), k_play, obs, state, jnp.zeros((num_games,), jnp.float32),
+                jnp.zeros((num_games,), bool))
+        *_, margin, done = jax.lax.while_loop(lambda c: (c[0] < steps) & ~jnp.all(c[-1]), body, init)
+        return margin, done
+    return jax.jit(run)(key)
+
+
+def match(env: Any, env_params: Any, player: Player, opponent: Player, games_per_side: int, seed: int = 0
+          ) -> dict[str, Outcomes]:
+    """``player`` against ``opponent``, ``games_per_side`` games moving first and as many moving second.
+
+    Returns:
+        ``{"as_first": Outcomes, "as_second": Outcomes}``, ``player``'s results on each side.
+    """
+    if not isinstance(games_per_side, int) or games_per_side < 1:
+        raise ValueError(f"games_per_side must be a positive int, got {games_per_side!r}")
+    first = jnp.arange(2 * games_per_side) < games_per_side
+    margin, finished = jax.device_get(play(env, env_params, (player, opponent), first, 2 * games_per_side,
+                                           jax.random.key(seed)))
+    out = {}
+    for side, rows in (("as_first", slice(0, games_per_side)), ("as_second", slice(games_per_side, None))):
+        m, f = margin[rows], finished[rows]
+        out[side] = Outcomes(wins=int((m > 0).sum()), draws=int((m == 0).sum()), losses=int((m < 0).sum()),
+                             unfinished=int((~f).sum()))
+    return out
+
+
+def _player_of(policy: Any, search: bool, num_simulations: int | None) -> Player:
+    from rljax.agents.alphazero import AlphaZeroConfig
+
+    if search:
+        if not isinstance(policy.config, AlphaZeroConfig):
+            raise ValueError(f"--search: {policy.run_dir or 'the policy'} was trained by {policy.algorithm}, which has "
+                             f"no search; drop --search to play its network")
+        return search_player(policy, policy.env, policy.env_params, num_simulations=num_simulations)
+    return policy_player(policy)
+
+
+def resolve_opponent(spec: str, policy: Any, search: bool = False, num_simulations: int | None = None
+                     ) -> tuple[Player, str]:
+    """The opponent ``spec`` names, for a match of ``policy``'s game: ``(player, label)``.
+
+    ``spec`` is ``"random"`` (:func:`random_player`), a run directory (its newest checkpoint's policy,
+    which must have been trained on the same env; with ``search`` and an AlphaZero run, playing with
+    its search), or ``"package.module:Name"``, a function ``(obs, legal_action_mask, key) -> action``
+    on one observation, imported like a user env (:func:`opponent_player`). The label names it in
+    reports (``random``, the run directory's name, ``module:Name``).
+
+    Raises:
+        ValueError: ``spec`` names nothing usable (the message says what would be valid).
+    """
+    import pathlib
+
+    if spec == "random":
+        return random_player(), "random"
+    path = pathlib.Path(spec)
+    if path.is_dir():
+        from rljax.policy.trained import load
+
+        other = load(path)
+        if str(other.config.env) != str(policy.config.env):
+            raise ValueError(f"--opponent {spec}: that run trained on {other.config.env}, this one on "
+                             f"{policy.config.env}; a match needs both players on the same game")
+        return _player_of(other, search, num_simulations), path.resolve().name
+    if ":" in spec:
+        from rljax.core.registry import import_spec
+
+        fn, where = import_spec(spec, what="opponent")
+        if not callable(fn):
+            raise ValueError(f"--opponent {spec}: {where} is a {type(fn).__name__}, not a function "
+                             f"(obs, legal_action_mask, key) -> action")
+        return opponent_player(fn), where
+    raise ValueError(f"--opponent {spec!r}: give 'random', a run directory (none exists at {path}) or "
+                     f"'package.module:Name' (a function (obs, legal_action_mask, key) -> action)")

@@ -1,0 +1,138 @@
+"""AlphaZero on two-player games through the whole stack: a run stopped and resumed is bit-identical (the
+search's keys are the train state's), the command line trains and evaluates it by matches (reports with
+``as_first`` and ``as_second``, opponents by name, with and without the search), ``rljax.load`` acts with
+the legal-action mask, the network exports; with --slow, a pgx game trains, a sweep member equals its
+single run, and the tic-tac-toe experiment reaches its target (never loses to perfect play)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+import rljax
+from rljax.cli.main import main
+from rljax.env import LEGAL_ACTION_MASK
+from rljax.store.tracking import read_chunks
+from tests.conftest import _tiny_runs
+from tests.support.runs import assert_same_bits, leaves, strip
+
+TINY = _tiny_runs()["alphazero"]  # the shared tiny run's config (tests/conftest.py): its program compiles once
+
+
+def test_a_run_stopped_and_resumed_is_bit_identical(tmp_path, tiny_run):
+    full_dir, full = tiny_run("alphazero")
+    part = rljax.train(TINY, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True,
+                                                      on_chunk=lambda c, state, row: c == 0))
+    assert part.preempted == "on_chunk" and len(part.rows) == 1 < len(full.rows)
+    rest = rljax.train(TINY, options=rljax.RunOptions(run_dir=tmp_path / "cut", quiet=True, resume=True))
+    assert_same_bits(full.state, rest.state)
+    assert strip(read_chunks(tmp_path / "cut")) == strip(read_chunks(full_dir))
+    assert all(np.isfinite(r["policy_loss"]) and r["search_kl"] >= 0 for r in full.rows)
+
+
+def test_the_command_line_evaluates_a_game_by_matches(tmp_path, tiny_run, capsys):
+    run_dir, result = tiny_run("alphazero")
+    assert main(["eval", str(run_dir), "--games", "8"]) == 0  # a game's default: the network against random
+    line = capsys.readouterr().out
+    assert "vs random: as first" in line
+    report = json.loads(next((run_dir / "eval").glob("*/report.json")).read_text())
+    assert report["opponent"] == "random" and report["player"] == "network, greedy"
+    for side in ("as_first", "as_second"):
+        assert set(report[side]) == {"wins", "draws", "losses", "unfinished", "games"} and report[side]["games"] == 8
+    assert report["checkpoint_step"] == TINY.total_timesteps
+
+    assert main(["eval", str(run_dir), "--games", "4", "--search", "--simulations", "8",
+                 "--opponent", "envs.board_games:tictactoe_perfect"]) == 0
+    out = capsys.readouterr().out
+    assert "(search) vs envs.board_games:tictactoe_perfect" in out
+    folder = [p.name for p in (run_dir / "eval").iterdir()]
+    assert any(name.endswith("-vs-envs.board_games_tictactoe_perfect-search") for name in folder)
+    perfect = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
+    assert perfect["as_first"]["wins"] == perfect["as_second"]["wins"] == 0 and perfect["simulations"] == 8
+
+    # Another run as the opponent (the same run plays itself); bad input is a usage error that writes nothing.
+    assert main(["eval", str(run_dir), "--games", "2", "--opponent", str(run_dir)]) == 0
+    before = sorted(p.name for p in (run_dir / "eval").iterdir())
+    for argv, message in [(["--opponent", "nobody"], "give 'random', a run directory"),
+                          (["--opponent", "envs.board_games:nope"], "has no attribute 'nope'"),
+                          (["--simulations", "8"], "--simulations 8: give a positive number of simulations, with "
+                                                   "--search"),
+                          (["--games", "0"], "--games must be in [1, "),
+                          (["--video", str(tmp_path / "a.gif")], "cannot be drawn")]:
+        capsys.readouterr()
+        assert main(["eval", str(run_dir), *argv]) == 2, argv
+        assert message in capsys.readouterr().err
+    assert sorted(p.name for p in (run_dir / "eval").iterdir()) == before
+
+
+def test_search_flags_on_a_run_without_search_or_a_game_are_refused(tiny_run, capsys):
+    run_dir, _ = tiny_run("ppo-cartpole")
+    assert main(["eval", str(run_dir), "--search"]) == 2
+    assert "--search applies to matches in two-player games; CartPole-v1 is not one" in capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--opponent", "random"]) == 2
+    assert "CartPole-v1 is not a two-player game" in capsys.readouterr().err
+
+
+def test_load_acts_with_the_mask_and_the_network_exports(tmp_path, tiny_run):
+    from rljax.policy.export import export
+
+    run_dir, _ = tiny_run("alphazero")
+    policy = rljax.load(run_dir)
+    env, params = envs.make("TicTacToe-v0")
+    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 16), params)
+    legal = jax.random.bernoulli(jax.random.key(1), 0.4, (16, 9)).at[:, 4].set(True)
+    action = np.asarray(policy.act(obs, legal_action_mask=legal))
+    assert np.all(np.take_along_axis(np.asarray(legal), action[:, None], 1))
+    meta = export(policy, tmp_path / "out", onnx=False)
+    names = [i["name"] for i in meta["signature"]["inputs"]]
+    artefact = jax.export.deserialize((tmp_path / "out" / "policy.stablehlo").read_bytes())
+    masked = {**obs, LEGAL_ACTION_MASK: legal}
+    got = artefact.call(*[np.asarray(x) for x in jax.tree.leaves(masked)])
+    np.testing.assert_array_equal(np.asarray(got), action)
+    assert names == ["obs_current_player", "obs_legal_action_mask", "obs_observation"]
+
+
+# Slow: by default tests/unit/suites/test_pgx.py (the contract and matches on a pgx game) and the tiny run above
+# (the same algorithm on rljax's own tic-tac-toe) stand for it.
+@pytest.mark.slow
+def test_alphazero_trains_on_a_pgx_game_by_name(tmp_path):
+    config = dataclasses.replace(TINY, env="pgx/tic_tac_toe")
+    result = rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "pgx", quiet=True))
+    assert len(result.rows) == 2 and all(np.isfinite(r["policy_loss"]) for r in result.rows)
+    assert main(["eval", str(tmp_path / "pgx"), "--games", "4"]) == 0
+
+
+# Slow: by default tests/unit/training/test_sweep.py's PPO member (the search's sweepable fields are traced
+# hyperparameters like any other, tests/unit/core/test_config.py) stands for it.
+@pytest.mark.slow
+def test_a_sweep_over_search_hyperparameters_matches_its_single_runs():
+    from rljax.training.sweep import SweepSpec, run_sweep
+
+    grid = {"gumbel_scale": [0.0, 1.0], "value_scale": [0.05, 0.1]}
+    result, members, _ = run_sweep(TINY, SweepSpec(grid=grid), quiet=True)
+    m = members[3]
+    single = rljax.train(dataclasses.replace(TINY, **m.values), options=rljax.RunOptions(quiet=True))
+    for a, b in zip(leaves(single.agent.params_of(single.state)), leaves(result.agent.params_of(result.state))):
+        np.testing.assert_allclose(a, b[3], atol=1e-5)
+
+
+# Slow: by default tests/unit/agents/test_alphazero.py (the search finds wins and blocks losses from the mover's
+# side) and the tiny run above stand for it. About 70 s of training on a 2-core CPU.
+@pytest.mark.slow
+def test_the_tictactoe_experiment_never_loses_to_perfect_play(tmp_path):
+    run_dir = tmp_path / "ttt"
+    done = subprocess.run([sys.executable, "-m", "experiments.alphazero_tictactoe", "--run-dir", str(run_dir),
+                           "--quiet"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert main(["eval", str(run_dir), "--opponent", "envs.board_games:tictactoe_perfect", "--search"]) == 0
+    report = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
+    assert report["as_first"]["losses"] == report["as_second"]["losses"] == 0, report
+    assert report["as_first"]["games"] == report["as_second"]["games"] == 100

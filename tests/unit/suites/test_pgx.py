@@ -1,0 +1,58 @@
+"""Pgx's games as rljax envs (rljax/suites/pgx.py): the turn-based contract on tic-tac-toe played by hand,
+a single-player game, the ids, the refusals. Every id's contract: tests/unit/test_env.py runs rljax's own
+games; a pgx game through training and matches: tests/integration/test_search_stack.py."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("pgx")
+
+import rljax  # noqa: E402
+from rljax.env import CURRENT_PLAYER, LEGAL_ACTION_MASK  # noqa: E402
+from rljax.policy import games  # noqa: E402
+from rljax.suites import pgx as pgx_suite  # noqa: E402
+
+
+def test_ids_are_pgx_games_without_its_minatar():
+    ids = pgx_suite.ids()
+    assert {"tic_tac_toe", "connect_four", "othello", "2048"} <= set(ids)
+    assert not [i for i in ids if i.startswith("minatar")]
+
+
+def test_tictactoe_pays_the_mover_and_both_players_by_hand():
+    env, params = rljax.make("pgx/tic_tac_toe")
+    obs, state = env.reset(jax.random.key(3), params)
+    first = int(obs[CURRENT_PLAYER])
+    for move, last in [(0, False), (3, False), (1, False), (4, False), (2, True)]:
+        mover = int(obs[CURRENT_PLAYER])
+        obs, state, reward, terminated, truncated, info = env.step(jax.random.key(0), state, move, params)
+        assert bool(terminated) == last and not bool(truncated)
+    assert mover == first and float(reward) == 1.0  # the first mover completed the top row
+    rewards = np.asarray(info["rewards"])
+    assert rewards[first] == 1.0 and rewards[1 - first] == -1.0
+    space = env.observation_space(params)
+    assert set(space) == {"observation", LEGAL_ACTION_MASK, CURRENT_PLAYER} and env.num_players == 2
+
+
+def test_a_single_player_game_has_no_current_player():
+    env, params = rljax.make("pgx/2048")
+    obs, _ = env.reset(jax.random.key(0), params)
+    assert set(obs) == {"observation", LEGAL_ACTION_MASK} and obs[LEGAL_ACTION_MASK].shape == (4,)
+
+
+def test_matches_run_on_a_pgx_game_whose_first_mover_is_random():
+    env, params = rljax.make("pgx/tic_tac_toe")
+    out = games.match(env, params, games.random_player(), games.random_player(), 64)
+    assert out["as_first"].wins > out["as_first"].losses and out["as_second"].wins < out["as_second"].losses
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(env_id="tic_tac_toes"), r"unknown pgx environment 'tic_tac_toes'"),
+    (dict(env_id="tic_tac_toe", max_steps=0), r"max_steps must be a positive int, got 0"),
+])
+def test_refusals(kw, match):
+    with pytest.raises(ValueError, match=match):
+        pgx_suite.make(**kw)
