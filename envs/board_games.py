@@ -161,7 +161,6 @@ class LineGame(Environment[BoardState, EnvParams]):
         """
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"minimax_player(depth={depth!r}): depth must be a positive int")
-        actions = jnp.arange(self.num_actions)
         params = self.default_params
 
         def value(state: BoardState, remaining: int) -> jax.Array:
@@ -175,7 +174,7 @@ class LineGame(Environment[BoardState, EnvParams]):
                 _, child, reward, terminated, _ = self.step_env(jax.random.key(0), state, action, params)
                 later = -value(child, remaining - 1) if remaining > 1 else jnp.float32(0.0)
                 return jnp.where(terminated, reward, later)
-            return jnp.where(legal, jax.vmap(score)(actions), -jnp.inf)
+            return jnp.where(legal, jax.vmap(score)(jnp.arange(self.num_actions)), -jnp.inf)
 
         def player(obs: Any, legal_action_mask: jax.Array, key: jax.Array) -> jax.Array:
             s = scores(self.state_of(obs), depth)
@@ -202,13 +201,13 @@ class TicTacToe(LineGame):
         """A perfect player (:data:`Opponent`): from a table of every position's game-theoretic
         value (full minimax, solved once in NumPy), it plays uniformly at random among the moves
         that keep the best result (a win where one can be forced, else a draw). Nobody beats it."""
-        table = jnp.asarray(_tictactoe_optimal_moves())
-        powers = jnp.asarray(3 ** np.arange(9), jnp.int32)
+        table = _tictactoe_optimal_moves()  # NumPy: made into a constant of each program that traces the player
+        powers = 3 ** np.arange(9, dtype=np.int32)
 
         def player(obs: Any, legal_action_mask: jax.Array, key: jax.Array) -> jax.Array:
             planes = obs["observation"].reshape(9, 2)
             code = jnp.sum((planes[:, 0] > 0) * powers + 2 * (planes[:, 1] > 0) * powers)
-            best = table[code] & legal_action_mask
+            best = jnp.asarray(table)[code] & legal_action_mask
             return jax.random.categorical(key, jnp.where(best, 0.0, -jnp.inf)).astype(jnp.int32)
         return player
 

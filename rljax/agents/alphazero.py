@@ -54,7 +54,7 @@ from rljax.core.returns import q_lambda_targets
 from rljax.env import legal_action_mask, turn_sign
 
 __all__ = ["AlphaZeroConfig", "AlphaZeroHyperParams", "AlphaZeroState", "AlphaZeroBatch", "alphazero_loss",
-           "search_policy", "alphazero_optimizer", "alphazero_fits", "make_alphazero", "require_mctx"]
+           "search_policy", "self_play", "alphazero_optimizer", "alphazero_fits", "make_alphazero", "require_mctx"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +244,30 @@ def _legal_dirichlet(key: jax.Array, alpha: jax.Array, legal: jax.Array) -> jax.
     return g / jnp.maximum(jnp.sum(g, axis=-1, keepdims=True), jnp.finfo(g.dtype).tiny)
 
 
+def self_play(search: Callable[..., Any], config: AlphaZeroConfig
+              ) -> Callable[[Any, Any], Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]]]:
+    """AlphaZero's behaviour (the on-policy skeleton's ``behaviour`` hook): ``self_play(search,
+    config)(params, ctx)`` is ``play(key, (env_state, obs)) -> (action [B], action_weights [B, A])``
+    on a training stack's state and observations (the rollout's ``observe`` hands both): one
+    :func:`search_policy` search per game from the states inside the stack's wrappers, the search's
+    choice played, or for the first ``config.sample_moves`` moves of a game (-1: all) a sample of its
+    improved policy. ``ctx`` needs only ``hyperparams``."""
+    def behaviour(params: Any, ctx: Any) -> Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]]:
+        def play(key: jax.Array, x: Any) -> tuple[jax.Array, jax.Array]:
+            env_state, obs = x
+            k_search, k_sample = jax.random.split(key)
+            states = _inner_states(env_state)
+            out = search(params, k_search, states, obs, ctx.hyperparams)
+            action = out.action.astype(jnp.int32)
+            if config.sample_moves:
+                sampled = jax.random.categorical(k_sample, jnp.log(out.action_weights)).astype(jnp.int32)
+                opening = jnp.bool_(True) if config.sample_moves < 0 else states.time < config.sample_moves
+                action = jnp.where(opening, sampled, action)
+            return action, out.action_weights
+        return play
+    return behaviour
+
+
 def alphazero_optimizer(hyperparams: AlphaZeroHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:
     """Global-norm clipping then Adam with step size ``learning_rate``."""
     return make_optimizer(learning_rate, hyperparams.max_grad_norm)
@@ -264,19 +288,7 @@ def make_alphazero(config: AlphaZeroConfig, env: Any, env_params: Any, axis_name
     apply_fn = network.apply
     search = search_policy(env, env_params, apply_fn, config)
 
-    def behaviour(params: Any, ctx: OnPolicyContext) -> Callable[[jax.Array, Any], tuple[jax.Array, Any]]:
-        def play(key: jax.Array, x: Any) -> tuple[jax.Array, Any]:
-            env_state, obs = x
-            k_search, k_sample = jax.random.split(key)
-            states = _inner_states(env_state)
-            out = search(params, k_search, states, obs, ctx.hyperparams)
-            action = out.action.astype(jnp.int32)
-            if config.sample_moves:
-                sampled = jax.random.categorical(k_sample, jnp.log(out.action_weights)).astype(jnp.int32)
-                opening = jnp.bool_(True) if config.sample_moves < 0 else states.time < config.sample_moves
-                action = jnp.where(opening, sampled, action)
-            return action, out.action_weights
-        return play
+    behaviour = self_play(search, config)
 
     def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
         hyperparams = ctx.hyperparams

@@ -78,6 +78,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--search", action="store_true",
                         help="two-player games: an AlphaZero policy (and an AlphaZero opponent run) plays with its "
                              "search instead of its network alone")
+    parser.add_argument("--league", action="store_true",
+                        help="two-player games: every kept checkpoint and a random player play each other "
+                             "(--games per side per pair) and get Elo ratings (random = 0); report in eval/league/")
     parser.add_argument("--simulations", type=int,
                         help="with --search: simulations per move (default: the run's num_simulations)")
     parser.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compile cache")
@@ -240,7 +243,8 @@ def _prepare_match(args: argparse.Namespace, policy: Any) -> tuple[Any, str] | N
     evaluation of a two-player game), None for episodes; bad input raises ``ValueError`` first."""
     from rljax.policy.trained import is_host_policy
 
-    game_flags = [f for f, on in (("--search", args.search), ("--simulations", args.simulations is not None)) if on]
+    game_flags = [f for f, on in (("--search", args.search), ("--simulations", args.simulations is not None),
+                                  ("--league", args.league)) if on]
     if args.opponent is None and (is_host_policy(policy) or not _is_game(policy)):
         if game_flags:
             raise ValueError(f"{game_flags[0]} applies to matches in two-player games; {policy.config.env} is not one")
@@ -251,6 +255,9 @@ def _prepare_match(args: argparse.Namespace, policy: Any) -> tuple[Any, str] | N
     for flag, on in (("--video", args.video), ("--env-param", args.env_param)):
         if on:
             raise ValueError(f"{flag} does not apply to a match (--opponent); evaluate episodes without --opponent")
+    if args.league and (args.opponent is not None or args.step is not None):
+        raise ValueError(f"--league plays every kept checkpoint against the others and a random player; it takes no "
+                         f"{'--opponent' if args.opponent is not None else '--step'}")
     if not 1 <= args.games <= MAX_EPISODES // 2:
         raise ValueError(f"--games must be in [1, {MAX_EPISODES // 2}] (games per side, all at once), got {args.games}")
     if args.simulations is not None and not (args.search and args.simulations >= 1):
@@ -268,6 +275,52 @@ def _is_game(policy: Any) -> bool:
 
 def _slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "._=" else "_" for c in label)
+
+
+def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
+    """Plays the league (every kept checkpoint and a random player, each pair ``--games`` games per
+    side), fits Elo ratings, writes ``eval/league/report.json`` and ``report.md``; returns the summary line."""
+    import json
+
+    from rljax.policy.games import elo_ratings, match, player_of, random_player
+    from rljax.policy.report import replace_into
+    from rljax.policy.trained import load
+    from rljax.store.rundir import checkpoint_steps
+
+    t0 = time.perf_counter()
+    steps = checkpoint_steps(args.run_dir)
+    member = policy.member
+    names, players = ["random"], [random_player()]
+    for step in steps:
+        names.append(str(step))
+        players.append(player_of(load(args.run_dir, step, member=member), args.search, args.simulations))
+    results, pairs = [], []
+    for i in range(len(players)):
+        for j in range(i + 1, len(players)):
+            out = match(policy.env, policy.env_params, players[i], players[j], args.games, seed=args.seed)
+            score = sum(o.wins + 0.5 * o.draws for o in out.values())
+            results.append((i, j, score, 2 * args.games))
+            pairs.append({"player": names[i], "opponent": names[j], "score": score, "games": 2 * args.games,
+                          "as_first": out["as_first"].as_dict(), "as_second": out["as_second"].as_dict()})
+    elo = elo_ratings(len(players), results, anchor=0)
+    wall = time.perf_counter() - t0
+    report = {"run_dir": str(args.run_dir), "algorithm": policy.algorithm, "env": str(policy.config.env),
+              "player": "search" if args.search else "network, greedy", "games_per_side": args.games,
+              "seed": args.seed, "anchor": "random", "elo": dict(zip(names, [round(float(e), 1) for e in elo])),
+              "pairs": pairs, "eval_wall_s": round(wall, 3)}
+    base = pathlib.Path(args.run_dir) if member is None else pathlib.Path(args.run_dir) / "members" / str(member)
+    out = base / "eval" / ("league-search" if args.search else "league")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = "\n".join(f"| {n} | {e:.0f} |" for n, e in zip(names, elo))
+    md = (f"# {report['env']}: {report['algorithm']} ({report['player']}), Elo of its checkpoints\n\n"
+          f"Every pair played {args.games} games on each side; a random player is the anchor (Elo 0).\n\n"
+          f"| checkpoint step | Elo |\n|---|---|\n{rows}\n")
+    replace_into(out / "report.md", lambda tmp: tmp.write_text(md, encoding="utf-8"))
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    replace_into(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    ratings = ", ".join(f"{n} {e:.0f}" for n, e in zip(names[1:], elo[1:]))
+    return (f"league {report['env']} {report['algorithm']} ({report['player']}): Elo by checkpoint step (random = 0): "
+            f"{ratings}; {len(pairs)} pairings of {2 * args.games} games; {wall:.2f}s; report {out / 'report.md'}")
 
 
 def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, label: str) -> str:
@@ -329,6 +382,13 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:  # the checkpoint could not be read
         print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
+    if args.league:
+        try:
+            print(_league_and_report(args, policy), flush=True)
+        except OSError as err:
+            print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
+            return EXIT_IO
+        return 0
     if match is not None:
         try:
             print(_match_and_report(args, policy, *match), flush=True)

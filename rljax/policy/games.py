@@ -27,11 +27,16 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rljax.env import CURRENT_PLAYER, current_player, legal_action_mask
 
 __all__ = ["Player", "Outcomes", "opponent_player", "random_player", "policy_player", "search_player", "play",
-           "match", "is_game", "resolve_opponent"]
+           "match", "is_game", "player_of", "resolve_opponent", "elo_ratings", "ELO_SCALE"]
+
+ELO_SCALE = 400.0
+"""Elo points per factor of 10 in the odds: a player rated ``d`` points above another is expected to
+score ``1 / (1 + 10 ** (-d / 400))`` against it."""
 
 Player = Callable[[jax.Array, Any, Any], jax.Array]
 """``player(key, env_states[B], obs[B]) -> actions[B]`` (int32)."""
@@ -198,7 +203,9 @@ def match(env: Any, env_params: Any, player: Player, opponent: Player, games_per
     return out
 
 
-def _player_of(policy: Any, search: bool, num_simulations: int | None) -> Player:
+def player_of(policy: Any, search: bool = False, num_simulations: int | None = None) -> Player:
+    """The :data:`Player` of a trained policy: :func:`search_player` with ``search`` (an AlphaZero
+    policy only; anything else is a ``ValueError``), else its greedy network (:func:`policy_player`)."""
     from rljax.agents.alphazero import AlphaZeroConfig
 
     if search:
@@ -234,7 +241,7 @@ def resolve_opponent(spec: str, policy: Any, search: bool = False, num_simulatio
         if str(other.config.env) != str(policy.config.env):
             raise ValueError(f"--opponent {spec}: that run trained on {other.config.env}, this one on "
                              f"{policy.config.env}; a match needs both players on the same game")
-        return _player_of(other, search, num_simulations), path.resolve().name
+        return player_of(other, search, num_simulations), path.resolve().name
     if ":" in spec:
         from rljax.core.registry import import_spec
 
@@ -245,3 +252,56 @@ def resolve_opponent(spec: str, policy: Any, search: bool = False, num_simulatio
         return opponent_player(fn), where
     raise ValueError(f"--opponent {spec!r}: give 'random', a run directory (none exists at {path}) or "
                      f"'package.module:Name' (a function (obs, legal_action_mask, key) -> action)")
+
+
+def elo_ratings(num_players: int, results: list[tuple[int, int, float, int]], anchor: int = 0,
+                prior_games: float = 1.0) -> np.ndarray:
+    """Elo ratings that best explain a set of match results (Bradley-Terry by maximum likelihood).
+
+    The expected score of player ``i`` against ``j`` is ``E_ij = 1 / (1 + 10 ** (-(R_i - R_j) / 400))``;
+    the ratings maximise ``sum over games of s log E + (1 - s) log(1 - E)`` (a game's score ``s``: 1 a
+    win, 1/2 a draw, 0 a loss), with ``R_anchor = 0``. Every other player also gets ``prior_games``
+    virtual draws against the anchor, which keeps the ratings finite when a player won (or lost) every
+    game and pulls players with few games towards the anchor; Newton's method on the concave
+    log-likelihood.
+
+    Args:
+        num_players: players ``0 .. num_players - 1``.
+        results: ``(i, j, score_i, games)``: player ``i`` scored ``score_i`` (wins + draws / 2) in
+            ``games`` games against ``j``.
+        anchor: the player rated 0 (e.g. a random player).
+        prior_games: the virtual draws against the anchor (> 0).
+
+    Returns:
+        float64 ``[num_players]``, Elo points (``anchor``'s 0).
+    """
+    if not prior_games > 0:
+        raise ValueError(f"prior_games must be > 0, got {prior_games}")
+    score = np.zeros((num_players, num_players))
+    games = np.zeros((num_players, num_players))
+    for i, j, s, g in results:
+        if not (0 <= i < num_players and 0 <= j < num_players) or i == j or not 0 <= s <= g:
+            raise ValueError(f"a result (i={i}, j={j}, score={s}, games={g}) is not a match between two of "
+                             f"{num_players} players with a score in [0, games]")
+        score[i, j] += s
+        score[j, i] += g - s
+        games[i, j] += g
+        games[j, i] += g
+    for i in range(num_players):
+        if i != anchor:
+            score[i, anchor] += prior_games / 2
+            score[anchor, i] += prior_games / 2
+            games[i, anchor] += prior_games
+            games[anchor, i] += prior_games
+    free = np.array([i for i in range(num_players) if i != anchor])
+    theta = np.zeros(num_players)  # natural-log odds units
+    for _ in range(100):
+        e = 1.0 / (1.0 + np.exp(-(theta[:, None] - theta[None, :])))
+        grad = np.sum(score - games * e, axis=1)
+        w = games * e * (1.0 - e)
+        hess = w - np.diag(np.sum(w, axis=1))
+        step = np.linalg.solve(hess[np.ix_(free, free)], grad[free])
+        theta[free] -= step
+        if np.max(np.abs(step)) < 1e-12:
+            break
+    return theta * ELO_SCALE / np.log(10.0)

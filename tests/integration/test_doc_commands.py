@@ -280,6 +280,10 @@ ALWAYS_RUN = ("README.md",)
 """The sources whose commands every suite run executes; the others need RLJAX_ALL_DOC_COMMANDS=1."""
 
 README_VARIANTS = (
+    # AlphaZero's experiment and its match against the perfect player: tests/integration/test_search_stack.py
+    # trains the tiny run and evaluates it from the command line (the experiment itself with --slow).
+    "python -m experiments.alphazero_tictactoe --run-dir runs/ttt",
+    "rljax eval runs/ttt --opponent envs.board_games:tictactoe_perfect --search",
     # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
     # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.
     "python -m experiments.rainbow_cartpole",

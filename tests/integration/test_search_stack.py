@@ -58,6 +58,16 @@ def test_the_command_line_evaluates_a_game_by_matches(tmp_path, tiny_run, capsys
     perfect = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
     assert perfect["as_first"]["wins"] == perfect["as_second"]["wins"] == 0 and perfect["simulations"] == 8
 
+    # The league: every kept checkpoint and a random player, Elo with random at 0.
+    from rljax.store.rundir import checkpoint_steps
+
+    assert main(["eval", str(run_dir), "--league", "--games", "2"]) == 0
+    assert "league TicTacToe-v0 alphazero (network, greedy): Elo by checkpoint step (random = 0)" in \
+        capsys.readouterr().out
+    league = json.loads((run_dir / "eval" / "league" / "report.json").read_text())
+    assert set(league["elo"]) == {"random", *map(str, checkpoint_steps(run_dir))} and league["elo"]["random"] == 0.0
+    assert len(league["pairs"]) == len(league["elo"]) * (len(league["elo"]) - 1) // 2
+
     # Another run as the opponent (the same run plays itself); bad input is a usage error that writes nothing.
     assert main(["eval", str(run_dir), "--games", "2", "--opponent", str(run_dir)]) == 0
     before = sorted(p.name for p in (run_dir / "eval").iterdir())
@@ -66,6 +76,7 @@ def test_the_command_line_evaluates_a_game_by_matches(tmp_path, tiny_run, capsys
                           (["--simulations", "8"], "--simulations 8: give a positive number of simulations, with "
                                                    "--search"),
                           (["--games", "0"], "--games must be in [1, "),
+                          (["--league", "--opponent", "random"], "--league plays every kept checkpoint"),
                           (["--video", str(tmp_path / "a.gif")], "cannot be drawn")]:
         capsys.readouterr()
         assert main(["eval", str(run_dir), *argv]) == 2, argv

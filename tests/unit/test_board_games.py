@@ -158,3 +158,16 @@ def test_board_state_uses_empty_marker():
     env, params = envs.make("TicTacToe-v0")
     _, state = env.reset(jax.random.key(0), params)
     assert np.all(np.asarray(state.board) == EMPTY)
+
+
+def test_the_module_level_opponents_can_be_traced_by_several_programs():
+    # They build their player once and keep it: a constant made while the first program traced it would be
+    # that program's tracer, leaked into the next (an UnexpectedTracerError).
+    from envs.board_games import connect_four_minimax2, tictactoe_perfect
+
+    for fn, name in ((tictactoe_perfect, "TicTacToe-v0"), (connect_four_minimax2, "ConnectFour-v0")):
+        env, params = envs.make(name)
+        obs, _ = env.reset(jax.random.key(0), params)
+        first = jax.jit(lambda o, k: fn(o, o[LEGAL_ACTION_MASK], k))(obs, jax.random.key(0))
+        again = jax.jit(lambda o, k: fn(o, o[LEGAL_ACTION_MASK], k) + 0)(obs, jax.random.key(0))
+        assert int(first) == int(again)

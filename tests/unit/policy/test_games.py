@@ -83,3 +83,19 @@ def test_a_named_opponent_is_a_function_of_one_observation():
     out = games.match(env, params, player, games.random_player(), 20)
     assert all(o.losses == 0 for o in out.values())
     assert games.resolve_opponent("random", _Policy())[1] == "random"
+
+
+def test_elo_ratings_by_hand():
+    # 75 % against the anchor is 400 log10(3) = 190.85 points; a chain adds up; the prior keeps a clean sweep finite.
+    np.testing.assert_allclose(games.elo_ratings(2, [(1, 0, 750, 1000)], prior_games=1e-9), [0, 400 * np.log10(3)],
+                               rtol=1e-6)
+    np.testing.assert_allclose(games.elo_ratings(3, [(1, 0, 750, 1000), (2, 1, 750, 1000)], prior_games=1e-9),
+                               [0, 190.8485, 381.6970], rtol=1e-5)
+    sweep = games.elo_ratings(2, [(1, 0, 10, 10)])  # 10 wins + one virtual draw: 10.5 of 11
+    np.testing.assert_allclose(sweep[1], 400 * np.log10(10.5 / 0.5), rtol=1e-6)
+    even = games.elo_ratings(3, [(1, 2, 5, 10)], anchor=0)
+    np.testing.assert_allclose(even, [0, 0, 0], atol=1e-9)
+    with pytest.raises(ValueError, match="score=11"):
+        games.elo_ratings(2, [(1, 0, 11, 10)])
+    with pytest.raises(ValueError, match="prior_games must be > 0"):
+        games.elo_ratings(2, [], prior_games=0)

@@ -56,3 +56,23 @@ def test_matches_run_on_a_pgx_game_whose_first_mover_is_random():
 def test_refusals(kw, match):
     with pytest.raises(ValueError, match=match):
         pgx_suite.make(**kw)
+
+
+def _ids():
+    try:
+        return pgx_suite.ids()
+    except ImportError:  # pragma: no cover - skipped above
+        return []
+
+
+# Every game's contract (tests/unit/test_env.py's checks: spaces, dtypes, auto-reset, the mover's reward); by
+# default tic-tac-toe's, the others (seconds to minutes of compiling each: chess, shogi, go) with --slow.
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i != "tic_tac_toe" else i
+                                    for i in _ids()])
+def test_contract(env_id):
+    from tests.unit.test_env import _make_rollout
+
+    env, params = rljax.make(f"pgx/{env_id}")
+    checks, *_ = jax.jit(_make_rollout(env, params))(jax.random.key(0))
+    failed = [k for k, v in checks.items() if not bool(v)]
+    assert not failed, f"pgx/{env_id}: failed checks {failed}"
