@@ -57,7 +57,7 @@ forward, env = namespace["forward"], namespace["env"]
 devices = jax.local_devices()
 dummy = jax.vmap(env.init)(jax.random.split(jax.random.PRNGKey(0), 2))
 model = forward.init(jax.random.PRNGKey(0), dummy.observation)
-model = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(devices),) + x.shape), model)  # (what device_put_replicated did)
+model = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(devices),) + x.shape), model)  # device_put_replicated's
 keys = jax.random.split(jax.random.PRNGKey(1), len(devices))
 selfplay = namespace["selfplay"]
 t0 = time.perf_counter(); out = jax.block_until_ready(selfplay(model, keys)); compile_s = time.perf_counter() - t0

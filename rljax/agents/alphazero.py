@@ -17,7 +17,8 @@ One update, on the on-policy skeleton (:mod:`rljax.agents.onpolicy`):
    with ``sign_t = -1`` where the turn passes to the other player of a two-player zero-sum game
    (:func:`rljax.env.turn_sign`; +1 in a single-player env), bootstrapped from the network's value of
    the true next observation where a time limit or the rollout's end cut the game
-   (:func:`rljax.core.returns.q_lambda_targets` with ``lambda = 1``).
+   (:func:`rljax.core.returns.q_lambda_targets` with ``lambda = td_lambda``, 1 by default; below 1 the
+   lambda-return also bootstraps from the next move's search value ``v_search(s_{t+1})``).
 3. **learn**: ``num_epochs`` passes of ``num_minibatches`` Adam steps on
    ``L = -sum_a pi_t(a) log p(a | s_t) + vf_coef * 0.5 * (v(s_t) - z_t)^2``.
 
@@ -85,6 +86,8 @@ class AlphaZeroConfig(OnPolicyConfig):
     # ----- sweepable hyperparameters (traced) -----
     learning_rate: float = field(1e-3, "Adam step size", sweepable=True)
     gamma: float = field(1.0, "discount factor (1 for board games)", sweepable=True)
+    td_lambda: float = field(1.0, "value targets: 1, the game's outcome from the mover's side (AlphaZero); below 1, "
+                                  "lambda-returns that bootstrap from the next move's search value", sweepable=True)
     vf_coef: float = field(1.0, "value loss coefficient", sweepable=True)
     max_grad_norm: float = field(1.0, "global-norm gradient clipping threshold", sweepable=True)
     gumbel_scale: float = field(1.0, "scale of the Gumbel noise of the root's action choice (0: no noise, "
@@ -109,7 +112,7 @@ class AlphaZeroConfig(OnPolicyConfig):
         check_ints(self, ("num_simulations", "max_num_considered_actions"))
         check_ints(self, ("sample_moves",), low=-1)
         check_floats(self, ("learning_rate", "max_grad_norm"), 0, low_open=True)
-        check_floats(self, ("gamma",), 0, 1)
+        check_floats(self, ("gamma", "td_lambda"), 0, 1)
         check_floats(self, ("vf_coef", "gumbel_scale", "value_scale", "maxvisit_init"), 0)
         check_floats(self, ("dirichlet_fraction",), 0, 1)
         check_floats(self, ("dirichlet_alpha",), 0, low_open=True)
@@ -123,6 +126,18 @@ AlphaZeroState = OnPolicyState
 """AlphaZero's train state: the shared :class:`~rljax.agents.onpolicy.OnPolicyState` (the network's
 params, Adam state, the games' states, observations, the key every search draws from, hyperparameters,
 env params, update counters)."""
+
+
+class SearchOutput(NamedTuple):
+    """What self-play keeps of each move's search (the trajectory's ``extras``).
+
+    Attributes:
+        policy: ``[..., num_actions]`` the search's improved policy (mctx's ``action_weights``).
+        value: ``[...]`` the root's value after the search, from the mover's side.
+    """
+
+    policy: jax.Array
+    value: jax.Array
 
 
 class AlphaZeroBatch(NamedTuple):
@@ -231,7 +246,10 @@ def _with_root_noise(dist: Any, legal: jax.Array | None, key: jax.Array, hyperpa
     (``p``'s own logits when ``f`` is 0; illegal actions keep the lowest float)."""
     probs = dist.probs
     alpha = jnp.broadcast_to(hyperparams.dirichlet_alpha, probs.shape)
-    noise = jax.random.dirichlet(key, alpha).astype(probs.dtype) if legal is None else _legal_dirichlet(key, alpha, legal)
+    if legal is None:
+        noise = jax.random.dirichlet(key, alpha).astype(probs.dtype)
+    else:
+        noise = _legal_dirichlet(key, alpha, legal)
     f = hyperparams.dirichlet_fraction
     mixed = jnp.log((1.0 - f) * probs + f * noise)
     logits = jnp.where(f > 0, mixed, dist.logits)
@@ -247,7 +265,7 @@ def _legal_dirichlet(key: jax.Array, alpha: jax.Array, legal: jax.Array) -> jax.
 def self_play(search: Callable[..., Any], config: AlphaZeroConfig
               ) -> Callable[[Any, Any], Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]]]:
     """AlphaZero's behaviour (the on-policy skeleton's ``behaviour`` hook): ``self_play(search,
-    config)(params, ctx)`` is ``play(key, (env_state, obs)) -> (action [B], action_weights [B, A])``
+    config)(params, ctx)`` is ``play(key, (env_state, obs)) -> (action [B], SearchOutput)``
     on a training stack's state and observations (the rollout's ``observe`` hands both): one
     :func:`search_policy` search per game from the states inside the stack's wrappers, the search's
     choice played, or for the first ``config.sample_moves`` moves of a game (-1: all) a sample of its
@@ -263,7 +281,7 @@ def self_play(search: Callable[..., Any], config: AlphaZeroConfig
                 sampled = jax.random.categorical(k_sample, jnp.log(out.action_weights)).astype(jnp.int32)
                 opening = jnp.bool_(True) if config.sample_moves < 0 else states.time < config.sample_moves
                 action = jnp.where(opening, sampled, action)
-            return action, out.action_weights
+            return action, SearchOutput(out.action_weights, out.search_tree.node_values[:, 0])
         return play
     return behaviour
 
@@ -294,10 +312,17 @@ def make_alphazero(config: AlphaZeroConfig, env: Any, env_params: Any, axis_name
         hyperparams = ctx.hyperparams
         values = apply_fn(params, traj.obs)[1]
         boot = apply_fn(params, traj.next_obs)[1]
+        # Inside a game the next move's search value (from the next mover's side) stands for the next state; where
+        # the game ended or the rollout stops, the network's value of the true next observation (with lambda = 1 only
+        # those are read: the outcome, bootstrapped where a game was cut).
+        done = traj.terminated | traj.truncated
+        searched = jnp.concatenate([traj.extras.value[1:], boot[-1:]], axis=0)
+        boot = jnp.where(done.at[-1].set(True), boot, searched)
         discount = hyperparams.gamma * jnp.broadcast_to(turn_sign(traj.obs, traj.next_obs), traj.reward.shape)
-        targets = q_lambda_targets(traj.reward, boot, traj.terminated, traj.truncated, discount, 1.0)
+        targets = q_lambda_targets(traj.reward, boot, traj.terminated, traj.truncated, discount,
+                                   hyperparams.td_lambda)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-        batch = AlphaZeroBatch(jax.tree.map(flat, traj.obs), flat(traj.extras), flat(targets))
+        batch = AlphaZeroBatch(jax.tree.map(flat, traj.obs), flat(traj.extras.policy), flat(targets))
 
         def loss(params: Any, minibatch: AlphaZeroBatch):
             return alphazero_loss(params, apply_fn, minibatch, hyperparams.vf_coef)

@@ -63,6 +63,9 @@ class PgxEnv(SuiteEnv):
         spec = jax.eval_shape(game.init, jax.random.key(0)).observation
         if spec.dtype == jnp.bool_:
             board = Box(False, True, tuple(spec.shape), jnp.bool_)
+        elif jnp.issubdtype(spec.dtype, jnp.integer):  # backgammon's counts of checkers
+            info = jnp.iinfo(spec.dtype)
+            board = Box(int(info.min), int(info.max), tuple(spec.shape), spec.dtype)
         else:
             board = Box(-np.inf, np.inf, tuple(spec.shape), spec.dtype)
         space = {"observation": board, LEGAL_ACTION_MASK: Box(False, True, (int(game.num_actions),), jnp.bool_)}

@@ -283,7 +283,7 @@ README_VARIANTS = (
     # AlphaZero's experiment and its match against the perfect player: tests/integration/test_search_stack.py
     # trains the tiny run and evaluates it from the command line (the experiment itself with --slow).
     "python -m experiments.alphazero_tictactoe --run-dir runs/ttt",
-    "rljax eval runs/ttt --opponent envs.board_games:tictactoe_perfect --search",
+    "rljax eval runs/ttt --opponent envs.board_games:tictactoe_perfect --search --simulations 128",
     # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
     # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.
     "python -m experiments.rainbow_cartpole",

@@ -1,7 +1,8 @@
 """Gumbel AlphaZero (rljax/agents/alphazero.py): the config's refusals, the loss by hand, the search on
 positions with one right answer (it takes a win in one and blocks a loss in one with an untrained
 network, never considers an illegal move, and puts no weight on one), the Dirichlet noise, and the
-env fit rule. Training through the whole stack: tests/integration/test_search_stack.py."""
+env fit rule. Training through the whole stack (an update's metrics, acting legally, resume, the command line):
+tests/integration/test_search_stack.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 
 import envs
-from rljax.agents import build_agent
 from rljax.agents.alphazero import (AlphaZeroBatch, AlphaZeroConfig, _with_root_noise, alphazero_fits, alphazero_loss,
                                     search_policy)
 from rljax.agents.onpolicy import actor_critic_network
@@ -136,17 +136,3 @@ def test_root_noise_mixes_dirichlet_over_the_legal_moves_only():
     assert p[3] == 0.0 and p[2] > 1e-6 and np.isclose(p.sum(), 1.0)  # noise reached the move the prior ruled out
     quiet = _with_root_noise(dist, legal, jax.random.key(0), hp.replace(dirichlet_fraction=jnp.float32(0.0)))
     np.testing.assert_array_equal(np.asarray(quiet), np.asarray(dist.logits))
-
-
-def test_one_update_learns_from_search_policies_and_acts_legally():
-    env, params = envs.make("TicTacToe-v0")
-    config = AlphaZeroConfig(**{**TTT, "num_simulations": 4, "sample_moves": -1})
-    agent = build_agent(config, env, params, None)
-    state = agent.init(jax.random.key(0), 0, 4, config.hyperparams(), params)
-    state, out = jax.jit(agent.update)(state)
-    m = {k: float(v) for k, v in out.metrics.items()}
-    assert {"policy_loss", "value_loss", "entropy", "search_kl", "explained_variance", "grad_norm"} <= set(m)
-    assert all(np.isfinite(v) for v in m.values()) and m["search_kl"] >= 0.0
-    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 8), params)
-    action = agent.act(state, obs)
-    assert np.all(np.take_along_axis(np.asarray(obs[LEGAL_ACTION_MASK]), np.asarray(action)[:, None], 1))

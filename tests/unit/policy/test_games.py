@@ -66,7 +66,8 @@ class _Policy:
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("nobody", r"--opponent 'nobody': give 'random', a run directory \(none exists at nobody\) or 'package.module:Name'"),
+    ("nobody", r"--opponent 'nobody': give 'random', a run directory \(none exists at nobody\) or "
+               r"'package.module:Name'"),
     ("envs.board_games:no_such_player", r"opponent 'envs.board_games:no_such_player': envs.board_games .* has no "
                                         r"attribute 'no_such_player'"),
     ("envs.board_games:EMPTY", r"envs.board_games:EMPTY is a int, not a function"),
