@@ -84,9 +84,11 @@ def test_dqn_four_devices():
     assert r["td_loss"][0][-1] > 0.0
 
 
-# The recurrent PPO by default (shard_map, with its memory split over the devices); the others with --slow
-# (by default tests/unit/store/test_checkpoint.py resumes DQN, SAC and TD3 bit-exactly on one device).
-@pytest.mark.parametrize("name", ["ppo_gru", *(pytest.param(n, marks=pytest.mark.slow) for n in ("ppo", "dqn", "sac"))])
+# With --slow (for the default suite's time): by default tests/unit/store/test_checkpoint.py resumes PPO, DQN, SAC
+# and TD3 bit-exactly on one device, tests/integration/test_memory.py a recurrent PPO, and the four-device update
+# above equals the one-device update.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ppo_gru", "ppo", "dqn", "sac"])
 def test_resume_is_bit_exact_on_four_devices(name):
     r = run_check(f"resume_{name}")
     assert r["equal"], r

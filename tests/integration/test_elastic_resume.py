@@ -52,6 +52,9 @@ def _check_continued(run_dir: pathlib.Path, layouts: list[tuple[int, int]], tota
     return rows
 
 
+# Slow, for the default suite's time (27 s): by default tests/unit/training/test_elastic.py (the keys' and the
+# buffers' re-split between device counts, by hand) stands for it.
+@pytest.mark.slow
 def test_ppo_continues_from_two_devices_on_one_and_back(tmp_path):
     run = tmp_path / "ppo"
     _cli("-m", "experiments.ppo_cartpole", "--num-devices", "2", "--total-timesteps", "2048", "--updates-per-chunk", "2",
@@ -63,7 +66,7 @@ def test_ppo_continues_from_two_devices_on_one_and_back(tmp_path):
     assert all(r["nonfinite_state"] == 0 for r in rows)
 
 
-@pytest.mark.slow  # by default PPO's elastic resume above and tests/unit/training/test_elastic.py
+@pytest.mark.slow  # by default tests/unit/training/test_elastic.py
 def test_dqn_replay_with_priorities_and_an_n_step_tail_moves_from_one_device_to_two(tmp_path):
     run = tmp_path / "dqn"
     _cli("-m", "rljax.cli.main", "train", "dqn", "--env", "CartPole-v1", "--num-envs", "4", "--total-timesteps", "1600",

@@ -173,6 +173,10 @@ def test_a_recurrent_policy_over_two_processes_equals_it_in_one(tmp_path):
             np.testing.assert_array_equal(x, y)
 
 
+# Slow, for the default suite's time (40 s): by default tests/unit/cli/test_stop.py (a stop ends a run at a chunk
+# boundary with exit 75 and the resume is bit-exact) and the two-process equality test above (the collectives
+# across processes) stand for it.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_to_one_process_stops_both_and_resume_is_bit_exact(two_by_two, tmp_path):
     run_dir = tmp_path / "run"
@@ -213,7 +217,7 @@ def test_a_two_by_two_run_continues_on_a_smaller_job_and_then_in_one_process(two
                                               {"from_num_devices": 2, "num_devices": 1, "processes": 1}]
 
 
-@pytest.mark.slow  # a learning run; by default the SIGTERM resume above stands for it
+@pytest.mark.slow  # a learning run; the SIGTERM resume above (also slow) checks the resume's bits
 @pytest.mark.timeout(1500)
 def test_a_preempted_two_by_two_run_resumed_as_one_by_two_still_learns_cartpole(tmp_path):
     run_dir = tmp_path / "run"
@@ -233,7 +237,7 @@ def test_a_preempted_two_by_two_run_resumed_as_one_by_two_still_learns_cartpole(
     assert _rows(run_dir)[-1]["env_steps"] == planned and sum(returns[-2:]) / 2 >= 475, returns[-10:]
 
 
-@pytest.mark.slow  # by default tests/unit/cli/test_stop.py (one process) and the SIGTERM-to-a-follower test above
+@pytest.mark.slow  # by default tests/unit/cli/test_stop.py (one process); the SIGTERM-to-a-follower test above
 @pytest.mark.timeout(600)
 def test_rljax_stop_stops_every_process_of_a_job_through_the_run_directory(tmp_path):
     """``rljax stop`` from outside the job (any host that sees the run directory): the leader reads the
@@ -252,7 +256,7 @@ def test_rljax_stop_stops_every_process_of_a_job_through_the_run_directory(tmp_p
     assert status["last_checkpoint_env_steps"] == status["env_steps"] == _rows(run_dir)[-1]["env_steps"]
 
 
-@pytest.mark.slow  # by default tests/unit/store/test_shards.py and the multi-process resume above
+@pytest.mark.slow  # by default tests/unit/store/test_shards.py; the multi-process resume above with --slow
 @pytest.mark.timeout(600)
 def test_every_process_writes_its_own_shards_and_a_damaged_shard_falls_back_to_an_older_step(two_by_two, tmp_path):
     """Checkpoints in shards: each process writes its own devices' rows (Orbax's per-process

@@ -52,6 +52,7 @@ def test_an_integer_observation_gets_its_dtypes_range():
     assert board.dtype == np.int32 and int(board.low.min()) == np.iinfo(np.int32).min
 
 
+@pytest.mark.slow  # by default the matches on rljax's own games (tests/unit/policy/test_games.py)
 def test_matches_run_on_a_pgx_game_whose_first_mover_is_random():
     env, params = rljax.make("pgx/tic_tac_toe")
     out = games.match(env, params, games.random_player(), games.random_player(), 64)
@@ -75,16 +76,16 @@ def _ids():
 
 
 # Every game's contract (tests/unit/test_env.py's checks: spaces, dtypes, auto-reset, the mover's reward): by default
-# tic-tac-toe's; with --slow every game that compiles its checks in under 15 s on a 2-core CPU; animal shogi, shogi and
-# sparrow mahjong (25-45 s each there, through the same adapter code) with RLJAX_ALL_PGX=1.
-HEAVY_GAMES = ("animal_shogi", "shogi", "sparrow_mahjong")
+# tic-tac-toe's; with --slow the games whose checks compile in under 5 s on a 2-core CPU (for the slow tier's time);
+# the others (8-45 s each there, through the same adapter code: chess, shogi, go, 2048, ...) with RLJAX_ALL_PGX=1.
+SLOW_GAMES = ("connect_four", "othello", "hex", "kuhn_poker", "leduc_holdem", "backgammon")
 
 
 def _contract_params():
     every = os.environ.get("RLJAX_ALL_PGX") == "1"
     return [i if i == "tic_tac_toe" else
-            pytest.param(i, marks=pytest.mark.slow) if i not in HEAVY_GAMES or every else
-            pytest.param(i, marks=pytest.mark.skip(reason="compiles for 25-45 s on a 2-core CPU; RLJAX_ALL_PGX=1 "
+            pytest.param(i, marks=pytest.mark.slow) if i in SLOW_GAMES or every else
+            pytest.param(i, marks=pytest.mark.skip(reason="compiles for 8-45 s on a 2-core CPU; RLJAX_ALL_PGX=1 "
                                                           "runs it")) for i in _ids()]
 
 
