@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 
 from benchmarks import json_result
+from benchmarks.bench_vmap import cpu_model
 
 PEER = r"""
 import json, sys, time, types
@@ -105,16 +105,6 @@ print(json.dumps(dict(compile_s=compile_s, run_s=best, games=float(games), moves
 """
 
 
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pgx-example", required=True, metavar="DIR", help="the folder holding Pgx's AlphaZero train.py")
@@ -135,7 +125,7 @@ def main(argv=None) -> None:
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     print(f"connect four self-play, {a.games_batch} games x {a.steps} moves, {a.simulations} simulations, "
-          f"{_cpu()}, {os.cpu_count()} cores")
+          f"{cpu_model()}, {os.cpu_count()} cores")
     ratios = []
     for r in range(a.rounds):
         ours = json_result([sys.executable, "-c", code(RLJAX)], "rljax", timeout=1800, env=env)

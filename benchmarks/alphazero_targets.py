@@ -17,21 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from benchmarks.bench_vmap import cpu_model
 
 
 def _line(name: str, out: dict) -> str:
@@ -51,7 +42,7 @@ def main(argv=None) -> None:
 
     module = "alphazero_tictactoe" if a.games == "tictactoe" else "alphazero_connect_four"
     env, params = envs.make("TicTacToe-v0" if a.games == "tictactoe" else "ConnectFour-v0")
-    print(f"{module}, seeds {a.seeds}, {_cpu()}, {os.cpu_count()} cores", flush=True)
+    print(f"{module}, seeds {a.seeds}, {cpu_model()}, {os.cpu_count()} cores", flush=True)
     root = a.keep or tempfile.mkdtemp(prefix="rljax-az-")
     failed = []
     for seed in (int(s) for s in a.seeds.split(",")):
