@@ -54,13 +54,15 @@ from rljax.core.networks import ACTIVATIONS
 from rljax.core.returns import q_lambda_targets
 from rljax.env import legal_action_mask, turn_sign
 
-__all__ = ["AlphaZeroConfig", "AlphaZeroHyperParams", "AlphaZeroState", "AlphaZeroBatch", "alphazero_loss",
-           "search_policy", "self_play", "alphazero_optimizer", "alphazero_fits", "make_alphazero", "require_mctx"]
+__all__ = ["SearchConfig", "AlphaZeroConfig", "AlphaZeroHyperParams", "AlphaZeroState", "SearchOutput",
+           "AlphaZeroBatch", "alphazero_loss", "search_policy", "gumbel_search", "root_prior_logits",
+           "search_value_targets", "self_play", "alphazero_optimizer", "alphazero_fits", "make_alphazero",
+           "require_mctx"]
 
 
 @dataclasses.dataclass(frozen=True)
-class AlphaZeroConfig(OnPolicyConfig):
-    """Gumbel AlphaZero's configuration. Defaults: a small board game (tic-tac-toe) on a CPU.
+class SearchConfig(OnPolicyConfig):
+    """The fields AlphaZero and MuZero share: self-play batches, the Gumbel search and its targets.
 
     The search's fields are structural (``num_simulations``, ``max_num_considered_actions``: they
     shape the compiled program) or sweepable (``gumbel_scale`` and the completed-Q transform's
@@ -74,13 +76,8 @@ class AlphaZeroConfig(OnPolicyConfig):
     num_minibatches: int = field(4, "minibatches per epoch; must divide num_envs * num_steps / num_devices")
     num_simulations: int = field(32, "simulations of the search per move")
     max_num_considered_actions: int = field(16, "actions the root's Gumbel top-k keeps before sequential halving")
-    sample_moves: int = field(0, "self-play samples the first this many moves of each game from the search's "
-                                 "improved policy instead of playing its choice (AlphaZero's opening temperature, "
-                                 "for varied games); -1: every move")
-    hidden_sizes: tuple[int, ...] = field((128, 128), "MLP widths of the policy and value torsos (after the "
-                                                      "observation encoder)")
+    hidden_sizes: tuple[int, ...] = field((128, 128), "MLP widths of the networks (after the observation encoder)")
     activation: str = field("relu", "hidden activation: tanh, relu, elu, gelu, silu, ...")
-    shared_torso: bool = field(True, "one torso for the policy and value heads instead of two")
     anneal_lr: bool = field(False, "decay the learning rate linearly to 0 over the run")
 
     # ----- sweepable hyperparameters (traced) -----
@@ -95,6 +92,10 @@ class AlphaZeroConfig(OnPolicyConfig):
     value_scale: float = field(0.1, "scale of the completed Q-values added to the prior logits "
                                     "(mctx's qtransform_completed_by_mix_value)", sweepable=True)
     maxvisit_init: float = field(50.0, "visit-count offset of that scale (mctx's maxvisit_init)", sweepable=True)
+    q_epsilon: float = field(1e-8, "the completed Q-values of a node's children are min-max scaled to [0, 1] over a "
+                                   "range of at least this (mctx's epsilon): a spread of Q-values below it is not "
+                                   "stretched to the full scale (in reward units; with few actions a tiny spread "
+                                   "would otherwise decide the improved policy)", sweepable=True)
     dirichlet_fraction: float = field(0.25, "self-play mixes this fraction of Dirichlet noise into the root's prior "
                                             "policy, (1 - f) p + f Dir(alpha) (AlphaZero's exploration; 0: none; "
                                             "evaluation searches without it)", sweepable=True)
@@ -102,20 +103,36 @@ class AlphaZeroConfig(OnPolicyConfig):
 
     def validate(self) -> None:
         """The on-policy checks (:meth:`OnPolicyConfig.validate`, types first), then the search's
-        and the learner's ranges; AlphaZero has no recurrent memory and no domain randomisation
-        (the search steps the env's own states)."""
-        require(self.memory == "none", f"memory={self.memory!r}: AlphaZero's search plans from the env's state, so "
-                                       f"its network has no memory; use --memory none")
+        and the learner's ranges; no recurrent memory (the search plans from the state it is given)."""
+        require(self.memory == "none", f"memory={self.memory!r}: the search plans from the state it is given, so "
+                                       f"the network has no memory; use --memory none")
         super().validate()
         check_sizes(self, "hidden_sizes")
         check_choice(self, "activation", ACTIVATIONS)
         check_ints(self, ("num_simulations", "max_num_considered_actions"))
-        check_ints(self, ("sample_moves",), low=-1)
         check_floats(self, ("learning_rate", "max_grad_norm"), 0, low_open=True)
         check_floats(self, ("gamma", "td_lambda"), 0, 1)
         check_floats(self, ("vf_coef", "gumbel_scale", "value_scale", "maxvisit_init"), 0)
+        check_floats(self, ("q_epsilon",), 0, low_open=True)
         check_floats(self, ("dirichlet_fraction",), 0, 1)
         check_floats(self, ("dirichlet_alpha",), 0, low_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphaZeroConfig(SearchConfig):
+    """Gumbel AlphaZero's configuration (:class:`SearchConfig` and the fields below). Defaults: a small
+    board game (tic-tac-toe) on a CPU."""
+
+    sample_moves: int = field(0, "self-play samples the first this many moves of each game from the search's "
+                                 "improved policy instead of playing its choice (AlphaZero's opening temperature, "
+                                 "for varied games); -1: every move")
+    shared_torso: bool = field(True, "one torso for the policy and value heads instead of two")
+
+    def validate(self) -> None:
+        """:meth:`SearchConfig.validate`, then ``sample_moves``; no domain randomisation (the search
+        steps the env's own states)."""
+        super().validate()
+        check_ints(self, ("sample_moves",), low=-1)
         require(not self.randomize, f"randomize={list(self.randomize)}: AlphaZero's search steps copies of the env's "
                                     f"own states, which domain randomisation wraps; leave --randomize empty")
 
@@ -229,21 +246,33 @@ def search_policy(env: Any, env_params: Any, apply_fn: Any, config: AlphaZeroCon
         dist, value = apply_fn(params, obs)
         legal = legal_action_mask(obs)
         k_noise, key = jax.random.split(key)
-        root = mctx.RootFnOutput(prior_logits=_with_root_noise(dist, legal, k_noise, hyperparams), value=value,
+        root = mctx.RootFnOutput(prior_logits=root_prior_logits(dist, legal, k_noise, hyperparams), value=value,
                                  embedding=(env_state, obs))
-        qtransform = functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=hyperparams.value_scale,
-                                       maxvisit_init=hyperparams.maxvisit_init)
-        return mctx.gumbel_muzero_policy(params, key, root, recurrent_fn, config.num_simulations,
-                                         invalid_actions=None if legal is None else ~legal, qtransform=qtransform,
-                                         max_num_considered_actions=config.max_num_considered_actions,
-                                         gumbel_scale=hyperparams.gumbel_scale)
+        return gumbel_search(params, key, root, recurrent_fn, legal, config, hyperparams)
     return search
 
 
-def _with_root_noise(dist: Any, legal: jax.Array | None, key: jax.Array, hyperparams: Any) -> jax.Array:
-    """The root's prior logits with Dirichlet noise mixed in (Silver et al. 2018):
-    ``log((1 - f) p + f eta)``, ``eta ~ Dir(alpha)`` over the legal actions, ``f = dirichlet_fraction``
-    (``p``'s own logits when ``f`` is 0; illegal actions keep the lowest float)."""
+def gumbel_search(params: Any, key: jax.Array, root: Any, recurrent_fn: Callable[..., Any], legal: jax.Array | None,
+                  config: SearchConfig, hyperparams: Any) -> Any:
+    """``mctx.gumbel_muzero_policy`` with ``config``'s structural fields (``num_simulations``,
+    ``max_num_considered_actions``) and ``hyperparams``' traced ones (``gumbel_scale``; the
+    completed-Q transform's ``value_scale`` and ``maxvisit_init``); the root's illegal actions
+    (``legal`` False, ``[B, A]``; None: all legal) are never searched nor chosen."""
+    mctx = require_mctx()
+    qtransform = functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=hyperparams.value_scale,
+                                   maxvisit_init=hyperparams.maxvisit_init, epsilon=hyperparams.q_epsilon)
+    return mctx.gumbel_muzero_policy(params, key, root, recurrent_fn, config.num_simulations,
+                                     invalid_actions=None if legal is None else ~legal, qtransform=qtransform,
+                                     max_num_considered_actions=config.max_num_considered_actions,
+                                     gumbel_scale=hyperparams.gumbel_scale)
+
+
+def root_prior_logits(dist: Any, legal: jax.Array | None, key: jax.Array, hyperparams: Any) -> jax.Array:
+    """The root's prior logits ``[B, A]`` for a search, from the network's masked policy ``dist``, with
+    Dirichlet noise mixed in (Silver et al. 2018): ``log((1 - f) p + f eta)``, ``eta ~ Dir(alpha)``
+    over the legal actions, ``f = hyperparams.dirichlet_fraction``, ``alpha =
+    hyperparams.dirichlet_alpha`` (``p``'s own logits when ``f`` is 0; illegal actions keep the
+    lowest float)."""
     probs = dist.probs
     alpha = jnp.broadcast_to(hyperparams.dirichlet_alpha, probs.shape)
     if legal is None:
@@ -286,6 +315,22 @@ def self_play(search: Callable[..., Any], config: AlphaZeroConfig
     return behaviour
 
 
+def search_value_targets(traj: Any, boot: jax.Array, hyperparams: Any) -> jax.Array:
+    """The value targets ``z_t`` ``[T, B]`` of a self-play trajectory (the module docstring's step 2).
+
+    :func:`rljax.core.returns.q_lambda_targets` with ``lambda = hyperparams.td_lambda`` and per-step
+    discount ``gamma * turn_sign(s_t, s_{t+1})``: inside a game the next move's search value
+    ``traj.extras.value[t + 1]`` (from the next mover's side) stands for the next state; where the
+    game ended or the rollout stops, ``boot`` ``[T, B]`` (the network's value of the true next
+    observation, read only where the game was cut or the rollout ends; with lambda = 1 those are
+    the only values read: the outcome, bootstrapped where a game was cut)."""
+    done = traj.terminated | traj.truncated
+    searched = jnp.concatenate([traj.extras.value[1:], boot[-1:]], axis=0)
+    boot = jnp.where(done.at[-1].set(True), boot, searched)
+    discount = hyperparams.gamma * jnp.broadcast_to(turn_sign(traj.obs, traj.next_obs), traj.reward.shape)
+    return q_lambda_targets(traj.reward, boot, traj.terminated, traj.truncated, discount, hyperparams.td_lambda)
+
+
 def alphazero_optimizer(hyperparams: AlphaZeroHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:
     """Global-norm clipping then Adam with step size ``learning_rate``."""
     return make_optimizer(learning_rate, hyperparams.max_grad_norm)
@@ -312,15 +357,7 @@ def make_alphazero(config: AlphaZeroConfig, env: Any, env_params: Any, axis_name
         hyperparams = ctx.hyperparams
         values = apply_fn(params, traj.obs)[1]
         boot = apply_fn(params, traj.next_obs)[1]
-        # Inside a game the next move's search value (from the next mover's side) stands for the next state; where
-        # the game ended or the rollout stops, the network's value of the true next observation (with lambda = 1 only
-        # those are read: the outcome, bootstrapped where a game was cut).
-        done = traj.terminated | traj.truncated
-        searched = jnp.concatenate([traj.extras.value[1:], boot[-1:]], axis=0)
-        boot = jnp.where(done.at[-1].set(True), boot, searched)
-        discount = hyperparams.gamma * jnp.broadcast_to(turn_sign(traj.obs, traj.next_obs), traj.reward.shape)
-        targets = q_lambda_targets(traj.reward, boot, traj.terminated, traj.truncated, discount,
-                                   hyperparams.td_lambda)
+        targets = search_value_targets(traj, boot, hyperparams)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
         batch = AlphaZeroBatch(jax.tree.map(flat, traj.obs), flat(traj.extras.policy), flat(targets))
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import envs
-from rljax.agents.alphazero import (AlphaZeroBatch, AlphaZeroConfig, _with_root_noise, alphazero_fits, alphazero_loss,
+from rljax.agents.alphazero import (AlphaZeroBatch, AlphaZeroConfig, root_prior_logits, alphazero_fits, alphazero_loss,
                                     search_policy)
 from rljax.agents.onpolicy import actor_critic_network
 from rljax.core.distributions import Categorical
@@ -25,7 +25,7 @@ TTT = dict(env="TicTacToe-v0", encoder="mlp", hidden_sizes=(16,), num_envs=4, nu
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(memory="gru"), r"memory='gru': AlphaZero's search plans from the env's state"),
+    (dict(memory="gru"), r"memory='gru': the search plans from the state it is given"),
     (dict(randomize=("gravity=9:10",)), r"randomize=\['gravity=9:10'\]: AlphaZero's search steps copies"),
     (dict(sample_moves=-2), r"sample_moves"),
     (dict(num_simulations=0), r"num_simulations"),
@@ -131,8 +131,8 @@ def test_root_noise_mixes_dirichlet_over_the_legal_moves_only():
     legal = jnp.array([[True, True, True, False]])
     dist = Categorical(logits=jnp.where(legal, logits, jnp.finfo(jnp.float32).min))
     hp = AlphaZeroConfig(**TTT).hyperparams()
-    noisy = _with_root_noise(dist, legal, jax.random.key(0), hp)
+    noisy = root_prior_logits(dist, legal, jax.random.key(0), hp)
     p = np.asarray(jax.nn.softmax(noisy))[0]
     assert p[3] == 0.0 and p[2] > 1e-6 and np.isclose(p.sum(), 1.0)  # noise reached the move the prior ruled out
-    quiet = _with_root_noise(dist, legal, jax.random.key(0), hp.replace(dirichlet_fraction=jnp.float32(0.0)))
+    quiet = root_prior_logits(dist, legal, jax.random.key(0), hp.replace(dirichlet_fraction=jnp.float32(0.0)))
     np.testing.assert_array_equal(np.asarray(quiet), np.asarray(dist.logits))
