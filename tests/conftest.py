@@ -55,6 +55,7 @@ def _tiny_runs() -> dict:
     from rljax.agents.c51 import C51Config
     from rljax.agents.d4pg import D4PGConfig
     from rljax.agents.dqn import DQNConfig
+    from rljax.agents.muzero import MuZeroConfig
     from rljax.agents.ppo import PPOConfig
     from rljax.agents.pqn import PQNConfig
     from rljax.agents.sac import SACConfig
@@ -88,12 +89,16 @@ def _tiny_runs() -> dict:
         "alphazero": AlphaZeroConfig(env="TicTacToe-v0", total_timesteps=8 * 4 * 4, updates_per_chunk=2, num_envs=8,
                                      num_steps=4, num_minibatches=2, num_simulations=4, hidden_sizes=(16,),
                                      encoder="mlp"),
+        # Search over a learned model, on the same game: categorical values and rewards, a two-step unroll.
+        "muzero": MuZeroConfig(env="TicTacToe-v0", total_timesteps=8 * 4 * 4, updates_per_chunk=2, num_envs=8,
+                               num_steps=4, num_minibatches=2, num_simulations=4, hidden_sizes=(16,), latent_size=8,
+                               unroll_steps=2, support_size=3, encoder="mlp"),
     }
 
 
 TINY_RUN_NAMES = ("ppo-cartpole", "ppo-pendulum", "dqn", "sac", "td3", "pqn", "c51-rainbow", "d4pg")
-"""The tiny runs the load and export tests of every algorithm kind go over (the AlphaZero run, of a dict observation,
-has its own in tests/integration/test_search_stack.py)."""
+"""The tiny runs the load and export tests of every algorithm kind go over (the AlphaZero and MuZero runs, of a dict
+observation, have their own in tests/integration/test_search_stack.py)."""
 
 
 @pytest.fixture(scope="session")

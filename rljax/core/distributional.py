@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = ["support", "categorical_projection", "categorical_loss", "categorical_mean_std", "quantile_midpoints",
-           "quantile_huber_loss"]
+           "quantile_huber_loss", "value_rescale", "value_unrescale", "two_hot"]
 
 
 def support(v_min: float, v_max: float, num_atoms: int) -> jax.Array:
@@ -125,3 +125,41 @@ def quantile_huber_loss(quantiles: jax.Array, targets: jax.Array, taus: jax.Arra
         huber = jnp.where(absu <= kappa, 0.5 * jnp.square(u), kappa * (absu - 0.5 * kappa))
         rho = weight * huber / kappa
     return jnp.sum(jnp.mean(rho, axis=2), axis=1)
+
+
+RESCALE_EPS = 1e-3
+"""The ``eps`` of :func:`value_rescale` (Pohlen et al. 2018; MuZero's value and reward transform)."""
+
+
+def value_rescale(x: jax.Array, eps: float = RESCALE_EPS) -> jax.Array:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x`` (Pohlen et al. 2018, "Observe and look further"),
+    the invertible squashing under which MuZero (Schrittwieser et al. 2020, Appendix F) represents
+    values and rewards on a categorical support; elementwise, ``h(0) = 0``, odd and increasing."""
+    return jnp.sign(x) * (jnp.sqrt(jnp.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def value_unrescale(y: jax.Array, eps: float = RESCALE_EPS) -> jax.Array:
+    """The inverse of :func:`value_rescale` in closed form, elementwise::
+
+        h^-1(y) = sign(y) * (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)
+    """
+    root = (jnp.sqrt(1.0 + 4.0 * eps * (jnp.abs(y) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return jnp.sign(y) * (jnp.square(root) - 1.0)
+
+
+def two_hot(x: jax.Array, atoms: jax.Array) -> jax.Array:
+    """The distribution on ``atoms`` with mean ``x``: ``x`` clipped to ``[atoms[0], atoms[-1]]`` puts
+    its mass on the two atoms around it in proportion to its nearness, ``p_i = clip(1 - |x - z_i| /
+    dz, 0, 1)`` (an ``x`` on an atom gives it all the mass; MuZero's scalar-to-categorical target).
+
+    Args:
+        x: float ``[...]``.
+        atoms: float ``[K]``, evenly spaced and increasing (:func:`support`).
+
+    Returns:
+        float32 ``[..., K]``, rows summing to 1 (to rounding).
+    """
+    atoms = jnp.asarray(atoms, jnp.float32)
+    dz = atoms[1] - atoms[0]
+    x = jnp.clip(jnp.asarray(x, jnp.float32), atoms[0], atoms[-1])
+    return jnp.clip(1.0 - jnp.abs(x[..., None] - atoms) / dz, 0.0, 1.0)

@@ -113,25 +113,34 @@ def policy_player(policy: Any, deterministic: bool = True) -> Player:
 
 def search_player(policy: Any, env: Any, env_params: Any, gumbel_scale: float = 0.0,
                   num_simulations: int | None = None) -> Player:
-    """A :data:`Player` that plans with the search of an AlphaZero :class:`~rljax.policy.trained.Policy`
-    over ``env``'s dynamics (:func:`rljax.agents.alphazero.search_policy`) and plays its choice:
-    with ``gumbel_scale`` 0 (the default) the best action the search found, deterministic up to the
-    search's own ties. ``num_simulations``: the search's size (None: the run's)."""
+    """A :data:`Player` that plans with the search of an AlphaZero or MuZero
+    :class:`~rljax.policy.trained.Policy` and plays its choice: AlphaZero's over ``env``'s dynamics
+    (:func:`rljax.agents.alphazero.search_policy`), MuZero's over its learned model
+    (:func:`rljax.agents.muzero.muzero_search`). With ``gumbel_scale`` 0 (the default) the best action
+    the search found, deterministic up to the search's own ties. ``num_simulations``: the search's
+    size (None: the run's)."""
     import dataclasses
 
-    from rljax.agents.alphazero import AlphaZeroConfig, search_policy
+    from rljax.agents.alphazero import SearchConfig, search_policy
+    from rljax.agents.muzero import MuZeroConfig, muzero_network, muzero_search
     from rljax.agents.onpolicy import actor_critic_network
 
     config = policy.config
-    if not isinstance(config, AlphaZeroConfig):
+    if not isinstance(config, SearchConfig):
         raise ValueError(f"search_player: the policy was trained by {type(config).__name__}, which has no search; "
                          f"use policy_player")
     config = dataclasses.replace(config, gumbel_scale=float(gumbel_scale), dirichlet_fraction=0.0,
                                  num_simulations=config.num_simulations if num_simulations is None else
                                  int(num_simulations))
+    hyperparams = config.hyperparams()
+    if isinstance(config, MuZeroConfig):
+        learned = muzero_search(muzero_network(config, env, env_params), config)
+
+        def player(key: jax.Array, env_states: Any, obs: Any) -> jax.Array:
+            return learned(policy.params.params, key, obs, hyperparams).action.astype(jnp.int32)
+        return player
     network = actor_critic_network(config, env, env_params, "AlphaZero")
     search = search_policy(env, env_params, network.apply, config)
-    hyperparams = config.hyperparams()
 
     def player(key: jax.Array, env_states: Any, obs: Any) -> jax.Array:
         return search(policy.params.params, key, env_states, obs, hyperparams).action.astype(jnp.int32)

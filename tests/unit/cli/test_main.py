@@ -155,7 +155,7 @@ def test_envs_lists_spaces_and_fitting_algorithms(capsys, monkeypatch):
     out = capsys.readouterr().out
     table = {line.split()[0]: line for line in out.split("\n\n")[0].splitlines()[1:]}
     assert "Box(4,) float32" in table["CartPole-v1"] and "Discrete(2)" in table["CartPole-v1"]
-    assert table["CartPole-v1"].endswith("a2c alphazero c51 dqn impala ppo pqn qrdqn") and table["Pendulum-v1"].endswith("a2c d4pg impala ppo sac td3")
+    assert table["CartPole-v1"].endswith("a2c alphazero c51 dqn impala muzero ppo pqn qrdqn") and table["Pendulum-v1"].endswith("a2c d4pg impala ppo sac td3")
     assert "Box(1,) float32 [-2, 2]" in table["Pendulum-v1"]
     # Every registered and gymnax env is listed, except MNISTBandit (it downloads MNIST), listed apart with why.
     from rljax.core import registry as env_registry
@@ -220,7 +220,7 @@ def test_envs_lists_a_suite_with_its_spaces():
     from rljax.cli.envs import list_envs
 
     table = {line.split()[0]: line for line in list_envs("navix").splitlines()[1:] if line.strip()}
-    assert "navix/Navix-Empty-5x5-v0" in table and table["navix/Navix-Empty-5x5-v0"].endswith("a2c alphazero c51 dqn impala ppo pqn qrdqn")
+    assert "navix/Navix-Empty-5x5-v0" in table and table["navix/Navix-Empty-5x5-v0"].endswith("a2c alphazero c51 dqn impala muzero ppo pqn qrdqn")
     assert "Discrete(" in table["navix/Navix-Empty-5x5-v0"]
 
 

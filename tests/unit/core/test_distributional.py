@@ -13,8 +13,8 @@ import optax
 import pytest
 
 from rljax.core.distributional import (categorical_loss, categorical_mean_std, categorical_projection,
-                                       quantile_huber_loss,
-                                       quantile_midpoints, support)
+                                       quantile_huber_loss, quantile_midpoints, support, two_hot, value_rescale,
+                                       value_unrescale)
 from rljax.core.returns import n_step_transitions
 
 V_MIN, V_MAX, K = -10.0, 10.0, 51
@@ -199,3 +199,25 @@ def test_the_quantile_losss_minimiser_is_the_samples_quantiles():
         theta, state = step(theta, state)
     below = (samples[None, :] < np.asarray(theta)[:, None]).mean(axis=1)
     np.testing.assert_allclose(below, np.asarray(taus), atol=2 / 400)
+
+
+def test_value_rescale_by_hand_and_its_inverse():
+    x = np.array([0.0, 3.0, -3.0, 8.0, 99.0, -1e4])
+    eps = 1e-3
+    h = np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x  # h(3) = 1 + 0.003, h(8) = 2 + 0.008, h(99) = 9.099
+    np.testing.assert_allclose(np.asarray(value_rescale(jnp.asarray(x, jnp.float32))), h, rtol=1e-6, atol=1e-7)
+    assert np.isclose(h[1], 1.003) and np.isclose(h[3], 2.008) and np.isclose(h[4], 9.099)
+    back = np.asarray(value_unrescale(value_rescale(jnp.asarray(x, jnp.float32))))
+    np.testing.assert_allclose(back, x, rtol=2e-4, atol=2e-4)
+    y = np.linspace(-20, 20, 41)
+    np.testing.assert_allclose(np.asarray(value_rescale(value_unrescale(jnp.asarray(y, jnp.float32)))), y, atol=2e-4)
+
+
+def test_two_hot_by_hand():
+    atoms = jnp.arange(-2.0, 3.0)  # -2 .. 2
+    got = np.asarray(two_hot(jnp.array([0.25, -2.0, 1.0, 7.0, -9.0, 1.5]), atoms))
+    want = np.array([[0, 0, 0.75, 0.25, 0], [1, 0, 0, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1], [1, 0, 0, 0, 0],
+                     [0, 0, 0, 0.5, 0.5]])
+    np.testing.assert_allclose(got, want, atol=1e-7)
+    np.testing.assert_allclose(got @ np.arange(-2.0, 3.0), [0.25, -2.0, 1.0, 2.0, -2.0, 1.5], atol=1e-6)
+    assert two_hot(jnp.zeros((3, 4)), atoms).shape == (3, 4, 5)
