@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rljax.env import CURRENT_PLAYER, LEGAL_ACTION_MASK, Box, Discrete, EnvParams, EnvState, Environment
+from rljax.env import (CURRENT_PLAYER, LEGAL_ACTION_MASK, Box, Discrete, EnvParams, EnvState, Environment,
+                       uniform_legal_action)
 
 __all__ = ["BoardState", "LineGame", "TicTacToe", "ConnectFour", "winning_lines", "Opponent", "tictactoe_perfect",
            "connect_four_minimax2"]
@@ -179,7 +180,7 @@ class LineGame(Environment[BoardState, EnvParams]):
         def player(obs: Any, legal_action_mask: jax.Array, key: jax.Array) -> jax.Array:
             s = scores(self.state_of(obs), depth)
             best = legal_action_mask & (s == jnp.max(jnp.where(legal_action_mask, s, -jnp.inf)))
-            return jax.random.categorical(key, jnp.where(best, 0.0, -jnp.inf)).astype(jnp.int32)
+            return uniform_legal_action(key, best)
         return player
 
     def observation_space(self, params: EnvParams) -> dict[str, Any]:
@@ -208,7 +209,7 @@ class TicTacToe(LineGame):
             planes = obs["observation"].reshape(9, 2)
             code = jnp.sum((planes[:, 0] > 0) * powers + 2 * (planes[:, 1] > 0) * powers)
             best = jnp.asarray(table)[code] & legal_action_mask
-            return jax.random.categorical(key, jnp.where(best, 0.0, -jnp.inf)).astype(jnp.int32)
+            return uniform_legal_action(key, best)
         return player
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "LEGAL_ACTION_MASK",
     "legal_action_mask",
     "masked_actions",
+    "uniform_legal_action",
     "CURRENT_PLAYER",
     "current_player",
     "turn_sign",
@@ -260,6 +261,13 @@ def masked_actions(values: jax.Array, mask: jax.Array | None) -> jax.Array:
     if mask is None:
         return values
     return jnp.where(mask, values, jnp.finfo(values.dtype).min)
+
+
+def uniform_legal_action(key: jax.Array, mask: jax.Array) -> jax.Array:
+    """A uniform draw among the legal actions: int32 ``[...]`` from ``mask`` bool ``[..., A]`` (True
+    where legal; at least one per row), each legal action with probability ``1 / sum(mask)``
+    (``jax.random.categorical`` over logits 0 where legal, ``-inf`` elsewhere)."""
+    return jax.random.categorical(key, jnp.where(mask, 0.0, -jnp.inf), axis=-1).astype(jnp.int32)
 
 
 # --------------------------------------------------------------------------------------------------

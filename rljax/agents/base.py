@@ -28,7 +28,8 @@ from rljax.core import wrappers
 from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
-from rljax.env import LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, observation_spec
+from rljax.env import (LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, observation_spec,
+                       uniform_legal_action)
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.prng import permutation
 from rljax.core.rollout import EpisodeSummary
@@ -363,7 +364,7 @@ def greedy_or_epsilon(q_values: jax.Array, key: Any, epsilon: jax.Array, determi
     if legal is None:
         random = jax.random.randint(k_action, greedy.shape, 0, q_values.shape[-1], jnp.int32)
     else:
-        random = jax.random.categorical(k_action, jnp.where(legal, 0.0, -jnp.inf), axis=-1).astype(jnp.int32)
+        random = uniform_legal_action(k_action, legal)
     return jnp.where(jax.random.uniform(k_explore, greedy.shape) < epsilon, random, greedy)
 
 

@@ -280,10 +280,8 @@ def _slug(label: str) -> str:
 def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
     """Plays the league (every kept checkpoint and a random player, each pair ``--games`` games per
     side), fits Elo ratings, writes ``eval/league/report.json`` and ``report.md``; returns the summary line."""
-    import json
 
     from rljax.policy.games import elo_ratings, match, player_of, random_player
-    from rljax.policy.report import replace_into
     from rljax.policy.trained import load
     from rljax.store.rundir import checkpoint_steps
 
@@ -315,9 +313,7 @@ def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
     md = (f"# {report['env']}: {report['algorithm']} ({report['player']}), Elo of its checkpoints\n\n"
           f"Every pair played {args.games} games on each side; a random player is the anchor (Elo 0).\n\n"
           f"| checkpoint step | Elo |\n|---|---|\n{rows}\n")
-    replace_into(out / "report.md", lambda tmp: tmp.write_text(md, encoding="utf-8"))
-    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
-    replace_into(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    _write_md_and_json(out, md, report)
     ratings = ", ".join(f"{n} {e:.0f}" for n, e in zip(names[1:], elo[1:]))
     return (f"league {report['env']} {report['algorithm']} ({report['player']}): Elo by checkpoint step (random = 0): "
             f"{ratings}; {len(pairs)} pairings of {2 * args.games} games; {wall:.2f}s; report {out / 'report.md'}")
@@ -325,10 +321,8 @@ def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
 
 def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, label: str) -> str:
     """Plays the match, writes ``report.json`` and ``report.md``; returns the summary line."""
-    import json
 
     from rljax.policy.games import match, policy_player, search_player
-    from rljax.policy.report import replace_into
 
     t0 = time.perf_counter()
     if args.search:
@@ -357,9 +351,7 @@ def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, labe
           f"Checkpoint step {policy.step}, {args.games} games on each side, seed {args.seed}.\n\n"
           f"| side | wins | draws | losses | unfinished |\n|---|---|---|---|---|\n{rows}\n\n"
           f"Win rate {report['win_rate']:.3f}, score (a draw counts 1/2) {report['score']:.3f}.\n")
-    replace_into(out / "report.md", lambda tmp: tmp.write_text(md, encoding="utf-8"))
-    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
-    replace_into(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    _write_md_and_json(out, md, report)
     first, second = results["as_first"], results["as_second"]
     return (f"eval {report['env']} {report['algorithm']} step {policy.step} ({report['player']}) vs {label}: "
             f"as first {first.wins}/{first.draws}/{first.losses}, as second {second.wins}/{second.draws}/"
@@ -407,3 +399,15 @@ def run(args: argparse.Namespace) -> int:
                 + line
         print(line, flush=True)
     return 0
+
+
+def _write_md_and_json(out: Any, md: str, report: dict) -> None:
+    """A match's or a league's ``report.md``, then its ``report.json`` (last: a present JSON means the
+    Markdown is there), each written atomically (:func:`rljax.policy.report.replace_into`)."""
+    import json
+
+    from rljax.policy.report import replace_into
+
+    replace_into(out / "report.md", lambda tmp: tmp.write_text(md, encoding="utf-8"))
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    replace_into(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))

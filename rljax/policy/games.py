@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.env import CURRENT_PLAYER, current_player, legal_action_mask
+from rljax.env import CURRENT_PLAYER, current_player, legal_action_mask, uniform_legal_action
 
 __all__ = ["Player", "Outcomes", "opponent_player", "random_player", "policy_player", "search_player", "play",
            "match", "is_game", "player_of", "resolve_opponent", "elo_ratings", "ELO_SCALE"]
@@ -91,7 +91,7 @@ def opponent_player(opponent: Callable[[Any, jax.Array, jax.Array], jax.Array]) 
 
 
 def _uniform_legal(obs: Any, legal_action_mask: jax.Array, key: jax.Array) -> jax.Array:
-    return jax.random.categorical(key, jnp.where(legal_action_mask, 0.0, -jnp.inf)).astype(jnp.int32)
+    return uniform_legal_action(key, legal_action_mask)
 
 
 def random_player() -> Player:

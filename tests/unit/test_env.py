@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import envs
-from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, current_player, is_discrete, legal_action_mask
+from rljax.env import LEGAL_ACTION_MASK, Box, Discrete, current_player, is_discrete, legal_action_mask, uniform_legal_action
 
 NUM_ENVS = 4
 NUM_STEPS = 64
@@ -290,3 +290,12 @@ def test_memory_cue_continuous_pays_one_minus_the_squared_error_to_the_cue():
         MemoryCue(num_cues=3, continuous=True)
     with pytest.raises(ValueError, match="num_cues must be an integer >= 2, got 1"):
         MemoryCue(num_cues=1)
+
+
+def test_uniform_legal_action_draws_each_legal_action_equally_and_no_other():
+    mask = jnp.array([[True, False, True, True], [False, False, True, False]])
+    draws = jax.vmap(lambda k: uniform_legal_action(k, mask))(jax.random.split(jax.random.key(0), 30_000))
+    assert draws.shape == (30_000, 2) and draws.dtype == jnp.int32
+    first = np.bincount(np.asarray(draws[:, 0]), minlength=4) / 30_000
+    np.testing.assert_allclose(first, [1 / 3, 0, 1 / 3, 1 / 3], atol=0.015)
+    assert np.all(np.asarray(draws[:, 1]) == 2)
