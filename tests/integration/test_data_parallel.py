@@ -57,6 +57,9 @@ def test_four_device_run_learns():
     assert r["desync"] == 0.0
 
 
+# Slow: by default test_train_raises_desync_error_on_two_devices below (the same detection through rljax.train)
+# and tests/unit/training/hooks/test_health.py stand for it.
+@pytest.mark.slow
 def test_desync_is_detected():
     r = run_check("desync_detected")
     assert r["clean"] == 0.0 and r["dirty"] > 0.0

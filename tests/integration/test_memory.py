@@ -134,6 +134,9 @@ def test_a_loaded_recurrent_policy_plays_by_hand_the_episodes_evaluate_plays(lea
         assert total == float(episodes.returns[i]), i
 
 
+# Slow: by default tests/unit/training/test_sweep.py's test_member_equals_single_run (a member equals its single
+# run) and this file's recurrent resume tests (the memory in the train state) stand for it.
+@pytest.mark.slow
 def test_a_sweep_vmaps_the_memory_and_each_member_equals_its_single_run():
     config = RESUME["ppo-gru"]
     spec = SweepSpec(grid={"learning_rate": [1e-4, 1e-3]})

@@ -1,9 +1,10 @@
-"""AlphaZero and MuZero on two-player games through the whole stack: a run stopped and resumed is
-bit-identical (the search's keys are the train state's), the command line trains and evaluates it by matches
-(reports with ``as_first`` and ``as_second``, opponents by name, with and without the search), ``rljax.load``
-acts with the legal-action mask, the network exports; with --slow, a pgx game trains, a sweep member equals
-its single run, MuZero catches every ball of Catch. The experiments' targets (tic-tac-toe never loses to perfect play; connect four against random and
-minimax) are learning runs of minutes: ``python -m benchmarks.alphazero_targets`` (benchmarks/results.md)."""
+"""AlphaZero and MuZero on two-player games through the whole stack: a run stopped and resumed is bit-identical
+(the search's keys are the train state's), the command line trains and evaluates it by matches (reports with
+``as_first`` and ``as_second``, opponents by name, with and without the search), ``rljax.load`` acts with the
+legal-action mask, the network exports; with --slow, a pgx game trains, a sweep member equals its single run,
+MuZero catches every ball of Catch. The experiments' targets (tic-tac-toe never loses to perfect play; connect
+four against random and minimax) are learning runs of minutes: ``python -m benchmarks.alphazero_targets``
+(benchmarks/results.md)."""
 
 from __future__ import annotations
 
@@ -155,7 +156,8 @@ def test_muzero_catches_every_ball_of_catch(tmp_path):
     from rljax.policy.evaluate import evaluate
 
     from experiments.muzero_cartpole import DEFAULTS
-    config = MuZeroConfig(**{**DEFAULTS, "env": "gymnax/Catch-bsuite", "total_timesteps": 100_000})
+    catch = dict(env="gymnax/Catch-bsuite", q_epsilon=0.5, learning_rate=1e-3, total_timesteps=200_000)
+    config = MuZeroConfig(**{**DEFAULTS, **catch})  # benchmarks/muzero_targets.py's CATCH
     rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "catch", quiet=True))
     episodes = evaluate(rljax.load(tmp_path / "catch"), 100)
     assert float(np.mean(episodes.returns)) == 1.0

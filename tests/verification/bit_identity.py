@@ -59,6 +59,7 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "rainbow_cartpole": ("experiments.rainbow_cartpole", dict(total_timesteps=6_000, learning_starts=1_000), "train"),
     "d4pg_pendulum": ("experiments.d4pg_pendulum", dict(total_timesteps=3_000), "train"),
     "alphazero_tictactoe": ("experiments.alphazero_tictactoe", dict(total_timesteps=4_096), "train"),
+    "muzero_cartpole": ("experiments.muzero_cartpole", dict(total_timesteps=8_192), "train"),
 }
 # Data-parallel cases, run in a child process with 2 CPU devices.
 PARALLEL_CASES: dict[str, tuple[str, dict[str, Any], str]] = {

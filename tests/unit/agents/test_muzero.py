@@ -89,10 +89,16 @@ def test_loss_by_hand_against_the_functions_called_one_by_one(support_size):
                         policy_mask=(jax.random.uniform(k[6], (n, K + 1)) < 0.7).astype(jnp.float32),
                         value_mask=jnp.ones((n, K + 1)).at[0, 2].set(0.0),
                         reward_mask=jnp.ones((n, K)).at[1, 1].set(0.0))
-    loss, m = muzero_loss(params, net, batch, vf_coef=0.5, reward_coef=2.0)
+    loss, m = jax.jit(lambda p, b: muzero_loss(p, net, b, 0.5, 2.0))(params, batch)
 
-    call = lambda method, *a: np.asarray(net.apply(params, *a, method=method), np.float64) if method in (  # noqa: E731
-        MuZeroNetwork.represent,) else [np.asarray(x, np.float64) for x in net.apply(params, *a, method=method)]
+    compiled = {m: jax.jit(functools.partial(net.apply, method=m))
+                for m in (MuZeroNetwork.represent, MuZeroNetwork.predict, MuZeroNetwork.transition)}
+
+    def call(method, *args):  # each function alone
+        out = compiled[method](params, *args)
+        if method is MuZeroNetwork.represent:
+            return np.asarray(out, np.float64)
+        return [np.asarray(x, np.float64) for x in out]
     atoms = np.arange(-support_size, support_size + 1)
 
     def scalar_loss(out, target):
@@ -110,7 +116,8 @@ def test_loss_by_hand_against_the_functions_called_one_by_one(support_size):
         w = 1.0 if step == 0 else 1.0 / K
         if step > 0:
             latent, r = call(MuZeroNetwork.transition, jnp.asarray(latent, jnp.float32), batch.actions[:, step - 1])
-            want_r += w * np.mean(np.asarray(batch.reward_mask[:, step - 1]) * scalar_loss(r, np.asarray(batch.reward[:, step - 1])))
+            mask, target = np.asarray(batch.reward_mask[:, step - 1]), np.asarray(batch.reward[:, step - 1])
+            want_r += w * np.mean(mask * scalar_loss(r, target))
         logits, v = call(MuZeroNetwork.predict, jnp.asarray(latent, jnp.float32))
         ce = -np.sum(np.asarray(batch.policy[:, step]) * log_softmax(logits), -1)
         want_p += w * np.mean(np.asarray(batch.policy_mask[:, step]) * ce)
@@ -130,14 +137,14 @@ def test_the_latent_gradient_is_halved_at_each_dynamics_step():
     batch = MuZeroBatch(obs=obs, actions=jnp.ones((5, 2), jnp.int32), policy=jnp.full((5, 3, 2), 0.5),
                         value=zeros, reward=jnp.ones((5, 2)), policy_mask=zeros, value_mask=zeros,
                         reward_mask=jnp.array([[0.0, 1.0]] * 5))
-    grad = jax.grad(lambda p: muzero_loss(p, net, batch, 1.0, 1.0)[0])(params)["params"]["representation"]
+    grad = jax.jit(jax.grad(lambda p: muzero_loss(p, net, batch, 1.0, 1.0)[0]))(params)["params"]["representation"]
 
     def plain(p):
         latent = net.apply(p, obs, method=MuZeroNetwork.represent)
         for _ in range(2):
             latent, r = net.apply(p, latent, jnp.ones(5, jnp.int32), method=MuZeroNetwork.transition)
         return 0.5 * jnp.mean(0.5 * jnp.square(r[:, 0] - 1.0))  # weight 1/K = 1/2
-    want = jax.grad(plain)(params)["params"]["representation"]
+    want = jax.jit(jax.grad(plain))(params)["params"]["representation"]
     for g, w in zip(jax.tree.leaves(grad), jax.tree.leaves(want)):
         np.testing.assert_allclose(4.0 * np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-8)
 
@@ -154,7 +161,7 @@ def test_a_categorical_output_reads_as_the_inverse_rescaled_mean():
 @functools.cache
 def _search(env_name):
     env, env_params = envs.make(env_name)
-    config = MuZeroConfig(**{**SMALL, "env": env_name, "encoder": "mlp", "num_simulations": 8,
+    config = MuZeroConfig(**{**SMALL, "env": env_name, "encoder": "mlp", "num_simulations": 4,
                              "dirichlet_fraction": 0.0})
     network = muzero_network(config, env, env_params)
     return env, env_params, network, jax.jit(muzero_search(network, config)), config.hyperparams()

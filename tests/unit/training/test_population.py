@@ -28,6 +28,9 @@ def test_auto_devices_refuses_an_empty_population():
         auto_devices(0, 2)
 
 
+# Slow: by default the auto_devices tests above (the split it chooses) and tests/unit/training/test_sweep.py's
+# test_outputs_and_resume (a sweep resumed from its directory) stand for it.
+@pytest.mark.slow
 def test_the_sweep_cli_splits_over_the_cores_by_default_and_resume_keeps_the_split(tmp_path):
     """No --devices: the CLI makes one fake CPU device per core (as many as divide the members),
     records the split in sweep.json, and a resume runs on the saved split."""
