@@ -88,7 +88,7 @@ def _tiny_runs() -> dict:
         # Search over a two-player game: a dict observation with a legal-action mask and whose turn it is.
         "alphazero": AlphaZeroConfig(env="TicTacToe-v0", total_timesteps=8 * 4 * 4, updates_per_chunk=2, num_envs=8,
                                      num_steps=4, num_minibatches=2, num_simulations=4, hidden_sizes=(16,),
-                                     encoder="mlp"),
+                                     encoder="mlp", eval_interval=2, eval_episodes=8),
         # Search over a learned model, on the same game: categorical values and rewards, a two-step unroll.
         "muzero": MuZeroConfig(env="TicTacToe-v0", total_timesteps=8 * 4 * 4, updates_per_chunk=2, num_envs=8,
                                num_steps=4, num_minibatches=2, num_simulations=4, hidden_sizes=(16,), latent_size=8,

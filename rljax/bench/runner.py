@@ -33,7 +33,10 @@ its finished cells.
 
 A run's score is the mean greedy return (``eval/return_mean``) of its last ``evaluation.last``
 evaluations; an env's random score is the mean return of :attr:`~rljax.bench.spec.Evaluation.random_episodes`
-episodes of uniformly random actions, run as one compiled rollout with key 0.
+episodes of uniformly random actions, run as one compiled rollout with key 0. In a two-player game an
+evaluation's episodes are games against the uniform random player and a return is the game's score (+1
+a win, 0 a draw, -1 a loss; :func:`rljax.policy.evaluate.game_episodes`); the random score is the random
+player's against itself.
 """
 
 from __future__ import annotations
@@ -98,21 +101,29 @@ def cell_state(path: str | os.PathLike) -> str:
 
 def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: int = 0) -> float:
     """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (with
-    ``params`` over its defaults), each to its end or time limit, as one compiled rollout."""
+    ``params`` over its defaults), each to its end or time limit, as one compiled rollout. In a
+    two-player game, the mean score of the uniform random player against itself over ``episodes``
+    games (+1 a win, 0 a draw, -1 a loss; half moving first), as a trained policy's evaluation
+    scores it (:func:`rljax.policy.evaluate.game_episodes`)."""
     import jax
     import numpy as np
 
     from rljax.core import registry
-    from rljax.policy.evaluate import max_episode_steps, run_episodes
+    from rljax.policy.evaluate import game_episodes, max_episode_steps, run_episodes
+    from rljax.policy.games import is_game, random_player
 
     env, env_params = registry.make(env_id)
     env_params, _ = registry.parse_env_params([f"{k}={v}" for k, v in params.items()], env_params)
     space = env.action_space(env_params)
+    steps = max_episode_steps(env_params)
 
     def act(obs: Any, key: jax.Array) -> jax.Array:
         return jax.vmap(space.sample)(jax.random.split(key, episodes))
 
-    run = jax.jit(lambda key: run_episodes(env, env_params, act, key, episodes, max_episode_steps(env_params)))
+    if is_game(env, env_params):
+        run = jax.jit(lambda key: game_episodes(env, env_params, random_player(), key, episodes, steps))
+    else:
+        run = jax.jit(lambda key: run_episodes(env, env_params, act, key, episodes, steps))
     return float(np.mean(np.asarray(run(jax.random.key(seed)).returns, np.float64)))
 
 

@@ -280,7 +280,8 @@ class RunConfig:
     eval_interval: int = field(0, "evaluate the greedy policy every this many chunks and after the last one "
                                   "(0: never); the results are the eval/* metrics columns")
     eval_episodes: int = field(16, "episodes per evaluation during training (one env each, run in parallel, "
-                                   "each to its end or time limit)")
+                                   "each to its end or time limit; in a two-player game, games against the random "
+                                   "player, half moving first, each scored +1, 0 or -1)")
 
     def hyperparams(self) -> Any:
         """The traced hyperparameters of this config: ``hyperparams_class(type(self))`` holding one

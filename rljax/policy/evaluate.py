@@ -30,7 +30,7 @@ import numpy as np
 from rljax.runtime.distributed import fetch
 
 __all__ = ["Episodes", "MemberInputs", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
-           "agent_episodes", "max_episode_steps", "evaluate",
+           "agent_episodes", "game_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C
@@ -164,9 +164,36 @@ def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, ke
                    max_steps: int, deterministic: bool) -> Episodes:
     """:func:`run_episodes` of an :class:`~rljax.agents.base.Agent`'s policy through
     ``agent.policy_step``: a recurrent one with its memory from ``agent.memory`` at each episode's
-    start, a memoryless one with ``()`` (no leaves: the same program as without a memory)."""
+    start, a memoryless one with ``()`` (no leaves: the same program as without a memory).
+
+    In a two-player game (:func:`rljax.policy.games.is_game`) an episode is a game against the
+    uniform random player (:func:`game_episodes`)."""
+    from rljax.policy.games import game_observation
+
+    if game_observation(jax.eval_shape(env.reset, key, env_params)[0]):
+        if jax.tree.leaves(agent.memory(1)):
+            raise ValueError("evaluating a recurrent policy in a two-player game is not supported: a game's "
+                             "evaluation plays matches, whose players have no memory")
+        return game_episodes(env, env_params, lambda k, states, obs: agent.policy_step(
+            policy_params, obs, (), k, deterministic)[0], key, num_episodes, max_steps)
     return run_episodes(env, env_params, lambda obs, k, m: agent.policy_step(policy_params, obs, m, k, deterministic),
                         key, num_episodes, max_steps, memory=agent.memory(num_episodes))
+
+
+def game_episodes(env: Any, env_params: Any, player: Any, key: jax.Array, num_games: int, max_steps: int,
+                  opponent: Any = None) -> Episodes:
+    """``num_games`` games of a two-player ``env`` by ``player`` (a :data:`rljax.policy.games.Player`)
+    against ``opponent`` (None: the uniform random player), moving first in the first
+    ``ceil(num_games / 2)`` and second in the rest, as :class:`Episodes`: ``returns`` the game's score
+    for ``player``, +1 a win, 0 a draw (or a game the time limit cut), -1 a loss; ``lengths`` the
+    moves; ``truncated`` the games the limit cut. Pure and jittable
+    (:func:`rljax.policy.games.play_games`)."""
+    from rljax.policy.games import play_games, random_player
+
+    first = jnp.arange(num_games) < (num_games + 1) // 2
+    margin, finished, lengths = play_games(env, env_params, (player, opponent or random_player()), first, num_games,
+                                           key, max_steps)
+    return Episodes(jnp.sign(margin).astype(jnp.float32), lengths, ~finished)
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,9 +13,18 @@ line: ``rljax export``, :mod:`rljax.cli.export`).
   params, config hash, checkpoint step, run directory, versions, each file's sha256, and the
   largest action difference measured against :meth:`rljax.Policy.act` when it was written.
 
+A policy trained with a search (AlphaZero, MuZero) also gets its networks as functions a search can call
+(:func:`search_functions`), each serialized StableHLO with the batch dimension ``b``: AlphaZero's
+``prediction.stablehlo`` ``(*obs) -> (logits [b, A], value [b])`` (the search steps the env's own
+``step_env`` and calls it at every node); MuZero's ``representation.stablehlo`` ``(*obs) -> latent [b, L]``,
+``prediction.stablehlo`` ``latent -> (logits, value)`` and ``dynamics.stablehlo`` ``(latent, action [b])
+-> (latent, reward [b])``, values and rewards as numbers. ``policy.json``'s ``search`` says what each takes
+and returns and the search's settings (simulations, discount, the completed-Q transform's values);
+``docs/search.md`` runs ``mctx`` over them in plain JAX.
+
 A recurrent policy's state is an explicit input and output of both formats: ``(obs, *state) ->
-(action, *next_state)``, the state as float32 ``[b, memory_size]`` arrays (:func:`state_names`),
-described in ``policy.json``'s ``memory``.
+(action, *next_state)`` (a pytree observation's leaves in the place of ``obs``), the state as float32
+``[b, memory_size]`` arrays (:func:`state_names`), described in ``policy.json``'s ``memory``.
 
 Every artefact is checked before anything is written: run on :data:`CHECK_OBSERVATIONS` observations
 drawn from the observation space (a recurrent one: :data:`CHECK_STEPS` steps of episodes in
@@ -40,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,8 +57,8 @@ from rljax.env import is_discrete
 from rljax.store.tracking import config_to_dict, package_version
 
 __all__ = ["export", "sample_observations", "space_json", "check_out_dir", "state_names", "observation_inputs",
-           "ExportError", "STABLEHLO_FILE", "ONNX_FILE", "METADATA_FILE", "PLATFORMS", "CHECK_OBSERVATIONS",
-           "CHECK_STEPS", "CHECK_ENVS", "CONTINUOUS_TOLERANCE"]
+           "search_functions", "SearchFunction", "ExportError", "STABLEHLO_FILE", "ONNX_FILE", "METADATA_FILE",
+           "PLATFORMS", "CHECK_OBSERVATIONS", "CHECK_STEPS", "CHECK_ENVS", "CONTINUOUS_TOLERANCE"]
 
 STABLEHLO_FILE = "policy.stablehlo"
 """The serialized StableHLO module (bytes of ``jax.export.Exported.serialize()``)."""
@@ -69,6 +78,22 @@ FORMAT_VERSION = 1
 
 class ExportError(RuntimeError):
     """An artefact could not be made, or did not reproduce the policy's actions."""
+
+
+class SearchFunction(NamedTuple):
+    """One network function of a search policy's export (:func:`search_functions`).
+
+    Attributes:
+        file: the artefact's file name (``prediction.stablehlo``, ...).
+        fn: the function, of arrays with a leading batch dimension.
+        inputs: ``(name, jax.ShapeDtypeStruct of one item)`` per input (the batch dimension left out).
+        outputs: the names of its outputs, in order.
+    """
+
+    file: str
+    fn: Any
+    inputs: list[tuple[str, Any]]
+    outputs: list[str]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,11 +202,18 @@ def _policy_fn(policy: Any) -> Any:
         return lambda *leaves: policy.act(jax.tree.unflatten(treedef, leaves), deterministic=True)
 
     treedef = jax.tree.structure(policy.initial_state(1))
+    if isinstance(policy.observation_spec, jax.ShapeDtypeStruct):
+        def step(obs: Any, *state: Any) -> tuple[Any, ...]:
+            action, state = policy.act(obs, jax.tree.unflatten(treedef, state), deterministic=True)
+            return (action, *jax.tree.leaves(state))
+        return step
+    obs_tree, n_obs = jax.tree.structure(policy.observation_spec), len(observation_inputs(policy))
 
-    def step(obs: Any, *state: Any) -> tuple[Any, ...]:
-        action, state = policy.act(obs, jax.tree.unflatten(treedef, state), deterministic=True)
+    def step_leaves(*inputs: Any) -> tuple[Any, ...]:
+        obs = jax.tree.unflatten(obs_tree, inputs[:n_obs])
+        action, state = policy.act(obs, jax.tree.unflatten(treedef, inputs[n_obs:]), deterministic=True)
         return (action, *jax.tree.leaves(state))
-    return step
+    return step_leaves
 
 
 def _input_specs(policy: Any, batch: Any) -> list[Any]:
@@ -284,6 +316,117 @@ def _difference(name: str, got: Any, expected: np.ndarray, discrete: bool) -> fl
         raise ExportError(f"{name} differs from policy.act by up to {diff:.3g} on {len(expected)} observations "
                           f"(allowed: {0.0 if discrete else CONTINUOUS_TOLERANCE})")
     return diff
+
+
+# ----------------------------------------------------------------------------------------------
+# A search policy's networks
+# ----------------------------------------------------------------------------------------------
+
+
+def search_functions(policy: Any) -> list[SearchFunction]:
+    """The network functions a search over ``policy``'s model calls, for a policy trained with
+    AlphaZero or MuZero (``[]`` for any other). Observations come as their leaves
+    (:func:`observation_inputs`); the parameters are closed over.
+
+    * AlphaZero: ``prediction(*obs) -> (logits, value)``, the network's policy logits (illegal actions
+      at the lowest float) and value at an observation.
+    * MuZero: ``representation(*obs) -> latent``; ``prediction(latent) -> (logits, value)``;
+      ``dynamics(latent, action) -> (latent, reward)``; values and rewards as numbers (a categorical
+      output already read as ``h^-1(E[z])``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from rljax.agents.alphazero import SearchConfig
+    from rljax.agents.muzero import MuZeroConfig, MuZeroNetwork, muzero_network
+    from rljax.agents.onpolicy import actor_critic_network
+
+    config = policy.config
+    if not isinstance(config, SearchConfig):
+        return []
+    obs_inputs = observation_inputs(policy)
+    treedef = jax.tree.structure(policy.observation_spec)
+    params = policy.params.params
+    if not isinstance(config, MuZeroConfig):
+        network = actor_critic_network(config, policy.env, policy.env_params, "AlphaZero")
+
+        def prediction(*leaves: Any) -> tuple[Any, Any]:
+            dist, value = network.apply(params, jax.tree.unflatten(treedef, leaves))
+            return dist.logits, value
+        return [SearchFunction("prediction.stablehlo", prediction, obs_inputs, ["logits", "value"])]
+
+    net = muzero_network(config, policy.env, policy.env_params)
+    apply = lambda method, *args: net.apply(params, *args, method=method)  # noqa: E731
+    latent = jax.ShapeDtypeStruct((config.latent_size,), jnp.float32)
+
+    def representation(*leaves: Any) -> Any:
+        return apply(MuZeroNetwork.represent, jax.tree.unflatten(treedef, leaves))
+
+    def prediction(latent: Any) -> tuple[Any, Any]:
+        logits, value = apply(MuZeroNetwork.predict, latent)
+        return logits, apply(MuZeroNetwork.scalar, value)
+
+    def dynamics(latent: Any, action: Any) -> tuple[Any, Any]:
+        latent, reward = apply(MuZeroNetwork.transition, latent, action)
+        return latent, apply(MuZeroNetwork.scalar, reward)
+    return [SearchFunction("representation.stablehlo", representation, obs_inputs, ["latent"]),
+            SearchFunction("prediction.stablehlo", prediction, [("latent", latent)], ["logits", "value"]),
+            SearchFunction("dynamics.stablehlo", dynamics,
+                           [("latent", latent), ("action", jax.ShapeDtypeStruct((), jnp.int32))],
+                           ["latent", "reward"])]
+
+
+def _search_artefacts(policy: Any, platforms: Sequence[str]) -> tuple[dict[str, bytes], dict[str, Any] | None]:
+    """The serialized :func:`search_functions` of ``policy`` and ``policy.json``'s ``search``, each
+    function checked against itself run in-process on :data:`CHECK_OBSERVATIONS` observations (and,
+    for MuZero's, their latent states and random actions): outputs within :data:`CONTINUOUS_TOLERANCE`."""
+    import jax
+    from jax import export as jax_export
+
+    functions = search_functions(policy)
+    if not functions:
+        return {}, None
+    from rljax.agents.muzero import MuZeroConfig
+    from rljax.env import CURRENT_PLAYER
+
+    (b,) = jax_export.symbolic_shape("b")
+    obs = [sample_observations(space, CHECK_OBSERVATIONS, seed=i) for i, space in enumerate(_leaf_spaces(policy))]
+    rng = np.random.default_rng(0)
+    files, described, values = {}, {}, {}
+    for f in functions:
+        specs = [jax.ShapeDtypeStruct((b, *spec.shape), spec.dtype) for _, spec in f.inputs]
+        exported = jax_export.export(jax.jit(f.fn), platforms=tuple(platforms))(*specs)
+        files[f.file] = exported.serialize()
+        if f.inputs[0][0] != "latent":
+            args = obs
+        else:
+            args = [values["latent"]] + ([rng.integers(0, policy.action_space.n, CHECK_OBSERVATIONS, dtype=np.int32)]
+                                         if len(f.inputs) == 2 else [])
+        expected = [np.asarray(x) for x in jax.tree.leaves(jax.jit(f.fn)(*args))]
+        got = jax.tree.leaves(jax_export.deserialize(files[f.file]).call(*args))
+        diff = max(_difference(f"{f.file} ({name})", g, e, discrete=False)
+                   for name, g, e in zip(f.outputs, got, expected))
+        values.setdefault("latent", expected[0] if f.outputs == ["latent"] else None)
+        described[f.file] = {"inputs": [{"name": n, "shape": ["b", *map(int, spec.shape)],
+                                         "dtype": np.dtype(spec.dtype).name} for n, spec in f.inputs],
+                             "outputs": f.outputs, "max_abs_diff": diff}
+    config = policy.config
+    two_player = isinstance(policy.observation_spec, dict) and CURRENT_PLAYER in policy.observation_spec
+    muzero = isinstance(config, MuZeroConfig)
+    search = {
+        "algorithm": policy.algorithm, "functions": described,
+        "model": ("learned: representation at the root, then dynamics and prediction at every node" if muzero else
+                  "the env's own step_env, with prediction at every node's observation"),
+        "num_simulations": int(config.num_simulations),
+        "max_num_considered_actions": int(config.max_num_considered_actions),
+        "discount": float(config.gamma) * (-1.0 if muzero and two_player else 1.0),
+        "turn_sign": ("-1 where the turn passes (rljax.env.turn_sign)" if two_player and not muzero else None),
+        "qtransform": {"value_scale": float(config.value_scale), "maxvisit_init": float(config.maxvisit_init),
+                       "epsilon": float(config.q_epsilon)},
+        "root_mask": "legal_action_mask" if isinstance(policy.observation_spec, dict) and
+                     "legal_action_mask" in policy.observation_spec else None,
+    }
+    return files, search
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,8 +631,10 @@ class _Check:
             self.info: dict[str, Any] = {"observations": CHECK_OBSERVATIONS}
             return
         obs, dones, actions = jax.device_get(_played_episodes(policy, CHECK_STEPS // CHECK_ENVS, CHECK_ENVS))
-        dtype = np.dtype(policy.observation_space.dtype)
-        self.obs, self.dones, self.expected = np.asarray(obs).astype(dtype), np.asarray(dones), np.asarray(actions)
+        # each observation leaf [S, N, ...] in the artefact's input order and dtypes
+        self.obs = [np.asarray(leaf).astype(np.dtype(spec.dtype))
+                    for leaf, (_, spec) in zip(jax.tree.leaves(obs), observation_inputs(policy))]
+        self.dones, self.expected = np.asarray(dones), np.asarray(actions)
         self.info = {"steps": int(self.dones.size), "envs": CHECK_ENVS, "episodes_ended": int(self.dones.sum()),
                      "state": self.names}
 
@@ -500,12 +645,12 @@ class _Check:
             return _difference(name, call(*self.obs), self.expected, self.discrete)
         state = [np.zeros((CHECK_ENVS, *x.shape[1:]), x.dtype) for x in _leaves(self.policy.initial_state(1))]
         worst = 0.0
-        for t in range(len(self.obs)):
-            action, *state = (np.asarray(x) for x in call(self.obs[t], *state))
+        for t in range(len(self.dones)):
+            action, *state = (np.asarray(x) for x in call(*(leaf[t] for leaf in self.obs), *state))
             try:
                 worst = max(worst, _difference(name, action, self.expected[t], self.discrete))
             except ExportError as err:
-                raise ExportError(f"{err} at step {t} of {len(self.obs)} steps of episodes in {CHECK_ENVS} envs "
+                raise ExportError(f"{err} at step {t} of {len(self.dones)} steps of episodes in {CHECK_ENVS} envs "
                                   f"(the artefact fed its own state)") from None
             state = [np.where(self.dones[t].reshape((-1,) + (1,) * (x.ndim - 1)), 0, x).astype(x.dtype) for x in state]
         return worst
@@ -590,8 +735,6 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     Raises:
         ValueError: ``onnx`` is not True, False or ``"auto"``, or ``out_dir`` is the policy's run
             directory, holds it, or is an existing directory inside it.
-        ExportError: a recurrent policy's observation is a pytree: not exported yet (a memoryless
-            one's is, one input per leaf: :func:`observation_inputs`).
         FileExistsError, NotADirectoryError: ``out_dir`` is non-empty (without ``force``) or a file.
         ExportError: an artefact does not reproduce ``policy.act`` (or ONNX failed with ``onnx=True``).
     """
@@ -599,12 +742,6 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
         raise ValueError(f"onnx must be one of True, False, 'auto'; got {onnx!r}")
     import jax
 
-    spec = policy.observation_spec
-    if policy.recurrent and not isinstance(spec, jax.ShapeDtypeStruct):
-        leaves = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(spec)[0]]
-        raise ExportError(f"the recurrent policy's observation is a pytree (observation"
-                          f"{', observation'.join(leaves)}); export takes recurrent policies of single-array "
-                          f"observations (memoryless ones of any observation; rljax.load(RUN).act works on both)")
     out = pathlib.Path(out_dir)
     check_out_dir(out, force)
     _check_outside_run(out, policy.run_dir)
@@ -618,7 +755,13 @@ def export(policy: Any, out_dir: str | os.PathLike, *, onnx: bool | str = "auto"
     if model is not None:
         files[ONNX_FILE] = model
         checks["max_abs_diff"][ONNX_FILE] = diff
+    search_files, search = _search_artefacts(policy, platforms)
+    files.update(search_files)
     meta = _metadata(policy, exported, files, checks, onnx_note)
+    if search is not None:
+        meta["search"] = search
+        meta["files"].update({name: _file_entry(data, format="jax.export serialized StableHLO")
+                              for name, data in search_files.items()})
     files[METADATA_FILE] = (json.dumps(meta, indent=2) + "\n").encode()
     _write_atomically(out, files, force)
     return {**meta, "export_seconds": time.perf_counter() - start}

@@ -32,7 +32,8 @@ import numpy as np
 from rljax.env import CURRENT_PLAYER, current_player, legal_action_mask, uniform_legal_action
 
 __all__ = ["Player", "Outcomes", "opponent_player", "random_player", "policy_player", "search_player", "play",
-           "match", "is_game", "player_of", "resolve_opponent", "elo_ratings", "ELO_SCALE"]
+           "play_games", "match", "is_game", "game_observation", "player_of", "resolve_opponent", "elo_ratings",
+           "ELO_SCALE"]
 
 ELO_SCALE = 400.0
 """Elo points per factor of 10 in the odds: a player rated ``d`` points above another is expected to
@@ -70,7 +71,13 @@ def is_game(env: Any, env_params: Any) -> bool:
     """Whether ``env`` is a two-player game: its observation has a :data:`~rljax.env.CURRENT_PLAYER`
     leaf (and ``env.num_players``, where it says, is 2). Nothing is compiled."""
     obs = jax.eval_shape(lambda key: env.reset(key, env_params)[0], jax.random.key(0))
-    return isinstance(obs, dict) and CURRENT_PLAYER in obs and getattr(env, "num_players", 2) == 2
+    return game_observation(obs) and getattr(env, "num_players", 2) == 2
+
+
+def game_observation(obs: Any) -> bool:
+    """Whether an observation (or its shapes) is a turn-based game's: a dict with a
+    :data:`~rljax.env.CURRENT_PLAYER` leaf."""
+    return isinstance(obs, dict) and CURRENT_PLAYER in obs
 
 
 def _require_game(env: Any, env_params: Any) -> None:
@@ -150,7 +157,7 @@ def search_player(policy: Any, env: Any, env_params: Any, gumbel_scale: float = 
 def play(env: Any, env_params: Any, players: tuple[Player, Player], first: jax.Array, num_games: int,
          key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Plays ``num_games`` games of a two-player ``env`` to their end (or the time limit), in one
-    compiled loop that stops when every game has ended.
+    compiled loop that stops when every game has ended (:func:`play_games`, compiled).
 
     ``players[0]`` plays the seat ``first`` (bool ``[num_games]``: True, the side that moves first;
     False, the other), ``players[1]`` the other seat. Every step asks both players (each on the whole
@@ -162,34 +169,39 @@ def play(env: Any, env_params: Any, players: tuple[Player, Player], first: jax.A
     """
     _require_game(env, env_params)
     steps = int(env_params.max_steps_in_episode)
+    return jax.jit(lambda k: play_games(env, env_params, players, first, num_games, k, steps)[:2])(key)
+
+
+def play_games(env: Any, env_params: Any, players: tuple[Player, Player], first: jax.Array, num_games: int,
+               key: jax.Array, max_steps: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`play`'s loop as a pure, traceable function (``env_params`` may be traced; ``max_steps``
+    the Python int that bounds it): ``(margin, finished, lengths)``, ``lengths`` int32 ``[num_games]``
+    the moves each game took."""
     reset = jax.vmap(env.reset, in_axes=(0, None))
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+    k_reset, k_play = jax.random.split(key)
+    obs, state = reset(jax.random.split(k_reset, num_games), env_params)
+    mover0 = current_player(obs)
+    seat = jnp.where(first, mover0, 1 - mover0)  # players[0]'s player index in each game
 
-    def run(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        k_reset, k_play = jax.random.split(key)
-        obs, state = reset(jax.random.split(k_reset, num_games), env_params)
-        mover0 = current_player(obs)
-        seat = jnp.where(first, mover0, 1 - mover0)  # players[0]'s player index in each game
+    def body(carry: Any) -> Any:
+        t, k, obs, state, margin, done, lengths = carry
+        k, k0, k1, k_env = jax.random.split(k, 4)
+        mine = current_player(obs) == seat
+        action = jnp.where(mine, players[0](k0, state, obs), players[1](k1, state, obs))
+        obs2, state2, _, terminated, info = step(jax.random.split(k_env, num_games), state, action, env_params)
+        rewards = info["rewards"]
+        gain = jnp.take_along_axis(rewards, seat[:, None], 1)[:, 0] - \
+            jnp.take_along_axis(rewards, 1 - seat[:, None], 1)[:, 0]
+        live = ~done
+        keep = lambda new, old: jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+        return (t + 1, k, jax.tree.map(keep, obs2, obs), jax.tree.map(keep, state2, state),
+                margin + jnp.where(live, gain, 0.0), done | terminated, lengths + live.astype(jnp.int32))
 
-        def body(carry: Any) -> Any:
-            t, k, obs, state, margin, done = carry
-            k, k0, k1, k_env = jax.random.split(k, 4)
-            mine = current_player(obs) == seat
-            action = jnp.where(mine, players[0](k0, state, obs), players[1](k1, state, obs))
-            obs2, state2, _, terminated, info = step(jax.random.split(k_env, num_games), state, action, env_params)
-            rewards = info["rewards"]
-            gain = jnp.take_along_axis(rewards, seat[:, None], 1)[:, 0] - \
-                jnp.take_along_axis(rewards, 1 - seat[:, None], 1)[:, 0]
-            live = ~done
-            keep = lambda new, old: jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
-            return (t + 1, k, jax.tree.map(keep, obs2, obs), jax.tree.map(keep, state2, state),
-                    margin + jnp.where(live, gain, 0.0), done | terminated)
-
-        init = (jnp.int32(0), k_play, obs, state, jnp.zeros((num_games,), jnp.float32),
-                jnp.zeros((num_games,), bool))
-        *_, margin, done = jax.lax.while_loop(lambda c: (c[0] < steps) & ~jnp.all(c[-1]), body, init)
-        return margin, done
-    return jax.jit(run)(key)
+    init = (jnp.int32(0), k_play, obs, state, jnp.zeros((num_games,), jnp.float32), jnp.zeros((num_games,), bool),
+            jnp.zeros((num_games,), jnp.int32))
+    *_, margin, done, lengths = jax.lax.while_loop(lambda c: (c[0] < max_steps) & ~jnp.all(c[5]), body, init)
+    return margin, done, lengths
 
 
 def match(env: Any, env_params: Any, player: Player, opponent: Player, games_per_side: int, seed: int = 0

@@ -285,7 +285,7 @@ README_VARIANTS = (
     "python -m experiments.alphazero_tictactoe --run-dir runs/ttt",
     "rljax eval runs/ttt --opponent envs.board_games:tictactoe_perfect --search --simulations 128",
     # MuZero's experiment: the tiny MuZero run (tests/integration/test_search_stack.py) and its unit tests stand
-    # for it; its targets are benchmarks/muzero_targets.py (Catch's with --slow).
+    # for it; its targets are benchmarks/muzero_targets.py.
     "python -m experiments.muzero_cartpole",
     # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
     # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.

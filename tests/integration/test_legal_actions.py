@@ -22,7 +22,7 @@ from rljax.agents.offpolicy import ReplayItem
 from rljax.core.networks import ActorCritic, encoder_layout
 from rljax.env import LEGAL_ACTION_MASK, describe_space, legal_action_mask, masked_actions, observation_spec
 from rljax.policy.evaluate import evaluate
-from rljax.policy.export import ExportError, export
+from rljax.policy.export import export
 
 N_MASKS = 1_000_000
 A = 6
@@ -165,15 +165,27 @@ def test_a_trained_policy_takes_the_best_legal_action_and_never_an_illegal_one(t
     np.testing.assert_array_equal(np.asarray(artefact.call(masks, np.zeros((15, 1), np.float32))), actions)
 
 
-def test_a_recurrent_policy_of_pytree_observations_is_refused_by_export_naming_its_leaves(tmp_path):
-    import types
+def test_a_recurrent_policy_of_pytree_observations_exports_with_its_leaves_then_its_state(tmp_path):
+    from rljax.agents.ppo import PPOConfig
 
-    spec = {"observation": jax.ShapeDtypeStruct((1,), jnp.float32), LEGAL_ACTION_MASK: jax.ShapeDtypeStruct((4,), bool)}
-    policy = types.SimpleNamespace(recurrent=True, observation_spec=spec)
-    leaves = r"observation\['legal_action_mask'\], observation\['observation'\]"
-    with pytest.raises(ExportError, match=rf"recurrent policy's observation is a pytree \({leaves}\)"):
-        export(policy, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    cfg = PPOConfig(env="ProbeLegalActions-v0", memory="gru", memory_size=8, num_envs=8, num_steps=4,
+                    total_timesteps=8 * 4 * 2, num_minibatches=2, hidden_sizes=(16,), updates_per_chunk=2)
+    rljax.train(cfg, options=rljax.RunOptions(run_dir=tmp_path / "run", quiet=True, handle_signals=False))
+    policy = rljax.load(tmp_path / "run")
+    meta = export(policy, tmp_path / "out", onnx=False)  # checked on played episodes, fed its own state
+    assert [i["name"] for i in meta["signature"]["inputs"]] == ["obs_legal_action_mask", "obs_observation", "state_h"]
+    assert [o["name"] for o in meta["signature"]["outputs"]] == ["action", "next_state_h"]
+    assert meta["checks"]["max_abs_diff"]["policy.stablehlo"] == 0.0 and meta["checks"]["steps"] > 0
+    # From the outside, two steps under every mask with the state carried: the actions policy.act gives.
+    artefact = jax.export.deserialize((tmp_path / "out" / "policy.stablehlo").read_bytes())
+    masks = np.array([[(code >> a) & 1 == 1 for a in range(4)] for code in range(1, 16)])
+    obs = {"observation": np.zeros((15, 1), np.float32), LEGAL_ACTION_MASK: masks}
+    mine_state, theirs = policy.initial_state(15), np.zeros((15, 8), np.float32)
+    for _ in range(2):
+        mine, mine_state = policy.act(obs, mine_state, deterministic=True)
+        got, theirs = artefact.call(masks, obs["observation"], theirs)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(mine))
+        assert np.all(np.take_along_axis(masks, np.asarray(got)[:, None], 1))
 
 
 def test_a_mask_for_a_policy_whose_env_has_none_is_refused(tiny_run):

@@ -1,9 +1,10 @@
 """AlphaZero and MuZero on two-player games through the whole stack: a run stopped and resumed is bit-identical
 (the search's keys are the train state's), the command line trains and evaluates it by matches (reports with
 ``as_first`` and ``as_second``, opponents by name, with and without the search), ``rljax.load`` acts with the
-legal-action mask, the network exports; with --slow, a pgx game trains, a sweep member equals its single run,
-MuZero catches every ball of Catch. The experiments' targets (tic-tac-toe never loses to perfect play; connect
-four against random and minimax) are learning runs of minutes: ``python -m benchmarks.alphazero_targets``
+legal-action mask, the networks export and docs/search.md's plain-JAX search over MuZero's runs as the run's
+own; with --slow, a pgx game trains, a sweep member equals its single run. The experiments' targets
+(tic-tac-toe never loses to perfect play; connect four against random and minimax; MuZero's CartPole and Catch)
+are learning runs of minutes: ``python -m benchmarks.alphazero_targets``, ``python -m benchmarks.muzero_targets``
 (benchmarks/results.md)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -26,7 +28,9 @@ from tests.support.runs import assert_same_bits, leaves, strip
 TINY = _tiny_runs()["alphazero"]  # the shared tiny run's config (tests/conftest.py): its program compiles once
 
 
-@pytest.mark.parametrize("name", ["alphazero", "muzero"])
+# AlphaZero's with --slow: by default MuZero's (the same skeleton, the search's keys drawn from the state's) and the
+# bit_identity cases stand for it; the AlphaZero tiny run still trains for the matches below.
+@pytest.mark.parametrize("name", [pytest.param("alphazero", marks=pytest.mark.slow), "muzero"])
 def test_a_run_stopped_and_resumed_is_bit_identical(tmp_path, tiny_run, name):
     config = _tiny_runs()[name]
     full_dir, full = tiny_run(name)
@@ -44,6 +48,10 @@ def test_a_run_stopped_and_resumed_is_bit_identical(tmp_path, tiny_run, name):
 
 def test_the_command_line_evaluates_a_game_by_matches(tmp_path, tiny_run, capsys):
     run_dir, result = tiny_run("alphazero")
+    # Its evaluation during training (eval_interval 2): games against the random player, scored +1 / 0 / -1.
+    last = result.rows[-1]
+    assert last["eval/episodes"] == 8 and -1.0 <= last["eval/return_mean"] <= 1.0
+    assert 5.0 <= last["eval/length_mean"] <= 9.0 and last["eval/return_max"] <= 1.0
     assert main(["eval", str(run_dir), "--games", "8"]) == 0  # a game's default: the network against random
     line = capsys.readouterr().out
     assert "vs random: as first" in line
@@ -123,6 +131,54 @@ def test_load_acts_with_the_mask_and_the_network_exports(tmp_path, tiny_run, nam
     np.testing.assert_array_equal(np.asarray(got), action)
     assert names == ["obs_current_player", "obs_legal_action_mask", "obs_observation"]
 
+    # The search's networks: the files policy.json lists, each checked against the run's network when written.
+    search = meta["search"]
+    files = {"alphazero": {"prediction.stablehlo"},
+             "muzero": {"representation.stablehlo", "prediction.stablehlo", "dynamics.stablehlo"}}[name]
+    assert set(search["functions"]) == files and files <= set(meta["files"])
+    assert search["root_mask"] == LEGAL_ACTION_MASK
+    assert all(f["max_abs_diff"] <= 1e-5 for f in search["functions"].values())
+    assert search["num_simulations"] == policy.config.num_simulations
+    assert search["discount"] == (-1.0 if name == "muzero" else 1.0) * policy.config.gamma
+    if name == "alphazero":
+        logits, value = jax.export.deserialize((tmp_path / "out" / "prediction.stablehlo").read_bytes()).call(
+            *[np.asarray(x) for x in jax.tree.leaves(masked)])
+        from rljax.agents.onpolicy import actor_critic_network
+
+        dist, want = actor_critic_network(policy.config, env, params, "AlphaZero").apply(policy.params.params, masked)
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(dist.logits), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(value), np.asarray(want), atol=1e-6)
+        assert np.all(np.asarray(logits)[~np.asarray(legal)] == np.finfo(np.float32).min)
+
+
+def test_the_docs_search_over_a_muzero_export_plays_as_the_run_searches(tmp_path, tiny_run):
+    """docs/search.md's plain-JAX search over the exported networks, run as written, gives the run's own search."""
+    import dataclasses
+    import pathlib
+
+    from rljax.agents.muzero import muzero_network, muzero_search
+    from rljax.policy.export import export
+
+    run_dir, _ = tiny_run("muzero")
+    policy = rljax.load(run_dir)
+    export(policy, tmp_path / "out", onnx=False)
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "search.md").read_text()
+    block = doc.split("<!-- exported-muzero-search -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'OUT = "out"' in block
+    namespace: dict = {}
+    exec(block.replace('OUT = "out"', f'OUT = {str(tmp_path / "out")!r}'), namespace)  # noqa: S102
+
+    env, params = envs.make("TicTacToe-v0")
+    keys = jax.random.split(jax.random.key(2), 8)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    obs, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, jnp.arange(8), params)
+    got = namespace["search"](jax.random.key(0), *jax.tree.leaves(obs), legal_action_mask=obs[LEGAL_ACTION_MASK])
+    config = dataclasses.replace(policy.config, gumbel_scale=0.0, dirichlet_fraction=0.0)
+    want = jax.jit(muzero_search(muzero_network(config, env, params), config))(
+        policy.params.params, jax.random.key(0), obs, config.hyperparams())
+    np.testing.assert_allclose(np.asarray(got.action_weights), np.asarray(want.action_weights), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(got.action), np.asarray(want.action))
+
 
 # Slow: by default tests/unit/suites/test_pgx.py (the contract and matches on a pgx game) and the tiny run above
 # (the same algorithm on rljax's own tic-tac-toe) stand for it.
@@ -146,18 +202,3 @@ def test_a_sweep_over_search_hyperparameters_matches_its_single_runs():
     single = rljax.train(dataclasses.replace(TINY, **m.values), options=rljax.RunOptions(quiet=True))
     for a, b in zip(leaves(single.agent.params_of(single.state)), leaves(result.agent.params_of(result.state))):
         np.testing.assert_allclose(a, b[3], atol=1e-5)
-
-
-# Slow: by default the tiny MuZero run above (stopped and resumed, matches, load and export) and the unit tests of
-# its targets, loss and search (tests/unit/agents/test_muzero.py) stand for it.
-@pytest.mark.slow
-def test_muzero_catches_every_ball_of_catch(tmp_path):
-    from rljax.agents.muzero import MuZeroConfig
-    from rljax.policy.evaluate import evaluate
-
-    from experiments.muzero_cartpole import DEFAULTS
-    catch = dict(env="gymnax/Catch-bsuite", q_epsilon=0.5, learning_rate=1e-3, total_timesteps=200_000)
-    config = MuZeroConfig(**{**DEFAULTS, **catch})  # benchmarks/muzero_targets.py's CATCH
-    rljax.train(config, options=rljax.RunOptions(run_dir=tmp_path / "catch", quiet=True))
-    episodes = evaluate(rljax.load(tmp_path / "catch"), 100)
-    assert float(np.mean(episodes.returns)) == 1.0

@@ -202,6 +202,9 @@ def test_probe_continuous_actions(name):
     np.testing.assert_allclose(mean, target, atol=0.15)
 
 
+# Slow: by default tests/integration/test_env_api_doc.py's test_readme_train_command_learns (PPO learning end to end
+# through rljax.train) and the probe tests above stand for it.
+@pytest.mark.slow
 def test_cartpole_learns_end_to_end(tmp_path):
     result = rljax.train(PPOConfig(total_timesteps=150_000, seed=1), options=rljax.RunOptions(run_dir=tmp_path / "run",
                          quiet=True))

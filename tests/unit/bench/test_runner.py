@@ -91,6 +91,11 @@ def test_the_random_score_is_measured_once_and_repeatable(bench):
     assert random_score("CartPole-v1", {}, 20) == saved["score"]
 
 
+def test_a_games_random_score_is_the_random_player_against_itself():
+    score = random_score("TicTacToe-v0", {}, 400)
+    assert -0.2 < score < 0.2 and score == random_score("TicTacToe-v0", {}, 400)  # each seat half the time: 0 expected
+
+
 def test_a_finished_bench_run_again_trains_nothing_and_keeps_its_results(bench, spec_path):
     run_dir, report = bench
     metrics = cell_dir(run_dir, load_spec(spec_path).cells()[0]) / "members" / "000-base-s0" / "metrics.jsonl"

@@ -154,6 +154,9 @@ def test_a_missing_run_directory_and_a_bad_flag_are_usage_errors(tmp_path, capsy
     assert status == 2
 
 
+# Slow: by default tests/unit/policy/test_trained.py's test_load_sweep_members_and_their_evaluations (a member
+# loaded and evaluated) and the eval CLI tests above stand for it.
+@pytest.mark.slow
 def test_eval_of_a_sweep_member_goes_under_its_folder(tmp_path, capsys):
     from rljax.agents.ppo import PPOConfig
     from rljax.training.sweep import SweepSpec, run_sweep

@@ -145,7 +145,8 @@ def _param_bytes(state):
     return [x.tobytes() for x in to_host(state)]
 
 
-@pytest.mark.parametrize("config", [PPO_NORM, SAC_NORM], ids=["ppo", "sac"])
+# SAC's with --slow: by default PPO's (the same evaluation hook beside a different update) stands for it.
+@pytest.mark.parametrize("config", [PPO_NORM, pytest.param(SAC_NORM, marks=pytest.mark.slow)], ids=["ppo", "sac"])
 def test_evaluation_leaves_training_bit_identical(config, tmp_path):
     """Same state bits with evaluation on; the columns at the due chunks; and the last evaluation is
     the loaded policy's greedy episodes on the evaluation key stream."""

@@ -322,8 +322,9 @@ def _play_artefact(policy, call, steps: int = 40, envs: int = 3):
     return np.stack(mine), np.stack(got), ended
 
 
-# PQN's GRU with --slow: by default PPO's GRU (the same cell and signature) and LSTM stand for it.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "pqn-gru" else n for n in RECURRENT])
+# PQN's GRU and PPO's continuous LSTM with --slow: by default PPO's GRU (the same path, one state array) and
+# tests/integration/test_legal_actions.py's recurrent policy of dict observations stand for them.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "ppo-gru" else n for n in RECURRENT])
 def test_a_recurrent_artefact_takes_and_returns_the_state_and_plays_as_policy_act(recurrent_artefacts, name):
     policy, out_dir, meta = recurrent_artefacts[name]
     names = ["state_h"] if RECURRENT[name]["memory"] == "gru" else ["state_c", "state_h"]

@@ -38,6 +38,23 @@ def test_play_reports_margins_and_the_time_limit_cuts_games_into_unfinished_draw
     assert all(o == games.Outcomes(0, 2, 0, 2) for o in out.values())
 
 
+def test_game_episodes_score_each_game_for_the_player_as_play_does():
+    from rljax.policy.evaluate import game_episodes
+
+    env, params = envs.make("TicTacToe-v0")
+    perfect, rand = games.opponent_player(env.perfect_player()), games.random_player()
+    out = jax.jit(lambda k: game_episodes(env, params, perfect, k, 40, 9))(jax.random.key(0))
+    returns, lengths = np.asarray(out.returns), np.asarray(out.lengths)
+    assert set(np.unique(returns)) <= {0.0, 1.0} and returns.mean() > 0.5  # never loses to random, mostly wins
+    assert np.all((lengths >= 5) & (lengths <= 9)) and not np.asarray(out.truncated).any()
+    first = jnp.arange(40) < 20  # the first half moves first
+    margin, finished = games.play(env, params, (perfect, rand), first, 40, jax.random.key(0))
+    np.testing.assert_array_equal(np.sign(np.asarray(margin)), returns)
+    cut = jax.jit(lambda k: game_episodes(env, params, rand, k, 6, 3, opponent=rand))(jax.random.key(1))
+    assert np.all(np.asarray(cut.truncated)) and np.all(np.asarray(cut.returns) == 0.0)  # no game ends in 3 moves
+    assert np.all(np.asarray(cut.lengths) == 3)
+
+
 def test_random_plays_legal_moves_only():
     env, params = envs.make("ConnectFour-v0")
     state = env.reset(jax.random.key(0), params)[1]

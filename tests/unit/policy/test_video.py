@@ -114,6 +114,9 @@ def test_gymnax_classic_control_needs_pygame_or_says_so():
         assert video.frame_drawer(env, params)([state])[0].ndim == 3
 
 
+# Slow: by default the memoryless video tests above (the rollout a video plays) and tests/integration/test_memory.py's
+# recurrent policies acting with their state stand for it.
+@pytest.mark.slow
 def test_a_recurrent_policy_plays_its_video_episode_with_its_memory_as_evaluate_does(tmp_path):
     from rljax.agents.ppo import PPOConfig
     from rljax.policy.evaluate import evaluate

@@ -78,6 +78,9 @@ def test_navix_contract_truncation_and_termination():
     assert out["final"][0, 0, 3, 3, 0] == 10 and out["obs"][0, 0, 1, 1, 0] == 10
 
 
+# Slow: by default the contract test above (the suite's envs through rljax's stack) and tests/unit/suites/
+# test_xminigrid.py's spaces under jit and vmap stand for it.
+@pytest.mark.slow
 def test_navix_ppo_chunk():
     need("navix", "navix")
     config = rljax.PPOConfig(env=NAVIX_EMPTY, total_timesteps=4 * 8, updates_per_chunk=1, num_envs=4, num_steps=8,

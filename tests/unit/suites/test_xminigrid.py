@@ -72,6 +72,8 @@ def test_xminigrid_contract_truncation_and_termination():
         np.testing.assert_allclose(out["reward"][s, e], 1 - 0.9 * t / GRID_LIMITS[e], rtol=1e-6)
 
 
+# Slow: by default the contract test above (the suite's envs through rljax's stack) stands for it.
+@pytest.mark.slow
 def test_xminigrid_ppo_chunk():
     need("xminigrid", "xminigrid")
     config = rljax.PPOConfig(env=XM_EMPTY, total_timesteps=4 * 8, updates_per_chunk=1, num_envs=4, num_steps=8,
