@@ -110,6 +110,11 @@ Adam state, the envs' states, observations, the key every search draws from, hyp
 params, update counters)."""
 
 
+def _atoms(support_size: int) -> jax.Array:
+    """The categorical support of values and rewards: the integers ``-S .. S``, float32 ``[2S + 1]``."""
+    return jnp.arange(-support_size, support_size + 1, dtype=jnp.float32)
+
+
 def _scaled(latent: jax.Array) -> jax.Array:
     """Min-max scaling of a latent state over its features to ``[0, 1]`` (MuZero's Appendix G)."""
     lo = jnp.min(latent, axis=-1, keepdims=True)
@@ -170,8 +175,7 @@ class MuZeroNetwork(nn.Module):
     def scalar(self, out: jax.Array) -> jax.Array:
         if self.support_size == 0:
             return out[..., 0]
-        atoms = jnp.arange(-self.support_size, self.support_size + 1, dtype=jnp.float32)
-        return value_unrescale(jnp.sum(jax.nn.softmax(out, axis=-1) * atoms, axis=-1))
+        return value_unrescale(jnp.sum(jax.nn.softmax(out, axis=-1) * _atoms(self.support_size), axis=-1))
 
     def __call__(self, obs: Any) -> tuple[Categorical, jax.Array]:
         logits, value = self.predict(self.represent(obs))
@@ -290,8 +294,8 @@ def muzero_loss(params: Any, network: MuZeroNetwork, batch: MuZeroBatch, vf_coef
     def scalar_loss(out: jax.Array, target: jax.Array) -> jax.Array:
         if network.support_size == 0:
             return 0.5 * jnp.square(out[..., 0] - target)
-        atoms = jnp.arange(-network.support_size, network.support_size + 1, dtype=jnp.float32)
-        return -jnp.sum(two_hot(value_rescale(target), atoms) * jax.nn.log_softmax(out, axis=-1), axis=-1)
+        return -jnp.sum(two_hot(value_rescale(target), _atoms(network.support_size)) * jax.nn.log_softmax(out, axis=-1),
+                        axis=-1)
 
     weights = jnp.full((num_unroll + 1,), 1.0 / num_unroll, jnp.float32).at[0].set(1.0)
     cross_entropy = -jnp.sum(batch.policy * jax.nn.log_softmax(logits, axis=-1), axis=-1)

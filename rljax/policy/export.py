@@ -202,18 +202,14 @@ def _policy_fn(policy: Any) -> Any:
         return lambda *leaves: policy.act(jax.tree.unflatten(treedef, leaves), deterministic=True)
 
     treedef = jax.tree.structure(policy.initial_state(1))
-    if isinstance(policy.observation_spec, jax.ShapeDtypeStruct):
-        def step(obs: Any, *state: Any) -> tuple[Any, ...]:
-            action, state = policy.act(obs, jax.tree.unflatten(treedef, state), deterministic=True)
-            return (action, *jax.tree.leaves(state))
-        return step
+    # A single-array observation is one leaf: its "tree" gives the array back unchanged.
     obs_tree, n_obs = jax.tree.structure(policy.observation_spec), len(observation_inputs(policy))
 
-    def step_leaves(*inputs: Any) -> tuple[Any, ...]:
+    def step(*inputs: Any) -> tuple[Any, ...]:
         obs = jax.tree.unflatten(obs_tree, inputs[:n_obs])
         action, state = policy.act(obs, jax.tree.unflatten(treedef, inputs[n_obs:]), deterministic=True)
         return (action, *jax.tree.leaves(state))
-    return step_leaves
+    return step
 
 
 def _input_specs(policy: Any, batch: Any) -> list[Any]:
@@ -387,12 +383,13 @@ def _search_artefacts(policy: Any, platforms: Sequence[str]) -> tuple[dict[str, 
     if not functions:
         return {}, None
     from rljax.agents.muzero import MuZeroConfig
-    from rljax.env import CURRENT_PLAYER
+    from rljax.env import LEGAL_ACTION_MASK
+    from rljax.policy.games import game_observation
 
     (b,) = jax_export.symbolic_shape("b")
     obs = [sample_observations(space, CHECK_OBSERVATIONS, seed=i) for i, space in enumerate(_leaf_spaces(policy))]
     rng = np.random.default_rng(0)
-    files, described, values = {}, {}, {}
+    files, described, latents = {}, {}, None
     for f in functions:
         specs = [jax.ShapeDtypeStruct((b, *spec.shape), spec.dtype) for _, spec in f.inputs]
         exported = jax_export.export(jax.jit(f.fn), platforms=tuple(platforms))(*specs)
@@ -400,18 +397,20 @@ def _search_artefacts(policy: Any, platforms: Sequence[str]) -> tuple[dict[str, 
         if f.inputs[0][0] != "latent":
             args = obs
         else:
-            args = [values["latent"]] + ([rng.integers(0, policy.action_space.n, CHECK_OBSERVATIONS, dtype=np.int32)]
-                                         if len(f.inputs) == 2 else [])
+            args = [latents]
+            if len(f.inputs) == 2:  # the dynamics: random actions beside the latents
+                args.append(rng.integers(0, policy.action_space.n, CHECK_OBSERVATIONS, dtype=np.int32))
         expected = [np.asarray(x) for x in jax.tree.leaves(jax.jit(f.fn)(*args))]
         got = jax.tree.leaves(jax_export.deserialize(files[f.file]).call(*args))
         diff = max(_difference(f"{f.file} ({name})", g, e, discrete=False)
                    for name, g, e in zip(f.outputs, got, expected))
-        values.setdefault("latent", expected[0] if f.outputs == ["latent"] else None)
+        if f.outputs == ["latent"]:  # the representation's latents feed the prediction's and the dynamics' checks
+            latents = expected[0]
         described[f.file] = {"inputs": [{"name": n, "shape": ["b", *map(int, spec.shape)],
                                          "dtype": np.dtype(spec.dtype).name} for n, spec in f.inputs],
                              "outputs": f.outputs, "max_abs_diff": diff}
     config = policy.config
-    two_player = isinstance(policy.observation_spec, dict) and CURRENT_PLAYER in policy.observation_spec
+    two_player = game_observation(policy.observation_spec)
     muzero = isinstance(config, MuZeroConfig)
     search = {
         "algorithm": policy.algorithm, "functions": described,
@@ -423,8 +422,8 @@ def _search_artefacts(policy: Any, platforms: Sequence[str]) -> tuple[dict[str, 
         "turn_sign": ("-1 where the turn passes (rljax.env.turn_sign)" if two_player and not muzero else None),
         "qtransform": {"value_scale": float(config.value_scale), "maxvisit_init": float(config.maxvisit_init),
                        "epsilon": float(config.q_epsilon)},
-        "root_mask": "legal_action_mask" if isinstance(policy.observation_spec, dict) and
-                     "legal_action_mask" in policy.observation_spec else None,
+        "root_mask": (LEGAL_ACTION_MASK if isinstance(policy.observation_spec, dict)
+                      and LEGAL_ACTION_MASK in policy.observation_spec else None),
     }
     return files, search
 
