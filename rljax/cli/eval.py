@@ -10,7 +10,8 @@ A run of a two-player game (an observation with ``current_player``) is evaluated
 of episodes (:mod:`rljax.policy.games`): ``N`` games as the first mover and ``N`` as the second
 against the opponent (random by default), the report's ``as_first`` and ``as_second`` holding the
 wins, draws and losses on each side; against the default opponent with the network's greedy policy
-it goes into ``eval/<step>/``, otherwise into ``eval/<step>-vs-<opponent>[-search]/``.
+it goes into ``eval/<step>/``, otherwise into ``eval/<step>-vs-<opponent>[-search[-S]]/`` (``-S``: a search of
+``--simulations S`` other than the run's own ``num_simulations``, so searches of two sizes keep two reports).
 
 Loads the policy read-only (:func:`rljax.policy.trained.load`: no run lock, so a run that is still training
 can be evaluated), plays ``N`` episodes in parallel on the device with the env's time limit
@@ -90,7 +91,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def eval_dir(run_dir: str | os.PathLike, step: int, member: str | None = None, deterministic: bool = True,
              overrides: dict[str, Any] | None = None, kind: str = "") -> pathlib.Path:
     """Where an evaluation's report goes: ``RUN_DIR[/members/<member>]/eval/<step>[-stochastic][-k=v...][kind]``
-    (``kind``: a match's ``-vs-<opponent>`` and ``-search``, empty for episodes and for the default
+    (``kind``: a match's ``-vs-<opponent>`` and ``-search[-S]``, empty for episodes and for the default
     match, the network against a random player)."""
     base = pathlib.Path(run_dir)
     if member is not None:
@@ -307,7 +308,7 @@ def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
               "seed": args.seed, "anchor": "random", "elo": dict(zip(names, [round(float(e), 1) for e in elo])),
               "pairs": pairs, "eval_wall_s": round(wall, 3)}
     base = pathlib.Path(args.run_dir) if member is None else pathlib.Path(args.run_dir) / "members" / str(member)
-    out = base / "eval" / ("league-search" if args.search else "league")
+    out = base / "eval" / ("league" + _search_kind(args, policy))
     out.mkdir(parents=True, exist_ok=True)
     rows = "\n".join(f"| {n} | {e:.0f} |" for n, e in zip(names, elo))
     md = (f"# {report['env']}: {report['algorithm']} ({report['player']}), Elo of its checkpoints\n\n"
@@ -317,6 +318,16 @@ def _league_and_report(args: argparse.Namespace, policy: Any) -> str:
     ratings = ", ".join(f"{n} {e:.0f}" for n, e in zip(names[1:], elo[1:]))
     return (f"league {report['env']} {report['algorithm']} ({report['player']}): Elo by checkpoint step (random = 0): "
             f"{ratings}; {len(pairs)} pairings of {2 * args.games} games; {wall:.2f}s; report {out / 'report.md'}")
+
+
+def _search_kind(args: argparse.Namespace, policy: Any) -> str:
+    """The folder suffix of a search's report: empty without ``--search``, ``-search`` with the run's
+    own ``num_simulations``, ``-search-S`` with ``--simulations S`` other than that."""
+    if not args.search:
+        return ""
+    if args.simulations is None or args.simulations == policy.config.num_simulations:
+        return "-search"
+    return f"-search-{args.simulations}"
 
 
 def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, label: str) -> str:
@@ -342,7 +353,7 @@ def _match_and_report(args: argparse.Namespace, policy: Any, opponent: Any, labe
               "as_first": results["as_first"].as_dict(), "as_second": results["as_second"].as_dict(),
               "win_rate": wins / games, "score": (wins + 0.5 * draws) / games}
     kind = "" if label == "random" and not args.search and not args.stochastic else \
-        (f"-vs-{_slug(label)}" if label != "random" else "") + ("-search" if args.search else "")
+        (f"-vs-{_slug(label)}" if label != "random" else "") + _search_kind(args, policy)
     out = eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, None, kind)
     out.mkdir(parents=True, exist_ok=True)
     rows = "\n".join(f"| {side.replace('_', ' ')} | {o.wins} | {o.draws} | {o.losses} | {o.unfinished} |"

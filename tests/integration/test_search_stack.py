@@ -66,8 +66,8 @@ def test_the_command_line_evaluates_a_game_by_matches(tmp_path, tiny_run, capsys
     out = capsys.readouterr().out
     assert "(search) vs envs.board_games:tictactoe_perfect" in out
     folder = [p.name for p in (run_dir / "eval").iterdir()]
-    assert any(name.endswith("-vs-envs.board_games_tictactoe_perfect-search") for name in folder)
-    perfect = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
+    assert any(name.endswith("-vs-envs.board_games_tictactoe_perfect-search-8") for name in folder)
+    perfect = json.loads(next((run_dir / "eval").glob("*-search-8/report.json")).read_text())
     assert perfect["as_first"]["wins"] == perfect["as_second"]["wins"] == 0 and perfect["simulations"] == 8
 
     # The league: every kept checkpoint and a random player, Elo with random at 0.
@@ -108,8 +108,13 @@ def test_muzero_plays_matches_with_its_learned_model(tiny_run, capsys):
     run_dir, _ = tiny_run("muzero")
     assert main(["eval", str(run_dir), "--games", "4", "--search", "--simulations", "8"]) == 0
     assert "muzero step 128 (search) vs random: as first" in capsys.readouterr().out
-    report = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
+    report = json.loads(next((run_dir / "eval").glob("*-search-8/report.json")).read_text())
     assert report["simulations"] == 8 and report["as_first"]["games"] == report["as_second"]["games"] == 4
+    # A search of the run's own size keeps its own report beside it (it replaced the other one once).
+    assert main(["eval", str(run_dir), "--games", "4", "--search"]) == 0
+    own = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
+    assert own["simulations"] == 4 and json.loads(next((run_dir / "eval").glob("*-search-8/report.json")).read_text()) \
+        == report
 
 
 @pytest.mark.parametrize("name", ["alphazero", "muzero"])
