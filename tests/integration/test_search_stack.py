@@ -110,11 +110,7 @@ def test_muzero_plays_matches_with_its_learned_model(tiny_run, capsys):
     assert "muzero step 128 (search) vs random: as first" in capsys.readouterr().out
     report = json.loads(next((run_dir / "eval").glob("*-search-8/report.json")).read_text())
     assert report["simulations"] == 8 and report["as_first"]["games"] == report["as_second"]["games"] == 4
-    # A search of the run's own size keeps its own report beside it (it replaced the other one once).
-    assert main(["eval", str(run_dir), "--games", "4", "--search"]) == 0
-    own = json.loads(next((run_dir / "eval").glob("*-search/report.json")).read_text())
-    assert own["simulations"] == 4 and json.loads(next((run_dir / "eval").glob("*-search-8/report.json")).read_text()) \
-        == report
+
 
 
 @pytest.mark.parametrize("name", ["alphazero", "muzero"])

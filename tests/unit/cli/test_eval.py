@@ -19,6 +19,20 @@ def test_each_kind_of_evaluation_has_its_own_folder(tmp_path):
     assert eval_dir(tmp_path, 64, None, False, {"length": 0.7, "gravity": 3.0}).name == "64-stochastic-gravity=3-length=0.7"
 
 
+def test_a_search_of_another_size_than_the_runs_has_its_own_folder():
+    """``--search --simulations S`` other than the run's ``num_simulations`` goes into ``-search-S``:
+    a search of another size replaced the report of the run's own size in ``-search`` before."""
+    import argparse
+    import types
+
+    from rljax.cli.eval import _search_kind
+
+    policy = types.SimpleNamespace(config=types.SimpleNamespace(num_simulations=64))
+    kinds = [_search_kind(argparse.Namespace(search=search, simulations=sims), policy)
+             for search, sims in ((False, None), (True, None), (True, 64), (True, 128))]
+    assert kinds == ["", "-search", "-search", "-search-128"]
+
+
 
 # ------------------------------------------------------------------------------------------------
 # The command end to end, on tiny trained runs (trained once per module)
