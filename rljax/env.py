@@ -47,6 +47,9 @@ __all__ = [
     "CURRENT_PLAYER",
     "current_player",
     "turn_sign",
+    "GLOBAL_STATE",
+    "MultiAgentEnvironment",
+    "num_agents",
 ]
 
 
@@ -443,3 +446,68 @@ class Environment(Generic[TState, TParams]):
         obs = auto_reset(done, obs_re, obs_st)
         info = {**info, "final_observation": obs_st}
         return obs, state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-agent environments
+# --------------------------------------------------------------------------------------------------
+
+GLOBAL_STATE = "global_state"
+"""The observation key of what a centralised critic sees in a multi-agent env: a leaf of each
+agent's dict observation, ``[num_agents, G]`` (one row per agent: the same state for all of them, or
+with something of the agent's own, as an agent id). Policies never read it; MAPPO's critic reads only
+it (``docs/multiagent.md``)."""
+
+
+def num_agents(env: Any) -> int:
+    """How many agents act at once in ``env`` (its innermost env's ``num_agents``), 0 for a
+    single-agent env or a turn-based game (one mover per step)."""
+    while hasattr(env, "env") and not hasattr(env, "num_agents"):
+        env = env.env
+    n = getattr(env, "num_agents", 0)
+    return int(n) if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else 0
+
+
+class MultiAgentEnvironment(Environment[TState, TParams]):
+    """Base class of a multi-agent env: ``num_agents`` agents act at once, each with its own
+    observation, action and reward, every one of them with a leading agent axis.
+
+    * ``reset(key, params) -> (obs, state)``: every observation leaf ``[num_agents, ...]`` (row ``i``
+      is agent ``i``'s observation); optional leaves :data:`LEGAL_ACTION_MASK` ``[num_agents, A]``
+      and :data:`GLOBAL_STATE` ``[num_agents, G]``.
+    * ``step(key, state, actions, params) -> (obs, state, reward, terminated, truncated, info)``:
+      ``actions`` ``[num_agents, ...]`` (one element of ``action_space(params)`` per agent),
+      ``reward`` float32 ``[num_agents]``, ``terminated`` and ``truncated`` bool ``[num_agents]``:
+      an agent's ``terminated`` is True from the step its part ended (a unit that died, or the whole
+      task's end) to the episode's end, ``truncated`` is the time limit (every agent on the step
+      ``time`` reaches ``params.max_steps_in_episode``). The episode ends when every agent is done
+      (``all(terminated | truncated)``); then ``obs``/``state`` start the next episode and
+      ``info["final_observation"]`` is the last one, as in the single-agent contract.
+    * ``observation_space(params)`` and ``action_space(params)`` are one agent's (all agents share
+      them; agents of different spaces are padded to one, with a legal-action mask).
+
+    Subclasses implement ``step_env`` returning ``(obs, state, reward [num_agents],
+    terminated [num_agents] or a bool scalar for all, info)`` and ``reset_env``.
+    """
+
+    num_agents: int = 2
+
+    def step(self, key: jax.Array, state: TState, action: Any, params: TParams | None = None
+             ) -> tuple[Any, TState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+        """One step of every agent and the auto-reset when every agent is done (the class docstring)."""
+        if params is None:
+            params = self.default_params
+        if self.stochastic_transitions:
+            key_step, key_reset = jax.random.split(key)
+        else:
+            key_step = key_reset = key
+        obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
+        shape = (self.num_agents,)
+        terminated = jnp.broadcast_to(jnp.asarray(terminated, jnp.bool_), shape)
+        truncated = jnp.broadcast_to(jnp.asarray(state_st.time >= params.max_steps_in_episode, jnp.bool_), shape)
+        done = jnp.all(terminated | truncated)
+        obs_re, state_re = self.reset_env(key_reset, params)
+        state = auto_reset(done, state_re, state_st)
+        obs = auto_reset(done, obs_re, obs_st)
+        info = {**info, "final_observation": obs_st}
+        return obs, state, jnp.broadcast_to(jnp.asarray(reward, jnp.float32), shape), terminated, truncated, info

@@ -118,7 +118,7 @@ NOT_ALGORITHM_METRICS = frozenset({
     "env_steps", "updates", "wall_time_s", "sps", "episodes", TRAIN, "episode_length_mean", "env_nonfinite",
     "nonfinite_state", "param_desync", "rollbacks", "buffer_size"})
 """The ``metrics.jsonl`` columns every algorithm writes (docs/metrics.md), which are not its metrics."""
-NOT_ALGORITHM_PREFIXES = ("time/", "memory/", "cost/", "host/", "eval/", "reward_components/")
+NOT_ALGORITHM_PREFIXES = ("time/", "memory/", "cost/", "host/", "eval/", "reward_components/", "agent_return/")
 """Column prefixes of the host's, the device's, the env's and the evaluation's figures."""
 
 

@@ -34,13 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rljax.env import Box, auto_reset, is_discrete, observation_spec
+from rljax.env import Box, auto_reset, is_discrete, num_agents, observation_spec
 
 __all__ = [
     "Wrapper",
     "batch_shape_of",
     "VecEnv",
     "VecEnvState",
+    "AgentBatch",
+    "AGENT_ID",
+    "AGENT_RETURN",
     "EpisodeInfo",
     "env_nonfinite",
     "EpisodeStatistics",
@@ -277,6 +280,115 @@ class VecEnv(Wrapper[TInnerState]):
 
 
 # --------------------------------------------------------------------------------------------------
+# AgentBatch: a vector of multi-agent envs as a batch of single agents
+# --------------------------------------------------------------------------------------------------
+
+AGENT_ID = "agent_id"
+"""The observation key :class:`AgentBatch` adds with ``agent_id=True``: float32 ``[num_agents]``, the
+one-hot of which agent the observation is (what lets one shared network act differently per agent)."""
+
+AGENT_RETURN = "agent_return/"
+"""The prefix of the per-agent episode returns :class:`AgentBatch` reports among the episode's
+components (``info["episode"].components["agent_return/agent_0"]``, ...): the metrics rows carry them
+under these names, beside the team's ``episode_return_mean``."""
+
+
+class AgentBatch(Wrapper[TInnerState]):
+    """``E`` multi-agent envs of ``N`` agents (``VecEnv(env, E)`` of a
+    :class:`rljax.env.MultiAgentEnvironment`: leaves ``[E, N, ...]``) seen as a batch of ``E * N``
+    single agents, env-major (row ``e * N + i`` is agent ``i`` of env ``e``): every observation leaf,
+    ``info["final_observation"]``, reward and flag ``[E, N, ...] -> [E * N, ...]``, actions
+    ``[E * N, ...] -> [E, N, ...]``; the env's other info leaves (``[E, ...]``, the episode's) are
+    repeated for each agent. So an agent's reward, ``terminated`` and ``truncated`` are its own and a
+    single-agent learner trains every agent with one network (parameter sharing).
+
+    With :class:`EpisodeStatistics` inside (``AgentBatch(EpisodeStatistics(VecEnv(env, E)))``, what
+    :func:`rljax.agents.base.make_env_stack` builds), ``info["episode"]`` counts each finished
+    multi-agent episode once, on its agent 0's row: ``return_`` is the team's return (the sum of
+    its agents' returns), ``length`` the episode's, and ``components`` gain each agent's return as
+    ``agent_return/<agent>`` (:data:`AGENT_RETURN`; ``<agent>`` from the env's ``agent_names``, else
+    ``agent_<i>``) beside the env's own reward terms summed over its agents.
+
+    Args:
+        env: a batched multi-agent env stack (batch shape ``(E,)``).
+        agent_id: add the :data:`AGENT_ID` one-hot to each observation (a dict observation keeps its
+            leaves; an array one becomes ``{"observation": obs, "agent_id": ...}``).
+
+    Raises:
+        ValueError: ``env`` is not a multi-agent env, or its batch is not one axis.
+    """
+
+    def __init__(self, env: Any, agent_id: bool = False):
+        n = num_agents(env)
+        if n < 1:
+            raise ValueError(f"AgentBatch({getattr(env, 'name', type(env).__name__)}): not a multi-agent env "
+                             f"(no num_agents); AgentBatch is for rljax.env.MultiAgentEnvironment envs")
+        if len(batch_shape_of(env)) != 1:
+            raise ValueError(f"AgentBatch: the inner env's batch shape is {batch_shape_of(env)}; give "
+                             f"VecEnv(env, num_envs) (one batch axis)")
+        super().__init__(env)
+        self.num_agents = n
+        self.agent_id = bool(agent_id)
+        names = getattr(self.unwrapped, "agent_names", None)
+        self.agent_names = tuple(names) if names else tuple(f"agent_{i}" for i in range(n))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """``(E * N,)``."""
+        return (batch_shape_of(self.env)[0] * self.num_agents,)
+
+    def observation_space(self, params: Any = None) -> Any:
+        """One agent's observation space, with the agent id's ``Box(0, 1, (N,))`` when added."""
+        space = self.env.observation_space(_resolve_params(self.env, params))
+        if not self.agent_id:
+            return space
+        one_hot = Box(0.0, 1.0, (self.num_agents,))
+        return {**space, AGENT_ID: one_hot} if isinstance(space, dict) else {"observation": space, AGENT_ID: one_hot}
+
+    def _flat(self, tree: Any) -> Any:
+        return jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), tree)
+
+    def _obs(self, obs: Any) -> Any:
+        obs = self._flat(obs)
+        if not self.agent_id:
+            return obs
+        rows = batch_shape_of(self.env)[0]
+        ids = jnp.tile(jnp.eye(self.num_agents, dtype=jnp.float32), (rows, 1))
+        return {**obs, AGENT_ID: ids} if isinstance(obs, dict) else {"observation": obs, AGENT_ID: ids}
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, Any]:
+        """The inner reset, its observations ``[E * N, ...]``."""
+        obs, state = self.env.reset(key, params)
+        return self._obs(obs), state
+
+    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None) -> StepResult:
+        """Steps every env with its agents' actions (``[E * N, ...]``); the outputs per agent."""
+        rows = batch_shape_of(self.env)[0]
+        action = jax.tree.map(lambda a: a.reshape((rows, self.num_agents, *a.shape[1:])), action)
+        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, params)
+        extra = {k: v for k, v in info.items() if k not in ("final_observation", "episode")}
+        out = {**jax.tree.map(lambda x: jnp.repeat(x, self.num_agents, axis=0), extra),
+               "final_observation": self._obs(info["final_observation"])}
+        if "episode" in info:
+            out["episode"] = self._team_episode(info["episode"])
+        return (self._obs(obs), state, reward.reshape(-1), terminated.reshape(-1), truncated.reshape(-1), out)
+
+    def _team_episode(self, ep: EpisodeInfo) -> EpisodeInfo:
+        """An :class:`EpisodeStatistics` record of ``[E, N]`` fields as ``[E * N]`` ones: each finished
+        episode on its agent 0's row, the team's return there, each agent's among the components."""
+        first = jnp.arange(self.num_agents) == 0
+
+        def on_first(x: jax.Array) -> jax.Array:  # [E] -> [E * N], zeros off agent 0's rows
+            return jnp.where(first, x[:, None], jnp.zeros((), x.dtype)).reshape(-1)
+
+        components = {k: on_first(jnp.sum(v, axis=-1)) for k, v in ep.components.items()}
+        components.update({AGENT_RETURN + name: on_first(ep.return_[:, i]) for i, name in enumerate(self.agent_names)})
+        return EpisodeInfo(done=on_first(ep.done[:, 0]), return_=on_first(jnp.sum(ep.return_, axis=-1)),
+                           length=on_first(ep.length[:, 0]), components=components,
+                           nonfinite=None if ep.nonfinite is None else ep.nonfinite.reshape(-1))
+
+
+# --------------------------------------------------------------------------------------------------
 # EpisodeStatistics
 # --------------------------------------------------------------------------------------------------
 
@@ -359,6 +471,8 @@ def reward_component_names(env: Any, params: Any = None) -> tuple[str, ...]:
         _, state = env.reset(k_reset, params)
         space = env.action_space(params)
         action = space.sample(k_act)
+        if num_agents(env):
+            action = jnp.broadcast_to(action, (num_agents(env), *jnp.shape(action)))
         if shape:
             action = jnp.broadcast_to(action, shape + tuple(jnp.shape(action)))
         return env.step(k_step, state, action, params)[5]
@@ -388,6 +502,7 @@ class EpisodeStatistics(Wrapper[TInnerState]):
     def __init__(self, env: Any):
         super().__init__(env)
         self.component_names = reward_component_names(env)
+        self.num_agents = num_agents(env)
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, EpisodeStatisticsState]:
         """Resets the inner env and zeroes every counter.
@@ -401,7 +516,7 @@ class EpisodeStatistics(Wrapper[TInnerState]):
         """
         obs, env_state = self.env.reset(key, params)
         # reset's outputs carry no reward to read a batch shape from, so the env declares it.
-        shape = self.batch_shape
+        shape = self.batch_shape + ((self.num_agents,) if self.num_agents else ())
         zeros_f = jnp.zeros(shape, jnp.float32)
         zeros_i = jnp.zeros(shape, jnp.int32)
         state = EpisodeStatisticsState(env_state=env_state, episode_return=zeros_f,
@@ -427,6 +542,8 @@ class EpisodeStatistics(Wrapper[TInnerState]):
         obs, env_state, reward, terminated, truncated, info = self.env.step(
             key, state.env_state, action, params)
         done = jnp.logical_or(terminated, truncated)
+        if self.num_agents:  # [..., N]: every agent's episode ends with the team's (all of them done)
+            done = jnp.broadcast_to(jnp.all(done, axis=-1, keepdims=True), done.shape)
         # The last step's reward belongs to the finished episode: add before testing done.
         new_return = state.episode_return + jnp.asarray(reward, jnp.float32)
         new_length = state.episode_length + 1

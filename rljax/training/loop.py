@@ -44,6 +44,7 @@ import numpy as np
 
 from rljax.agents.base import Agent
 from rljax.core.counters import Count
+from rljax.core.wrappers import AGENT_RETURN
 from rljax.training.hooks.base import Hook, Row, Run
 from rljax.training.hooks.stragglers import PROCESS_TIMES
 from rljax.store.tracking import FINAL_RETURN_CHUNKS
@@ -64,8 +65,9 @@ def _episode_columns(count: Any, return_sum: Any, length_sum: Any, components: d
         "episodes": int(count),
         "env_nonfinite": int(env_nonfinite),
     }
-    for name, total in components.items():
-        row[f"reward_components/{name}"] = float(total) / count if count else None
+    for name, total in components.items():  # an env's reward terms; a multi-agent env's agents' returns
+        key = name if name.startswith(AGENT_RETURN) else f"reward_components/{name}"
+        row[key] = float(total) / count if count else None
     return row
 
 
