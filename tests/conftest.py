@@ -169,8 +169,9 @@ def cpu_subprocess_env(devices: int = 1, **extra: str) -> dict:
 # version. What is marked slow: learning runs beyond PPO's, IMPALA's and the host path's (each
 # algorithm's probe-env tests stand for them); multi-process and multi-device variants beyond one
 # per mechanism; repeats of a guarantee over more algorithms, games or envs than it needs to be
-# checked by default; registry-wide training; the benchmark scripts' full tables; README commands
-# that are variants of others (tests/integration/test_doc_commands.py: README_VARIANTS).
+# checked by default; registry-wide training; the benchmark scripts' full tables. README commands
+# that are variants of others (tests/integration/test_doc_commands.py: README_VARIANTS) run with --slow
+# when -m slow does not deselect them (full-size experiments: not in CI's slow tier).
 
 
 def pytest_addoption(parser):
