@@ -5,7 +5,11 @@
 
 Tic-tac-toe (``experiments.alphazero_tictactoe``): each seed's run plays 100 games as each side against
 the perfect player (``envs.board_games:tictactoe_perfect``) with its network alone, with its search at
-the run's simulations and with 128 simulations; the target is no loss with its search. Connect four
+the run's simulations and with 128 simulations; the target is no loss with its search. Then every line
+the perfect player can choose against that search (each of its optimal moves in turn, the search's
+own choice, deterministic, at the agent's turns) is walked to its end: ``losing decisions`` counts the
+positions where the search's move throws the draw away, so 0 means it never loses to a perfect player
+whatever that player draws (stricter than 200 games). Connect four
 (``experiments.alphazero_connect_four``): 100 games a side against random and 50 against the depth-2
 minimax player (``envs.board_games:connect_four_minimax2``), with the search and the network alone; the
 target is at least 95 % wins against random on each side. Each run is the experiment module in a
@@ -28,6 +32,43 @@ from benchmarks.bench_vmap import cpu_model
 def _line(name: str, out: dict) -> str:
     f, s = out["as_first"], out["as_second"]
     return f"{name}: as first {f.wins}/{f.draws}/{f.losses}, as second {s.wins}/{s.draws}/{s.losses}"
+
+
+def losing_decisions(policy, env, params, num_simulations: int) -> tuple[int, int, list[str]]:
+    """Walks every line of tic-tac-toe in which the perfect player plays any of its optimal moves and
+    the search of ``policy`` (``num_simulations``, no noise: deterministic) plays at its turns, from
+    both seats. Returns ``(decisions, losing, lines)``: the search's decisions taken, those whose move
+    was not optimal (it lets a perfect player win), and those lines' moves."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rljax.policy import games
+
+    search = jax.jit(games.search_player(policy, env, params, num_simulations=num_simulations))
+    step = jax.jit(env.step_env)
+    counts, lines = [0, 0], []
+
+    def walk(state, obs, searching: bool, moves: list[int]) -> None:
+        optimal = env.optimal_moves(obs)
+        if searching:
+            batch = jax.tree.map(lambda x: x[None], (state, obs))
+            choices = [int(search(jax.random.key(0), *batch)[0])]
+            counts[0] += 1
+            if not optimal[choices[0]]:
+                counts[1] += 1
+                lines.append(" ".join(map(str, moves + choices)))
+        else:
+            choices = np.flatnonzero(optimal).tolist()
+        for move in choices:
+            next_obs, next_state, _, terminated, _ = step(jax.random.key(0), state, jnp.int32(move), params)
+            if not bool(terminated):
+                walk(next_state, next_obs, not searching, moves + [move])
+
+    for first in (True, False):
+        obs, state = env.reset_env(jax.random.key(0), params)
+        walk(state, obs, first, [])
+    return counts[0], counts[1], lines
 
 
 def main(argv=None) -> None:
@@ -61,6 +102,9 @@ def main(argv=None) -> None:
                     "search (128) vs perfect": games.match(
                         env, params, games.search_player(policy, env, params, num_simulations=128), perfect, 100)}
             ok = all(o.losses == 0 for o in rows["search (128) vs perfect"].values())
+            decisions, losing, lines = losing_decisions(policy, env, params, 128)
+            print(f"  seed {seed} search (128), every line of the perfect player: {losing} losing decisions of "
+                  f"{decisions}" + (f" (after moves {'; '.join(lines)})" if lines else ""), flush=True)
         else:
             minimax = games.opponent_player(env.minimax_player(2))
             rows = {"search vs random": games.match(env, params, search, games.random_player(), 100),

@@ -198,6 +198,15 @@ class TicTacToe(LineGame):
     def __init__(self) -> None:
         super().__init__(3, 3, 3, drop=False, name="TicTacToe-v0")
 
+    @staticmethod
+    def optimal_moves(obs: Any) -> np.ndarray:
+        """The perfect player's moves in one observation (NumPy, for analysis on the host): bool
+        ``[9]``, True for every legal move that keeps the position's game-theoretic value (full
+        minimax; :meth:`perfect_player` draws uniformly among them)."""
+        planes = np.asarray(obs["observation"]).reshape(9, 2) > 0
+        code = int(np.sum((planes[:, 0] + 2 * planes[:, 1]) * 3 ** np.arange(9)))
+        return _tictactoe_optimal_moves()[code] & np.asarray(obs["legal_action_mask"], bool)
+
     def perfect_player(self) -> Opponent:
         """A perfect player (:data:`Opponent`): from a table of every position's game-theoretic
         value (full minimax, solved once in NumPy), it plays uniformly at random among the moves

@@ -153,6 +153,12 @@ def test_the_perfect_player_blocks_and_wins():
     assert {int(player(win, win[LEGAL_ACTION_MASK], jax.random.key(k))) for k in range(8)} == {2}
     block = _obs_of(env, [0, 4, 1])  # O to move: must block at 2
     assert {int(player(block, block[LEGAL_ACTION_MASK], jax.random.key(k))) for k in range(8)} == {2}
+    # The same table on the host: the moves that keep the value. Every opening draws; after X's edge,
+    # O's centre and X's far corner, O keeps the draw with 0, 2, 3 or 5 only (6 and 7 let X fork).
+    assert np.flatnonzero(env.optimal_moves(win)).tolist() == [2]
+    assert np.flatnonzero(env.optimal_moves(block)).tolist() == [2]
+    assert env.optimal_moves(_obs_of(env, [])).all()
+    assert np.flatnonzero(env.optimal_moves(_obs_of(env, [1, 4, 8]))).tolist() == [0, 2, 3, 5]
 
 
 def test_turn_sign_and_current_player():
