@@ -438,14 +438,21 @@ class Environment(Generic[TState, TParams]):
         else:
             key_step = key_reset = key  # step_env ignores its key, so the reset may use all of it
         obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
-        terminated = jnp.asarray(terminated, jnp.bool_)
-        truncated = jnp.asarray(state_st.time >= params.max_steps_in_episode, jnp.bool_)
-        done = terminated | truncated
+        reward, terminated, truncated = self._shaped(reward, terminated, state_st.time >= params.max_steps_in_episode)
+        done = self._episode_over(terminated | truncated)
         obs_re, state_re = self.reset_env(key_reset, params)
         state = auto_reset(done, state_re, state_st)
         obs = auto_reset(done, obs_re, obs_st)
         info = {**info, "final_observation": obs_st}
-        return obs, state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
+        return obs, state, reward, terminated, truncated, info
+
+    def _shaped(self, reward: Any, terminated: Any, truncated: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``step``'s reward (float32) and flags (bool) in the contract's shapes: scalars here."""
+        return jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, jnp.bool_), jnp.asarray(truncated, jnp.bool_)
+
+    def _episode_over(self, done: jax.Array) -> jax.Array:
+        """Whether ``step`` auto-resets, from ``terminated | truncated``: the flag itself here."""
+        return done
 
 
 # --------------------------------------------------------------------------------------------------
@@ -492,22 +499,13 @@ class MultiAgentEnvironment(Environment[TState, TParams]):
 
     num_agents: int = 2
 
-    def step(self, key: jax.Array, state: TState, action: Any, params: TParams | None = None
-             ) -> tuple[Any, TState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
-        """One step of every agent and the auto-reset when every agent is done (the class docstring)."""
-        if params is None:
-            params = self.default_params
-        if self.stochastic_transitions:
-            key_step, key_reset = jax.random.split(key)
-        else:
-            key_step = key_reset = key
-        obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
+    def _shaped(self, reward: Any, terminated: Any, truncated: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The reward and flags broadcast to ``[num_agents]`` (a scalar flag or reward is every agent's)."""
         shape = (self.num_agents,)
-        terminated = jnp.broadcast_to(jnp.asarray(terminated, jnp.bool_), shape)
-        truncated = jnp.broadcast_to(jnp.asarray(state_st.time >= params.max_steps_in_episode, jnp.bool_), shape)
-        done = jnp.all(terminated | truncated)
-        obs_re, state_re = self.reset_env(key_reset, params)
-        state = auto_reset(done, state_re, state_st)
-        obs = auto_reset(done, obs_re, obs_st)
-        info = {**info, "final_observation": obs_st}
-        return obs, state, jnp.broadcast_to(jnp.asarray(reward, jnp.float32), shape), terminated, truncated, info
+        return (jnp.broadcast_to(jnp.asarray(reward, jnp.float32), shape),
+                jnp.broadcast_to(jnp.asarray(terminated, jnp.bool_), shape),
+                jnp.broadcast_to(jnp.asarray(truncated, jnp.bool_), shape))
+
+    def _episode_over(self, done: jax.Array) -> jax.Array:
+        """The episode ends when every agent is done."""
+        return jnp.all(done)
