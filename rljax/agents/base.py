@@ -28,7 +28,7 @@ from rljax.core import wrappers
 from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
-from rljax.env import (LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, observation_spec,
+from rljax.env import (LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, num_agents, observation_spec,
                        uniform_legal_action)
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.prng import permutation
@@ -240,6 +240,16 @@ def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, An
     return action_dim, low, high
 
 
+def agent_observation_spec(env: Any, env_params: Any, agent_id: bool = False, global_state: bool = False) -> Any:
+    """One agent's observation as a learner's network sees it in a multi-agent ``env``: the rows of
+    :class:`rljax.core.wrappers.AgentBatch` (the leading agent axis gone, the agent id added, the
+    global state dropped or kept), as ``jax.ShapeDtypeStruct`` leaves (an abstract trace: nothing runs)."""
+    stack = wrappers.AgentBatch(wrappers.EpisodeStatistics(wrappers.VecEnv(env, 1)), agent_id=agent_id,
+                                global_state=global_state)
+    rows = jax.eval_shape(lambda key: stack.reset(key, env_params)[0], jax.random.key(0))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows)
+
+
 def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -> tuple[LeafEncoding, ...]:
     """How ``algorithm``'s networks encode ``env``'s observations: :func:`rljax.core.networks.encoder_layout`
     of :func:`rljax.env.observation_spec` with ``config.encoder`` and ``config.cnn_channels``.
@@ -249,7 +259,9 @@ def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -
             chosen encoder cannot take (before anything is compiled); or a legal-action mask that is
             not one entry per action of a ``Discrete`` action space.
     """
-    spec = observation_spec(env, env_params)
+    spec = observation_spec(env, env_params) if not num_agents(env) else agent_observation_spec(
+        env, env_params, agent_id=getattr(config, "agent_id", False),
+        global_state=getattr(config, "global_state", False))
     if isinstance(spec, Mapping) and LEGAL_ACTION_MASK in spec:
         space, mask = env.action_space(env_params), spec[LEGAL_ACTION_MASK]
         if not is_discrete(space):
@@ -273,7 +285,8 @@ def first_obs(obs: Any) -> Any:
 
 def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: bool = False,
                    normalize_reward: bool = False, reward_gamma: float = 0.99,
-                   axis_name: str | None = None, randomize: tuple[str, ...] = ()) -> Any:
+                   axis_name: str | None = None, randomize: tuple[str, ...] = (), agent_id: bool = False,
+                   global_state: bool = False) -> Any:
     """The standard training env: clip Box actions, vectorise, track episodes, normalise.
 
     Order matters: ``EpisodeStatistics`` sits inside reward normalisation so it logs raw returns;
@@ -289,12 +302,22 @@ def make_env_stack(env: Any, env_params: Any, num_envs: int, *, normalize_obs: b
         axis_name: the device axis the normalisers merge their statistics over.
         randomize: ``NAME=LOW:HIGH`` specs of env params drawn per episode
             (:class:`rljax.core.wrappers.RandomizeParams`, innermost).
+        agent_id: a multi-agent env's rows carry the agent's one-hot
+            (:class:`rljax.core.wrappers.AgentBatch`).
+        global_state: a multi-agent env's rows keep its :data:`rljax.env.GLOBAL_STATE` leaf (for a
+            centralised critic); without, it is dropped.
+
+    A multi-agent env (:class:`rljax.env.MultiAgentEnvironment`) becomes ``num_envs`` games of ``N``
+    agents seen as ``num_envs * N`` rows (``AgentBatch(EpisodeStatistics(VecEnv(env, num_envs)))``):
+    the stack's batch is its ``batch_shape``, not ``num_envs``.
     """
     if randomize:
         env = wrappers.RandomizeParams(env, wrappers.param_ranges(randomize))
     if not is_discrete(env.action_space(env_params)):
         env = wrappers.ClipAction(env)
     env = wrappers.EpisodeStatistics(wrappers.VecEnv(env, num_envs))
+    if num_agents(env):
+        env = wrappers.AgentBatch(env, agent_id=agent_id, global_state=global_state)
     if normalize_obs:
         env = wrappers.NormalizeObservation(env, axis_name=axis_name)
     if normalize_reward:

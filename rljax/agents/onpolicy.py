@@ -39,6 +39,7 @@ from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput,
                                first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
                                observation_normalizer, pmean, schedule_fraction, space_dims, stack_params)
 from rljax.agents.recurrent import sequence_length
+from rljax.core import wrappers
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
 from rljax.core.counters import Count, as_float
 from rljax.core.networks import MEMORY_CELLS, ActorCritic, RecurrentActorCritic
@@ -280,7 +281,8 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
     venv = make_env_stack(env, env_params, config.num_envs // config.num_devices, normalize_obs=normalize_obs,
                           normalize_reward=normalize_reward,
                           reward_gamma=config.gamma if normalize_reward else 0.99, axis_name=axis_name,
-                          randomize=config.randomize)
+                          randomize=config.randomize, agent_id=getattr(config, "agent_id", False),
+                          global_state=getattr(config, "global_state", False))
     program = _Program(config, hooks, venv, anneal_lr, normalize_reward, axis_name)
     stats_of, normalize = observation_normalizer(venv)
     to_space = into_action_space(env.action_space(env_params))
@@ -320,7 +322,7 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     params = program.hooks.init_params(k_params, first_obs(obs))
     opt_state = program.hooks.optimizer(hyperparams, hyperparams.learning_rate).init(params)
     memory = None if program.hooks.initial_memory is None else program.hooks.initial_memory(
-        program.config.num_envs // program.config.num_devices)
+        wrappers.batch_shape_of(program.venv)[0])  # num_envs per device; times N agents for a multi-agent env
     return OnPolicyState(params=params, opt_state=opt_state, env_state=env_state, obs=obs, key=k_state,
                          hyperparams=hyperparams, env_params=env_params, updates=Count.of(0),
                          num_updates=Count.of(num_updates), memory=memory)

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rljax.env import Box, auto_reset, is_discrete, num_agents, observation_spec
+from rljax.env import GLOBAL_STATE, Box, auto_reset, is_discrete, num_agents, observation_spec
 
 __all__ = [
     "Wrapper",
@@ -313,12 +313,14 @@ class AgentBatch(Wrapper[TInnerState]):
         env: a batched multi-agent env stack (batch shape ``(E,)``).
         agent_id: add the :data:`AGENT_ID` one-hot to each observation (a dict observation keeps its
             leaves; an array one becomes ``{"observation": obs, "agent_id": ...}``).
+        global_state: keep the env's :data:`rljax.env.GLOBAL_STATE` leaf (False: drop it, for
+            learners whose networks see each agent's own observation only).
 
     Raises:
         ValueError: ``env`` is not a multi-agent env, or its batch is not one axis.
     """
 
-    def __init__(self, env: Any, agent_id: bool = False):
+    def __init__(self, env: Any, agent_id: bool = False, global_state: bool = True):
         n = num_agents(env)
         if n < 1:
             raise ValueError(f"AgentBatch({getattr(env, 'name', type(env).__name__)}): not a multi-agent env "
@@ -329,6 +331,7 @@ class AgentBatch(Wrapper[TInnerState]):
         super().__init__(env)
         self.num_agents = n
         self.agent_id = bool(agent_id)
+        self.global_state = bool(global_state)
         names = getattr(self.unwrapped, "agent_names", None)
         self.agent_names = tuple(names) if names else tuple(f"agent_{i}" for i in range(n))
 
@@ -340,6 +343,8 @@ class AgentBatch(Wrapper[TInnerState]):
     def observation_space(self, params: Any = None) -> Any:
         """One agent's observation space, with the agent id's ``Box(0, 1, (N,))`` when added."""
         space = self.env.observation_space(_resolve_params(self.env, params))
+        if isinstance(space, dict) and not self.global_state:
+            space = {k: v for k, v in space.items() if k != GLOBAL_STATE}
         if not self.agent_id:
             return space
         one_hot = Box(0.0, 1.0, (self.num_agents,))
@@ -350,6 +355,8 @@ class AgentBatch(Wrapper[TInnerState]):
 
     def _obs(self, obs: Any) -> Any:
         obs = self._flat(obs)
+        if isinstance(obs, dict) and not self.global_state:
+            obs = {k: v for k, v in obs.items() if k != GLOBAL_STATE}
         if not self.agent_id:
             return obs
         rows = batch_shape_of(self.env)[0]
