@@ -175,3 +175,26 @@ def test_auto_flattens_an_image_too_small_for_the_convolutions():
 def test_image_keys_that_would_share_parameter_names_are_refused():
     with pytest.raises(ValueError, match=r"observation\['a b'\] and observation\['a_b'\] would share"):
         encoder_layout({"a b": SDS((5, 5, 1), jnp.float32), "a_b": SDS((5, 5, 1), jnp.float32)})
+
+
+# Slow: by default the tiny MuZero run of tests/conftest.py (its representation through the same
+# observation_layout) and the image case of test_every_algorithm_trains_on_pytree_image_and_grid_observations
+# (the encoders' CNN) stand for it.
+@pytest.mark.slow
+def test_muzero_represents_image_observations_with_the_cnn():
+    """MuZero on a single-player image env (as on MinAtar): its representation encodes the image with
+    the CNN, and a short run trains its three functions to finite losses."""
+    pytest.importorskip("mctx")
+    from rljax.agents.muzero import MuZeroConfig
+
+    env = GridWalk("image")
+    config = MuZeroConfig(total_timesteps=64, num_envs=4, num_steps=8, num_minibatches=1, num_epochs=1,
+                          updates_per_chunk=1, num_simulations=4, hidden_sizes=(8,), latent_size=8, unroll_steps=2,
+                          cnn_channels=(4,))
+    result = rljax.train(config, env=env, options=rljax.RunOptions(quiet=True, checkpoints=False, tensorboard=False,
+                                                                   handle_signals=False))
+    assert result.rows[-1]["env_steps"] == config.total_timesteps
+    assert all(math.isfinite(result.rows[-1][k]) for k in ("policy_loss", "value_loss", "reward_loss"))
+    conv = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(result.state.params)[0]
+            if "conv_0" in jax.tree_util.keystr(path) and "kernel" in jax.tree_util.keystr(path)]
+    assert conv and all(leaf.shape[-2:] == (2, 4) for leaf in conv)
