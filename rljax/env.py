@@ -462,8 +462,8 @@ class Environment(Generic[TState, TParams]):
 GLOBAL_STATE = "global_state"
 """The observation key of what a centralised critic sees in a multi-agent env: a leaf of each
 agent's dict observation, ``[num_agents, G]`` (one row per agent: the same state for all of them, or
-with something of the agent's own, as an agent id). Policies never read it; MAPPO's critic reads only
-it (``docs/multiagent.md``)."""
+with something of the agent's own, as an agent id). Policies never read it; a centralised critic reads
+it (``docs/env_api.md``, "Multi-agent environments")."""
 
 
 def num_agents(env: Any) -> int:

@@ -240,12 +240,18 @@ def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, An
     return action_dim, low, high
 
 
+def agent_rows(config: Any) -> dict[str, bool]:
+    """How a multi-agent env's rows look to ``config``'s networks (:class:`rljax.core.wrappers.AgentBatch`'s
+    ``agent_id`` and ``global_state``): its fields of those names, False where it has none."""
+    return {"agent_id": bool(getattr(config, "agent_id", False)),
+            "global_state": bool(getattr(config, "global_state", False))}
+
+
 def agent_observation_spec(env: Any, env_params: Any, agent_id: bool = False, global_state: bool = False) -> Any:
     """One agent's observation as a learner's network sees it in a multi-agent ``env``: the rows of
     :class:`rljax.core.wrappers.AgentBatch` (the leading agent axis gone, the agent id added, the
     global state dropped or kept), as ``jax.ShapeDtypeStruct`` leaves (an abstract trace: nothing runs)."""
-    stack = wrappers.AgentBatch(wrappers.EpisodeStatistics(wrappers.VecEnv(env, 1)), agent_id=agent_id,
-                                global_state=global_state)
+    stack = wrappers.AgentBatch(wrappers.VecEnv(env, 1), agent_id=agent_id, global_state=global_state)
     rows = jax.eval_shape(lambda key: stack.reset(key, env_params)[0], jax.random.key(0))
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), rows)
 
@@ -260,8 +266,7 @@ def observation_layout(config: Any, env: Any, env_params: Any, algorithm: str) -
             not one entry per action of a ``Discrete`` action space.
     """
     spec = observation_spec(env, env_params) if not num_agents(env) else agent_observation_spec(
-        env, env_params, agent_id=getattr(config, "agent_id", False),
-        global_state=getattr(config, "global_state", False))
+        env, env_params, **agent_rows(config))
     if isinstance(spec, Mapping) and LEGAL_ACTION_MASK in spec:
         space, mask = env.action_space(env_params), spec[LEGAL_ACTION_MASK]
         if not is_discrete(space):

@@ -35,9 +35,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, desync, epochs_of_minibatches,
-                               first_obs, gradient_step, into_action_space, make_env_stack, observation_layout,
-                               observation_normalizer, pmean, schedule_fraction, space_dims, stack_params)
+from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, agent_rows, desync,
+                               epochs_of_minibatches, first_obs, gradient_step, into_action_space, make_env_stack,
+                               observation_layout, observation_normalizer, pmean, schedule_fraction, space_dims,
+                               stack_params)
 from rljax.agents.recurrent import sequence_length
 from rljax.core import wrappers
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
@@ -281,8 +282,7 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
     venv = make_env_stack(env, env_params, config.num_envs // config.num_devices, normalize_obs=normalize_obs,
                           normalize_reward=normalize_reward,
                           reward_gamma=config.gamma if normalize_reward else 0.99, axis_name=axis_name,
-                          randomize=config.randomize, agent_id=getattr(config, "agent_id", False),
-                          global_state=getattr(config, "global_state", False))
+                          randomize=config.randomize, **agent_rows(config))
     program = _Program(config, hooks, venv, anneal_lr, normalize_reward, axis_name)
     stats_of, normalize = observation_normalizer(venv)
     to_space = into_action_space(env.action_space(env_params))

@@ -27,6 +27,7 @@ outside ``VecEnv``. A typical training stack, innermost first::
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import jax
@@ -343,25 +344,21 @@ class AgentBatch(Wrapper[TInnerState]):
     def observation_space(self, params: Any = None) -> Any:
         """One agent's observation space, with the agent id's ``Box(0, 1, (N,))`` when added."""
         space = self.env.observation_space(_resolve_params(self.env, params))
-        if isinstance(space, dict) and not self.global_state:
-            space = {k: v for k, v in space.items() if k != GLOBAL_STATE}
-        if not self.agent_id:
-            return space
-        one_hot = Box(0.0, 1.0, (self.num_agents,))
-        return {**space, AGENT_ID: one_hot} if isinstance(space, dict) else {"observation": space, AGENT_ID: one_hot}
+        return self._row(space, lambda: Box(0.0, 1.0, (self.num_agents,)))
 
-    def _flat(self, tree: Any) -> Any:
-        return jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), tree)
+    def _row(self, tree: Any, agent_id: Callable[[], Any]) -> Any:
+        """An observation (or its space) as the rows show it: the global state dropped unless kept,
+        the ``agent_id()`` leaf added when asked (an array observation becomes a dict for it)."""
+        if isinstance(tree, dict) and not self.global_state:
+            tree = {k: v for k, v in tree.items() if k != GLOBAL_STATE}
+        if not self.agent_id:
+            return tree
+        return {**tree, AGENT_ID: agent_id()} if isinstance(tree, dict) else {"observation": tree, AGENT_ID: agent_id()}
 
     def _obs(self, obs: Any) -> Any:
-        obs = self._flat(obs)
-        if isinstance(obs, dict) and not self.global_state:
-            obs = {k: v for k, v in obs.items() if k != GLOBAL_STATE}
-        if not self.agent_id:
-            return obs
         rows = batch_shape_of(self.env)[0]
-        ids = jnp.tile(jnp.eye(self.num_agents, dtype=jnp.float32), (rows, 1))
-        return {**obs, AGENT_ID: ids} if isinstance(obs, dict) else {"observation": obs, AGENT_ID: ids}
+        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), obs)
+        return self._row(flat, lambda: jnp.tile(jnp.eye(self.num_agents, dtype=jnp.float32), (rows, 1)))
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, Any]:
         """The inner reset, its observations ``[E * N, ...]``."""
@@ -472,14 +469,15 @@ def reward_component_names(env: Any, params: Any = None) -> tuple[str, ...]:
     """
     params = env.default_params if params is None else params
     shape = batch_shape_of(env)
+    agents = num_agents(env)
 
     def one_step(key: jax.Array) -> Any:
         k_reset, k_act, k_step = jax.random.split(key, 3)
         _, state = env.reset(k_reset, params)
         space = env.action_space(params)
         action = space.sample(k_act)
-        if num_agents(env):
-            action = jnp.broadcast_to(action, (num_agents(env), *jnp.shape(action)))
+        if agents:
+            action = jnp.broadcast_to(action, (agents, *jnp.shape(action)))
         if shape:
             action = jnp.broadcast_to(action, shape + tuple(jnp.shape(action)))
         return env.step(k_step, state, action, params)[5]
