@@ -28,8 +28,8 @@ from rljax.core import wrappers
 from rljax.core.config import ENV_RANGES, RunConfig, check_choice, check_sizes, field
 from rljax.core.counters import as_float
 from rljax.core.distributions import clip_to_space
-from rljax.env import (LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, num_agents, observation_spec,
-                       uniform_legal_action)
+from rljax.env import (GLOBAL_STATE, LEGAL_ACTION_MASK, describe_space, is_discrete, masked_actions, num_agents,
+                       observation_spec, uniform_legal_action)
 from rljax.core.networks import ENCODERS, LeafEncoding, encoder_layout
 from rljax.core.prng import permutation
 from rljax.core.rollout import EpisodeSummary
@@ -245,6 +245,29 @@ def agent_rows(config: Any) -> dict[str, bool]:
     ``agent_id`` and ``global_state``): its fields of those names, False where it has none."""
     return {"agent_id": bool(getattr(config, "agent_id", False)),
             "global_state": bool(getattr(config, "global_state", False))}
+
+
+def agent_views(config: Any, env: Any, env_params: Any) -> dict[str, tuple[str, ...]]:
+    """What each side of ``config``'s actor-critic sees of a multi-agent ``env``'s rows, as
+    :class:`rljax.core.networks.ActorCritic`'s ``actor_keys`` and ``critic_keys``: where the rows keep
+    the :data:`rljax.env.GLOBAL_STATE` (:func:`agent_rows`), a centralised critic on it (with the agent
+    id too where ``config.critic_agent_id``) and an actor on every other leaf; else ``{}`` (both see
+    the whole row).
+
+    Raises:
+        ValueError: the rows keep the global state but ``env``'s observation has none (naming its keys).
+    """
+    if not num_agents(env) or not agent_rows(config)["global_state"]:
+        return {}
+    spec = agent_observation_spec(env, env_params, **agent_rows(config))
+    keys = sorted(spec) if isinstance(spec, Mapping) else []
+    if GLOBAL_STATE not in keys:
+        raise ValueError(f"{type(config).__name__}: a centralised critic reads the env's {GLOBAL_STATE!r}; "
+                         f"{_env_name(env)}'s observation has keys {keys} (rljax.env.MultiAgentEnvironment "
+                         f"documents the leaf)")
+    critic = (GLOBAL_STATE,) + ((wrappers.AGENT_ID,) if getattr(config, "critic_agent_id", False)
+                                and wrappers.AGENT_ID in keys else ())
+    return {"actor_keys": tuple(k for k in keys if k != GLOBAL_STATE), "critic_keys": critic}
 
 
 def agent_observation_spec(env: Any, env_params: Any, agent_id: bool = False, global_state: bool = False) -> Any:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, agent_rows, desync,
+from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, agent_rows, agent_views, desync,
                                epochs_of_minibatches, first_obs, gradient_step, into_action_space, make_env_stack,
                                observation_layout, observation_normalizer, pmean, schedule_fraction, space_dims,
                                stack_params)
@@ -43,9 +43,10 @@ from rljax.agents.recurrent import sequence_length
 from rljax.core import wrappers
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
 from rljax.core.counters import Count, as_float
-from rljax.core.networks import MEMORY_CELLS, ActorCritic, RecurrentActorCritic
+from rljax.core.networks import MEMORY_CELLS, ActorCritic, PerAgent, RecurrentActorCritic
 from rljax.core.returns import gae
 from rljax.core.rollout import RolloutCarry, Transition, rollout
+from rljax.env import num_agents
 
 __all__ = ["RolloutConfig", "OnPolicyConfig", "OnPolicyState", "OnPolicyContext", "OnPolicyHooks",
            "make_onpolicy_agent", "annealed_learning_rate", "minibatch_epochs", "actor_critic_network",
@@ -389,18 +390,25 @@ def actor_critic_network(config: Any, env: Any, env_params: Any, algorithm: str
     ``shared_torso``, the encoder fields) for ``env``'s action space: a categorical policy for
     ``Discrete`` actions, a diagonal Gaussian for a flat ``Box``; any other space raises
     ``ValueError`` naming it and ``algorithm``. With a ``memory`` other than ``"none"``, the
-    :class:`~rljax.core.networks.RecurrentActorCritic` (``memory``, ``memory_size``; one torso)."""
+    :class:`~rljax.core.networks.RecurrentActorCritic` (``memory``, ``memory_size``; one torso). On a
+    multi-agent env, each side's view of the rows (:func:`~rljax.agents.base.agent_views`: a
+    centralised critic where the rows keep the global state), and with ``config.separate_params`` one
+    copy per agent (:class:`~rljax.core.networks.PerAgent`)."""
     discrete, action_dim = space_dims(env.action_space(env_params), algorithm)
+    views = agent_views(config, env, env_params)
     if getattr(config, "memory", "none") != "none":
         return RecurrentActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                                     activation=config.activation,
                                     obs_layout=observation_layout(config, env, env_params, algorithm),
                                     cnn_channels=config.cnn_channels, memory=config.memory,
-                                    memory_size=config.memory_size)
-    return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
-                       activation=config.activation, shared_torso=config.shared_torso,
-                       obs_layout=observation_layout(config, env, env_params, algorithm),
-                       cnn_channels=config.cnn_channels)
+                                    memory_size=config.memory_size, **views)
+    fields = dict(action_dim=action_dim, discrete=discrete, hidden_sizes=tuple(config.hidden_sizes),
+                  activation=config.activation, shared_torso=config.shared_torso,
+                  obs_layout=observation_layout(config, env, env_params, algorithm),
+                  cnn_channels=tuple(config.cnn_channels), **views)
+    if getattr(config, "separate_params", False):
+        return PerAgent(ActorCritic, tuple(fields.items()), num_agents(env))
+    return ActorCritic(**fields)
 
 
 def sampling_policy(apply_fn: Any, params: Any) -> Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]]:

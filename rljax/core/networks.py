@@ -4,7 +4,10 @@
   vectors as they are, scalars and 2-D grids flattened, images ``[H, W, C]`` through a CNN torso,
   dicts/tuples one encoder per leaf with the features concatenated (:func:`encoder_layout` decides).
 * :class:`MLP` -- the shared torso: ``Dense -> activation`` per hidden layer, orthogonal init.
-* :class:`ActorCritic` -- PPO's policy and value function, ``obs -> (distribution, value)``.
+* :class:`ActorCritic` -- PPO's policy and value function, ``obs -> (distribution, value)``; each
+  side may see its own keys of a dict observation (a centralised critic on the global state).
+* :class:`PerAgent` -- one copy of a network per agent, each with its own parameters, each row of a
+  multi-agent batch answered by its agent's copy.
 * :class:`QNetwork` -- DQN's action values, ``obs -> Q[..., num_actions]``, optionally dueling,
   noisy (:class:`NoisyDense`) or distributional (``num_atoms`` outputs per action).
 * :class:`RecurrentActorCritic`, :class:`RecurrentQNetwork` -- the same with a GRU or LSTM
@@ -31,7 +34,7 @@ no parameters, so the network is exactly an MLP on the vector.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -41,10 +44,12 @@ import jax.numpy as jnp
 from rljax.core.distributions import Categorical, DiagGaussian
 from rljax.core.rollout import reset_memory
 from rljax.env import legal_action_mask, masked_actions
+from rljax.core.wrappers import AGENT_ID
 
 __all__ = ["ACTIVATIONS", "ENCODERS", "NATURE_CNN", "get_activation", "LeafEncoding", "leaf_name", "encoder_layout",
            "Conv3x3", "PatchConv", "ObsEncoder", "NOISE", "NoisyDense",
-           "MLP", "ActorCritic", "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
+           "observation_view", "MLP", "ActorCritic", "PerAgent",
+           "QNetwork", "BoxCritic", "init_actor_and_twin_critics", "twin_critic_apply",
            "MEMORY_CELLS", "initial_memory", "MemoryCore", "RecurrentActorCritic", "RecurrentQNetwork"]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -399,6 +404,28 @@ class ObsEncoder(nn.Module):
         return features[0] if len(features) == 1 else jnp.concatenate(features, axis=-1)
 
 
+def observation_view(obs: Any, layout: tuple[LeafEncoding, ...], keys: tuple[str, ...]
+                     ) -> tuple[Any, tuple[LeafEncoding, ...]]:
+    """The part of a dict observation under ``keys`` and its leaves' encodings: ``({k: obs[k] for k in
+    keys}, the entries of layout for those leaves)``; ``keys=()`` is the whole observation.
+
+    Args:
+        obs: the observation pytree (leaves ``[*batch, *leaf_shape]``).
+        layout: :func:`encoder_layout` of the whole observation.
+        keys: top-level keys of a dict observation.
+
+    Raises:
+        ValueError: ``obs`` is not a dict, or lacks one of ``keys`` (naming it and the keys it has).
+    """
+    if not keys:
+        return obs, layout
+    if not isinstance(obs, Mapping) or any(k not in obs for k in keys):
+        have = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+        raise ValueError(f"observation_view: the observation has keys {have}; the view needs {list(keys)}")
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(obs)[0]]
+    return {k: obs[k] for k in keys}, tuple(enc for path, enc in zip(paths, layout) if path[0].key in keys)
+
+
 class MLP(nn.Module):
     """A multilayer perceptron: ``Dense -> activation`` per hidden size, then an optional output.
 
@@ -466,6 +493,11 @@ class ActorCritic(nn.Module):
 
         obs_layout: :func:`encoder_layout` of the observation (``()``: a flat vector ``[..., obs_dim]``).
         cnn_channels: conv widths of the image encoder (see :class:`ObsEncoder`).
+        actor_keys, critic_keys: the keys of a dict observation the actor's and the critic's encoders
+            see (:func:`observation_view`; ``()``: all of it). A centralised critic (MAPPO) is
+            ``critic_keys=("global_state",)`` with ``actor_keys`` the agent's own leaves; the critic's
+            features then never depend on what only the actor sees, nor the policy on the global
+            state. Either needs separate torsos.
 
     Parameters (names in the params tree):
         ``torso`` or ``actor_torso``/``critic_torso`` (:class:`MLP`), each after its encoder
@@ -486,23 +518,29 @@ class ActorCritic(nn.Module):
     shared_torso: bool = False
     obs_layout: tuple[LeafEncoding, ...] = ()
     cnn_channels: Sequence[int] = (16,)
+    actor_keys: tuple[str, ...] = ()
+    critic_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         get_activation(self.activation)
         _validate_sizes("ActorCritic", self.hidden_sizes)
         _validate_positive("ActorCritic", "action_dim", self.action_dim)
+        if self.shared_torso and (self.actor_keys or self.critic_keys):
+            raise ValueError(f"ActorCritic: actor_keys={self.actor_keys} and critic_keys={self.critic_keys} give each "
+                             f"side its own view of the observation; they need shared_torso=False")
         super().__post_init__()
 
     @nn.compact
     def __call__(self, obs: Any) -> tuple[Categorical | DiagGaussian, jax.Array]:
-        def torso(prefix: str) -> jax.Array:
-            features = ObsEncoder(self.obs_layout, self.cnn_channels, name=f"{prefix}encoder")(obs)
+        def torso(prefix: str, keys: tuple[str, ...] = ()) -> jax.Array:
+            view, layout = observation_view(obs, self.obs_layout, keys)
+            features = ObsEncoder(layout, self.cnn_channels, name=f"{prefix}encoder")(view)
             return MLP(self.hidden_sizes, self.activation, name=f"{prefix}torso")(features)
 
         if self.shared_torso:
             actor_features = critic_features = torso("")
         else:
-            actor_features, critic_features = torso("actor_"), torso("critic_")
+            actor_features, critic_features = torso("actor_", self.actor_keys), torso("critic_", self.critic_keys)
 
         return _policy_and_value(self, actor_features, critic_features, self.action_dim, self.discrete,
                                  legal_action_mask(obs))
@@ -526,6 +564,52 @@ def _policy_and_value(module: nn.Module, actor_features: jax.Array, critic_featu
         dist = DiagGaussian(mean=mean, log_std=jnp.broadcast_to(log_std, mean.shape))
     value = _dense(1, 1.0, name="value")(critic_features)[..., 0]
     return dist, value
+
+
+class PerAgent(nn.Module):
+    """``num_agents`` copies of a network, each with its own parameters (no parameter sharing), for the
+    rows of a multi-agent batch (:class:`rljax.core.wrappers.AgentBatch` with ``agent_id=True``):
+    row ``r`` is answered by the copy of its agent ``argmax(obs["agent_id"][r])``.
+
+    Every copy runs on every row, then each output leaf takes its row's agent's copy; so rows may
+    come in any order (PPO's shuffled minibatches) and the cost is ``num_agents`` forward passes.
+
+    Attributes:
+        network: the module class of one copy (:class:`ActorCritic`).
+        fields: its constructor's fields as ``((name, value), ...)``.
+        num_agents: how many copies.
+
+    Parameters: ``agent_{i}/...``, copy ``i``'s (its own initialisation).
+
+    Call:
+        ``obs`` (a dict with the :data:`~rljax.core.wrappers.AGENT_ID` one-hot ``[*batch,
+        num_agents]``) -> the copy's outputs, each leaf ``[*batch, ...]``.
+    """
+
+    network: Any
+    fields: tuple[tuple[str, Any], ...]
+    num_agents: int
+
+    def __post_init__(self) -> None:
+        _validate_positive("PerAgent", "num_agents", self.num_agents)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: Any) -> Any:
+        if not isinstance(obs, Mapping) or AGENT_ID not in obs:
+            raise ValueError(f"PerAgent: each row needs its {AGENT_ID!r} one-hot to pick its agent's copy; the "
+                             f"observation has {sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__}")
+        outputs = [self.network(**dict(self.fields), name=f"agent_{i}")(obs) for i in range(self.num_agents)]
+        agent = jnp.argmax(obs[AGENT_ID], axis=-1)
+
+        def mine(*xs: jax.Array) -> jax.Array:  # N x [*batch, *rest] -> [*batch, *rest]
+            index = agent.reshape(agent.shape + (1,) * (xs[0].ndim - agent.ndim))
+            out = xs[0]
+            for i in range(1, self.num_agents):
+                out = jnp.where(index == i, xs[i], out)
+            return out
+
+        return jax.tree.map(mine, *outputs)
 
 
 class QNetwork(nn.Module):
@@ -780,10 +864,12 @@ def _validate_recurrent(module: nn.Module, out_field: str, out_value: int) -> No
     _validate_positive(owner, "memory_size", module.memory_size)
 
 
-def _remember(module: nn.Module, memory: Any, obs: Any, reset: jax.Array, layer_norm: bool = False
-              ) -> tuple[Any, jax.Array]:
-    """``encoder -> torso -> core`` inside ``module``'s compact call: ``(memories, core output)``."""
-    features = ObsEncoder(module.obs_layout, module.cnn_channels, name="encoder")(obs)
+def _remember(module: nn.Module, memory: Any, obs: Any, reset: jax.Array, layer_norm: bool = False,
+              keys: tuple[str, ...] = ()) -> tuple[Any, jax.Array]:
+    """``encoder -> torso -> core`` inside ``module``'s compact call, on the observation's ``keys``
+    (:func:`observation_view`): ``(memories, core output)``."""
+    view, layout = observation_view(obs, module.obs_layout, keys)
+    features = ObsEncoder(layout, module.cnn_channels, name="encoder")(view)
     x = MLP(module.hidden_sizes, module.activation, layer_norm=layer_norm, name="torso")(features)
     return MemoryCore(module.memory, module.memory_size, name="core")(memory, x, reset)
 
@@ -796,8 +882,14 @@ class RecurrentActorCritic(nn.Module):
     (``logits`` or ``mean``/``log_std``; ``value``). With ``hidden_sizes=(128,)``,
     ``memory_size=128`` and ReLU this is PureJaxRL's ``ppo_rnn.py`` network.
 
+    With ``critic_keys`` (a centralised critic, MAPPO) the memory sees the ``actor_keys`` view and the
+    critic is feed-forward on its own view: ``critic_encoder -> critic_torso`` (:class:`MLP` of
+    ``hidden_sizes``) ``-> critic_head``; the global state it reads is the whole state, so it needs
+    no memory.
+
     Attributes:
-        action_dim, discrete, hidden_sizes, activation, obs_layout, cnn_channels: as :class:`ActorCritic`.
+        action_dim, discrete, hidden_sizes, activation, obs_layout, cnn_channels, actor_keys,
+            critic_keys: as :class:`ActorCritic`.
         memory: ``"gru"`` or ``"lstm"``.
         memory_size: the memory's width.
 
@@ -816,6 +908,8 @@ class RecurrentActorCritic(nn.Module):
     cnn_channels: Sequence[int] = (16,)
     memory: str = "gru"
     memory_size: int = 128
+    actor_keys: tuple[str, ...] = ()
+    critic_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _validate_recurrent(self, "action_dim", self.action_dim)
@@ -824,8 +918,12 @@ class RecurrentActorCritic(nn.Module):
     @nn.compact
     def __call__(self, memory: Any, obs: Any, reset: jax.Array
                  ) -> tuple[Any, Categorical | DiagGaussian, jax.Array]:
-        memories, y = _remember(self, memory, obs, reset)
+        memories, y = _remember(self, memory, obs, reset, keys=self.actor_keys)
         actor = MLP((self.memory_size,), self.activation, name="actor_head")(y)
+        if self.critic_keys:
+            view, layout = observation_view(obs, self.obs_layout, self.critic_keys)
+            y = MLP(self.hidden_sizes, self.activation, name="critic_torso")(
+                ObsEncoder(layout, self.cnn_channels, name="critic_encoder")(view))
         critic = MLP((self.memory_size,), self.activation, name="critic_head")(y)
         dist, value = _policy_and_value(self, actor, critic, self.action_dim, self.discrete, legal_action_mask(obs))
         return memories, dist, value

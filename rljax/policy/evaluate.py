@@ -30,7 +30,7 @@ import numpy as np
 from rljax.runtime.distributed import fetch
 
 __all__ = ["Episodes", "MemberInputs", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
-           "agent_episodes", "game_episodes", "max_episode_steps", "evaluate",
+           "agent_episodes", "team_episodes", "game_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C
@@ -167,9 +167,18 @@ def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, ke
     start, a memoryless one with ``()`` (no leaves: the same program as without a memory).
 
     In a two-player game (:func:`rljax.policy.games.is_game`) an episode is a game against the
-    uniform random player (:func:`game_episodes`)."""
+    uniform random player (:func:`game_episodes`); in a multi-agent env, a game of the team
+    (:func:`team_episodes`)."""
+    from rljax.agents.base import agent_rows
+    from rljax.env import num_agents
     from rljax.policy.games import game_observation
 
+    if num_agents(env):
+        def act(obs: Any, k: jax.Array, m: Any) -> Any:
+            return agent.policy_step(policy_params, obs, m, k, deterministic)
+        return team_episodes(env, env_params, act,
+                             key, num_episodes, max_steps, agent.memory(num_episodes * num_agents(env)),
+                             **agent_rows(agent.config))
     if game_observation(jax.eval_shape(env.reset, key, env_params)[0]):
         if jax.tree.leaves(agent.memory(1)):
             raise ValueError("evaluating a recurrent policy in a two-player game is not supported: a game's "
@@ -178,6 +187,57 @@ def agent_episodes(agent: Any, env: Any, policy_params: Any, env_params: Any, ke
             policy_params, obs, (), k, deterministic)[0], key, num_episodes, max_steps)
     return run_episodes(env, env_params, lambda obs, k, m: agent.policy_step(policy_params, obs, m, k, deterministic),
                         key, num_episodes, max_steps, memory=agent.memory(num_episodes))
+
+
+def team_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.Array, num_episodes: int,
+                  max_steps: int, memory: Any = (), agent_id: bool = False, global_state: bool = False) -> Episodes:
+    """``num_episodes`` episodes of a multi-agent ``env`` (:class:`rljax.env.MultiAgentEnvironment`),
+    each game's first, played by ``act`` on the rows of :class:`rljax.core.wrappers.AgentBatch`
+    (``E`` games of ``N`` agents as ``E * N`` rows, env-major). Pure and jittable.
+
+    Args:
+        env: a single, unbatched multi-agent env.
+        env_params: its params.
+        act: ``act(rows, key, memory) -> (actions [E * N, ...], memory)``; ``memory`` ``()`` for a
+            memoryless policy.
+        key: a PRNG key.
+        num_episodes: E.
+        max_steps: the step guard.
+        memory: the memory at the episodes' start (leaves ``[E * N, ...]``), or ``()``.
+        agent_id, global_state: the rows' layout (:class:`~rljax.core.wrappers.AgentBatch`).
+
+    Returns:
+        :class:`Episodes` ``[E]``: ``returns`` the team's (the sum of its agents' rewards), ``lengths``
+        the game's steps, ``truncated`` a game the time limit ended before every agent terminated.
+    """
+    from rljax.core.wrappers import AgentBatch, VecEnv
+
+    stack = AgentBatch(VecEnv(env, num_episodes), agent_id=agent_id, global_state=global_state)
+    games = (num_episodes, stack.num_agents)
+    k_reset, key = jax.random.split(key)
+    obs, state = stack.reset(k_reset, env_params)
+    zeros = jnp.zeros((num_episodes,), jnp.bool_)
+    init = (jnp.int32(0), obs, state, zeros, zeros, jnp.zeros((num_episodes,), jnp.float32),
+            jnp.zeros((num_episodes,), jnp.int32), key, memory)
+
+    def cond(carry):
+        return (carry[0] < max_steps) & ~jnp.all(carry[3])
+
+    def body(carry):
+        t, obs, state, done, truncated, returns, lengths, key, mem = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        action, mem = act(obs, k_act, mem)
+        obs, state, reward, term, trunc, _ = stack.step(k_step, state, action, env_params)
+        term, trunc = term.reshape(games), trunc.reshape(games)
+        running = ~done
+        returns = returns + jnp.where(running, jnp.sum(reward.reshape(games), -1), 0.0)
+        lengths = lengths + running.astype(jnp.int32)
+        ended = jnp.all(term | trunc, -1)
+        truncated = jnp.where(running, ended & ~jnp.all(term, -1), truncated)
+        return t + 1, obs, state, done | ended, truncated, returns, lengths, key, mem
+
+    _, _, _, done, truncated, returns, lengths, _, _ = jax.lax.while_loop(cond, body, init)
+    return Episodes(returns, lengths, truncated | ~done)
 
 
 def game_episodes(env: Any, env_params: Any, player: Any, key: jax.Array, num_games: int, max_steps: int,

@@ -161,10 +161,21 @@ class Policy:
     @property
     def observation_spec(self) -> Any:
         """The shapes and dtypes of one observation (:func:`rljax.env.observation_spec`; a pytree of
-        ``jax.ShapeDtypeStruct``)."""
-        from rljax.env import observation_spec
+        ``jax.ShapeDtypeStruct``). In a multi-agent env, one agent's: the row its network acts on
+        (:func:`rljax.agents.base.agent_observation_spec`: its own observation, with the agent id where
+        it trained with one), without the global state, which acting never reads."""
+        from rljax.env import GLOBAL_STATE, num_agents, observation_spec
 
-        return observation_spec(self.env, self.env_params)
+        if not num_agents(self.env):
+            return observation_spec(self.env, self.env_params)
+        spec = self._row_spec()
+        return {k: v for k, v in spec.items() if k != GLOBAL_STATE} if isinstance(spec, dict) else spec
+
+    def _row_spec(self) -> Any:
+        """A multi-agent policy's rows as its network takes them (the global state kept where it trained so)."""
+        from rljax.agents.base import agent_observation_spec, agent_rows
+
+        return agent_observation_spec(self.env, self.env_params, **agent_rows(self.config))
 
     @property
     def discrete(self) -> bool:
@@ -311,7 +322,21 @@ class Policy:
             raise ValueError(f"obs of shape {got} is neither one observation {want} nor a batch [N, *{want}]")
         # Training feeds the network the env's own dtype (the Nature encoder scales a uint8 image by
         # 1/255, and only a uint8 one): act as it did.
-        return jax.tree.map(lambda x, s: (x[None] if single else x).astype(s.dtype), obs, spec), single
+        obs = jax.tree.map(lambda x, s: (x[None] if single else x).astype(s.dtype), obs, spec)
+        return self._with_global_state(obs), single
+
+    def _with_global_state(self, obs: Any) -> Any:
+        """Rows of a policy whose network takes the global state (a centralised critic), given one of
+        zeros: the actions never depend on it (:func:`rljax.agents.base.agent_views`)."""
+        from rljax.env import GLOBAL_STATE, num_agents
+
+        if not num_agents(self.env) or not isinstance(obs, dict):
+            return obs
+        row = self._row_spec()
+        if GLOBAL_STATE not in row:
+            return obs
+        n = jax.tree.leaves(obs)[0].shape[0]
+        return {**obs, GLOBAL_STATE: jnp.zeros((n, *row[GLOBAL_STATE].shape), row[GLOBAL_STATE].dtype)}
 
 
 _APPLY, _APPLY_STEP = inspect.signature(Policy.apply), inspect.signature(Policy.apply_step)

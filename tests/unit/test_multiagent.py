@@ -173,34 +173,17 @@ def test_agent_batch_drops_or_keeps_the_global_state():
         assert (GLOBAL_STATE in obs) == keep == (GLOBAL_STATE in batch.observation_space())
 
 
-@pytest.fixture(scope="module")
-def shared_ppo():
-    """PPO on the on-policy skeleton, its config given the multi-agent fields ``agent_id`` and
-    ``global_state`` that :func:`rljax.agents.base.make_env_stack` reads: one network for both agents."""
-    import dataclasses
-
-    from rljax.agents import register, unregister
-    from rljax.agents.ppo import PPOConfig, make_ppo
-
-    @dataclasses.dataclass(frozen=True)
-    class SharedPPOConfig(PPOConfig):
-        agent_id: bool = True
-        global_state: bool = False
-
-    register("sharedppo", SharedPPOConfig, make_ppo)
-    yield SharedPPOConfig
-    unregister("sharedppo")
-
-
 @pytest.mark.parametrize("agent_id", [True, False])
-def test_one_shared_policy_reaches_the_optimum_only_when_it_knows_which_agent_it_is(shared_ppo, agent_id):
-    """Parameter sharing through AgentBatch: 16 games of 2 agents as 32 rows of one PPO batch. With the
-    agent id the team's return reaches the optimum (2 x -3/7); without, the agents half the ring apart
-    see the same offset, and a shared policy cannot send them toward each other at once."""
+def test_one_shared_policy_reaches_the_optimum_only_when_it_knows_which_agent_it_is(agent_id):
+    """Parameter sharing through AgentBatch (IPPO, rljax/agents/mappo.py): 16 games of 2 agents as 32
+    rows of one PPO batch. With the agent id the team's return reaches the optimum (2 x -3/7); without,
+    the agents half the ring apart see the same offset, and a shared policy cannot send them toward
+    each other at once."""
     import rljax
+    from rljax.agents.mappo import IPPOConfig
 
     env = Rendezvous()
-    config = shared_ppo(total_timesteps=100_000, num_envs=16, num_steps=64, num_minibatches=4, num_epochs=4,
+    config = IPPOConfig(total_timesteps=100_000, num_envs=16, num_steps=64, num_minibatches=4, num_epochs=4,
                         hidden_sizes=(64, 64), learning_rate=2.5e-3, ent_coef=0.01, agent_id=agent_id)
     result = rljax.train(config, env=env, options=rljax.RunOptions(quiet=True))
     optimum = 2 * env.optimal_return()

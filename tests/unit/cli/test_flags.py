@@ -117,7 +117,7 @@ def test_a_parser_without_a_hint_prints_its_usage_line(capsys):
 
 def test_the_algorithm_argument_names_the_registered_algorithms():
     assert algorithm_config(argparse.Namespace(algorithm="ppo"), "train") is PPOConfig
-    with pytest.raises(UsageError, match=r"^sweep needs an algorithm, one of \['a2c', 'alphazero', 'c51', 'd4pg', 'dqn', 'impala', 'muzero', 'ppo', 'pqn', 'qrdqn', 'sac', 'td3'\]; "
+    with pytest.raises(UsageError, match=r"^sweep needs an algorithm, one of \['a2c', 'alphazero', 'c51', 'd4pg', 'dqn', 'impala', 'ippo', 'mappo', 'muzero', 'ppo', 'pqn', 'qrdqn', 'sac', 'td3'\]; "
                                          r"got \['r2d2'\]$"):
         algorithm_config(argparse.Namespace(algorithm="r2d2"), "sweep")
     with pytest.raises(UsageError, match=r"got \[\]$"):

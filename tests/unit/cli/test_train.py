@@ -29,7 +29,7 @@ def test_train_help_lists_the_algorithms(capsys):
 def test_train_without_a_known_algorithm_is_a_usage_error(argv, got, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"rljax train: error: train needs an algorithm, one of ['a2c', 'alphazero', 'c51', 'd4pg', 'dqn', 'impala', 'muzero', 'ppo', 'pqn', 'qrdqn', 'sac', 'td3']; got {got}" in err
+    assert f"rljax train: error: train needs an algorithm, one of ['a2c', 'alphazero', 'c51', 'd4pg', 'dqn', 'impala', 'ippo', 'mappo', 'muzero', 'ppo', 'pqn', 'qrdqn', 'sac', 'td3']; got {got}" in err
 
 
 def test_an_algorithms_help_is_its_config_parser(capsys):
