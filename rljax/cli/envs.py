@@ -37,7 +37,8 @@ __all__ = ["describe_env", "fitting_algorithms", "list_envs", "add_parser", "run
 
 
 # The package each optional suite imports (rljax.suites.<prefix> needs it); checked without importing it.
-_SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid", "pgx": "pgx"}
+_SUITE_PACKAGES = {"craftax": "craftax", "brax": "brax", "navix": "navix", "xminigrid": "xminigrid", "pgx": "pgx",
+                   "jaxmarl": "jaxmarl"}
 
 
 def fitting_algorithms(env: Any, params: Any) -> list[str]:

@@ -57,6 +57,7 @@ SUITES: dict[str, str] = {
     "navix": "rljax.suites.navix",
     "xminigrid": "rljax.suites.xminigrid",
     "pgx": "rljax.suites.pgx",
+    "jaxmarl": "rljax.suites.jaxmarl",
 }
 
 # The bundled environments: the envs/ package beside rljax/ (a source checkout or an installed wheel).

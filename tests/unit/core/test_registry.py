@@ -128,7 +128,7 @@ def test_a_registered_env_is_made_with_its_arguments(registered_ticker):
 @pytest.mark.parametrize("name", ["", "python-object:x:Y", "navix/Mine-v0", "brax/Mine", 7])
 def test_register_refuses_reserved_and_empty_names(name):
     with pytest.raises(ValueError, match=r"invalid env name .*: use a non-empty id not starting with 'gymnax/', "
-                                         r"'python-object:' or a suite prefix \(brax/, craftax/, navix/, pgx/, xminigrid/\)"):
+                                         r"'python-object:' or a suite prefix \(brax/, craftax/, jaxmarl/, navix/, pgx/, xminigrid/\)"):
         registry.register(name, Ticker)
 
 

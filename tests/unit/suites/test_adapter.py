@@ -21,15 +21,15 @@ from rljax.suites._adapter import (NO_LIMIT, SuiteEnv, SuiteNotInstalledError, S
 
 
 def test_suites_are_registered_and_an_unknown_suite_is_a_one_line_error():
-    assert set(env_registry.SUITES) == {"craftax", "brax", "navix", "xminigrid", "pgx"}
-    with pytest.raises(ValueError, match=r"unknown env suite 'nope'; suites: \['brax', 'craftax', 'navix', 'pgx', 'xminigrid'\]"):
+    assert set(env_registry.SUITES) == {"craftax", "brax", "navix", "xminigrid", "pgx", "jaxmarl"}
+    with pytest.raises(ValueError, match=r"unknown env suite 'nope'; suites: \['brax', 'craftax', 'jaxmarl', 'navix', 'pgx', 'xminigrid'\]"):
         env_registry.suite_registered("nope")
 
 
 @pytest.mark.parametrize("name,module,extra,ids_need_it", [
     ("navix/Navix-Empty-5x5-v0", "navix", "navix", True), ("xminigrid/MiniGrid-Empty-5x5", "xminigrid", "xminigrid", True),
     ("craftax/Craftax-Classic-Symbolic-v1", "craftax", "craftax", False), ("brax/ant", "brax", "brax", False),
-    ("pgx/tic_tac_toe", "pgx", "games", True)])
+    ("pgx/tic_tac_toe", "pgx", "games", True), ("jaxmarl/MPE_simple_spread_v3", "jaxmarl", "jaxmarl", True)])
 def test_missing_package_names_the_extra(monkeypatch, name, module, extra, ids_need_it):
     # Makes `import <module>` fail, and `import <module>.<sub>` too once another test imported a submodule
     # (importlib finds an imported submodule in sys.modules without importing its parent).
