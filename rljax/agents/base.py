@@ -242,8 +242,9 @@ def bounded_box(env: Any, env_params: Any, algorithm: str) -> tuple[int, Any, An
 
 def agent_rows(config: Any) -> dict[str, bool]:
     """How a multi-agent env's rows look to ``config``'s networks (:class:`rljax.core.wrappers.AgentBatch`'s
-    ``agent_id`` and ``global_state``): its fields of those names, False where it has none."""
-    return {"agent_id": bool(getattr(config, "agent_id", False)),
+    ``agent_id`` and ``global_state``): its fields of those names, False where it has none; the agent
+    id also where ``separate_params`` (each row goes to its agent's network by it)."""
+    return {"agent_id": bool(getattr(config, "agent_id", False) or getattr(config, "separate_params", False)),
             "global_state": bool(getattr(config, "global_state", False))}
 
 

@@ -45,16 +45,15 @@ class IPPOConfig(PPOConfig):
     agent_id: bool = field(True, "append the one-hot of which agent a row is to its observation (what lets one "
                                  "shared network act differently per agent)")
     separate_params: bool = field(False, "one network per agent, each with its own parameters, instead of one "
-                                         "shared network (needs agent_id; not with --memory)")
+                                         "shared network (each row carries the agent id to pick its network by; "
+                                         "not with --memory)")
 
     global_state: ClassVar[bool] = False
     """Whether the rows keep the env's global state (for a centralised critic): not for IPPO."""
 
     def validate(self) -> None:
-        """PPO's checks, then that separate parameters have the agent id to route each row by, and no memory."""
+        """PPO's checks, then that separate parameters go without memory."""
         super().validate()
-        require(not self.separate_params or self.agent_id,
-                "separate_params=True routes each row to its agent's network by the agent id: set agent_id=True")
         require(not self.separate_params or self.memory == "none",
                 f"separate_params=True is for the feed-forward actor-critic; memory={self.memory!r} shares one "
                 f"network between the agents (with the agent id): set memory='none' or separate_params=False")
