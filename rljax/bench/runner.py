@@ -104,12 +104,14 @@ def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: in
     ``params`` over its defaults), each to its end or time limit, as one compiled rollout. In a
     two-player game, the mean score of the uniform random player against itself over ``episodes``
     games (+1 a win, 0 a draw, -1 a loss; half moving first), as a trained policy's evaluation
-    scores it (:func:`rljax.policy.evaluate.game_episodes`)."""
+    scores it (:func:`rljax.policy.evaluate.game_episodes`). In a multi-agent env, the team's mean
+    return with every agent acting uniformly among its legal actions (:func:`rljax.policy.evaluate.team_episodes`)."""
     import jax
     import numpy as np
 
     from rljax.core import registry
-    from rljax.policy.evaluate import game_episodes, max_episode_steps, run_episodes
+    from rljax.env import legal_action_mask, num_agents, uniform_legal_action
+    from rljax.policy.evaluate import game_episodes, max_episode_steps, run_episodes, team_episodes
     from rljax.policy.games import is_game, random_player
 
     env, env_params = registry.make(env_id)
@@ -120,8 +122,16 @@ def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: in
     def act(obs: Any, key: jax.Array) -> jax.Array:
         return jax.vmap(space.sample)(jax.random.split(key, episodes))
 
+    def act_rows(rows: Any, key: jax.Array, memory: Any) -> tuple[jax.Array, Any]:
+        mask = legal_action_mask(rows)
+        if mask is not None:
+            return uniform_legal_action(key, mask), memory
+        return jax.vmap(space.sample)(jax.random.split(key, jax.tree.leaves(rows)[0].shape[0])), memory
+
     if is_game(env, env_params):
         run = jax.jit(lambda key: game_episodes(env, env_params, random_player(), key, episodes, steps))
+    elif num_agents(env):
+        run = jax.jit(lambda key: team_episodes(env, env_params, act_rows, key, episodes, steps))
     else:
         run = jax.jit(lambda key: run_episodes(env, env_params, act, key, episodes, steps))
     return float(np.mean(np.asarray(run(jax.random.key(seed)).returns, np.float64)))

@@ -229,13 +229,17 @@ def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any,
                           deterministic=not args.stochastic, seed=args.seed, env_param_overrides=overrides,
                           env_params=_env_params_dict(env_params), eval_wall_s=round(wall, 3),
                           video=args.video)
+    if episodes.won is not None:  # a multi-agent env that reports wins (SMAX)
+        report["win_rate"] = float(jax.device_get(episodes.won).astype(float).mean())
     note = _write_video(args, policy, env_params, draw) if draw is not None else ""
     out = write_report(eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, overrides), report)
     r, n = report["return"], report["length"]
+    wins = f", win rate {report['win_rate']:.3f}" if "win_rate" in report else ""
     mode = "greedy" if not args.stochastic else "stochastic"
     return (f"eval {report['env']} {report['algorithm']} step {policy.step} ({mode}), {args.episodes} episodes: "
             f"return {r['mean']:.2f} ± {r['std']:.2f} (95 % CI {r['ci_low']:.2f}..{r['ci_high']:.2f}, "
-            f"min {r['min']:.2f}, max {r['max']:.2f}), length {n['mean']:.1f}; {wall:.2f}s{note}; "
+            f"min {r['min']:.2f}, max {r['max']:.2f}), length {n['mean']:.1f}"
+            f"{wins}; {wall:.2f}s{note}; "
             f"report {out.parent / 'report.md'}")
 
 

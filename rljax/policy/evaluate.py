@@ -29,8 +29,8 @@ import numpy as np
 
 from rljax.runtime.distributed import fetch
 
-__all__ = ["Episodes", "MemberInputs", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes", "host_act",
-           "agent_episodes", "team_episodes", "game_episodes", "max_episode_steps", "evaluate",
+__all__ = ["Episodes", "MemberInputs", "EVAL_STREAM", "DEFAULT_MAX_STEPS", "run_episodes", "run_host_episodes",
+           "host_act", "agent_episodes", "team_episodes", "game_episodes", "max_episode_steps", "evaluate",
            "eval_columns", "Evaluation"]
 
 EVAL_STREAM = 0x6576616C
@@ -48,11 +48,18 @@ class Episodes(NamedTuple):
         lengths: int32 ``[E]``, its steps.
         truncated: bool ``[E]``: it ended by the time limit (or the ``max_steps`` guard), not by
             termination (an episode that does both counts as terminated).
+        won: bool ``[E]``, the episode was won, where a multi-agent env reports wins
+            (``info["won"]``, e.g. SMAX's); None otherwise.
     """
 
     returns: Any
     lengths: Any
     truncated: Any
+    won: Any = None
+
+
+def _host(x: Any) -> Any:
+    return None if x is None else np.asarray(x)
 
 
 def max_episode_steps(env_params: Any) -> int:
@@ -208,7 +215,8 @@ def team_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.A
 
     Returns:
         :class:`Episodes` ``[E]``: ``returns`` the team's (the sum of its agents' rewards), ``lengths``
-        the game's steps, ``truncated`` a game the time limit ended before every agent terminated.
+        the game's steps, ``truncated`` a game the time limit ended before every agent terminated,
+        ``won`` where the env reports ``info["won"]`` on a game's last step (else None).
     """
     from rljax.core.wrappers import AgentBatch, VecEnv
 
@@ -216,28 +224,32 @@ def team_episodes(env: Any, env_params: Any, act: Callable[..., Any], key: jax.A
     games = (num_episodes, stack.num_agents)
     k_reset, key = jax.random.split(key)
     obs, state = stack.reset(k_reset, env_params)
+    action = jax.eval_shape(act, obs, k_reset, memory)[0]
+    reports_wins = "won" in jax.eval_shape(stack.step, k_reset, state, action, env_params)[5]
     zeros = jnp.zeros((num_episodes,), jnp.bool_)
     init = (jnp.int32(0), obs, state, zeros, zeros, jnp.zeros((num_episodes,), jnp.float32),
-            jnp.zeros((num_episodes,), jnp.int32), key, memory)
+            jnp.zeros((num_episodes,), jnp.int32), key, memory, zeros)
 
     def cond(carry):
         return (carry[0] < max_steps) & ~jnp.all(carry[3])
 
     def body(carry):
-        t, obs, state, done, truncated, returns, lengths, key, mem = carry
+        t, obs, state, done, truncated, returns, lengths, key, mem, won = carry
         key, k_act, k_step = jax.random.split(key, 3)
         action, mem = act(obs, k_act, mem)
-        obs, state, reward, term, trunc, _ = stack.step(k_step, state, action, env_params)
+        obs, state, reward, term, trunc, info = stack.step(k_step, state, action, env_params)
         term, trunc = term.reshape(games), trunc.reshape(games)
         running = ~done
         returns = returns + jnp.where(running, jnp.sum(reward.reshape(games), -1), 0.0)
         lengths = lengths + running.astype(jnp.int32)
         ended = jnp.all(term | trunc, -1)
         truncated = jnp.where(running, ended & ~jnp.all(term, -1), truncated)
-        return t + 1, obs, state, done | ended, truncated, returns, lengths, key, mem
+        if reports_wins:
+            won = jnp.where(running & ended, jnp.asarray(info["won"]).reshape(games)[:, 0], won)
+        return t + 1, obs, state, done | ended, truncated, returns, lengths, key, mem, won
 
-    _, _, _, done, truncated, returns, lengths, _, _ = jax.lax.while_loop(cond, body, init)
-    return Episodes(returns, lengths, truncated | ~done)
+    _, _, _, done, truncated, returns, lengths, _, _, won = jax.lax.while_loop(cond, body, init)
+    return Episodes(returns, lengths, truncated | ~done, won if reports_wins else None)
 
 
 def game_episodes(env: Any, env_params: Any, player: Any, key: jax.Array, num_games: int, max_steps: int,
@@ -299,16 +311,19 @@ def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params:
     max_steps = max_episode_steps(env_params) if max_steps is None else int(max_steps)
     fn = _compiled_episodes(policy.agent, policy.env, int(num_episodes), max_steps, bool(deterministic))
     out = fn(policy.params, env_params, jax.random.key(seed))
-    return Episodes(*(np.asarray(x) for x in jax.device_get(out)))
+    return Episodes(*(_host(x) for x in jax.device_get(out)))
 
 
 def eval_columns(episodes: Episodes) -> dict[str, float]:
     """The ``eval/*`` metrics columns of one evaluation (host numpy ``[E]`` arrays in)."""
     returns, lengths = np.asarray(episodes.returns, np.float64), np.asarray(episodes.lengths, np.float64)
-    return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
-            "eval/return_median": float(np.median(returns)), "eval/return_min": float(returns.min()),
-            "eval/return_max": float(returns.max()), "eval/length_mean": float(lengths.mean()),
-            "eval/episodes": int(returns.size)}
+    out = {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
+           "eval/return_median": float(np.median(returns)), "eval/return_min": float(returns.min()),
+           "eval/return_max": float(returns.max()), "eval/length_mean": float(lengths.mean()),
+           "eval/episodes": int(returns.size)}
+    if episodes.won is not None:  # a multi-agent env that reports wins (SMAX)
+        out["eval/win_rate"] = float(np.mean(np.asarray(episodes.won, np.float64)))
+    return out
 
 
 class MemberInputs:
@@ -386,5 +401,5 @@ class Evaluation:
         keys = jax.device_put(self._keys(jnp.int32(chunk_index)), self._inputs.device)
         out = jax.device_get(self._episodes(policy_params, env_params, keys))
         for i, row in enumerate(rows):
-            row.update(eval_columns(Episodes(*(np.asarray(x)[i] for x in out))))
+            row.update(eval_columns(Episodes(*(None if x is None else np.asarray(x)[i] for x in out))))
         run.timings["eval_s"] += time.perf_counter() - t0

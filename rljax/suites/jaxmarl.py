@@ -17,7 +17,8 @@ the observation a dict with a leading agent axis,
   ``get_avail_actions``) or its agents have different numbers of actions (padded to the most, ``A``,
   the padding illegal).
 
-Rewards are each agent's own, ``[N]``.
+Rewards are each agent's own, ``[N]``. SMAX reports ``info["won"]`` (bool: every enemy dead and an
+ally alive; meaningful on an episode's last step), which evaluation turns into ``eval/win_rate``.
 
 Terminated vs truncated: JaxMARL ends an episode with ``dones["__all__"]`` and counts the time limit
 among its reasons (``state.step >= max_steps``, checked before the step's counter moves, so an
@@ -34,8 +35,8 @@ given). MPE has no end but the time limit: every MPE episode is truncated.
 
 from __future__ import annotations
 
-import contextlib
 import io
+import sys
 from typing import Any
 
 import jax
@@ -52,8 +53,18 @@ DEFAULT_MAX_STEPS = 1000
 
 
 def _jaxmarl() -> Any:
-    with contextlib.redirect_stdout(io.StringIO()):  # its import prints a line about optional submodules
+    """The ``jaxmarl`` package, imported quietly: its import prints lines about optional submodules,
+    and its MABrax module ends its own silencing by setting ``sys.stdout``/``sys.stderr`` to
+    ``sys.__stdout__``/``sys.__stderr__`` (which would undo any redirection of the caller's, pytest's
+    capture included): all four are set aside during the import and put back after it."""
+    if "jaxmarl" in sys.modules:
         return require("jaxmarl", "jaxmarl")
+    saved = sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__
+    sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = io.StringIO()
+    try:
+        return require("jaxmarl", "jaxmarl")
+    finally:
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__ = saved
 
 
 def _scenario(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +135,7 @@ class JaxMARLEnv(MultiAgentEnvironment[SuiteState, SuiteParams]):
         width = max(self._dims)
         self._global = int(np.prod(obs["world_state"].shape)) if self._world else width * self.num_agents
         self._avail = self._has_avail(state)
+        self._smax = hasattr(env, "num_allies") and _alive(state) is not None
         self._masked = self._own_actions is not None and (self._avail or not self._own_actions.all())
         space = {"observation": Box(-np.inf, np.inf, (width,)), GLOBAL_STATE: Box(-np.inf, np.inf, (self._global,))}
         if self._masked:
@@ -183,7 +195,20 @@ class JaxMARLEnv(MultiAgentEnvironment[SuiteState, SuiteParams]):
         reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32) for a in self.agent_names])
         over = jnp.asarray(dones["__all__"], jnp.bool_)
         terminated = jnp.stack([jnp.asarray(dones[a], jnp.bool_) for a in self.agent_names]) | over
-        return self._obs(obs, inner), SuiteState(time=state.time + 1, inner=inner), reward, terminated, {}
+        info = {}
+        if self._smax:  # the allies' win: every enemy dead, an ally alive
+            allies, alive = self._env.num_allies, _alive(inner)
+            info["won"] = jnp.all(~alive[allies:]) & jnp.any(alive[:allies])
+        return self._obs(obs, inner), SuiteState(time=state.time + 1, inner=inner), reward, terminated, info
+
+
+def _alive(state: Any) -> Any:
+    """SMAX's ``unit_alive`` (allies first, then enemies) of its state or of the state an enemy-policy
+    wrapper (``HeuristicEnemySMAX``) holds; None for other envs."""
+    for s in (state, getattr(state, "state", None)):
+        if hasattr(s, "unit_alive"):
+            return s.unit_alive
+    return None
 
 
 def ids() -> list[str]:

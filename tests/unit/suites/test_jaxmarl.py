@@ -106,3 +106,41 @@ def test_a_bad_time_limit_is_refused():
             rljax.make("jaxmarl/MPE_simple_spread_v3", max_steps=bad)
     env, params = rljax.make("jaxmarl/MPE_simple_spread_v3", max_steps=10)
     assert params.max_steps_in_episode == 10
+
+
+def test_smax_wins_reach_evaluation_as_a_win_rate():
+    """team_episodes reads SMAX's info["won"] at each game's end; a won game ended by termination
+    with the enemy wiped out (the win bonus is in its return); the eval columns carry the rate. The
+    players: each unit moves (action 1) until it may attack, then attacks a random enemy in range
+    (about 1 game in 5 won; uniformly random play wins none)."""
+    from rljax.policy.evaluate import eval_columns, team_episodes
+
+    env, params = rljax.make("jaxmarl/HeuristicEnemySMAX", **SMAX_3M)
+
+    def act(rows, key, memory):
+        mask = rows[LEGAL_ACTION_MASK]
+        attacks = mask & (jnp.arange(mask.shape[-1]) >= 5)  # 0-4 move or stop, 5+ attack enemy i
+        attack = jnp.argmax(jnp.where(attacks, jax.random.uniform(key, mask.shape) + 1, 0), -1)
+        return jnp.where(jnp.any(attacks, -1), attack, 1).astype(jnp.int32), memory
+
+    episodes = jax.jit(lambda key: team_episodes(env, params, act, key, 64, 101))(jax.random.key(0))
+    won, truncated, returns = (np.asarray(x) for x in (episodes.won, episodes.truncated, episodes.returns))
+    assert won.dtype == bool and won.shape == (64,) and 0 < won.sum() < 64, won.sum()
+    assert not np.any(truncated[won]) and np.all(returns[won] >= 3.0)  # 1 per ally for the win, and the damage
+    columns = eval_columns(episodes)
+    assert columns["eval/win_rate"] == won.mean()
+    assert "eval/win_rate" not in eval_columns(episodes._replace(won=None))
+
+
+def test_importing_jaxmarl_leaves_the_callers_output_alone():
+    """jaxmarl's import prints and its MABrax module sets sys.stdout to sys.__stdout__: the adapter
+    imports it quietly and puts the caller's streams back (a fresh process: here jaxmarl is imported)."""
+    import subprocess
+    import sys
+
+    code = ("import io, sys\nbuf = io.StringIO()\nsys.stdout = buf\nimport rljax\n"
+            "rljax.make('jaxmarl/MPE_simple_spread_v3')\nok = sys.stdout is buf\nsys.stdout = sys.__stdout__\n"
+            "print('same' if ok else 'replaced', repr(buf.getvalue()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "same ''" and "Submoduled" not in out.stderr
