@@ -287,6 +287,9 @@ README_VARIANTS = (
     # MuZero's experiment: the tiny MuZero run (tests/integration/test_search_stack.py) and its unit tests stand
     # for it; its targets are benchmarks/muzero_targets.py.
     "python -m experiments.muzero_cartpole",
+    # IPPO on JaxMARL's MPE: tests/unit/agents/test_mappo.py (IPPO and MAPPO trained, resumed, evaluated,
+    # loaded) and tests/unit/suites/test_jaxmarl.py (the adapter) stand for it; its numbers: benchmarks/marl.py.
+    "python -m experiments.ippo_mpe",
     # Rainbow is DQN's command above with C51's head and every option on; the tiny Rainbow run of
     # tests/conftest.py (load, eval, export) and tests/unit/agents/test_c51.py stand for it.
     "python -m experiments.rainbow_cartpole",
