@@ -96,6 +96,14 @@ def test_a_games_random_score_is_the_random_player_against_itself():
     assert -0.2 < score < 0.2 and score == random_score("TicTacToe-v0", {}, 400)  # each seat half the time: 0 expected
 
 
+def test_a_multi_agent_envs_random_score_is_the_teams_with_every_agent_acting():
+    """The team's return with each agent drawing its own legal action (it once stepped the env with one
+    action for all agents and crashed). MPE simple_spread: about -83 a team over its 26 steps."""
+    pytest.importorskip("jaxmarl")
+    score = random_score("jaxmarl/MPE_simple_spread_v3", {}, 200)
+    assert -95.0 < score < -70.0 and score == random_score("jaxmarl/MPE_simple_spread_v3", {}, 200)
+
+
 def test_a_finished_bench_run_again_trains_nothing_and_keeps_its_results(bench, spec_path):
     run_dir, report = bench
     metrics = cell_dir(run_dir, load_spec(spec_path).cells()[0]) / "members" / "000-base-s0" / "metrics.jsonl"

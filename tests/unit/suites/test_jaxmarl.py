@@ -71,6 +71,8 @@ def test_smax_masks_unavailable_actions_and_gives_the_world_state():
         rljax.make("jaxmarl/HeuristicEnemySMAX", scenario="nope")
 
 
+# Slow: by default test_smax_wins_reach_evaluation_as_a_win_rate (won games end terminated) stands for it.
+@pytest.mark.slow
 def test_smax_ends_by_a_wipe_as_termination_and_a_dead_unit_stays_terminated():
     """Random play in 3m until the episode ends: the end is a termination (a team wiped out) for
     every agent, and an agent that died before it is terminated from then on."""
