@@ -194,3 +194,22 @@ def test_mappo_preempted_by_sigterm_resumes_bit_exactly_from_the_command_line(tm
     a, b = final_leaves(tmp_path / "ref"), final_leaves(run)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert strip(read_chunks(run)) == strip(read_chunks(tmp_path / "ref"))
+
+
+# Slow (a JaxMARL env compiled into a training run): by default test_per_agent_answers_each_row_... and
+# tests/unit/suites/test_jaxmarl.py's padded speaker and listener stand for it.
+@pytest.mark.slow
+def test_ippo_with_separate_parameters_trains_agents_of_different_spaces():
+    """MPE speaker_listener: the speaker sees 3 numbers and has 3 actions, the listener 11 and 5 (padded
+    to one space, the speaker's missing actions masked). One network each; the speaker never picks a
+    padded action, and the team improves on random play (-77.9 over 26 steps, 500 episodes)."""
+    pytest.importorskip("jaxmarl")
+    config = IPPOConfig(env="jaxmarl/MPE_simple_speaker_listener_v4", separate_params=True, agent_id=False,
+                        total_timesteps=300_000, num_envs=16, num_steps=128, learning_rate=2.5e-3)
+    result = rljax.train(config, options=rljax.RunOptions(quiet=True))
+    assert result.final_return > -50.0, result.final_return
+    agent = result.agent
+    obs = result.state.obs
+    actions = np.asarray(agent.act(result.state, obs, jax.random.key(0), deterministic=False))
+    speaker = np.argmax(np.asarray(obs[wrappers.AGENT_ID]), -1) == 0
+    assert speaker.sum() == 16 and np.all(actions[speaker] < 3)
