@@ -438,6 +438,27 @@ def make_optimizer(learning_rate: Any, max_grad_norm: Any = None, *, eps: float 
     return optax.chain(*clip, optax.scale_by_adam(eps=eps), optax.scale(-learning_rate))
 
 
+def actor_critic_labels(params: Any) -> Any:
+    """``"critic"`` for every leaf of an actor-critic's parameters on the critic's side (a key on its
+    path starting with ``critic``, or ``value``: :class:`rljax.core.networks.ActorCritic`'s names, in
+    any nesting, :class:`~rljax.core.networks.PerAgent`'s copies included), ``"actor"`` for the others."""
+    def label(path: Any, _: Any) -> str:
+        keys = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+        return "critic" if any(k.startswith("critic") or k == "value" for k in keys) else "actor"
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def make_split_clip_optimizer(learning_rate: Any, max_grad_norm: Any, *, eps: float = 1e-8
+                              ) -> optax.GradientTransformation:
+    """:func:`make_optimizer` with the actor's and the critic's gradients clipped to ``max_grad_norm``
+    each (:func:`actor_critic_labels`), as two optimisers of one step size would clip them (JaxMARL's
+    MAPPO), instead of by their joint norm, where a large value-loss gradient shrinks the policy's step.
+    Adam is per parameter, so one Adam over both is the two Adams."""
+    clip = optax.clip_by_global_norm(max_grad_norm)
+    return optax.chain(optax.multi_transform({"actor": clip, "critic": clip}, actor_critic_labels),
+                       optax.scale_by_adam(eps=eps), optax.scale(-learning_rate))
+
+
 def gradient_step(loss_fn: Callable[..., tuple[jax.Array, Any]], params: Any, opt_state: Any,
                   optimizer: optax.GradientTransformation, *args: Any, axis_name: str | None = None,
                   **kwargs: Any) -> tuple[Any, Any, Any, jax.Array]:

@@ -48,6 +48,9 @@ class IPPOConfig(PPOConfig):
                                          "shared network (each row carries the agent id to pick its network by; "
                                          "not with --memory)")
 
+    clip_per_network: bool = field(False, "clip the actor's and the critic's gradients to max_grad_norm each (as "
+                                          "two optimisers would) instead of by their joint norm")
+
     global_state: ClassVar[bool] = False
     """Whether the rows keep the env's global state (for a centralised critic): not for IPPO."""
 
@@ -65,6 +68,8 @@ class MAPPOConfig(IPPOConfig):
 
     critic_agent_id: bool = field(False, "the critic also sees the agent id beside the global state (JaxMARL's "
                                          "SMAX MAPPO does; its MPE MAPPO does not)")
+    clip_per_network: bool = field(True, "clip the actor's and the critic's gradients to max_grad_norm each (JaxMARL's "
+                                         "MAPPO: two optimisers) instead of by their joint norm")
 
     global_state: ClassVar[bool] = True
     """The rows keep the env's global state, which only the critic reads."""

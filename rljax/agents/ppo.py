@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from rljax.agents import register
-from rljax.agents.base import Agent, make_optimizer, pmean, space_dims
+from rljax.agents.base import Agent, make_optimizer, make_split_clip_optimizer, pmean, space_dims
 from rljax.agents.onpolicy import (OnPolicyConfig, OnPolicyContext, OnPolicyHooks, OnPolicyState, actor_critic_act,
                                    actor_critic_network, explained_variance, gae_targets, make_onpolicy_agent,
                                    minibatch_epochs, sampling_policy)
@@ -28,7 +28,7 @@ from rljax.core.networks import ACTIVATIONS
 from rljax.core.returns import gae
 
 __all__ = ["PPOConfig", "PPOHyperParams", "PPOState", "PPOBatch", "ppo_batch", "ppo_loss", "ppo_optimizer",
-           "ppo_learn", "explained_variance", "make_ppo"]
+           "ppo_learn", "ppo_split_clip_optimizer", "explained_variance", "make_ppo"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,10 +170,16 @@ def ppo_optimizer(hyperparams: PPOHyperParams, learning_rate: jax.Array) -> opta
     return make_optimizer(learning_rate, hyperparams.max_grad_norm, eps=1e-5)
 
 
+def ppo_split_clip_optimizer(hyperparams: PPOHyperParams, learning_rate: jax.Array) -> optax.GradientTransformation:
+    """:func:`ppo_optimizer` with the actor's and the critic's gradients clipped each on its own
+    (:func:`~rljax.agents.base.make_split_clip_optimizer`): a config's ``clip_per_network``."""
+    return make_split_clip_optimizer(learning_rate, hyperparams.max_grad_norm, eps=1e-5)
+
+
 def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hyperparams: PPOHyperParams,
               lr: jax.Array, apply_fn: Any, *, num_epochs: int, num_minibatches: int,
               normalize_advantages: bool = True, clip_value_loss: bool = True,
-              axis_name: str | None = None) -> tuple[Any, Any, dict[str, jax.Array]]:
+              axis_name: str | None = None, optimizer: Any = None) -> tuple[Any, Any, dict[str, jax.Array]]:
     """PPO's learning phase: ``num_epochs`` passes of ``num_minibatches`` Adam steps over ``batch``.
 
     Each epoch draws a fresh permutation of this device's samples
@@ -195,6 +201,7 @@ def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hype
         normalize_advantages: see :func:`ppo_loss`.
         clip_value_loss: see :func:`ppo_loss`.
         axis_name: the device axis, or None.
+        optimizer: ``optimizer(hyperparams, lr) -> GradientTransformation``; None: :func:`ppo_optimizer`.
 
     Returns:
         ``(params, opt_state, metrics)`` with metrics averaged over all minibatch steps, plus
@@ -204,7 +211,7 @@ def ppo_learn(params: Any, opt_state: Any, batch: PPOBatch, key: jax.Array, hype
         return ppo_loss(params, apply_fn, minibatch, hyperparams, normalize_advantages=normalize_advantages,
                         clip_value_loss=clip_value_loss, axis_name=axis_name)
 
-    return minibatch_epochs(loss, params, opt_state, ppo_optimizer(hyperparams, lr), batch, key,
+    return minibatch_epochs(loss, params, opt_state, (optimizer or ppo_optimizer)(hyperparams, lr), batch, key,
                             num_epochs=num_epochs, num_minibatches=num_minibatches, axis_name=axis_name)
 
 
@@ -228,6 +235,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
     batch_of = _recurrent_ppo_batch(apply_fn, sequence_length(config)) if config.recurrent else \
         functools.partial(ppo_batch, apply_fn)
     loss_apply = sequence_apply(apply_fn) if config.recurrent else apply_fn
+    optimizer = ppo_split_clip_optimizer if getattr(config, "clip_per_network", False) else ppo_optimizer
 
     def learn(params: Any, opt_state: Any, traj: Any, key: jax.Array, ctx: OnPolicyContext):
         hyperparams = ctx.hyperparams
@@ -236,7 +244,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
             params, opt_state, batch, key, hyperparams, ctx.learning_rate, loss_apply,
             num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
             normalize_advantages=config.normalize_advantages, clip_value_loss=config.clip_value_loss,
-            axis_name=axis_name)
+            axis_name=axis_name, optimizer=optimizer)
         # Of the value targets by the behaviour values, over all devices. On the [T, B] arrays: a
         # mean over the flat [T * B] copies may sum in another order (other float32 bits).
         return params, opt_state, {**metrics, "explained_variance": explained_variance(targets, values, axis_name)}
@@ -247,7 +255,7 @@ def make_ppo(config: PPOConfig, env: Any, env_params: Any, axis_name: str | None
         hooks = dict(init_params=network.init, behaviour=lambda params, ctx: sampling_policy(apply_fn, params),
                      act=actor_critic_act(apply_fn))
     return make_onpolicy_agent(config, env, env_params, axis_name, OnPolicyHooks(
-        optimizer=ppo_optimizer, learn=learn, **hooks), anneal_lr=config.anneal_lr,
+        optimizer=optimizer, learn=learn, **hooks), anneal_lr=config.anneal_lr,
         normalize_obs=config.normalize_obs, normalize_reward=config.normalize_reward)
 
 

@@ -213,3 +213,46 @@ def test_ippo_with_separate_parameters_trains_agents_of_different_spaces():
     actions = np.asarray(agent.act(result.state, obs, jax.random.key(0), deterministic=False))
     speaker = np.argmax(np.asarray(obs[wrappers.AGENT_ID]), -1) == 0
     assert speaker.sum() == 16 and np.all(actions[speaker] < 3)
+
+
+def test_split_clipping_is_two_optimisers_one_per_network():
+    """make_split_clip_optimizer on the joint parameters = make_optimizer run separately on the actor's
+    and on the critic's (JaxMARL's MAPPO), over steps whose gradients' scales differ; joint clipping is not."""
+    import optax
+
+    from rljax.agents.base import actor_critic_labels, make_optimizer, make_split_clip_optimizer
+
+    obs = {"observation": jnp.ones((4, 8)), GLOBAL_STATE: jnp.ones((4, 16)), wrappers.AGENT_ID: jnp.ones((4, 2))}
+    net = ActorCritic(action_dim=3, discrete=True, obs_layout=_layout(obs), actor_keys=("agent_id", "observation"),
+                      critic_keys=(GLOBAL_STATE,))
+    params = net.init(jax.random.key(0), obs)
+    labels = actor_critic_labels(params)
+    assert labels["params"]["value"]["kernel"] == labels["params"]["critic_torso"]["hidden_0"]["bias"] == "critic"
+    assert labels["params"]["logits"]["kernel"] == labels["params"]["actor_torso"]["hidden_1"]["kernel"] == "actor"
+    per_agent = PerAgent(ActorCritic, tuple(dict(action_dim=3, discrete=True, obs_layout=_layout(obs)).items()), 2)
+    nested = actor_critic_labels(per_agent.init(jax.random.key(0), obs))
+    assert nested["params"]["agent_1"]["value"]["bias"] == "critic" and nested["params"]["agent_0"]["logits"][
+        "bias"] == "actor"
+
+    def part(tree, side):
+        return jax.tree.map(lambda x, label: x if label == side else jnp.zeros_like(x), tree, labels)
+
+    split, joint = make_split_clip_optimizer(1e-2, 0.5), make_optimizer(1e-2, 0.5)
+    alone = make_optimizer(1e-2, 0.5)
+    s_split, s_joint = split.init(params), joint.init(params)
+    s_actor, s_critic = alone.init(part(params, "actor")), alone.init(part(params, "critic"))
+    diverged = False
+    for step, (actor_scale, critic_scale) in enumerate([(1.0, 50.0), (0.1, 5.0), (2.0, 400.0)]):
+        noise = jax.tree.map(lambda x: jax.random.normal(jax.random.key(step), x.shape), params)
+        grads = jax.tree.map(lambda g, label: g * (critic_scale if label == "critic" else actor_scale), noise, labels)
+        u_split, s_split = split.update(grads, s_split, params)
+        u_joint, s_joint = joint.update(grads, s_joint, params)
+        u_actor, s_actor = alone.update(part(grads, "actor"), s_actor, params)
+        u_critic, s_critic = alone.update(part(grads, "critic"), s_critic, params)
+        two = jax.tree.map(lambda a, c, label: a if label == "actor" else c, u_actor, u_critic, labels)
+        for x, y in zip(jax.tree.leaves(u_split), jax.tree.leaves(two)):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-8)
+        diverged |= not all(np.allclose(x, y, rtol=1e-3) for x, y in zip(jax.tree.leaves(u_joint),
+                                                                          jax.tree.leaves(two)))
+    assert diverged and isinstance(split, optax.GradientTransformation)
+    assert MAPPOConfig().clip_per_network and not IPPOConfig().clip_per_network
