@@ -13,6 +13,8 @@ def test_the_suites_are_shipped():
 
 @pytest.mark.parametrize("name", shipped_suites())
 def test_a_shipped_suite_parses_and_passes_the_checks(name):
+    if name == "marl":
+        pytest.importorskip("jaxmarl")  # its env is JaxMARL's (the jaxmarl extra)
     spec = load_spec(name)
     configs = check_spec(spec)  # builds each env once and validates each cell's config
     assert len(configs) == len(spec.cells()) > 0
@@ -70,3 +72,15 @@ def test_the_minatar_references_are_the_published_figures_each_cited_with_its_pr
     seaquest = envs["Seaquest-MinAtar"].citation
     for words in ("APPROXIMATE", "arXiv:1903.03176", "5e6", "30 seeds", "sticky actions", "oxygen"):
         assert words in seaquest, words
+
+
+def test_the_marl_suite_runs_jaxmarls_configurations():
+    pytest.importorskip("jaxmarl")
+    from experiments import ippo_mpe, mappo_mpe
+
+    spec = load_spec("marl")
+    assert (spec.seeds, spec.total_timesteps) == (5, 10_000_000)  # JaxMARL's 1e7
+    for name, module in (("ippo", ippo_mpe), ("mappo", mappo_mpe)):
+        published = {k: list(v) if isinstance(v, tuple) else v for k, v in module.DEFAULTS.items()
+                     if k not in ("env", "total_timesteps")}
+        assert spec.algorithms[name] == published, name
