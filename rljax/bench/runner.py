@@ -99,9 +99,10 @@ def cell_state(path: str | os.PathLike) -> str:
     return "partial" if checkpoint_steps(path) else "not started"
 
 
-def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: int = 0) -> float:
-    """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (with
-    ``params`` over its defaults), each to its end or time limit, as one compiled rollout. In a
+def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: int = 0,
+                 kwargs: Mapping[str, Any] | None = None) -> float:
+    """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (built with
+    the constructor arguments ``kwargs``, with ``params`` over its defaults), each to its end or time limit, as one compiled rollout. In a
     two-player game, the mean score of the uniform random player against itself over ``episodes``
     games (+1 a win, 0 a draw, -1 a loss; half moving first), as a trained policy's evaluation
     scores it (:func:`rljax.policy.evaluate.game_episodes`). In a multi-agent env, the team's mean
@@ -114,7 +115,7 @@ def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: in
     from rljax.policy.evaluate import game_episodes, max_episode_steps, run_episodes, team_episodes
     from rljax.policy.games import is_game, random_player
 
-    env, env_params = registry.make(env_id)
+    env, env_params = registry.make(env_id, **registry.parse_env_kwargs([f"{k}={v}" for k, v in (kwargs or {}).items()]))
     env_params, _ = registry.parse_env_params([f"{k}={v}" for k, v in params.items()], env_params)
     space = env.action_space(env_params)
     steps = max_episode_steps(env_params)
@@ -143,10 +144,12 @@ def random_scores(run_dir: str | os.PathLike, spec: BenchSpec) -> dict[str, floa
     saved = json.loads(path.read_text()) if path.exists() else {}
     out = {}
     for env in spec.envs:
-        key = {"params": dict(env.params), "episodes": spec.evaluation.random_episodes, "seed": 0}
+        key = {"params": dict(env.params), "episodes": spec.evaluation.random_episodes, "seed": 0,
+               **({"env": env.env} if env.env else {}), **({"kwargs": dict(env.kwargs)} if env.kwargs else {})}
         entry = saved.get(env.id)
         if entry is None or {k: entry.get(k) for k in key} != key:
-            entry = {**key, "score": random_score(env.id, env.params, spec.evaluation.random_episodes)}
+            entry = {**key, "score": random_score(env.registry_name, env.params, spec.evaluation.random_episodes,
+                                                  kwargs=env.kwargs)}
             saved[env.id] = entry
             _write_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")
         out[env.id] = entry["score"]

@@ -64,7 +64,7 @@ from typing import Any
 __all__ = ["SpecError", "Evaluation", "EnvSpec", "BenchSpec", "Cell", "RESERVED_FIELDS", "BUDGET_FIELD",
            "ALGORITHM_FIELD", "registered_algorithm", "TEXT_KEYS", "load_spec", "parse_spec", "shipped_suites", "narrow", "cell_config", "check_spec", "spec_differences"]
 
-RESERVED_FIELDS = ("env", "env_params", "seed", "eval_interval", "eval_episodes")
+RESERVED_FIELDS = ("env", "env_kwargs", "env_params", "seed", "eval_interval", "eval_episodes")
 """Config fields the bench sets itself (from ``envs``, ``seeds`` and ``evaluation``), which an algorithm
 table may not set. ``total_timesteps`` is the bench's too, but an algorithm table may set it: that
 algorithm's budget (see the module docstring for the order of the budgets)."""
@@ -102,12 +102,16 @@ class EnvSpec:
     """One env of a bench.
 
     Attributes:
-        id: the env name, as ``--env`` takes it (``rljax envs`` lists them).
+        id: what the bench calls the env (its table's name): the env name as ``--env`` takes it
+            (``rljax envs`` lists them), unless ``env`` names it.
         params: env param overrides, name -> value.
         reference: the score that normalises to 1.
         citation: where ``reference`` comes from (or why it is the env's maximum return).
         algorithms: the algorithms that run on this env; empty: every algorithm of the bench.
         total_timesteps: this env's budget; None: the bench's.
+        env: the env name to build, where the table's name is a label of its own (one env with
+            other constructor arguments, as SMAX's scenarios); ``""``: ``id``.
+        kwargs: the env's constructor keyword arguments (as ``--env-kwarg``), name -> value.
     """
 
     id: str
@@ -116,6 +120,18 @@ class EnvSpec:
     citation: str
     algorithms: tuple[str, ...] = ()
     total_timesteps: int | None = None
+    env: str = ""
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def registry_name(self) -> str:
+        """The env name the cells build (``env``, else ``id``)."""
+        return self.env or self.id
+
+    @property
+    def kwarg_flags(self) -> tuple[str, ...]:
+        """``kwargs`` as a config's ``env_kwargs`` (``NAME=VALUE`` strings)."""
+        return tuple(f"{k}={v}" for k, v in self.kwargs.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +202,8 @@ class BenchSpec:
                 "total_timesteps": self.total_timesteps, "evaluation": dataclasses.asdict(self.evaluation),
                 "algorithms": {a: dict(o) for a, o in self.algorithms.items()},
                 "envs": {e.id: {"params": dict(e.params), "reference": e.reference, "citation": e.citation,
-                                "algorithms": list(e.algorithms), "total_timesteps": e.total_timesteps}
+                                "algorithms": list(e.algorithms), "total_timesteps": e.total_timesteps,
+                                **({"env": e.env} if e.env else {}), **({"kwargs": dict(e.kwargs)} if e.kwargs else {})}
                          for e in self.envs}}
 
 
@@ -214,7 +231,14 @@ def _unknown_keys(table: Mapping[str, Any], known: Sequence[str], what: str) -> 
 def _env_spec(env_id: str, table: Any) -> EnvSpec:
     what = f'envs."{env_id}"'
     table = _table(table, what)
-    _unknown_keys(table, ("params", "reference", "citation", "algorithms", "total_timesteps"), what)
+    _unknown_keys(table, ("params", "reference", "citation", "algorithms", "total_timesteps", "env", "kwargs"), what)
+    env = table.get("env", "")
+    if not isinstance(env, str) or (not env.strip() and "env" in table):
+        raise SpecError(f"{what}.env must be an env name (as --env takes it), got {env!r}")
+    kwargs = _table(table.get("kwargs", {}), f"{what}.kwargs")
+    for name in kwargs:
+        if not name.isidentifier():
+            raise SpecError(f"{what}.kwargs: {name!r} is not a keyword argument name")
     reference = table.get("reference")
     if isinstance(reference, bool) or not isinstance(reference, (int, float)) or not math.isfinite(reference):
         raise SpecError(f"{what}.reference must be a finite number (the score normalised to 1), got {reference!r}")
@@ -227,7 +251,8 @@ def _env_spec(env_id: str, table: Any) -> EnvSpec:
         raise SpecError(f"{what}.algorithms must be a list of algorithm names, got {algorithms!r}")
     budget = table.get("total_timesteps")
     return EnvSpec(env_id, _table(table.get("params", {}), f"{what}.params"), float(reference), citation,
-                   tuple(algorithms), None if budget is None else _whole(budget, f"{what}.total_timesteps"))
+                   tuple(algorithms), None if budget is None else _whole(budget, f"{what}.total_timesteps"),
+                   env=env, kwargs=kwargs)
 
 
 def parse_spec(data: Mapping[str, Any], name: str = "bench") -> BenchSpec:
@@ -370,7 +395,8 @@ def cell_config(spec: BenchSpec, cell: Cell) -> Any:
                             + ", ".join(n for n in names if n not in RESERVED_FIELDS))
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     try:
-        config = config_cls(**values, env=cell.env.id, seed=0, total_timesteps=cell.total_timesteps,
+        config = config_cls(**values, env=cell.env.registry_name, env_kwargs=cell.env.kwarg_flags, seed=0,
+                            total_timesteps=cell.total_timesteps,
                             eval_interval=spec.evaluation.interval, eval_episodes=spec.evaluation.episodes,
                             env_params=tuple(f"{k}={v}" for k, v in cell.env.params.items()))
         config.validate()
@@ -386,7 +412,8 @@ def _check_env(env_spec: EnvSpec, algorithms: Mapping[str, str]) -> None:
     from rljax.core import registry
 
     try:
-        env, params = registry.make(env_spec.id)
+        env, params = registry.make(env_spec.registry_name,
+                                    **registry.parse_env_kwargs(list(env_spec.kwarg_flags)))
     except Exception as err:  # noqa: BLE001 - any failure to build: the spec names an env that cannot run here
         raise SpecError(f'envs."{env_spec.id}": cannot build it ({type(err).__name__}: {err}); `rljax envs` lists '
                         f"the envs") from None

@@ -68,6 +68,27 @@ def test_a_named_variant_configures_its_registered_algorithm_under_its_own_name(
     assert parse_spec(spec.to_dict()) == spec  # the key is kept in bench.json
 
 
+def test_an_env_table_may_name_the_env_to_build_and_its_constructor_arguments():
+    """One env built two ways is two envs of a bench: the table's name labels the cells, `env` is built
+    with `kwargs` (as --env-kwarg); a table without them saves as it did (old bench.json files match)."""
+    spec = parse_spec(_doc(envs={"Wide": {"env": "envs.memory:MemoryCue", "kwargs": {"num_cues": 3}, "reference": 1,
+                                          "citation": "c"}}, algorithms={"ppo": {"memory": "gru"}}))
+    (config,) = check_spec(spec)
+    assert [c.name for c in spec.cells()] == ["ppo/Wide"]
+    assert (config.env, config.env_kwargs) == ("envs.memory:MemoryCue", ("num_cues=3",))
+    assert parse_spec(spec.to_dict()) == spec and spec.to_dict()["envs"]["Wide"]["kwargs"] == {"num_cues": 3}
+    assert set(parse_spec(_doc()).to_dict()["envs"]["CartPole-v1"]) == {"params", "reference", "citation",
+                                                                        "algorithms", "total_timesteps"}
+    for table, words in (({"env": 3}, ['envs."Wide".env', "3"]), ({"kwargs": {"no such": 1}}, ["'no such'"]),
+                         ({"kwargs": 2}, ['envs."Wide".kwargs', "2"]),
+                         ({"env": "envs.memory:MemoryCue", "kwargs": {"nosuch": 1}}, ['envs."Wide"', "nosuch"])):
+        with pytest.raises(SpecError) as err:
+            check_spec(parse_spec(_doc(envs={"Wide": {"reference": 1, "citation": "c", **table}})))
+        assert all(word in str(err.value) for word in words), str(err.value)
+    with pytest.raises(SpecError, match="env_kwargs is set by the bench"):
+        check_spec(parse_spec(_doc(algorithms={"ppo": {"env_kwargs": ["a=1"]}})))
+
+
 @pytest.mark.parametrize("change, words", [
     ({"seeds": 0}, ["seeds", ">= 1", "0"]),
     ({"total_timesteps": "lots"}, ["total_timesteps", "'lots'"]),
