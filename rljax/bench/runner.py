@@ -102,8 +102,8 @@ def cell_state(path: str | os.PathLike) -> str:
 def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: int = 0,
                  kwargs: Mapping[str, Any] | None = None) -> float:
     """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (built with
-    the constructor arguments ``kwargs``, with ``params`` over its defaults), each to its end or time limit, as one compiled rollout. In a
-    two-player game, the mean score of the uniform random player against itself over ``episodes``
+    the constructor arguments ``kwargs``, with ``params`` over its defaults), each to its end or time
+    limit, as one compiled rollout. In a two-player game, the mean score of the uniform random player against itself over ``episodes``
     games (+1 a win, 0 a draw, -1 a loss; half moving first), as a trained policy's evaluation
     scores it (:func:`rljax.policy.evaluate.game_episodes`). In a multi-agent env, the team's mean
     return with every agent acting uniformly among its legal actions (:func:`rljax.policy.evaluate.team_episodes`)."""
@@ -115,7 +115,8 @@ def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: in
     from rljax.policy.evaluate import game_episodes, max_episode_steps, run_episodes, team_episodes
     from rljax.policy.games import is_game, random_player
 
-    env, env_params = registry.make(env_id, **registry.parse_env_kwargs([f"{k}={v}" for k, v in (kwargs or {}).items()]))
+    constructor = registry.parse_env_kwargs([f"{k}={v}" for k, v in (kwargs or {}).items()])
+    env, env_params = registry.make(env_id, **constructor)
     env_params, _ = registry.parse_env_params([f"{k}={v}" for k, v in params.items()], env_params)
     space = env.action_space(env_params)
     steps = max_episode_steps(env_params)
