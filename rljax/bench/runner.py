@@ -103,10 +103,11 @@ def random_score(env_id: str, params: Mapping[str, Any], episodes: int, seed: in
                  kwargs: Mapping[str, Any] | None = None) -> float:
     """The mean return of ``episodes`` episodes of uniformly random actions on ``env_id`` (built with
     the constructor arguments ``kwargs``, with ``params`` over its defaults), each to its end or time
-    limit, as one compiled rollout. In a two-player game, the mean score of the uniform random player against itself over ``episodes``
-    games (+1 a win, 0 a draw, -1 a loss; half moving first), as a trained policy's evaluation
-    scores it (:func:`rljax.policy.evaluate.game_episodes`). In a multi-agent env, the team's mean
-    return with every agent acting uniformly among its legal actions (:func:`rljax.policy.evaluate.team_episodes`)."""
+    limit, as one compiled rollout. In a two-player game, the mean score of the uniform random player
+    against itself over ``episodes`` games (+1 a win, 0 a draw, -1 a loss; half moving first), as a
+    trained policy's evaluation scores it (:func:`rljax.policy.evaluate.game_episodes`). In a
+    multi-agent env, the team's mean return with every agent acting uniformly among its legal actions
+    (:func:`rljax.policy.evaluate.team_episodes`)."""
     import jax
     import numpy as np
 
