@@ -98,6 +98,17 @@ class Rendezvous(MultiAgentEnvironment[RendezvousState, RendezvousParams]):
         state = RendezvousState(time=state.time + 1, position=position)
         return self._obs(position), state, jnp.broadcast_to(reward, (2,)), met, {}
 
+    def render(self, state: RendezvousState, params: RendezvousParams | None = None) -> np.ndarray:
+        """The ring as a strip of ``ring_size`` cells, 16 pixels each, uint8 ``[16, 16 * ring_size, 3]``:
+        agent 0's cell red, agent 1's blue, both purple, the others grey."""
+        colours = np.full((self.ring_size, 3), 200, np.uint8)
+        position = np.asarray(state.position)
+        colours[position[0]] = (220, 40, 40)
+        colours[position[1]] = (40, 40, 220) if position[1] != position[0] else (150, 40, 150)
+        strip = np.repeat(np.repeat(colours[None], 16, axis=0), 16, axis=1)
+        strip[:, ::16] = 0  # cell borders
+        return strip
+
     def optimal_return(self) -> float:
         """The best expected return from the start distribution: ``1 - ceil(d / 2)`` averaged over
         the clockwise offset ``1 .. ring_size - 1`` (uniform), ``d`` the shorter distance."""

@@ -356,9 +356,14 @@ class AgentBatch(Wrapper[TInnerState]):
         return {**tree, AGENT_ID: agent_id()} if isinstance(tree, dict) else {"observation": tree, AGENT_ID: agent_id()}
 
     def _obs(self, obs: Any) -> Any:
-        rows = batch_shape_of(self.env)[0]
+        return self.rows(obs)
+
+    def rows(self, obs: Any) -> Any:
+        """The inner envs' observations (leaves ``[E, N, ...]``) as the rows show them (``[E * N, ...]``,
+        the agent id added, the global state dropped or kept): what a learner's network is given."""
+        games = jax.tree.leaves(obs)[0].shape[0]
         flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), obs)
-        return self._row(flat, lambda: jnp.tile(jnp.eye(self.num_agents, dtype=jnp.float32), (rows, 1)))
+        return self._row(flat, lambda: jnp.tile(jnp.eye(self.num_agents, dtype=jnp.float32), (games, 1)))
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, Any]:
         """The inner reset, its observations ``[E * N, ...]``."""

@@ -167,7 +167,9 @@ def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any,
     Returns:
         ``(states, rewards, dones)``: the env state *before* each step, every leaf with a leading
         ``[max_steps]`` axis; float32 ``[max_steps]``; bool ``[max_steps]`` (``terminated |
-        truncated`` of each step). Steps after the first done belong to later episodes.
+        truncated`` of each step). Steps after the first done belong to later episodes. In a
+        multi-agent env (``act`` given the env's ``[N, ...]`` observation, returning ``[N, ...]``
+        actions) the reward is the team's (the sum over agents) and a step is done when every agent is.
     """
     reset_key, key = jax.random.split(key)
     obs, state = env.reset(jax.random.split(reset_key, batch)[index], env_params)
@@ -183,7 +185,10 @@ def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any,
             jax.random.split(step_key, batch)[index], state, action, env_params)
         done = jnp.logical_or(terminated, truncated)
         mem = reset_memory(mem, done)
-        return (next_obs, next_state, key, mem), (state, jnp.asarray(reward, jnp.float32), done)
+        reward = jnp.asarray(reward, jnp.float32)
+        if done.ndim:  # a multi-agent env: the team's reward, and the episode ends when every agent is done
+            reward, done = jnp.sum(reward), jnp.all(done)
+        return (next_obs, next_state, key, mem), (state, reward, done)
 
     init = (obs, state, key, () if memory is None else memory)
     _, (states, rewards, dones) = jax.lax.scan(step, init, None, length=max_steps)
@@ -193,7 +198,24 @@ def rollout_states(env: Any, env_params: Any, act: Callable[..., Any], key: Any,
 @functools.lru_cache(maxsize=16)
 def _compiled_rollout(agent: Any, env: Any, max_steps: int, deterministic: bool, batch: int,
                       index: int) -> Callable[[Any, Any, Any], tuple[Any, Any, Any]]:
-    """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's policy."""
+    """``jit((policy_params, env_params, key) -> rollout_states(...))`` for an agent's policy (in a
+    multi-agent env, acting on the agents' rows of :class:`rljax.core.wrappers.AgentBatch`)."""
+    from rljax.env import num_agents
+
+    if num_agents(env):
+        from rljax.agents.base import agent_rows
+        from rljax.core.wrappers import AgentBatch, VecEnv
+
+        stack = AgentBatch(VecEnv(env, 1), **agent_rows(agent.config))
+
+        def team(policy_params: Any, env_params: Any, key: Any) -> tuple[Any, Any, Any]:
+            def act(obs: Any, k: Any, memory: Any) -> tuple[Any, Any]:  # [N, ...] -> the N rows' actions
+                rows = stack.rows(jax.tree.map(lambda x: x[None], obs))
+                return agent.policy_step(policy_params, rows, memory, k, deterministic)
+            return rollout_states(env, env_params, act, key, max_steps, batch, index,
+                                  memory=agent.memory(num_agents(env)))
+        return jax.jit(team)
+
     def rollout(policy_params: Any, env_params: Any, key: Any) -> tuple[Any, Any, Any]:
         def act(obs: Any, k: Any, memory: Any) -> tuple[Any, Any]:  # one observation, as a batch of one
             action, memory = agent.policy_step(policy_params, jax.tree.map(lambda x: x[None].astype(jnp.float32), obs),

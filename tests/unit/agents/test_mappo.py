@@ -145,6 +145,20 @@ def test_a_loaded_mappo_policy_acts_per_agent_without_the_global_state(mappo_run
     assert np.all(episodes.returns == 2 * (1 - episodes.lengths))  # -1 each per step apart, 0 on the meeting step
 
 
+def test_a_multi_agent_episode_is_drawn_with_the_teams_return(mappo_run):
+    """Video of a multi-agent run: the team acts on its rows, the episode ends when every agent is done,
+    and its return is the team's (Rendezvous draws itself: a strip of cells)."""
+    from rljax.policy.video import episode_frames
+
+    run_dir, _ = mappo_run
+    policy = rljax.load(run_dir)
+    for seed in range(3):
+        episode = episode_frames(policy, jax.random.key(seed))
+        assert episode.finished and len(episode.frames) == episode.length
+        assert episode.frames[0].shape == (16, 16 * 8, 3) and episode.frames[0].dtype == np.uint8
+        assert episode.episode_return == 2 * (1 - episode.length)  # -1 each per step apart, 0 on the meeting step
+
+
 def test_a_mappo_run_stopped_and_resumed_is_bit_identical(mappo_run, tmp_path):
     """A multi-agent run stopped after its second chunk (with a checkpoint) and resumed ends with the
     bits and the rows of the run that never stopped."""
