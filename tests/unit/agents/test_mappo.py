@@ -266,7 +266,7 @@ def test_split_clipping_is_two_optimisers_one_per_network():
         two = jax.tree.map(lambda a, c, label: a if label == "actor" else c, u_actor, u_critic, labels)
         for x, y in zip(jax.tree.leaves(u_split), jax.tree.leaves(two)):
             np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-8)
-        diverged |= not all(np.allclose(x, y, rtol=1e-3) for x, y in zip(jax.tree.leaves(u_joint),
-                                                                          jax.tree.leaves(two)))
+        pairs = zip(jax.tree.leaves(u_joint), jax.tree.leaves(two))
+        diverged |= not all(np.allclose(x, y, rtol=1e-3) for x, y in pairs)
     assert diverged and isinstance(split, optax.GradientTransformation)
     assert MAPPOConfig().clip_per_network and not IPPOConfig().clip_per_network
