@@ -26,7 +26,7 @@ def test_an_env_is_described_by_its_spaces_and_the_algorithms_that_fit():
 
 def test_an_unknown_suite_names_the_suites(capsys):
     assert main(["envs", "gym"]) == 2
-    assert capsys.readouterr().err == "error: unknown env suite 'gym'; suites: brax, craftax, navix, pgx, xminigrid\n"
+    assert capsys.readouterr().err == "error: unknown env suite 'gym'; suites: brax, craftax, jaxmarl, navix, pgx, xminigrid\n"
 
 
 def test_envs_takes_at_most_one_suite(capsys):
