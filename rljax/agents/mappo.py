@@ -84,7 +84,7 @@ def _multi_agent(algorithm: str, global_state: bool = False):
                              f"jaxmarl/<id>); {getattr(env, 'name', type(env).__name__)} has one agent: "
                              f"train ppo on it")
         if global_state:
-            agent_views(MAPPOConfig, env, env_params)
+            agent_views(MAPPOConfig(), env, env_params)
         return space_dims(env.action_space(env_params), algorithm)
     return fits
 
@@ -97,8 +97,9 @@ def make_ippo(config: IPPOConfig, env: Any, env_params: Any, axis_name: str | No
 
 
 def make_mappo(config: MAPPOConfig, env: Any, env_params: Any, axis_name: str | None = None) -> Any:
-    """MAPPO's per-device program: :func:`~rljax.agents.ppo.make_ppo` with the centralised critic."""
-    _multi_agent("MAPPO", global_state=True)(env, env_params)
+    """MAPPO's per-device program: :func:`~rljax.agents.ppo.make_ppo` with the centralised critic (whose
+    network, :func:`~rljax.agents.base.agent_views`, refuses an env without a global state)."""
+    _multi_agent("MAPPO")(env, env_params)
     return make_ppo(config, env, env_params, axis_name)
 
 

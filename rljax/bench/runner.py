@@ -147,7 +147,7 @@ def random_scores(run_dir: str | os.PathLike, spec: BenchSpec) -> dict[str, floa
     out = {}
     for env in spec.envs:
         key = {"params": dict(env.params), "episodes": spec.evaluation.random_episodes, "seed": 0,
-               **({"env": env.env} if env.env else {}), **({"kwargs": dict(env.kwargs)} if env.kwargs else {})}
+               **env.construction}
         entry = saved.get(env.id)
         if entry is None or {k: entry.get(k) for k in key} != key:
             entry = {**key, "score": random_score(env.registry_name, env.params, spec.evaluation.random_episodes,

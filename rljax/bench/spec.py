@@ -129,6 +129,12 @@ class EnvSpec:
         return self.env or self.id
 
     @property
+    def construction(self) -> dict[str, Any]:
+        """``env`` and ``kwargs`` where set, as saved beside the env (absent when unset, so a spec without
+        them saves and keys its random score as before)."""
+        return {**({"env": self.env} if self.env else {}), **({"kwargs": dict(self.kwargs)} if self.kwargs else {})}
+
+    @property
     def kwarg_flags(self) -> tuple[str, ...]:
         """``kwargs`` as a config's ``env_kwargs`` (``NAME=VALUE`` strings)."""
         return tuple(f"{k}={v}" for k, v in self.kwargs.items())
@@ -203,7 +209,7 @@ class BenchSpec:
                 "algorithms": {a: dict(o) for a, o in self.algorithms.items()},
                 "envs": {e.id: {"params": dict(e.params), "reference": e.reference, "citation": e.citation,
                                 "algorithms": list(e.algorithms), "total_timesteps": e.total_timesteps,
-                                **({"env": e.env} if e.env else {}), **({"kwargs": dict(e.kwargs)} if e.kwargs else {})}
+                                **e.construction}
                          for e in self.envs}}
 
 

@@ -112,7 +112,8 @@ def test_mappo_needs_a_global_state_and_says_so():
     env = _NoGlobalState()
     assert rljax.agents.fits_env("ippo", env, env.default_params)
     assert not rljax.agents.fits_env("mappo", env, env.default_params)
-    with pytest.raises(ValueError, match=r"a centralised critic reads the env's 'global_state'; .* has keys "
+    with pytest.raises(ValueError, match=r"^MAPPOConfig: a centralised critic reads the env's 'global_state'; "
+                                         r".* has keys "
                                          r"\['agent_id', 'observation'\]"):
         rljax.train(MAPPOConfig(**FAST), env=env, options=rljax.RunOptions(quiet=True))
 
