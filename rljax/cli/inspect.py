@@ -288,7 +288,7 @@ def _sweep_members(run_dir: pathlib.Path) -> tuple[list[Any], list[list[dict[str
 
 
 def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dict[str, Any]]]]:
-    from rljax.training.sweep import ranking
+    from rljax.training.sweep import Member, ranking
 
     manifest = read_json(run_dir / "manifest.json") or {}
     config = read_json(run_dir / "config.json") or {}
@@ -297,18 +297,31 @@ def _sweep_summary(run_dir: pathlib.Path) -> tuple[str, list[Any], list[list[dic
         raise NotARunError(f"{run_dir}/sweep.json lists no members")
     first_manifest = read_json(run_dir / "members" / members[0].name / "manifest.json") or {}
     labels = list(dict.fromkeys(m.label for m in members))
+    record = read_json(run_dir / "sweep.json") or {}
+    schedule = read_json(run_dir / "halving.json") if record.get("trials") else None
+    shape = (f"{len(members)} slots, successive halving over {len(record['trials'])} trials" if schedule else
+             f"{len(members)} members ({len(labels)} configs x {seeds_text(len(members) // max(len(labels), 1))})")
     lines = [_header(run_dir, {**first_manifest, **manifest}, config, "sweep", seeds=[m.seed for m in members])
-             + f"; {len(members)} members ({len(labels)} configs x {seeds_text(len(members) // max(len(labels), 1))})"]
+             + f"; {shape}"]
     from rljax.store.tracking import read_chunks
 
     done = [int(rows[-1]["env_steps"]) if rows else 0 for rows in member_rows]
     least = read_chunks(run_dir / "members" / members[int(np.argmin(done))].name)
     status = read_run_status(run_dir)
     lines.append(_progress_line(least, planned_total(first_manifest, config, status), per=" per member", status=status))
-    table = ranking(members, member_rows)[1].rstrip("\n").splitlines()
-    lines += table[:1] + [line for line in table[4:]][:12]
-    if len(table) > 16:
-        lines.append(f"  ... {len(table) - 16} more configs (summary.md)")
+    if schedule:  # the trials' table: the slots' own ranking would mix the trials each slot ran
+        from rljax.training.halving_summary import halving_table
+
+        trials = [Member(**m) for m in record["trials"]]
+        table = halving_table(trials, member_rows, schedule)[1].rstrip("\n").splitlines()
+        lines += table[2:3] + table[4:18]
+        if len(table) > 18:
+            lines.append(f"  ... {len(table) - 18} more trials (summary.md)")
+    else:
+        table = ranking(members, member_rows)[1].rstrip("\n").splitlines()
+        lines += table[:1] + [line for line in table[4:]][:12]
+        if len(table) > 16:
+            lines.append(f"  ... {len(table) - 16} more configs (summary.md)")
     lines += _throughput_lines(read_chunks(run_dir / "members" / members[0].name), members=len(members))
     lines += _run_cost_lines(manifest)
     lines += _history_lines(run_dir, first_manifest)

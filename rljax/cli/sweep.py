@@ -6,6 +6,7 @@ params trained as one compiled program, then ranked (:mod:`rljax.training.sweep`
     rljax sweep ppo --grid learning_rate=1e-4,3e-4,1e-3 --seeds 4 --run-dir runs/sweep1
     rljax sweep --help          # the registered algorithms
     rljax sweep ppo --help      # the run's flags plus the sweep's (--grid, --sample, --seeds, --pbt ...)
+    rljax sweep ppo --grid learning_rate=1e-4,3e-4,1e-3 --grid ent_coef=0,0.01,0.03 --halving   # 3 slots, 9 trials
 
 The flags are a run's (:func:`rljax.cli.flags.build_parser`) plus the sweep's; ``--num-devices`` splits
 the population over devices (each member is a single-device run). ``--resume RUN_DIR`` continues a
@@ -85,6 +86,20 @@ def sweep_parser(config_cls: Any, defaults: dict[str, Any] | None, prog: str) ->
                        help="a hyperparameter PBT perturbs, and its allowed range; repeat for several")
     group.add_argument("--pbt-fraction", type=float, default=0.25,
                        help="share of members replaced (bottom) by copies of the best (top) each PBT step")
+    halving = parser.add_argument_group(
+        "successive halving", "train the space's trials (grid x samples x seeds) in fewer slots: at each rung the "
+        "trials below the top 1/eta of the scores recorded there stop and their slots start new trials, all in one "
+        "compiled program (ASHA's rule). It beats a full grid when the early ranking predicts the final one and the "
+        "space is larger than the slots; its bias: configs that learn slowly but finish well stop early")
+    halving.add_argument("--halving", action="store_true", help="successive halving over the space's trials")
+    halving.add_argument("--halving-slots", type=int, default=0, metavar="N",
+                         help="trials trained at once (default: the trial count / eta, rounded up)")
+    halving.add_argument("--halving-eta", type=int, default=3, metavar="ETA",
+                         help="reduction factor: the top 1/ETA at each rung continue; rungs at ETA x the previous")
+    halving.add_argument("--halving-min-steps", type=int, default=0, metavar="STEPS",
+                         help="the first rung's trial age in env steps, rounded up to whole chunks (default: the "
+                              "run's chunks / ETA**2)")
+    halving.add_argument("--halving-seed", type=int, default=0, help="seed of the order trials start in")
     for action in parser._actions:
         if action.dest == "num_devices":
             action.help = ("devices to split the population over (members are single-device runs; the member count "
@@ -129,6 +144,24 @@ def _new_spec(args: argparse.Namespace, config: Any) -> Any:
                      seeds=tuple(config.seed + i for i in range(args.seeds)), sample_seed=args.sample_seed, pbt=pbt)
     if not spec.grid and not spec.sample and args.seeds == 1:
         raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
+    given = [f"--{n.replace('_', '-')}" for n in ("halving_slots", "halving_min_steps", "halving_seed")
+             if getattr(args, n)] + (["--halving-eta"] if args.halving_eta != 3 else [])
+    if given and not args.halving:
+        raise ValueError(f"{', '.join(given)} configure successive halving: add --halving")
+    if args.halving and pbt is not None:
+        raise ValueError("--halving and --pbt are two ways to spend a sweep's budget: give one of them")
+    if args.halving:
+        import dataclasses
+        import math
+
+        from rljax.training.hooks.halving import HalvingSpec, validate_halving
+        from rljax.training.sweep import member_count
+
+        trials = member_count(spec)
+        halving = HalvingSpec(slots=args.halving_slots or max(1, math.ceil(trials / max(args.halving_eta, 1))),
+                              eta=args.halving_eta, min_steps=args.halving_min_steps, seed=args.halving_seed)
+        validate_halving(halving, trials)
+        spec = dataclasses.replace(spec, halving=halving)
     return spec
 
 

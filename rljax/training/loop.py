@@ -12,6 +12,7 @@ and hands the rows to the boundary hooks (:class:`~rljax.training.hooks.base.Hoo
   ``eval_interval`` chunks (the ``eval/*`` columns);
 * :class:`rljax.training.hooks.video.Video`: a GIF of a greedy episode every ``video_interval`` env steps;
 * :class:`rljax.training.hooks.observe.ChunkTiming`: the rows' per-chunk ``time/*`` and ``memory/*`` columns;
+* :class:`rljax.training.hooks.halving.Halving`: a sweep's successive halving (its columns are logged);
 * :class:`rljax.training.hooks.adapters.TrackingHook`: metrics rows, tensorboard and progress lines;
 * :class:`rljax.training.hooks.watchdog.StallWatchdog`: a warning with every thread's stack when
   chunks stop finishing;
@@ -118,6 +119,8 @@ class TrainResult:
         preempted: the signal (or request) that stopped the run early, or None if it finished.
         member_rows: for a sweep (``population``), each member's rows; ``rows`` then holds
             member 0's.
+        checkpoint_meta: what hooks keep in the checkpoints' meta, as the run ended (a halving
+            sweep's schedule under ``"halving"``).
     """
 
     state: Any
@@ -127,6 +130,7 @@ class TrainResult:
     agent: Agent
     preempted: str | None = None
     member_rows: list[list[Row]] | None = None
+    checkpoint_meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def final_eval(self) -> dict[str, Any] | None:
@@ -253,7 +257,7 @@ def _train(config: Any, env: Any, env_params: Any, options: RunOptions, guard: A
     run = Run(config, program, plan, state, guard, options, checkpointer=checkpointer,
               health=Health(config, program.isolated), start_chunk=start_chunk, rollbacks=rollbacks,
               member_rows=[[] for _ in range(program.size)], leader=leader,
-              log_every=program.resolve_log_every(options.log_every, plan))
+              log_every=program.resolve_log_every(options.log_every, plan), saved_meta=saved_meta)
     guard.local_clock = lambda: time.perf_counter() - t_start
     run.clock = (lambda: guard.agreed_clock) if distributed.process_count() > 1 else guard.local_clock
     quiet = options.quiet or not run.leader
@@ -276,7 +280,8 @@ def _train(config: Any, env: Any, env_params: Any, options: RunOptions, guard: A
         print(f"stopped by {preempted} {at}{where}", flush=True)
     return TrainResult(state=run.state, rows=run.rows, run_dir=None if run_dir is None else str(run_dir),
                        timings=run.timings, agent=program.agent, preempted=preempted,
-                       member_rows=run.member_rows if program.isolated else None)
+                       member_rows=run.member_rows if program.isolated else None,
+                       checkpoint_meta=dict(run.checkpoint_meta))
 
 
 def _checkpointer(options: RunOptions, leader: bool, restore: bool) -> Any:
@@ -298,7 +303,12 @@ def _start(config: Any, program: Program, checkpointer: Any, restore: bool
 
     steps_per_update = program.agent.env_steps_per_update
     if not restore:
-        plan = plan_updates(config.total_timesteps, steps_per_update, config.updates_per_chunk)
+        chunk = config.updates_per_chunk
+        if not chunk and program.halving is not None:  # rungs fall on chunk boundaries: eta**3 chunks
+            from rljax.training.hooks.halving import halving_chunk
+
+            chunk = halving_chunk(config.total_timesteps // steps_per_update, program.halving.eta)
+        plan = plan_updates(config.total_timesteps, steps_per_update, chunk)
         return plan, program.init_state(plan.num_updates), 0, 0, None
     # The chunk size is part of the compiled program: keep the saved one so the continuation runs
     # the same program (bit-exact), even when total_timesteps was extended.
@@ -383,6 +393,11 @@ def _hooks(run: Run) -> list[Hook]:
     local = [d for d in program.parallel.devices if d.process_index == jax.process_index()]
     hooks.append(ChunkTiming(local, num_devices=len(program.parallel.devices)))  # adds its columns before logging
     hooks.append(Stragglers(options.straggler_margin, leader=run.leader))  # reads ChunkTiming's interval
+    if program.halving is not None:  # before tracking: its columns are in the rows it logs
+        from rljax.training.hooks.halving import META_KEY, Halving
+
+        hooks.append(Halving(program.halving, program, program.population.trials, run.plan,
+                             options.run_dir, (run.saved_meta or {}).get(META_KEY), leader=run.leader))
     hooks.append(TrackingHook(run.tracking))
     if run.leader and options.run_dir is not None and (options.wandb or options.mlflow):
         from rljax.store.trackers import Trackers, backends

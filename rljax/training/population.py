@@ -35,6 +35,10 @@ class Population:
         configs: one resolved config per member (written to its ``config.json``).
         num_devices: devices the population is split over (``P`` must be a multiple).
         pbt: a :class:`rljax.training.hooks.pbt.PBTSpec` to evolve the population during training, or None.
+        halving: a :class:`rljax.training.hooks.halving.HalvingSpec`: the members are slots that train
+            the ``trials`` in turn (successive halving), or None.
+        trials: with ``halving``, the population of every trial of the search space (their
+            hyperparameters, env params and seeds; a slot's state is reset to a trial's initial one).
     """
 
     seeds: tuple[int, ...]
@@ -44,6 +48,8 @@ class Population:
     configs: tuple[Any, ...]
     num_devices: int = 1
     pbt: Any = None
+    halving: Any = None
+    trials: "Population | None" = None
 
     @property
     def size(self) -> int:

@@ -318,6 +318,7 @@ class Program:
         isolated: the members are independent runs (a sweep); False for a single run.
         names, configs, seeds: per member.
         pbt: the population's PBT spec, or None.
+        halving: the population's successive-halving spec, or None (its trials are the population's).
         env, env_params: the env and its params (a sweep's per-member params are the population's).
     """
 
@@ -338,6 +339,7 @@ class Program:
             self.names, self.configs, self.seeds = population.names, population.configs, population.seeds
         self.size = len(self.names)
         self.pbt = None if population is None else population.pbt
+        self.halving = None if population is None else population.halving
         self.env, self.env_params = env, env_params
 
     def init_state(self, num_updates: int) -> Any:

@@ -77,6 +77,8 @@ class SweepSpec:
         seeds: the seeds each configuration runs with.
         sample_seed: seed of the random sample (so a sweep is reproducible).
         pbt: evolve the population while it trains (:class:`rljax.training.hooks.pbt.PBTSpec`), or None.
+        halving: train the space's trials (grid x sample x seeds) in fewer slots by successive
+            halving (:class:`rljax.training.hooks.halving.HalvingSpec`), or None.
     """
 
     grid: dict[str, list[float]] = dataclasses.field(default_factory=dict)
@@ -85,18 +87,22 @@ class SweepSpec:
     seeds: tuple[int, ...] = (0,)
     sample_seed: int = 0
     pbt: Any = None
+    halving: Any = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SweepSpec":
         """The spec saved in ``sweep.json``."""
+        from rljax.training.hooks.halving import HalvingSpec
         from rljax.training.hooks.pbt import PBTSpec
 
+        halving = d.get("halving")
         pbt = d.get("pbt")
         if pbt is not None:
             pbt = PBTSpec(interval=pbt["interval"], fields={k: tuple(v) for k, v in pbt["fields"].items()},
                           fraction=pbt["fraction"], factors=tuple(pbt["factors"]), seed=pbt["seed"])
         return cls(grid=d["grid"], sample={k: tuple(v) for k, v in d["sample"].items()},
-                   num_samples=d["num_samples"], seeds=tuple(d["seeds"]), sample_seed=d["sample_seed"], pbt=pbt)
+                   num_samples=d["num_samples"], seeds=tuple(d["seeds"]), sample_seed=d["sample_seed"], pbt=pbt,
+                   halving=None if halving is None else HalvingSpec.from_dict(halving))
 
 
 RANGE_PREFIX = "randomize."
@@ -304,7 +310,10 @@ def _member_env_params(env_params: Any, member: Member) -> Any:
 
 
 def member_count(spec: SweepSpec) -> int:
-    """How many members ``spec`` makes (:func:`build_members` without building them)."""
+    """How many members ``spec`` trains at once (:func:`build_members` without building them; with
+    halving, its slots)."""
+    if spec.halving is not None:
+        return spec.halving.slots
     return math.prod(len(v) for v in spec.grid.values()) * (spec.num_samples if spec.sample else 1) * len(spec.seeds)
 
 
@@ -691,6 +700,9 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         config, env, env_params, record=not (resume and run_dir is not None and saved_env(run_dir) == config.env),
         run_dir=run_dir)
     members = build_members(config, env_params, spec)
+    trials = None
+    if spec.halving is not None:  # the members are slots that train the space's trials in turn
+        trials, members = members, _halving_slots(spec, members)
     if devices is None:
         import jax
 
@@ -699,7 +711,18 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
         # Several processes: a population spans every process's devices (rljax.runtime.distributed).
         devices = auto_devices(len(members), jax.device_count() if jax.process_count() > 1
                                else len(jax.local_devices()))
-    population = make_population(config, env_params, members, devices)
+    if trials is None:
+        population = make_population(config, env_params, members, devices)
+    else:
+        from rljax.training.hooks.halving import trial_order
+        from rljax.training.population import Population
+
+        first = [trials[t] for t in trial_order(len(trials), spec.halving.seed)[:len(members)]]
+        population = Population.stack([_member_config(config, m) for m in first],
+                                      [_member_env_params(env_params, m) for m in first],
+                                      [m.name for m in members], devices)
+        population = dataclasses.replace(population, halving=spec.halving,
+                                         trials=make_population(config, env_params, trials))
     if spec.pbt is not None:
         from rljax.training.hooks.pbt import validate_pbt
 
@@ -715,11 +738,24 @@ def run_sweep(config: Any, spec: SweepSpec, *, env: Any = None, env_params: Any 
     with removed_if_start_fails(run_dir if leader and not resume else None), \
             RunLock(run_dir) if leader else contextlib.nullcontext():
         return _run_sweep(config, spec, env, env_params, members, population, run_dir, resume, quiet, plots,
-                          train_kwargs)
+                          train_kwargs, trials)
+
+
+def _halving_slots(spec: SweepSpec, trials: list[Member]) -> list[Member]:
+    """The members of a halving sweep: ``spec.halving.slots`` slots (``slot00``, ...), each training
+    the space's ``trials`` in turn (so a slot has no config of its own: ``values`` is empty)."""
+    from rljax.training.hooks.halving import validate_halving
+
+    if spec.pbt is not None:
+        raise ValueError("--halving and --pbt are two ways to spend a sweep's budget: give one of them")
+    validate_halving(spec.halving, len(trials))
+    return [Member(index=i, seed=0, values={}, name=f"slot{i:02d}", label=f"slot{i:02d}")
+            for i in range(spec.halving.slots)]
 
 
 def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members: Any, population: Any,
-               run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any]):
+               run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any],
+               trials: list[Member] | None = None):
     """:func:`run_sweep` inside the sweep directory's lock."""
     from rljax.runtime.distributed import is_leader
     from rljax.training.loop import train
@@ -735,9 +771,11 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             run_dir.mkdir(parents=True, exist_ok=True)
         sweep_record = {"spec": dataclasses.asdict(spec), "devices": population.num_devices,
                         "members": [dataclasses.asdict(m) for m in members]}
+        if trials is not None:
+            sweep_record["trials"] = [dataclasses.asdict(m) for m in trials]
         if resume:
             saved = json.loads((run_dir / "sweep.json").read_text())
-            if saved["members"] != sweep_record["members"]:
+            if saved["members"] != sweep_record["members"] or saved.get("trials") != sweep_record.get("trials"):
                 raise ValueError(f"cannot resume {run_dir}: the sweep's members differ from the saved sweep.json")
         elif leader:
             if (run_dir / "sweep.json").exists():
@@ -761,7 +799,14 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
             t_summary = time.perf_counter()
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
             with open(os.devnull, "w") as devnull:
-                agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
+                if trials is None:
+                    agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
+                else:
+                    from rljax.training.halving_summary import summarize_halving
+
+                    schedule = json.loads((run_dir / "halving.json").read_text())
+                    agg = summarize_halving(run_dir, trials, history, schedule, plots=plots,
+                                            stream=devnull if quiet else None)
             result.timings["summary_s"] = time.perf_counter() - t_summary
             if spec.pbt is not None:
                 from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
@@ -772,6 +817,12 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
                             f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
                             "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
                             "resulting values, is in `pbt.jsonl`).\n")
+        elif trials is not None:
+            from rljax.training.halving_summary import halving_table
+
+            agg, table = halving_table(trials, result.member_rows, result.checkpoint_meta["halving"])
+            if not quiet:
+                print(table, flush=True)
         else:  # no files to write, but the ranking is still the point of a sweep
             agg, table = ranking_table(members, result.member_rows)
             if not quiet:

@@ -118,6 +118,9 @@ class Run:
         phase: what the host loop is doing, in words (read by the stall watchdog's report).
         process_times: a multi-process run's ``[P, 4]`` seconds per process for the current chunk
             (:data:`rljax.training.hooks.stragglers.PROCESS_TIMES`); None with one process.
+        saved_meta: the meta of the checkpoint the run resumed from, or None (a fresh start).
+        checkpoint_meta: JSON a hook keeps in every checkpoint's meta (a host-side schedule, by its
+            key), read back from ``saved_meta`` on resume.
     """
 
     config: RunConfig
@@ -141,6 +144,8 @@ class Run:
     update_rows: list[list[Row]] = dataclasses.field(default_factory=list)
     phase: str = "setting up"
     process_times: Any = None
+    saved_meta: dict[str, Any] | None = None
+    checkpoint_meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def discard_ahead(self) -> None:
         """Drops the chunk launched ahead (it ran on a state being replaced); its output state is

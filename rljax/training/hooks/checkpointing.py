@@ -61,7 +61,7 @@ class Checkpointing(Hook):
                 "wall_time_s": row["wall_time_s"], "plan": dataclasses.asdict(run.plan),
                 "algorithm": type(run.config).__name__, "config": config_to_dict(run.config),
                 "run_options": run.options.saved(), "rollbacks": run.rollbacks,
-                "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows],
+                **run.checkpoint_meta, "rows": [{k: json_scalar(v) for k, v in r.items()} for r in rows],
                 "lines": [{k: json_scalar(v) for k, v in boundary_line(r, lines).items()}
                           for r, lines in zip(rows, run.update_rows or [None] * len(rows))]}
         try:

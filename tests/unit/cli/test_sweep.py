@@ -39,8 +39,15 @@ def test_the_sweep_flags_are_the_runs_plus_the_sweeps(capsys):
     (["--sample", "learning_rate=log:0:1"], "need LOW < HIGH (and LOW > 0 for log)"),
     (["--grid", "learning_rate=1e-3,3e-3", "--devices", "2", "--num-devices", "4"],
      "--devices 2 and --num-devices 4 disagree; give --num-devices"),
-    (["--grid", "learning_rate=1e-3,3e-3", "--num-devices", "-1"], "--num-devices must be >= 1 (or 0: automatic), "
-                                                                     "got -1"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--num-devices", "-1"],
+     "--num-devices must be >= 1 (or 0: automatic), got -1"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--halving-slots", "1"],
+     "--halving-slots configure successive halving: add --halving"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--halving", "--halving-slots", "3"],
+     "--halving-slots 3 is more than the 2 trials"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--halving", "--halving-eta", "1"], "--halving-eta must be an integer >= 2"),
+    (["--grid", "learning_rate=1e-3,3e-3,1e-2", "--halving", "--pbt-interval", "1", "--pbt", "learning_rate=1e-4:1e-1"],
+     "--halving and --pbt are two ways to spend a sweep's budget: give one of them"),
 ])
 def test_bad_sweep_input_exits_2_naming_it(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -48,6 +55,18 @@ def test_bad_sweep_input_exits_2_naming_it(argv, message, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "rljax sweep ppo: error: " in err and message in err, err
+
+
+def test_halving_flags_make_the_spec():
+    from rljax.cli.sweep import _new_spec
+
+    parser = sweep_parser(PPOConfig, None, "prog")
+    args = parser.parse_args(["--grid", "learning_rate=1e-4,3e-4,1e-3", "--grid", "ent_coef=0,0.01,0.03",
+                              "--seeds", "2", "--halving", "--halving-min-steps", "5000", "--halving-seed", "4"])
+    args.devices = 0
+    spec = _new_spec(args, PPOConfig())
+    assert spec.halving.slots == 6 and spec.halving.eta == 3 and spec.halving.min_steps == 5000  # 18 trials / 3
+    assert spec.halving.seed == 4 and spec.grid["ent_coef"] == [0.0, 0.01, 0.03]
 
 
 def test_resume_needs_a_sweep_directory(tmp_path, capsys):
