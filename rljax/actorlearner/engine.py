@@ -189,11 +189,18 @@ class Actor(threading.Thread):
         n = env.spec.num_envs
         self._returns, self._lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
         self.snapshots, self.initial = snapshots, initial
+        self.retiring = threading.Event()
+        self.envs_closed = False  # a retired actor closes its envs as it leaves
+
+    def retire(self) -> None:
+        """Ends this actor after the rollout it is collecting (it claims no other); its envs are
+        closed as it leaves. The run goes on with the others."""
+        self.retiring.set()
 
     def run(self) -> None:
         try:
             obs = self._reset() if self.initial is None else self._restore(self.initial)
-            while obs is not None and not self.stop.is_set():
+            while obs is not None and not self.stop.is_set() and not self.retiring.is_set():
                 k = self.schedule.claim()
                 if k is None:
                     return
@@ -203,6 +210,10 @@ class Actor(threading.Thread):
         except BaseException as err:  # reported on the learner's thread by ActorPool.get
             self.error = err
             self.stop.set()
+        finally:
+            if self.retiring.is_set():
+                close_envs([self.env])
+                self.envs_closed = True
 
     def _restore(self, snapshot: EnvSnapshot) -> np.ndarray:
         self.env.set_state(snapshot.env_state)
@@ -317,15 +328,36 @@ def close_envs(envs: list[HostEnv]) -> None:
 
 
 class ActorPool:
-    """The actors, their queue and the stop event, started together; :meth:`get` is the learner's side."""
+    """The actors, their queue and the stop event, started together; :meth:`get` is the learner's side.
+    An autoscaled run adds actors (:meth:`add`, made by ``spawn``) and retires them (:meth:`retire`) while
+    it trains."""
 
-    def __init__(self, actors: list[Actor], out: queue.Queue, stop: threading.Event):
+    def __init__(self, actors: list[Actor], out: queue.Queue, stop: threading.Event,
+                 spawn: Callable[[int], Actor] | None = None):
         self.actors, self.queue, self.stop = actors, out, stop
+        self.spawn = spawn  # spawn(index) -> a new actor (its envs made) for an autoscaled run
         self._pending: dict[int, Rollout] = {}
 
     def start(self) -> None:
         for actor in self.actors:
             actor.start()
+
+    @property
+    def active(self) -> list[Actor]:
+        """The actors that still claim rollouts (not retiring)."""
+        return [a for a in self.actors if not a.retiring.is_set()]
+
+    def add(self, actor: Actor) -> None:
+        """Starts one more actor; it claims rollouts from the shared schedule with the others."""
+        self.actors.append(actor)
+        actor.start()
+
+    def retire(self) -> Actor:
+        """Retires the newest active actor (:meth:`Actor.retire`): the rollout it collects is finished
+        and learned from, so no rollout number is left without its rollout."""
+        actor = self.active[-1]
+        actor.retire()
+        return actor
 
     def get(self, index: int, timeout_s: float) -> Rollout:
         """Rollout ``index``: the learner consumes rollouts in order, so rollout ``k``, acted with a
@@ -359,4 +391,4 @@ class ActorPool:
         self.stop.set()
         for actor in self.actors:
             actor.join(join_s)
-        close_envs([actor.env for actor in self.actors])
+        close_envs([actor.env for actor in self.actors if not actor.envs_closed])

@@ -69,6 +69,12 @@ class HostOptions:
             ``restart_backoff_s`` doubling per failure in a row (at most 30 s). 0: the first failure
             stops the run.
         restart_backoff_s: the first back-off.
+        min_actors, max_actors: the bounds of an autoscaled actor count (0: ``num_actors``, the count
+            fixed); ``num_actors`` is the count the run starts with. Between them a controller
+            (:mod:`rljax.actorlearner.autoscale`) adds and retires actors from the learner's busy
+            fraction and the actors' idle fraction; needs ``max_policy_lag >= 1`` (acting and learning
+            in turn leaves nothing for more actors to do).
+        scale_window: updates measured before each autoscaling decision (and after each change).
     """
 
     num_actors: int = 1
@@ -79,12 +85,24 @@ class HostOptions:
     rollout_timeout_s: float = 600.0
     max_env_restarts: int = 3
     restart_backoff_s: float = 1.0
+    min_actors: int = 0
+    max_actors: int = 0
+    scale_window: int = 8
 
     def __post_init__(self):
-        for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1), ("max_env_restarts", 0)):
+        for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1), ("max_env_restarts", 0),
+                          ("min_actors", 0), ("max_actors", 0), ("scale_window", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
+        low, high = self.actor_bounds
+        if not low <= self.num_actors <= high:
+            raise ValueError(f"num_actors={self.num_actors} (the count the run starts with) must lie within "
+                             f"min_actors={low} and max_actors={high}")
+        if self.autoscaled and self.max_policy_lag == 0:
+            raise ValueError(f"an autoscaled actor count (min_actors={low}, max_actors={high}) needs "
+                             f"max_policy_lag >= 1: with 0, acting and learning take turns and more actors "
+                             f"would only wait")
         for name in ("rollout_timeout_s", "restart_backoff_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
@@ -93,6 +111,17 @@ class HostOptions:
             object.__setattr__(self, name, devices)
             if len(set(devices)) != len(devices):
                 raise ValueError(f"{name}={list(devices)}: names a device more than once")
+
+    @property
+    def actor_bounds(self) -> tuple[int, int]:
+        """``(min_actors, max_actors)`` with 0 read as ``num_actors``."""
+        return self.min_actors or self.num_actors, self.max_actors or self.num_actors
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the actor count may change while the run trains."""
+        low, high = self.actor_bounds
+        return low != high
 
 
 @dataclasses.dataclass
@@ -243,7 +272,8 @@ def job_learner_devices(local: Sequence[Any]) -> list[Any]:
 def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostEnv],
                options: HostOptions = HostOptions(),
                on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
-               on_update: OnUpdate | None = None, snapshots: bool = False) -> HostResult:
+               on_update: OnUpdate | None = None, snapshots: bool = False,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
     """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
@@ -254,7 +284,8 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
             several: :mod:`rljax.runtime.distributed`; every process runs this same call with its
             own actors and envs, and the update is data-parallel over all of them). ``seed`` seeds
             the params, the keys and the envs (actor ``a`` of process ``p`` is the job's actor
-            ``b = p * num_actors + a``; its env ``i``: ``seed + b * num_envs + i``).
+            ``b = p * num_actors + a``; its env ``i``: ``seed + b * num_envs + i``; an actor an
+            autoscaled run adds, ``a >= num_actors``, is ``b = P * num_actors + (a - num_actors) * P + p``).
         make_env: ``make_env(actor) -> HostEnv`` with ``config.num_envs`` envs (e.g.
             ``lambda a: make_host_env("gymnasium/CartPole-v1", config.num_envs)``).
         options: the layout (:class:`HostOptions`).
@@ -266,6 +297,8 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
             synchronous ``gymnasium/`` batch), hand ``on_update`` the envs' state after each rollout,
             and let ``restore`` put it back: with ``max_policy_lag = 0`` a resumed run is then the same
             bits as one never stopped (with several processes too: each saves and restores its own).
+        on_event: called with each autoscaling decision (``options.autoscaled``): the update, the
+            count before and after, the reason and the measurements (:mod:`rljax.actorlearner.autoscale`).
 
     Returns:
         A :class:`HostResult`.
@@ -279,18 +312,19 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     except BaseException:
         close_envs(envs)
         raise
-    return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots)
+    return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots, on_event)
 
 
 def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
            options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None, restore: Restore | None,
-           on_update: OnUpdate | None, snapshots: bool) -> HostResult:
+           on_update: OnUpdate | None, snapshots: bool,
+           on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
     """Runs the actors and the learner; the envs are closed once, on every way out: by the actor pool
     (each actor's current batch, restarts included) once it exists, before that here."""
     pool = None
     try:
         pool, learner = _start(config, envs, make_env, options, restore, snapshots)
-        return _learn(pool, learner, options, on_row, on_update)
+        return _learn(pool, learner, options, on_row, on_update, on_event)
     finally:
         if pool is not None:
             pool.close()
@@ -389,8 +423,15 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     if restored is not None:
         params, opt_state, start, initial = restored
         params, opt_state = _place((params, opt_state), place)
-    processes, first = jax.process_count(), jax.process_index() * len(envs)  # this process's first actor
-    snapshots = snapshots and len(envs) == 1 and getattr(envs[0], "get_state", lambda: None)() is not None
+    processes, here, n0 = jax.process_count(), jax.process_index(), len(envs)
+
+    def job_actor(a: int) -> int:
+        """The job's actor ``b`` of this process's actor ``a``: ``p * num_actors + a`` for the actors a run
+        starts with, then interleaved past all of those for actors an autoscaled run adds."""
+        return here * n0 + a if a < n0 else processes * n0 + (a - n0) * processes + here
+
+    snapshots = snapshots and len(envs) == 1 and not options.autoscaled and \
+        getattr(envs[0], "get_state", lambda: None)() is not None
     stores = {d: ParamStore(_actor_copy(params, d), start) for d in actor_devices}
     stop = threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates(config), start)
@@ -399,22 +440,32 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     restarts = lambda a: RestartPolicy(lambda: make_env(a), options.max_env_restarts,  # noqa: E731
                                        options.restart_backoff_s)
     device = lambda a: actor_devices[a % len(actor_devices)]  # noqa: E731
-    pool = ActorPool([Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, first + a),
-                            config.seed + (first + a + processes * len(envs) * start) * config.num_envs, config.num_steps,
-                            options.max_policy_lag,
-                            device(a), stop, bounds, restarts(a), snapshots, initial if snapshots else None)
-                       for a, env in enumerate(envs)], out, stop)
+
+    def actor(a: int, env: HostEnv, initial: EnvSnapshot | None = None) -> Actor:
+        return Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, job_actor(a)),
+                     config.seed + (job_actor(a) + processes * n0 * start) * config.num_envs, config.num_steps,
+                     options.max_policy_lag, device(a), stop, bounds, restarts(a), snapshots, initial)
+
+    pool = ActorPool([actor(a, env, initial if snapshots else None) for a, env in enumerate(envs)], out, stop)
+    pool.spawn = lambda a: actor(a, make_env(a))
     learner = _Learner(update, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding, place)
     pool.start()
     return pool, learner
 
 
 def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None,
-           on_update: OnUpdate | None) -> HostResult:
-    """One update per rollout, in rollout order; publishes each update's params as the next version."""
+           on_update: OnUpdate | None, on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+    """One update per rollout, in rollout order; publishes each update's params as the next version;
+    with an autoscaled actor count, applies the controller's decisions after each update."""
     params, opt_state, rows = learner.params, learner.opt_state, []
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
     processes = jax.process_count()
+    scaler = None
+    if options.autoscaled:
+        from rljax.actorlearner.autoscale import Scaler, ScaleRule
+
+        low, high = options.actor_bounds
+        scaler = Scaler(ScaleRule(low, high, window=options.scale_window), options.num_actors)
     for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
         try:
@@ -444,6 +495,9 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         row = _row(u, (u + 1) * size, env_steps, time.perf_counter() - start, rollout, episodes, metrics,
                    pool.depth(), t1 - t0, t2 - t1)
         row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
+        if scaler is not None:
+            row["host/scale"] = _autoscale(scaler, pool, row, u + 1, t2 - t0, on_event)
+        row["host/actors"] = len(pool.active)
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -451,6 +505,32 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         if stopped is not None:
             return HostResult(params, opt_state, rows, u + 1, stopped)
     return HostResult(params, opt_state, rows, learner.num_updates)
+
+
+def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, update_s: float,
+               on_event: Callable[[dict[str, Any]], None] | None) -> int:
+    """Feeds the update's measurements to the controller and applies its decision: starts an actor
+    (``make_env`` for it may fail: the count stays and the failure is the event) or retires the newest.
+    Returns the change made (+1, -1 or 0); each decision goes to ``on_event`` with its reason."""
+    decision = scaler.observe(row["host/learner_busy"], 1.0 - row["host/actor_busy"], update_s)
+    if decision is None:
+        return 0
+    event = {"update": updates, "env_steps": row["env_steps"], "from": scaler.count, **decision.record()}
+    try:
+        if decision.change > 0:
+            pool.add(pool.spawn(max(a.index for a in pool.actors) + 1))
+        else:
+            event["retired_actor"] = pool.retire().index
+    except Exception as err:  # the new actor's envs could not be made: keep the count, measure afresh
+        scaler.reset_window()
+        event.update(actors=scaler.count, change=0, failed=f"{type(err).__name__}: {err}")
+        if on_event is not None:
+            on_event(event)
+        return 0
+    scaler.applied(decision)
+    if on_event is not None:
+        on_event(event)
+    return decision.change
 
 
 def _job_episodes(rollout: Rollout) -> tuple[int, float | None, float | None, int, int]:

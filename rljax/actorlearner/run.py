@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import pathlib
 import sys
@@ -52,11 +53,14 @@ from rljax.runtime import distributed
 from rljax.training.hooks.watchdog import StallWatchdog
 from rljax.training.options import RunOptions, auto_log_every
 
-__all__ = ["HOST_SAVED_FIELDS", "done_line", "final_return", "group_rows", "no_videos_while_training", "run_host",
-           "saved_host", "space_json", "updates_per_chunk"]
+SCALING_LOG = "scaling.jsonl"
+"""The autoscaling decisions of a host run, one JSON line each (:mod:`rljax.actorlearner.autoscale`)."""
+
+__all__ = ["HOST_SAVED_FIELDS", "SCALING_LOG", "done_line", "final_return", "group_rows", "no_videos_while_training",
+           "run_host", "saved_host", "space_json", "updates_per_chunk"]
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
-                     "restart_backoff_s")
+                     "restart_backoff_s", "min_actors", "max_actors", "scale_window")
 """The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
 
 
@@ -128,7 +132,7 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             return env
         try:
             return train_host(config, make_and_note, host, restore=session.begin, on_update=session.after_update,
-                              snapshots=options.checkpoints and run_dir is not None)
+                              snapshots=options.checkpoints and run_dir is not None, on_event=session.scaled)
         except Exception as err:
             if several:  # a collective failed because a peer died: say so
                 distributed.raise_if_peer_failure(err)
@@ -193,6 +197,7 @@ class _Session:
         if options.run_dir is not None and self.leader:
             self._open_tracker(meta)
             self._open_status(restored[2] if restored is not None else 0)
+            self._keep_decisions(restored[2] if restored is not None else 0)
         self.t0, self.chunk_wall = time.perf_counter(), self.wall0
         self.watchdog.start(self)
         if restored is not None and not options.quiet and self.leader:
@@ -274,6 +279,27 @@ class _Session:
         self.guard.finishing = stop or last
         self._end_chunk(params, opt_state, envs, force=last or stop, last=last)
         return self.guard.signal_name if stop and not last else None
+
+    def _keep_decisions(self, updates: int) -> None:
+        """A resume drops the autoscaling decisions logged after the update it restored (they are made
+        again, or not, by the continued run: the count starts over at ``num_actors``)."""
+        path = pathlib.Path(self.options.run_dir) / SCALING_LOG
+        if path.exists():
+            kept = [line for line in path.read_text().splitlines() if line.strip() and
+                    json.loads(line)["update"] <= updates]
+            path.write_text("".join(line + "\n" for line in kept))
+
+    def scaled(self, event: dict[str, Any]) -> None:
+        """An autoscaling decision: a line in ``RUN_DIR/scaling.jsonl`` and, unless quiet, on stdout."""
+        if not self.leader:
+            return
+        if self.options.run_dir is not None:
+            with open(pathlib.Path(self.options.run_dir) / SCALING_LOG, "a") as f:
+                f.write(json.dumps(event) + "\n")
+        if not self.options.quiet:
+            what = (f"could not add an actor ({event['failed']})" if "failed" in event
+                    else f"{event['from']} -> {event['actors']} actors")
+            print(f"autoscale after update {event['update']:,}: {what}: {event['reason']}", flush=True)
 
     def _end_chunk(self, params: Any, opt_state: Any, envs: EnvSnapshot | None, force: bool,
                    last: bool = False) -> None:
@@ -400,6 +426,10 @@ def _chunk_row(lines: list[dict[str, Any]], wall_time_s: float, start_wall_s: fl
                 "host/slowest_actor": int(slowest["host/actor"]),
                 "host/env_restarts": int(last["host/env_restarts"]),
                 "host/lost_episodes": int(last["host/lost_episodes"])})
+    if "host/actors" in last:  # the count now, and the chunk's changes
+        row["host/actors"] = int(last["host/actors"])
+    if "host/scale" in last:
+        row["host/scale"] = int(sum(r.get("host/scale", 0) for r in lines))
     return row
 
 

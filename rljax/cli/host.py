@@ -5,6 +5,7 @@
     rljax train ppo --env gymnasium/CartPole-v1 --num-envs 8 --num-steps 64 --max-policy-lag 1
     rljax env-server gymnasium/CartPole-v1 --num-envs 8 --port 5555 &
     rljax train impala --env server:127.0.0.1:5555 --num-envs 8 --num-actors 2
+    rljax train ppo --env server:127.0.0.1:5555 --num-envs 8 --num-actors 2 --max-actors 8   # autoscaled
     rljax resume runs/host-cp                   # continues with the saved layout
 
 An ``--env`` that names host envs (:func:`rljax.host.sources.is_host_env`) sends ``rljax train``
@@ -24,7 +25,8 @@ __all__ = ["HOST_FLAGS", "add_host_flags", "host_options", "parse_device", "pars
 
 HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
               "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
-              "restart_backoff": "restart_backoff_s"}
+              "restart_backoff": "restart_backoff_s", "min_actors": "min_actors", "max_actors": "max_actors",
+              "scale_window": "scale_window"}
 """Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
 
 
@@ -43,6 +45,14 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
         "docs/host-envs.md)")
     group.add_argument("--num-actors", type=parse_int, default=1, metavar="N",
                        help="actor threads, each with its own batch of --num-envs host envs")
+    group.add_argument("--min-actors", type=parse_int, default=0, metavar="N",
+                       help="autoscaling: the fewest actors (0: --num-actors); the run starts with --num-actors and "
+                            "a controller adds or retires actors from the learner's and actors' busy fractions "
+                            "(docs/host-envs.md, Autoscaled actors)")
+    group.add_argument("--max-actors", type=parse_int, default=0, metavar="N",
+                       help="autoscaling: the most actors (0: --num-actors)")
+    group.add_argument("--scale-window", type=parse_int, default=8, metavar="UPDATES",
+                       help="autoscaling: updates measured before each decision, and after each change")
     group.add_argument("--max-policy-lag", type=parse_int, default=1, metavar="K",
                        help="a rollout acts with params at most K updates old (0: act and learn in turn)")
     group.add_argument("--queue-size", type=parse_int, default=2, metavar="N",

@@ -160,7 +160,14 @@ def _host_lines(rows: list[dict[str, Any]], manifest: dict[str, Any]) -> list[st
     slow = [int(v) for v in values("host/slowest_actor")]
     slowest = max(set(slow), key=slow.count) if slow else None
     last = rows[-1]
-    return [f"host: {layout['num_actors']} actor(s), policy lag <= {layout['max_policy_lag']} (largest seen "
+    actors = f"{layout['num_actors']} actor(s)"
+    low, high = layout.get("min_actors") or layout["num_actors"], layout.get("max_actors") or layout["num_actors"]
+    if low != high:  # autoscaled: the count now, its range and what it was over the run
+        counts = [int(v) for v in values("host/actors")]
+        actors = (f"{counts[-1] if counts else layout['num_actors']} actor(s) now (autoscaled {low}-{high}, started "
+                  f"with {layout['num_actors']}, {min(counts, default=low)}-{max(counts, default=high)} over the "
+                  f"logged chunks; decisions in scaling.jsonl)")
+    return [f"host: {actors}, policy lag <= {layout['max_policy_lag']} (largest seen "
             f"{int(max(values('host/policy_lag'), default=0))}), queue depth mean "
             f"{fmt_number(float(np.mean(values('host/queue_depth') or [0])), 2)}; busy: actors "
             f"{float(np.mean(values('host/actor_busy') or [0])):.0%}, learner "

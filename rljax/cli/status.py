@@ -39,6 +39,8 @@ def status_line(record: dict[str, Any]) -> str:
     parts = [f"{done:,} / {total:,} env steps ({100 * done / total:.0f} %)" if total else f"{done:,} env steps"]
     if state in ("running", "stalled") and record.get("sps"):
         parts.append(f"{record['sps']:,.0f} steps/s, ETA {_duration(record.get('eta_s'))}")
+    if record.get("actors") is not None:
+        parts.append(f"{record['actors']} actor(s)")
     ckpt = record.get("last_checkpoint_env_steps")
     parts.append(f"last checkpoint at {ckpt:,} env steps" if ckpt is not None else "no checkpoint yet")
     parts.append(f"{record.get('host', '?')}:{record.get('pid', '?')}, written {_duration(record.get('age_s'))} ago")

@@ -79,6 +79,8 @@ class RunStatus(Hook):
         left = self.record_.get("total_env_steps", steps) - steps
         self._write(run, env_steps=steps, chunks_done=chunk_index + 1, sps=sps * len(rows),
                     eta_s=left / sps if sps > 0 else None, wall_time_s=row.get("wall_time_s"))
+        if "host/actors" in row:  # a host-env run's actor count now (autoscaled: it changes)
+            self._write(run, actors=int(row["host/actors"]))
         request = take_stop_request(self.run_dir)
         if request is not None:
             who = request.get("by") or f"{request.get('host', '?')}:{request.get('pid', '?')}"
