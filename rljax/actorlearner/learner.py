@@ -465,7 +465,10 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         from rljax.actorlearner.autoscale import Scaler, ScaleRule
 
         low, high = options.actor_bounds
-        scaler = Scaler(ScaleRule(low, high, window=options.scale_window), options.num_actors)
+        # Left out at the start: the rollouts the actors queued while the learner compiled, which it
+        # then learns from without waiting (up to queue_size + max_policy_lag + 1 of them).
+        warmup = max(2, options.queue_size + options.max_policy_lag + 1)
+        scaler = Scaler(ScaleRule(low, high, window=options.scale_window, warmup=warmup), options.num_actors)
     for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
         try:
@@ -512,7 +515,8 @@ def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, 
     """Feeds the update's measurements to the controller and applies its decision: starts an actor
     (``make_env`` for it may fail: the count stays and the failure is the event) or retires the newest.
     Returns the change made (+1, -1 or 0); each decision goes to ``on_event`` with its reason."""
-    decision = scaler.observe(row["host/learner_busy"], 1.0 - row["host/actor_busy"], update_s)
+    decision = scaler.observe(row["host/learner_busy"], 1.0 - row["host/actor_busy"], update_s,
+                              row["host/queue_depth"])
     if decision is None:
         return 0
     event = {"update": updates, "env_steps": row["env_steps"], "from": scaler.count, **decision.record()}

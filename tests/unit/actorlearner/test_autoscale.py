@@ -41,6 +41,12 @@ def test_the_rule_by_hand():
     assert [s.observe(0.5, 0.0, 0.6) for _ in range(4)] == [None] * 4  # held (6 updates from the decision)
     s.observe(0.5, 0.0, 0.6)
     assert s.observe(0.5, 0.0, 0.6).to == 3  # the hold is over: try again
+    s.applied(third)
+    s.observe(0.5, 0.0, 0.61), s.observe(0.5, 0.0, 0.61)
+    s.applied(s.observe(0.5, 0.0, 0.61))  # did not pay off again: held at 2 (busy 0.5 then)
+    assert [s.observe(0.4, 0.0, 0.6) for _ in range(3)] == [None] * 3  # 0.4 is not 0.15 below 0.5: held
+    s.observe(0.2, 0.0, 0.6), s.observe(0.2, 0.0, 0.6)
+    assert s.observe(0.2, 0.0, 0.6).to == 3  # mean 0.27: the envs got slower, the hold is released
     s = Scaler(ScaleRule(1, 3, window=3, warmup=0), count=3)
     # The band: 3 actors busy 0.6 (1.8 actors' worth of collecting) do not fit in 2 at 0.75 (1.5): stay.
     assert [s.observe(0.95, 0.4, 1.0) for _ in range(4)] == [None] * 4
@@ -57,6 +63,25 @@ def test_the_rule_by_hand():
     assert low.observe(0.99, 0.99, 1.0) is None  # at the bottom
     top = Scaler(ScaleRule(1, 2, window=1, warmup=0), count=2)
     assert top.observe(0.1, 0.0, 1.0) is None  # at the top
+
+
+def test_rollouts_waiting_for_a_busy_learner_retire_an_actor_and_a_retirement_that_slows_the_run_is_undone():
+    s = Scaler(ScaleRule(1, 4, window=2, warmup=0, hold=2), count=3)
+    # Actors that look busy (0.9: they share the CPU with the learner), but rollouts wait in the queue all along
+    # while the learner works: retire one.
+    assert s.observe(0.97, 0.1, 1.0, 2.0) is None
+    down = s.observe(0.97, 0.1, 1.0, 1.0)
+    assert down.to == 2 and "queue depth 1.50 >= 1" in down.reason
+    s.applied(down)
+    # Its probation: 0.8 updates/s against 1.0 is more than 1/4 of 1/3 slower: add it back, held at >= 3.
+    s.observe(0.97, 0.1, 1.25, 2.0)
+    back = s.observe(0.97, 0.1, 1.25, 2.0)
+    assert (back.change, back.to) == (1, 3) and "retiring actor 3 slowed the run" in back.reason
+    s.applied(back)
+    assert [s.observe(0.97, 0.1, 1.0, 2.0) for _ in range(3)] == [None] * 3  # the floor holds for 2 windows
+    assert s.observe(0.97, 0.1, 1.0, 2.0).to == 2  # and then it may try again
+    s = Scaler(ScaleRule(1, 4, window=2, warmup=0), count=3)
+    assert s.observe(0.9, 0.1, 1.0, 2.0) is None and s.observe(0.9, 0.1, 1.0, 2.0) is None  # the learner waits
 
 
 @pytest.mark.parametrize("kwargs, message", [
