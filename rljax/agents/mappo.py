@@ -70,6 +70,8 @@ class MAPPOConfig(IPPOConfig):
                                          "SMAX MAPPO does; its MPE MAPPO does not)")
     clip_per_network: bool = field(True, "clip the actor's and the critic's gradients to max_grad_norm each (JaxMARL's "
                                          "MAPPO: two optimisers) instead of by their joint norm")
+    critic_memory: bool = field(True, "with --memory gru|lstm, the critic has a memory core of its own on the global "
+                                      "state (JaxMARL's MAPPO); False: a feed-forward critic")
 
     global_state: ClassVar[bool] = True
     """The rows keep the env's global state, which only the critic reads."""

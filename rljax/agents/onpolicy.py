@@ -392,16 +392,18 @@ def actor_critic_network(config: Any, env: Any, env_params: Any, algorithm: str
     ``ValueError`` naming it and ``algorithm``. With a ``memory`` other than ``"none"``, the
     :class:`~rljax.core.networks.RecurrentActorCritic` (``memory``, ``memory_size``; one torso). On a
     multi-agent env, each side's view of the rows (:func:`~rljax.agents.base.agent_views`: a
-    centralised critic where the rows keep the global state), and with ``config.separate_params`` one
-    copy per agent (:class:`~rljax.core.networks.PerAgent`)."""
+    centralised critic where the rows keep the global state, with a memory of its own where
+    ``config.critic_memory``), and with ``config.separate_params`` one copy per agent
+    (:class:`~rljax.core.networks.PerAgent`)."""
     discrete, action_dim = space_dims(env.action_space(env_params), algorithm)
     views = agent_views(config, env, env_params)
     if getattr(config, "memory", "none") != "none":
+        critic_memory = bool(views.get("critic_keys")) and getattr(config, "critic_memory", False)
         return RecurrentActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                                     activation=config.activation,
                                     obs_layout=observation_layout(config, env, env_params, algorithm),
                                     cnn_channels=config.cnn_channels, memory=config.memory,
-                                    memory_size=config.memory_size, **views)
+                                    memory_size=config.memory_size, critic_memory=critic_memory, **views)
     fields = dict(action_dim=action_dim, discrete=discrete, hidden_sizes=tuple(config.hidden_sizes),
                   activation=config.activation, shared_torso=config.shared_torso,
                   obs_layout=observation_layout(config, env, env_params, algorithm),

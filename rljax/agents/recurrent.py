@@ -63,6 +63,8 @@ def memory_init(network: Any) -> tuple[Callable[[int], Any], Callable[[jax.Array
     (:func:`~rljax.core.networks.initial_memory`) and ``init_params(key, obs [1, ...])`` the
     network's params, traced on one step of one env."""
     def initial(n: int) -> Any:
+        if hasattr(network, "initial"):  # a network whose memory has more parts (a critic's memory too)
+            return network.initial(n)
         return initial_memory(network.memory, network.memory_size, n)
 
     def init_params(key: jax.Array, obs: Any) -> Any:

@@ -883,21 +883,23 @@ class RecurrentActorCritic(nn.Module):
     ``memory_size=128`` and ReLU this is PureJaxRL's ``ppo_rnn.py`` network.
 
     With ``critic_keys`` (a centralised critic, MAPPO) the memory sees the ``actor_keys`` view and the
-    critic is feed-forward on its own view: ``critic_encoder -> critic_torso`` (:class:`MLP` of
-    ``hidden_sizes``) ``-> critic_head``; the global state it reads is the whole state, so it needs
-    no memory.
+    critic has its own: ``critic_encoder -> critic_torso`` (:class:`MLP` of ``hidden_sizes``) ``->``
+    (with ``critic_memory``) its own :class:`MemoryCore` ``critic_core`` ``-> critic_head``: JaxMARL's
+    MAPPO critic (Dense -> GRU -> Dense on the global state). The memory is then the pair
+    ``(actor's, critic's)``; without ``critic_memory`` the critic is feed-forward on its view.
 
     Attributes:
         action_dim, discrete, hidden_sizes, activation, obs_layout, cnn_channels, actor_keys,
             critic_keys: as :class:`ActorCritic`.
         memory: ``"gru"`` or ``"lstm"``.
         memory_size: the memory's width.
+        critic_memory: the centralised critic (``critic_keys``) has its own memory core.
 
     Call:
-        ``memory`` (leaves ``[B, memory_size]``), ``obs`` (leaves ``[T, B, *leaf_shape]``), ``reset``
-        bool ``[T, B]`` (True: that observation starts an episode) -> ``(memories, dist, value)``:
-        the memory after each step (leaves ``[T, B, memory_size]``), ``dist`` with batch shape
-        ``[T, B]`` and ``value`` ``[T, B]``.
+        ``memory`` (leaves ``[B, memory_size]``; :meth:`initial`), ``obs`` (leaves ``[T, B, *leaf_shape]``),
+        ``reset`` bool ``[T, B]`` (True: that observation starts an episode) -> ``(memories, dist,
+        value)``: the memory after each step (leaves ``[T, B, memory_size]``), ``dist`` with batch
+        shape ``[T, B]`` and ``value`` ``[T, B]``.
     """
 
     action_dim: int
@@ -910,20 +912,35 @@ class RecurrentActorCritic(nn.Module):
     memory_size: int = 128
     actor_keys: tuple[str, ...] = ()
     critic_keys: tuple[str, ...] = ()
+    critic_memory: bool = False
 
     def __post_init__(self) -> None:
         _validate_recurrent(self, "action_dim", self.action_dim)
+        if self.critic_memory and not self.critic_keys:
+            raise ValueError("RecurrentActorCritic: critic_memory=True gives a centralised critic (critic_keys) a "
+                             "memory of its own; without critic_keys the critic shares the actor's")
         super().__post_init__()
+
+    def initial(self, batch: int) -> Any:
+        """The memory at an episode's start for ``batch`` envs (:func:`initial_memory`; with
+        ``critic_memory``, the pair ``(actor's, critic's)``)."""
+        one = initial_memory(self.memory, self.memory_size, batch)
+        return (one, initial_memory(self.memory, self.memory_size, batch)) if self.critic_memory else one
 
     @nn.compact
     def __call__(self, memory: Any, obs: Any, reset: jax.Array
                  ) -> tuple[Any, Categorical | DiagGaussian, jax.Array]:
-        memories, y = _remember(self, memory, obs, reset, keys=self.actor_keys)
+        actor_memory, critic_memory = memory if self.critic_memory else (memory, None)
+        memories, y = _remember(self, actor_memory, obs, reset, keys=self.actor_keys)
         actor = MLP((self.memory_size,), self.activation, name="actor_head")(y)
         if self.critic_keys:
             view, layout = observation_view(obs, self.obs_layout, self.critic_keys)
             y = MLP(self.hidden_sizes, self.activation, name="critic_torso")(
                 ObsEncoder(layout, self.cnn_channels, name="critic_encoder")(view))
+            if self.critic_memory:
+                critic_memories, y = MemoryCore(self.memory, self.memory_size, name="critic_core")(
+                    critic_memory, y, reset)
+                memories = (memories, critic_memories)
         critic = MLP((self.memory_size,), self.activation, name="critic_head")(y)
         dist, value = _policy_and_value(self, actor, critic, self.action_dim, self.discrete, legal_action_mask(obs))
         return memories, dist, value

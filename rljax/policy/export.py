@@ -143,10 +143,17 @@ def sample_observations(space: Any, n: int, seed: int = 0) -> np.ndarray:
 def state_names(policy: Any) -> list[str]:
     """The artefact's names of a recurrent policy's state arrays, in the order of its inputs and
     outputs: ``["state_h"]`` for a GRU, ``["state_c", "state_h"]`` for an LSTM (flax's carry order);
-    ``[]`` for a memoryless policy."""
+    ``[]`` for a memoryless policy; a MAPPO policy whose centralised critic has a memory carries it too
+    (``critic_state_h``: the exported policy computes the critic on zeros for the global state, so the
+    values are unused but the state is the network's)."""
     import jax
 
-    n = len(jax.tree.leaves(policy.initial_state(1)))
+    state = policy.initial_state(1)
+    cell = getattr(policy.config, "memory", "none")
+    one = {"gru": ["state_h"], "lstm": ["state_c", "state_h"]}.get(cell, [])
+    n = len(jax.tree.leaves(state))
+    if one and n == 2 * len(one):  # a centralised critic's memory beside the policy's (MAPPO): the pair
+        return one + [f"critic_{name}" for name in one]
     return {0: [], 1: ["state_h"], 2: ["state_c", "state_h"]}.get(n) or [f"state_{i}" for i in range(n)]
 
 
@@ -634,15 +641,16 @@ class _Check:
         self.obs = [np.asarray(leaf).astype(np.dtype(spec.dtype))
                     for leaf, (_, spec) in zip(jax.tree.leaves(obs), observation_inputs(policy))]
         self.dones, self.expected = np.asarray(dones), np.asarray(actions)
-        self.info = {"steps": int(self.dones.size), "envs": CHECK_ENVS, "episodes_ended": int(self.dones.sum()),
-                     "state": self.names}
+        self.info = {"steps": int(self.dones.size), "envs": int(self.dones.shape[1]),
+                     "episodes_ended": int(self.dones.sum()), "state": self.names}
 
     def __call__(self, name: str, call: Any) -> float:
         """The largest action difference of ``call`` (the artefact: ``call(obs, *state)``) from
         ``policy.act``; raises :class:`ExportError` past the tolerance."""
         if not self.policy.recurrent:
             return _difference(name, call(*self.obs), self.expected, self.discrete)
-        state = [np.zeros((CHECK_ENVS, *x.shape[1:]), x.dtype) for x in _leaves(self.policy.initial_state(1))]
+        rows = self.dones.shape[1]  # CHECK_ENVS envs, or a multi-agent env's agent rows of that many games
+        state = [np.zeros((rows, *x.shape[1:]), x.dtype) for x in _leaves(self.policy.initial_state(1))]
         worst = 0.0
         for t in range(len(self.dones)):
             action, *state = (np.asarray(x) for x in call(*(leaf[t] for leaf in self.obs), *state))
@@ -665,14 +673,28 @@ def _played_episodes(policy: Any, steps: int, envs: int) -> tuple[Any, Any, Any]
     """``(obs [S, N, ...], done [S, N], action [S, N, ...])``: ``S`` steps of the deterministic
     recurrent ``policy`` in ``N`` auto-resetting envs (seed 0), its state reset where an episode ends.
     Halfway, every env starts a new episode (marked done), so a start from zeros is checked even in an
-    env whose episodes outlast the steps."""
+    env whose episodes outlast the steps. In a multi-agent env the ``N`` rows are the agents' of
+    ``N / agents`` games (:class:`rljax.core.wrappers.AgentBatch`, without the global state: the
+    policy's observation)."""
     import jax
     import jax.numpy as jnp
 
     from rljax.core.rollout import reset_memory
+    from rljax.env import num_agents
 
     env, params = policy.env, policy.env_params
-    reset = jax.vmap(env.reset, in_axes=(0, None))
+    if num_agents(env):  # the games' agent rows: as many rows as a single-agent check has envs
+        from rljax.agents.base import agent_rows
+        from rljax.core.wrappers import AgentBatch, VecEnv
+
+        stack = AgentBatch(VecEnv(env, max(1, envs // num_agents(env))),
+                           **{**agent_rows(policy.config), "global_state": False})
+        envs = stack.batch_shape[0]
+        reset = lambda keys, p: stack.reset(keys[0], p)  # noqa: E731 - one key: VecEnv splits it per game
+        step_all = lambda keys, s, a, p: stack.step(keys[0], s, a, p)  # noqa: E731
+    else:
+        reset = jax.vmap(env.reset, in_axes=(0, None))
+        step_all = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def play(key: Any) -> tuple[Any, Any, Any]:
         k_reset, key = jax.random.split(key)
@@ -682,8 +704,8 @@ def _played_episodes(policy: Any, steps: int, envs: int) -> tuple[Any, Any, Any]
             (obs, env_state, state), (t, k) = carry, inputs
             k_step, k_new = jax.random.split(k)
             action, state = policy.act(obs, state, deterministic=True)
-            next_obs, env_state, _, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(k_step, envs), env_state, action, params)
+            next_obs, env_state, _, term, trunc, _ = step_all(jax.random.split(k_step, envs), env_state, action,
+                                                              params)
             restart = t == steps // 2
             new_obs, new_state = reset(jax.random.split(k_new, envs), params)
             next_obs, env_state = jax.tree.map(lambda a, b: jnp.where(restart, a, b), (new_obs, new_state),

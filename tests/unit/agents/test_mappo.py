@@ -271,3 +271,35 @@ def test_split_clipping_is_two_optimisers_one_per_network():
         diverged |= not all(np.allclose(x, y, rtol=1e-3) for x, y in pairs)
     assert diverged and isinstance(split, optax.GradientTransformation)
     assert MAPPOConfig().clip_per_network and not IPPOConfig().clip_per_network
+
+
+def test_a_recurrent_mappo_critic_has_its_own_memory_and_the_policy_carries_both(tmp_path):
+    """With --memory, MAPPO's critic has a memory core on the global state (JaxMARL's MAPPO critic); the memory
+    is the pair (actor's, critic's), a loaded policy carries both, and its exported state names say which is
+    which. --no-critic-memory keeps the critic feed-forward and the memory the actor's alone."""
+    from rljax.core.networks import RecurrentActorCritic
+    from rljax.policy.export import state_names
+
+    tiny = dict(total_timesteps=2 * 8 * 16, num_envs=8, num_steps=16, num_minibatches=2, num_epochs=1,
+                hidden_sizes=(16,), memory="gru", memory_size=8, updates_per_chunk=1)
+    for critic_memory, names in ((True, ["state_h", "critic_state_h"]), (False, ["state_h"])):
+        run_dir = tmp_path / str(critic_memory)
+        result = rljax.train(MAPPOConfig(**tiny, critic_memory=critic_memory), env=Rendezvous(),
+                             options=rljax.RunOptions(quiet=True, run_dir=str(run_dir)))
+        params = result.state.params["params"]
+        assert ("critic_core" in params) is critic_memory and "core" in params
+        assert len(jax.tree.leaves(result.state.memory)) == len(names)
+        policy = rljax.load(run_dir)
+        assert state_names(policy) == names
+        state = policy.initial_state(2)
+        obs, _ = Rendezvous().reset(jax.random.key(0), Rendezvous().default_params)
+        actions, state = policy.act({"observation": obs["observation"], wrappers.AGENT_ID: jnp.eye(2)}, state=state)
+        assert actions.shape == (2,) and jax.tree.leaves(state)[0].shape == (2, 8)
+    # Its export is checked against policy.act on the agents' rows of played games (the check once played the
+    # env's own observations, global state and all, and refused every recurrent multi-agent policy).
+    from rljax.policy.export import export
+
+    record = export(policy, tmp_path / "export", onnx=False)
+    assert record["memory"]["state"] == ["state_h"] and (tmp_path / "export" / "policy.stablehlo").exists()
+    with pytest.raises(ValueError, match="critic_memory=True gives a centralised critic"):
+        RecurrentActorCritic(action_dim=3, discrete=True, critic_memory=True)
