@@ -34,7 +34,7 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout",
+__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvsGone", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout",
            "RolloutTimeoutError", "Schedule", "close_envs"]
 
 
@@ -50,18 +50,31 @@ class RolloutTimeoutError(ActorFailedError):
 
 class Schedule:
     """Hands out rollout numbers ``start .. total - 1`` to whichever actor asks first (thread-safe);
-    a resumed run starts at the number of updates it had done."""
+    a resumed run starts at the number of updates it had done. A number an actor gave back (its envs
+    went away mid-rollout, :meth:`release`) is handed out again first."""
 
     def __init__(self, total: int, start: int = 0):
         self._next, self.total, self._lock = start, total, threading.Lock()
+        self._released: list[int] = []
 
     def claim(self) -> int | None:
         """The next rollout's number, or None when every rollout has been handed out."""
+        import heapq
+
         with self._lock:
+            if self._released:
+                return heapq.heappop(self._released)
             if self._next >= self.total:
                 return None
             self._next += 1
             return self._next - 1
+
+    def release(self, k: int) -> None:
+        """Rollout ``k`` was claimed but will not be collected by its actor: another one collects it."""
+        import heapq
+
+        with self._lock:
+            heapq.heappush(self._released, k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +91,10 @@ class RestartPolicy:
 
     def delay(self, failures: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+
+
+class EnvsGone(RuntimeError):
+    """An actor's envs failed more times in a row than its restart policy allows."""
 
 
 class EnvFailure(Exception):
@@ -174,12 +191,17 @@ class Actor(threading.Thread):
             reset with seed ``seed + 7919 * restarts`` so that they do not replay the same episodes.
         snapshots: attach an :class:`EnvSnapshot` to every rollout (its envs must have ``get_state``).
         initial: start from this snapshot instead of resetting the envs.
+        droppable: when the envs fail past the restart budget, the actor gives its rollout number back
+            (:meth:`Schedule.release`) and leaves (``dropped`` says why) instead of stopping the run: a
+            pool of env servers in which one went away (the run stops only when no actor is left).
+        address: what the actor's envs are (an env server's ``HOST:PORT`` in a pool), or None.
     """
 
     def __init__(self, index: int, env: HostEnv, policy: Callable[..., Any], store: ParamStore, out: queue.Queue,
                  schedule: Schedule, key: jax.Array, seed: int, num_steps: int, max_policy_lag: int, device: Any,
                  stop: threading.Event, bounds: tuple[np.ndarray, np.ndarray] | None = None,
-                 restarts: RestartPolicy | None = None, snapshots: bool = False, initial: EnvSnapshot | None = None):
+                 restarts: RestartPolicy | None = None, snapshots: bool = False, initial: EnvSnapshot | None = None,
+                 droppable: bool = False, address: str | None = None):
         super().__init__(daemon=True, name=f"rljax-actor-{index}")
         self.index, self.env, self.policy, self.store, self.out = index, env, policy, store, out
         self.schedule, self.key, self.seed, self.num_steps = schedule, key, seed, num_steps
@@ -190,7 +212,9 @@ class Actor(threading.Thread):
         self._returns, self._lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
         self.snapshots, self.initial = snapshots, initial
         self.retiring = threading.Event()
-        self.envs_closed = False  # a retired actor closes its envs as it leaves
+        self.envs_closed = False  # a retired (or dropped) actor closes its envs as it leaves
+        self.droppable, self.address, self.dropped = droppable, address, None
+        self.lost_when_dropped = 0
 
     def retire(self) -> None:
         """Ends this actor after the rollout it is collecting (it claims no other); its envs are
@@ -204,7 +228,15 @@ class Actor(threading.Thread):
                 k = self.schedule.claim()
                 if k is None:
                     return
-                rollout, obs = self._collect_with_restarts(k, obs)
+                try:
+                    rollout, obs = self._collect_with_restarts(k, obs)
+                except EnvsGone as gone:
+                    if not self.droppable:  # the run stops: the error says what failed, as a RuntimeError
+                        raise RuntimeError(str(gone)) from gone.__cause__
+                    self.schedule.release(k)  # another actor collects it
+                    self.lost_when_dropped, self.dropped = self._lost, str(gone)
+                    self.retiring.set()
+                    return
                 if rollout is None or not self._put(rollout):
                     return
         except BaseException as err:  # reported on the learner's thread by ActorPool.get
@@ -253,8 +285,9 @@ class Actor(threading.Thread):
         self._failures += 1
         budget = 0 if self.restarts is None else self.restarts.max_failures
         if self._failures > budget:
-            raise RuntimeError(f"the envs failed {self._failures} time(s) in a row (restarts allowed: {budget}); "
-                               f"the last failure: {failure}") from failure.cause
+            self._lost += self.env.spec.num_envs + failure.episodes
+            raise EnvsGone(f"the envs failed {self._failures} time(s) in a row (restarts allowed: {budget}); "
+                           f"the last failure: {failure}") from failure.cause
         self._lost += self.env.spec.num_envs + failure.episodes
         close_envs([self.env])
         if self.stop.wait(self.restarts.delay(self._failures)):
@@ -352,29 +385,48 @@ class ActorPool:
         self.actors.append(actor)
         actor.start()
 
-    def retire(self) -> Actor:
-        """Retires the newest active actor (:meth:`Actor.retire`): the rollout it collects is finished
-        and learned from, so no rollout number is left without its rollout."""
-        actor = self.active[-1]
+    def retire(self, actor: Actor | None = None) -> Actor:
+        """Retires ``actor`` (default: the newest active one; :meth:`Actor.retire`): the rollout it
+        collects is finished and learned from, so no rollout number is left without its rollout."""
+        actor = self.active[-1] if actor is None else actor
         actor.retire()
         return actor
 
-    def get(self, index: int, timeout_s: float) -> Rollout:
+    def get(self, index: int, timeout_s: float, idle: Callable[[], None] | None = None,
+            idle_every_s: float = 0.25) -> Rollout:
         """Rollout ``index``: the learner consumes rollouts in order, so rollout ``k``, acted with a
         version ``>= k - max_policy_lag``, is learned from at update ``k`` and its lag never exceeds
         the bound (rollouts that arrive early wait here). Re-raises an actor's error (naming the
-        actor, :class:`ActorFailedError`); a :class:`RolloutTimeoutError` after ``timeout_s`` without it."""
+        actor, :class:`ActorFailedError`); a :class:`RolloutTimeoutError` after ``timeout_s`` without it.
+
+        ``idle()`` is called every ``idle_every_s`` while the rollout is awaited (a pool of env servers
+        adds actors for servers that joined). Without it, a rollout no actor is left to collect (every
+        one exited, e.g. gave up on its envs) fails at once rather than at the timeout."""
         deadline = time.monotonic() + timeout_s
+        next_idle = time.monotonic() + idle_every_s
         while index not in self._pending:
             self._raise_actor_error()
             try:
                 rollout = self.queue.get(timeout=0.05)
                 self._pending[rollout.index] = rollout
             except queue.Empty:
+                left = any(a.is_alive() for a in self.actors)
+                if idle is not None and time.monotonic() >= next_idle:
+                    idle()
+                    next_idle = time.monotonic() + idle_every_s
+                elif idle is None and self.actors and self.queue.empty() and not left:
+                    self._raise_actor_error()  # an actor that failed as it left says why
+                    raise ActorFailedError(f"rollout {index} has no actor left to collect it{self._gone()}")
                 if time.monotonic() > deadline:
                     raise RolloutTimeoutError(f"rollout {index} did not arrive within {timeout_s:g} s (actors alive: "
-                                       f"{sum(a.is_alive() for a in self.actors)} of {len(self.actors)})") from None
+                                              f"{sum(a.is_alive() for a in self.actors)} of {len(self.actors)})"
+                                              f"{self._gone()}") from None
         return self._pending.pop(index)
+
+    def _gone(self) -> str:
+        """The actors that left because their envs went away, for an error message."""
+        gone = [f"actor {a.index} ({a.address or a.env!r}): {a.dropped}" for a in self.actors if a.dropped]
+        return f"; actors whose envs went away: {'; '.join(gone)}" if gone else ""
 
     def depth(self) -> int:
         """Rollouts collected and not yet learned from."""

@@ -273,7 +273,7 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
                options: HostOptions = HostOptions(),
                on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
                on_update: OnUpdate | None = None, snapshots: bool = False,
-               on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+               on_event: Callable[[dict[str, Any]], None] | None = None, servers: Any = None) -> HostResult:
     """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
 
     Args:
@@ -297,8 +297,13 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
             synchronous ``gymnasium/`` batch), hand ``on_update`` the envs' state after each rollout,
             and let ``restore`` put it back: with ``max_policy_lag = 0`` a resumed run is then the same
             bits as one never stopped (with several processes too: each saves and restores its own).
-        on_event: called with each autoscaling decision (``options.autoscaled``): the update, the
-            count before and after, the reason and the measurements (:mod:`rljax.actorlearner.autoscale`).
+        on_event: called with each change of the actor count (an autoscaling decision, a server of
+            ``servers`` joining or leaving): the update, the count before and after, the reason and,
+            for a decision, the measurements (:mod:`rljax.actorlearner.autoscale`).
+        servers: a :class:`rljax.host.pool.ServerPool` whose servers the actors follow (actor ``a``'s
+            envs the batch of ``servers.bound[a]``; ``make_env`` makes them): an actor whose server
+            dies leaves (its rollout collected by another), a server added to the pool gets an actor,
+            one taken out has its actor retired; the run stops only when no actor is left.
 
     Returns:
         A :class:`HostResult`.
@@ -312,19 +317,23 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     except BaseException:
         close_envs(envs)
         raise
-    return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots, on_event)
+    return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots, on_event, servers)
 
 
 def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
            options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None, restore: Restore | None,
            on_update: OnUpdate | None, snapshots: bool,
-           on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+           on_event: Callable[[dict[str, Any]], None] | None = None, servers: Any = None) -> HostResult:
     """Runs the actors and the learner; the envs are closed once, on every way out: by the actor pool
     (each actor's current batch, restarts included) once it exists, before that here."""
     pool = None
+    if servers is not None and options.autoscaled:
+        close_envs(envs)
+        raise ValueError("a pool of env servers sets the actor count itself (one actor per server); "
+                         "--min-actors/--max-actors autoscale a run on one env source")
     try:
-        pool, learner = _start(config, envs, make_env, options, restore, snapshots)
-        return _learn(pool, learner, options, on_row, on_update, on_event)
+        pool, learner = _start(config, envs, make_env, options, restore, snapshots, servers)
+        return _learn(pool, learner, options, on_row, on_update, on_event, servers)
     finally:
         if pool is not None:
             pool.close()
@@ -393,7 +402,8 @@ def _check_split(config: PPOConfig | IMPALAConfig, devices: int) -> None:
 
 
 def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],
-           options: HostOptions, restore: Restore | None, snapshots: bool) -> tuple[ActorPool, _Learner]:
+           options: HostOptions, restore: Restore | None, snapshots: bool,
+           servers: Any = None) -> tuple[ActorPool, _Learner]:
     """Checks the envs, builds (or restores) the learner's state and the actors, and starts the actors.
     The job's actor ``b`` (actor ``a`` of process ``p``: ``b = p * num_actors + a``) acts with key
     ``fold_in(k_act, b)`` and its envs are seeded ``seed + (b + P * num_actors * start) * num_envs``
@@ -430,7 +440,7 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
         starts with, then interleaved past all of those for actors an autoscaled run adds."""
         return here * n0 + a if a < n0 else processes * n0 + (a - n0) * processes + here
 
-    snapshots = snapshots and len(envs) == 1 and not options.autoscaled and \
+    snapshots = snapshots and len(envs) == 1 and not options.autoscaled and servers is None and \
         getattr(envs[0], "get_state", lambda: None)() is not None
     stores = {d: ParamStore(_actor_copy(params, d), start) for d in actor_devices}
     stop = threading.Event()
@@ -444,7 +454,8 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     def actor(a: int, env: HostEnv, initial: EnvSnapshot | None = None) -> Actor:
         return Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, job_actor(a)),
                      config.seed + (job_actor(a) + processes * n0 * start) * config.num_envs, config.num_steps,
-                     options.max_policy_lag, device(a), stop, bounds, restarts(a), snapshots, initial)
+                     options.max_policy_lag, device(a), stop, bounds, restarts(a), snapshots, initial,
+                     droppable=servers is not None, address=None if servers is None else servers.bound.get(a))
 
     pool = ActorPool([actor(a, env, initial if snapshots else None) for a, env in enumerate(envs)], out, stop)
     pool.spawn = lambda a: actor(a, make_env(a))
@@ -454,12 +465,14 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
 
 
 def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Callable[[dict[str, Any]], None] | None,
-           on_update: OnUpdate | None, on_event: Callable[[dict[str, Any]], None] | None = None) -> HostResult:
+           on_update: OnUpdate | None, on_event: Callable[[dict[str, Any]], None] | None = None,
+           servers: Any = None) -> HostResult:
     """One update per rollout, in rollout order; publishes each update's params as the next version;
     with an autoscaled actor count, applies the controller's decisions after each update."""
     params, opt_state, rows = learner.params, learner.opt_state, []
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
     processes = jax.process_count()
+    size_of, lost_waiting = [0], []  # env steps an update (known after the first), episodes lost while waiting
     scaler = None
     if options.autoscaled:
         from rljax.actorlearner.autoscale import Scaler, ScaleRule
@@ -471,8 +484,11 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         scaler = Scaler(ScaleRule(low, high, window=options.scale_window, warmup=warmup), options.num_actors)
     for u in range(learner.start, learner.num_updates):
         t0 = time.perf_counter()
+        # While the learner waits, servers that joined the pool get actors.
+        follow = None if servers is None else \
+            (lambda: lost_waiting.append(_follow_servers(servers, pool, u, u * size_of[0], on_event)))  # noqa: B023
         try:
-            rollout = pool.get(u, options.rollout_timeout_s)
+            rollout = pool.get(u, options.rollout_timeout_s, idle=follow)
         except Exception:
             # The run fails: let the caller keep what it learned (alone: the other processes of a
             # multi-process run are not at this point to take part in a save).
@@ -493,10 +509,15 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         t2 = time.perf_counter()
         *episodes, restarts, lost_here = _job_episodes(rollout)
         size = rollout.traj.reward.size * processes
+        size_of[0] = size
+        lost_here += sum(lost_waiting)
+        lost_waiting.clear()
         env_steps += size
         restarted, lost = restarted + restarts, lost + lost_here
         row = _row(u, (u + 1) * size, env_steps, time.perf_counter() - start, rollout, episodes, metrics,
                    pool.depth(), t1 - t0, t2 - t1)
+        if servers is not None:
+            lost += _follow_servers(servers, pool, u + 1, (u + 1) * size, on_event)
         row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
         if scaler is not None:
             row["host/scale"] = _autoscale(scaler, pool, row, u + 1, t2 - t0, on_event)
@@ -519,7 +540,8 @@ def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, 
                               row["host/queue_depth"])
     if decision is None:
         return 0
-    event = {"update": updates, "env_steps": row["env_steps"], "from": scaler.count, **decision.record()}
+    event = {"update": updates, "env_steps": row["env_steps"], "kind": "autoscale", "from": scaler.count,
+             **decision.record()}
     try:
         if decision.change > 0:
             pool.add(pool.spawn(max(a.index for a in pool.actors) + 1))
@@ -535,6 +557,53 @@ def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, 
     if on_event is not None:
         on_event(event)
     return decision.change
+
+
+def _follow_servers(servers: Any, pool: ActorPool, updates: int, env_steps: int,
+                    on_event: Callable[[dict[str, Any]], None] | None) -> int:
+    """Brings the actors in line with the pool of env servers after an update: actors whose server died
+    are reported (their episodes lost, their address not retried for ``servers.retry_s``), servers taken
+    out of the pool have their actors retired, servers added (or back after ``retry_s``) get one.
+    Returns the episodes the actors that left lost."""
+    lost, events = 0, []
+    count = len(pool.active)
+
+    def event(kind: str, address: str, reason: str, change: int, **extra: Any) -> None:
+        nonlocal count
+        events.append({"update": updates, "env_steps": env_steps, "kind": kind, "address": address,
+                       "from": count, "actors": count + change, "change": change, "reason": reason, **extra})
+        count += change
+
+    for actor in pool.actors:
+        if actor.dropped and not getattr(actor, "reported", False):
+            actor.reported = True
+            servers.failed(actor.address)
+            lost += actor.lost_when_dropped
+            count += 1  # it already left pool.active: count it once more to report the change from it
+            event("server_lost", actor.address, f"actor {actor.index} left: {actor.dropped}", -1,
+                  lost_episodes=actor.lost_when_dropped)
+    wanted = servers.addresses()
+    active = {a.address: a for a in pool.active}
+    for address, actor in active.items():
+        if address not in wanted:
+            pool.retire(actor)
+            event("server_removed", address, f"taken out of {servers.name}: actor {actor.index} retires", -1)
+    for address in wanted:
+        if address in active or not servers.joinable(address):
+            continue
+        a = max(x.index for x in pool.actors) + 1
+        servers.bind(a, address)
+        try:
+            pool.add(pool.spawn(a))
+        except Exception as err:  # the server is not there (yet): try again after retry_s
+            servers.failed(address)
+            event("server_unreachable", address, f"no actor for it: {type(err).__name__}: {err}", 0)
+            continue
+        event("server_joined", address, f"listed in {servers.name}: actor {a} collects from it", +1)
+    if on_event is not None:
+        for e in events:
+            on_event(e)
+    return lost
 
 
 def _job_episodes(rollout: Rollout) -> tuple[int, float | None, float | None, int, int]:

@@ -109,10 +109,19 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         raise ValueError(no_videos_while_training(config.env, options.video_interval))
     if options.resume and (run_dir is None or not pathlib.Path(run_dir).is_dir()):
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
+    servers = None
     if make_env is None:
+        from rljax.host.pool import ServerPool, is_server_pool
         from rljax.host.sources import make_host_env
 
-        make_env = lambda actor: make_host_env(config.env, config.num_envs)  # noqa: E731
+        if is_server_pool(config.env):  # one actor per server of the pool, following it while training
+            servers = ServerPool(config.env)
+            listed = servers.addresses()
+            for a, address in enumerate(listed):
+                servers.bind(a, address)
+            make_env = lambda actor: make_host_env(servers.env_name(actor), config.num_envs)  # noqa: E731
+        else:
+            make_env = lambda actor: make_host_env(config.env, config.num_envs)  # noqa: E731
     leader, several = distributed.is_leader(), distributed.process_count() > 1
     with contextlib.ExitStack() as stack:
         if run_dir is not None and leader:  # several processes: the leader alone writes the run directory
@@ -123,6 +132,8 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
                                                     announce=not options.quiet and leader))
         if host is None:
             host = saved_host(run_dir) if options.resume else HostOptions()
+        if servers is not None:
+            host = dataclasses.replace(host, num_actors=len(servers.bound))
         session = _Session(config, options, host, guard)
         stack.callback(session.close)
 
@@ -132,7 +143,8 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             return env
         try:
             return train_host(config, make_and_note, host, restore=session.begin, on_update=session.after_update,
-                              snapshots=options.checkpoints and run_dir is not None, on_event=session.scaled)
+                              snapshots=options.checkpoints and run_dir is not None, on_event=session.scaled,
+                              servers=servers)
         except Exception as err:
             if several:  # a collective failed because a peer died: say so
                 distributed.raise_if_peer_failure(err)

@@ -40,7 +40,9 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
     * ``envpool/<id>``: :class:`~rljax.host.envpool_env.EnvPoolEnv` (the ``envpool`` extra; keyword
       arguments go to ``envpool.make``);
     * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
-      ``timeout_s``); the server decides the batch size, which must equal ``num_envs``.
+      ``timeout_s``); the server decides the batch size, which must equal ``num_envs``. A pool
+      (``server:HOST:PORT,HOST:PORT``, ``server:@FILE``: :mod:`rljax.host.pool`) gives its first
+      server's batch here; training follows the whole pool.
 
     ``render=True`` makes envs that draw themselves (``env.render() -> uint8 [N, H, W, 3]``, for a
     video): Gymnasium envs with an ``rgb_array`` render mode. Raises ``ValueError`` naming the env
@@ -61,7 +63,10 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
         return EnvPoolEnv(name[len("envpool/"):], num_envs, **kwargs)
     if name.startswith("server:"):
         from rljax.host.client import ServerEnv
+        from rljax.host.pool import ServerPool, is_server_pool
 
+        if is_server_pool(name):  # one batch (evaluation, a video): the pool's first server
+            name = f"server:{ServerPool(name).addresses()[0]}"
         env = ServerEnv(*parse_server(name), **kwargs)
         if env.spec.num_envs != num_envs:
             env.close()
