@@ -1,7 +1,7 @@
 """``rljax supervise``: run a training command until it is done, restarting it after preemptions and crashes.
 
-    rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] [--shrink-after K [--min-processes M]]
-                    -- <train command ...>
+    rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] [--shrink-after K [--min-processes M]
+                    [--grow-when CMD [--grow-interval S]]] -- <train command ...>
     rljax supervise -- python -m experiments.ppo_cartpole --total-timesteps 1e7 --run-dir runs/cp
 
 The command runs as a child in its own process group, with its output passed through unchanged.
@@ -36,7 +36,11 @@ attempts in a row without committing a new checkpoint (a failure: not done, not 
 lost for good fails every attempt at start-up) continues with one process fewer: the next attempt
 runs ``rljax launch -n P-1`` and, when the training command names ``--num-devices``, ``--num-devices
 (P-1)*D``. The run resumes elastically on the devices left (the same training, not bit-exact:
-``docs/scale-out.md``), down to ``--min-processes``; each shrink is recorded and printed.
+``docs/scale-out.md``), down to ``--min-processes``; each shrink is recorded and printed. With
+``--grow-when CMD``, while a shrunk job runs the supervisor runs the shell command CMD every
+``--grow-interval`` seconds; when it exits 0 (the host is back) the job is stopped cleanly (SIGTERM:
+it saves its chunk) and continues with one process more, up to the size it started with, resuming
+elastically again; each grow is recorded (``{"event": "grow"}``) and printed.
 
 Each attempt is appended to ``D/supervisor.jsonl`` (attempt, argv, start and end times, exit status
 or signal, action, back-off) and printed as one line on stderr.
@@ -267,15 +271,24 @@ class Supervisor:
         shrink_after: failed attempts in a row without a new checkpoint after which an ``rljax
             launch`` job continues with one process fewer (0: never).
         min_processes: the fewest processes a shrink leaves.
+        grow_when: a shell command; while a shrunk job runs, it is run every ``grow_interval_s``, and
+            when it exits 0 (the lost capacity is back) the job is stopped cleanly (SIGTERM: it saves)
+            and continues with one process more, up to the size it started with. None: never grow.
+        grow_interval_s: seconds between two runs of ``grow_when``.
         stream: where the one-line reports go (default stderr).
     """
 
     def __init__(self, command: Sequence[str], run_dir: str, *, max_restarts: int = DEFAULT_MAX_RESTARTS,
                  backoff_s: float = DEFAULT_BACKOFF_S, max_backoff_s: float = DEFAULT_MAX_BACKOFF_S,
-                 shrink_after: int = 0, min_processes: int = 1, stream: Any = None):
+                 shrink_after: int = 0, min_processes: int = 1, grow_when: str | None = None,
+                 grow_interval_s: float = 60.0, stream: Any = None):
         self.command = list(command)
         self.shrink_after = shrink_after
         self.min_processes = min_processes
+        self.grow_when, self.grow_interval_s = grow_when, float(grow_interval_s)
+        layout = launch_layout(self.command)
+        self.full_processes = layout[0] if layout is not None else None  # the size a grow may restore
+        self._growing = False
         self.run_dir = run_dir
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
@@ -438,8 +451,12 @@ class Supervisor:
                     os.killpg(child.pid, _FORWARDED.get(signal.Signals(signum), signal.SIGTERM))
                 except ProcessLookupError:
                     pass
-            returncode = child.wait()
+            returncode = self._wait(child)
             self._child = None
+            if self._growing:  # stopped by the supervisor to grow: relaunch at once, one process more
+                self._growing = False
+                self._grow(attempt, child, started, returncode)
+                continue
             ended = time.time()
             status, signame = _status(returncode)
             last_status = status
@@ -470,6 +487,56 @@ class Supervisor:
                 return status
             restarts += 1
 
+    def _wait(self, child: subprocess.Popen) -> int:
+        """Waits for ``child``; while the job runs shrunk and ``grow_when`` is set, runs it every
+        ``grow_interval_s`` and, when it exits 0, stops the child cleanly (SIGTERM to its group: the run
+        saves and exits 75) and marks the attempt as one to grow from."""
+        layout = launch_layout(self.command)
+        if self.grow_when is None or layout is None or self.full_processes is None or \
+                layout[0] >= self.full_processes:
+            return child.wait()
+        next_probe = time.monotonic() + self.grow_interval_s
+        while True:
+            try:
+                return child.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            if self._growing or self.stop_signal is not None or time.monotonic() < next_probe:
+                continue
+            next_probe = time.monotonic() + self.grow_interval_s
+            try:
+                probe = subprocess.run(self.grow_when, shell=True, capture_output=True,
+                                       timeout=max(1.0, self.grow_interval_s))
+            except subprocess.TimeoutExpired:
+                continue
+            if probe.returncode == 0:
+                self._growing = True
+                self._say(f"--grow-when {shlex.quote(self.grow_when)} exited 0: stopping the job cleanly to "
+                          f"continue with {layout[0] + 1} processes")
+                try:
+                    os.killpg(child.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def _grow(self, attempt: int, child: subprocess.Popen, started: float, returncode: int) -> None:
+        """Records the attempt the supervisor stopped and continues the job with one process more."""
+        ended = time.time()
+        status, signame = _status(returncode)
+        processes, devices = launch_layout(self.command)
+        grown = processes + 1
+        self._record({"event": "attempt", "attempt": attempt, "argv": attempt_command(self.command, self.run_dir),
+                      "pid": child.pid, "start": _now_iso(started), "start_unix": started, "end": _now_iso(ended),
+                      "end_unix": ended, "duration_s": round(ended - started, 3),
+                      "exit_status": None if signame else status, "signal": signame, "action": "grow",
+                      "backoff_s": 0.0, "checkpoint": newest_checkpoint(self.run_dir), "new_checkpoint": None,
+                      "supervisor_pid": os.getpid()})
+        self.command = shrunk_command(self.command, grown)
+        self._record({"event": "grow", "after_attempt": attempt, "time": _now_iso(ended), "from_processes": processes,
+                      "to_processes": grown, "devices_per_process": devices, "grow_when": self.grow_when,
+                      "argv": self.command, "supervisor_pid": os.getpid()})
+        self._say(f"attempt {attempt} stopped after {ended - started:.1f} s (exit {status if not signame else signame}"
+                  f"); continuing with {grown} processes of {devices} device{'s' if devices != 1 else ''}: the run "
+                  f"resumes elastically on {grown * devices} devices")
 
     def _shrink(self, attempt: int, stalled: int) -> bool:
         """Drops one process of an ``rljax launch`` job after ``shrink_after`` failed attempts in a
@@ -518,7 +585,8 @@ def _count(text: str) -> int:
 
 
 PARSER_KWARGS = dict(usage="rljax supervise [--max-restarts N] [--backoff S] [--max-backoff S] "
-                           "[--shrink-after K [--min-processes M]] -- COMMAND ...",
+                           "[--shrink-after K [--min-processes M] [--grow-when CMD [--grow-interval S]]] "
+                           "-- COMMAND ...",
                      description=__doc__.split("\n\n", 2)[2], formatter_class=_Formatter, allow_abbrev=False)
 """How the ``rljax supervise`` parser is made (as a subcommand of ``rljax`` and on its own)."""
 
@@ -532,6 +600,12 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "checkpoint")
     parser.add_argument("--max-backoff", type=_seconds, default=DEFAULT_MAX_BACKOFF_S, metavar="S",
                         help="the longest back-off")
+    parser.add_argument("--grow-when", default=None, metavar="SHELL_COMMAND",
+                        help="after a shrink, run this every --grow-interval seconds; when it exits 0 (the lost "
+                             "host is back), stop the job cleanly and continue with one process more, up to the "
+                             "size it started with (e.g. 'ssh -o ConnectTimeout=5 host2 true')")
+    parser.add_argument("--grow-interval", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="seconds between two runs of --grow-when")
     parser.add_argument("--shrink-after", type=_count, default=0, metavar="K",
                         help="for an `rljax launch -n P` command: after K failed attempts in a row without a new "
                              "checkpoint, continue with one process fewer (0: never)")
@@ -567,6 +641,10 @@ def _checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         problems.append(f"--shrink-after must be >= 0, got {args.shrink_after}")
     if args.min_processes < 1:
         problems.append(f"--min-processes must be >= 1, got {args.min_processes}")
+    if not (math.isfinite(args.grow_interval) and args.grow_interval > 0):
+        problems.append(f"--grow-interval must be a number of seconds > 0, got {args.grow_interval}")
+    if args.grow_when is not None and not args.shrink_after:
+        problems.append("--grow-when grows a job back after a shrink: it needs --shrink-after K")
     if command and args.shrink_after > 0 and launch_layout(command) is None:
         problems.append("--shrink-after needs an `rljax launch -n P [-d D] -- ...` command (got "
                         f"{shlex.join(command)}); under SLURM or Kubernetes the scheduler sets the process count "
@@ -592,6 +670,7 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_EXIT_CODE
     return Supervisor(command, run_dir, max_restarts=args.max_restarts, backoff_s=args.backoff,
                       max_backoff_s=args.max_backoff, shrink_after=args.shrink_after,
+                      grow_when=args.grow_when, grow_interval_s=args.grow_interval,
                       min_processes=args.min_processes).run()
 
 

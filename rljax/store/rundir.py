@@ -98,7 +98,8 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
     Raises:
         RunDirError: the directory is not a run directory, or its ``config.json`` is unreadable
             while no checkpoint holds the config, or ``config.json`` was edited so that it no
-            longer matches the checkpoint (only ``total_timesteps`` may differ: an extension).
+            longer matches the checkpoint (only :data:`RESUMABLE_FIELDS` may differ: what a resume
+            that stopped before its first save may have changed, an extension or a device count).
     """
     run_dir = pathlib.Path(run_dir)
     if not run_dir.is_dir():
@@ -130,16 +131,18 @@ def run_record(run_dir: str | os.PathLike) -> RunRecord:
             on_disk = None  # damaged: the checkpoint's config is used and config.json rewritten on resume
         if isinstance(on_disk, dict):
             # Fields the checkpoint lacks (it predates them) are not compared: a resume of such a run
-            # rewrites config.json with them before its next checkpoint.
-            diffs = _config_diffs(config, on_disk, ("total_timesteps", *(set(on_disk) - set(config))))
+            # rewrites config.json with them before its next checkpoint. Nor are the fields a resume may
+            # change (RESUMABLE_FIELDS): a resume that changed them (an extension, another device count)
+            # and stopped before its first save has left them in config.json.
+            diffs = _config_diffs(config, on_disk, (*RESUMABLE_FIELDS, *(set(on_disk) - set(config))))
             if diffs:
                 raise RunDirError(
                     f"{config_path} differs from the config of checkpoint {step}, which is what the run trained "
                     f"with: {'; '.join(diffs)}. Editing config.json does not change a run: restore the file "
                     f"(or delete it; resume rewrites it from the checkpoint), and pass --total-timesteps to extend "
                     f"the run; other changes need a new run")
-            # An extension given to an earlier resume that stopped before its first save.
-            config = {**config, "total_timesteps": on_disk.get("total_timesteps", config.get("total_timesteps"))}
+            # What an earlier resume that stopped before its first save changed (an extension, a layout).
+            config = {**config, **{k: on_disk[k] for k in RESUMABLE_FIELDS if k in on_disk}}
     return RunRecord(config, meta.get("algorithm"), dict(meta.get("run_options") or {}), f"checkpoint {step}",
                      sweep)
 

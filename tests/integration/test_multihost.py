@@ -13,6 +13,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -467,6 +468,46 @@ def test_the_supervisor_continues_a_job_on_the_hosts_left_after_one_is_lost_for_
     assert (layout["from_num_devices"], layout["num_devices"]) == (2, 1), manifest["resumes"]
     rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 4096 and "continuing with 1 process" in err
+
+
+@pytest.mark.slow  # by default tests/unit/cli/test_supervise.py (--grow-when with a fake launch) stands for it
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds the job's processes in /proc")
+@pytest.mark.timeout(600)
+def test_a_job_that_lost_a_host_grows_back_when_it_returns(tmp_path):
+    """rljax supervise --shrink-after 1 --grow-when CMD -- rljax launch -n 2 ...: process 1 is killed and its
+    host stays lost, so the job shrinks to 1 process; once the host is back (CMD passes) the supervisor stops
+    the job cleanly and it continues on 2 processes again, resuming elastically, and finishes the run there."""
+    run_dir, marker = tmp_path / "run", tmp_path / "host-1-lost"
+    inner = [sys.executable, str(ROOT / "tests" / "support" / "lost_host.py"), str(marker), "experiments.ppo_cartpole",
+             "--num-devices", "2", "--total-timesteps", "16384", "--updates-per-chunk", "2", "--checkpoint-every", "1",
+             "--no-tensorboard", "--run-dir", str(run_dir)]
+    cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.2", "--shrink-after", "1",
+           "--grow-when", f"test ! -e {marker}", "--grow-interval", "1", "--",
+           sys.executable, "-m", "rljax.cli.main", "launch", "-n", "2", "-d", "1", "--peer-timeout", "3", "--", *inner]
+    log = run_dir / "supervisor.jsonl"
+
+    def lose_host_until_the_shrink():
+        marker.touch()
+
+        def back():  # the host returns once the job has shrunk
+            deadline = time.monotonic() + TIMEOUT_S
+            while time.monotonic() < deadline:
+                if log.exists() and '"event": "shrink"' in log.read_text():
+                    marker.unlink()
+                    return
+                time.sleep(0.1)
+        threading.Thread(target=back, daemon=True).start()
+
+    err = _supervise_killing_process_1(cmd, run_dir, after_a_checkpoint=True, before_the_kill=lose_host_until_the_shrink)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    events = [r.get("action", r["event"]) for r in records]
+    assert "shrink" in events and "grow" in events and events[-1] == "done", records
+    grow = next(r for r in records if r["event"] == "grow")
+    assert (grow["from_processes"], grow["to_processes"]) == (1, 2)
+    final = records[-1]["argv"]
+    assert final[final.index("-n") + 1] == "2" and final[final.index("--num-devices") + 1] == "2"
+    rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 16384 and "continuing with 2 processes" in err
 
 
 # The actor-learner path over 2 processes x 1 device: each process its own actor and 4 CartPoles, one

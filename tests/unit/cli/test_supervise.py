@@ -271,6 +271,8 @@ def test_a_command_without_a_run_directory_is_refused(fake, command, message):
     (["--max-restarts", "3"], "no training command: put it after --"),
     (["--retries", "3", "--", "x", "--run-dir", "d"], "unrecognized arguments: --retries"),
     (["--shrink-after", "-1", "--", "x", "--run-dir", "d"], "--shrink-after must be >= 0, got -1"),
+    (["--grow-when", "true", "--", "x", "--run-dir", "d"], "--grow-when grows a job back after a shrink: it needs "
+                                                           "--shrink-after K"),
     (["--min-processes", "0", "--", "x", "--run-dir", "d"], "--min-processes must be >= 1, got 0"),
     (["--shrink-after", "2", "--", "srun", "python", "--run-dir", "d"],
      "--shrink-after needs an `rljax launch -n P [-d D] -- ...` command"),
@@ -328,6 +330,28 @@ def test_a_launch_job_that_keeps_failing_without_progress_continues_with_one_pro
     proc = supervise(fake, other, "1,1,1,0", "--shrink-after", "1", "--min-processes", "3", command=command)
     assert proc.returncode == 0 and [a[a.index("-n") + 1] for a in argvs(fake[1])] == ["3"] * 4
     assert not [r for r in records(other) if r["event"] == "shrink"]
+
+
+@pytest.mark.timeout(60)
+def test_a_shrunk_job_grows_back_when_the_grow_check_passes(fake, tmp_path):
+    """2 processes fail twice without a checkpoint: the job shrinks to 1; while it runs, --grow-when passes
+    (the lost host is back), so the supervisor stops it cleanly and it continues on 2 processes, then is done."""
+    run = tmp_path / "run"
+    command = [_fake_rljax(fake, tmp_path), "launch", "-n", "2", "-d", "1", "--", "python", "-m", "x",
+               "--num-devices", "2", "--run-dir", str(run)]
+    back = f"grep -qx 3 {fake[1] / 'count'}"  # passes while the third attempt (the shrunk job) runs
+    proc = supervise(fake, run, "1,1,ckpt+wait,0", "--shrink-after", "2", "--grow-when", back, "--grow-interval",
+                     "0.2", command=command)
+    assert proc.returncode == 0, proc.stderr
+    runs = argvs(fake[1])
+    assert [a[a.index("-n") + 1] for a in runs] == ["2", "2", "1", "2"]
+    assert [a[a.index("--num-devices") + 1] for a in runs] == ["2", "2", "1", "2"]
+    events = [r.get("action", r["event"]) for r in records(run)]
+    assert events == ["restart", "restart", "shrink", "grow", "grow", "done"], events
+    grow = [r for r in records(run) if r["event"] == "grow"][0]
+    assert (grow["from_processes"], grow["to_processes"]) == (1, 2) and grow["after_attempt"] == 3
+    assert (fake[1] / "signals").read_text() == "SIGTERM\n"  # stopped cleanly, once
+    assert "continuing with 2 processes of 1 device" in proc.stderr
 
 
 def test_launch_layout_and_shrunk_command():

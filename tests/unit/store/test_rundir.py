@@ -60,6 +60,19 @@ def test_run_record_prefers_the_checkpoint_and_refuses_an_edited_config_json(tmp
     assert run_record(tmp_path).source == "checkpoint 10"
 
 
+def test_a_resume_that_changed_the_layout_and_stopped_before_saving_leaves_a_resumable_directory(tmp_path):
+    """A resume onto another device count (an elastic resume: a supervisor shrinking or growing a job) that was
+    stopped before its first checkpoint has rewritten config.json with its own num_devices: the next resume
+    reads that as the run's intention, as it does an extension, instead of refusing it as an edit."""
+    checkpoint_meta(tmp_path, 10, {**SAVED, "num_devices": 2}, algorithm="PPOConfig")
+    (tmp_path / "config.json").write_text(json.dumps({**SAVED, "num_devices": 1, "eval_interval": 2}))
+    record = run_record(tmp_path)
+    assert record.config["num_devices"] == 1 and record.config["eval_interval"] == 2
+    (tmp_path / "config.json").write_text(json.dumps({**SAVED, "num_devices": 1, "lr": 0.5}))
+    with pytest.raises(RunDirError, match=r"lr: checkpoint 0.1, config.json 0.5"):  # not a field a resume changes
+        run_record(tmp_path)
+
+
 def test_run_record_without_a_checkpoint_reads_config_json(tmp_path):
     with pytest.raises(RunDirError, match=r"is not a directory; nothing to resume"):
         run_record(tmp_path / "missing")
