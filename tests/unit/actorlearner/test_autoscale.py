@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from rljax.actorlearner.engine import ActorPool, ParamStore, Schedule
 from rljax.actorlearner.learner import HostOptions, train_host
 from rljax.agents.ppo import PPOConfig
 from rljax.host.sources import make_host_env
+from benchmarks.autoscale import Delayed
 from tests.unit.actorlearner.test_engine import Counter, _actor
 
 
@@ -126,23 +126,6 @@ def test_a_retired_actor_finishes_its_rollout_and_claims_no_other():
     assert envs[0].closed
 
 
-class Slow:
-    """A host env batch whose steps sleep while the shared ``clock`` says the env is slow."""
-
-    def __init__(self, env, phase):
-        self.env, self.phase, self.spec = env, phase, env.spec
-
-    def reset(self, seed):
-        return self.env.reset(seed)
-
-    def step(self, actions):
-        time.sleep(self.phase["delay_s"])
-        return self.env.step(actions)
-
-    def close(self):
-        self.env.close()
-
-
 def test_a_run_whose_env_turns_slow_then_fast_gains_actors_and_gives_them_back():
     # Slow, a rollout takes 16 x 8 ms, several times an update; fast, a fraction of one.
     config = PPOConfig(env="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 48, num_minibatches=2,
@@ -150,7 +133,7 @@ def test_a_run_whose_env_turns_slow_then_fast_gains_actors_and_gives_them_back()
     phase, events, made = {"delay_s": 0.008}, [], []
 
     def make(actor):
-        made.append(Slow(make_host_env("gymnasium/CartPole-v1", 4, max_episode_steps=50), phase))
+        made.append(Delayed(make_host_env("gymnasium/CartPole-v1", 4, max_episode_steps=50), phase))
         return made[-1]
 
     def on_row(row):
