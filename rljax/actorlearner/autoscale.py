@@ -121,9 +121,11 @@ class Scaler:
         self._seen, self._window = 0, []
         # The change on probation: (+1 or -1, the count before, updates/s and learner busy before it).
         self._probe: tuple[int, int, float, float] | None = None
-        # After a change that did not pay off: the count held as a ceiling (an actor more did not help) or
-        # a floor (an actor fewer slowed the run), for how many updates, and the learner busy that asked for it.
-        self._ceiling, self._floor, self._held, self._held_busy = rule.max_actors, rule.min_actors, 0, 0.0
+        # After a change that did not pay off: the count held as a ceiling (an actor more did not help) or a
+        # floor (an actor fewer slowed the run), each for how many more updates; the learner busy that asked
+        # for the actor the ceiling refuses.
+        self._ceiling, self._ceiling_held, self._held_busy = rule.max_actors, 0, 0.0
+        self._floor, self._floor_held = rule.min_actors, 0
 
     def observe(self, learner_busy: float, actor_idle: float, update_s: float, queue_depth: float = 0.0
                 ) -> Decision | None:
@@ -131,10 +133,14 @@ class Scaler:
         :class:`Decision` when the count should change (the caller applies it with :meth:`applied`, or
         measures afresh with :meth:`reset_window` when it could not)."""
         self._seen += 1
-        if self._held > 0:
-            self._held -= 1
-            if self._held == 0:
-                self._ceiling, self._floor = self.rule.max_actors, self.rule.min_actors
+        if self._ceiling_held > 0:
+            self._ceiling_held -= 1
+            if self._ceiling_held == 0:
+                self._ceiling = self.rule.max_actors
+        if self._floor_held > 0:
+            self._floor_held -= 1
+            if self._floor_held == 0:
+                self._floor = self.rule.min_actors
         if self._seen <= self.rule.warmup:
             return None
         self._window.append((float(learner_busy), float(actor_idle), float(update_s), float(queue_depth)))
@@ -148,8 +154,8 @@ class Scaler:
             undo = self._paid_off(rate, b, i)
             if undo is not None:
                 return undo
-        if self._held > 0 and n <= self._ceiling and b < self._held_busy - r.release:
-            self._ceiling, self._held = r.max_actors, 0  # the envs got slower: another actor may help
+        if self._ceiling_held > 0 and b < self._held_busy - r.release:
+            self._ceiling, self._ceiling_held = r.max_actors, 0  # the envs got slower: another actor may help
         if n < min(r.max_actors, self._ceiling) and b < r.learner_busy_low and i < r.actor_idle_low:
             return Decision(+1, n + 1, f"the learner waited for rollouts (busy {b:.2f} < {r.learner_busy_low}) "
                                        f"while the actors collected (idle {i:.2f} < {r.actor_idle_low}) over "
@@ -175,17 +181,19 @@ class Scaler:
         if change > 0:
             need = before_rate * (1 + r.min_gain / before)
             if rate < need:
-                self._ceiling, self._held, self._held_busy = before, r.hold * r.window, before_busy
+                if r.hold:
+                    self._ceiling, self._ceiling_held, self._held_busy = before, r.hold * r.window, before_busy
                 return Decision(-1, before, f"actor {n} did not pay off: {rate:.3g} updates/s against "
                                             f"{before_rate:.3g} with {before} (at least {need:.3g} expected); "
-                                            f"held at {before} for {self._held} updates", b, i, rate)
+                                            f"held at {before} for {r.hold * r.window} updates", b, i, rate)
             return None
         floor = before_rate * (1 - r.min_gain / before)
         if rate < floor:
-            self._floor, self._held = before, r.hold * r.window
+            if r.hold:
+                self._floor, self._floor_held = before, r.hold * r.window
             return Decision(+1, before, f"retiring actor {before} slowed the run: {rate:.3g} updates/s against "
                                         f"{before_rate:.3g} with {before} (at least {floor:.3g} expected); held at "
-                                        f"{before} or more for {self._held} updates", b, i, rate)
+                                        f"{before} or more for {r.hold * r.window} updates", b, i, rate)
         return None
 
     def applied(self, decision: Decision) -> None:

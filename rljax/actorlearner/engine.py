@@ -56,6 +56,7 @@ class Schedule:
     def __init__(self, total: int, start: int = 0):
         self._next, self.total, self._lock = start, total, threading.Lock()
         self._released: list[int] = []
+        self._out: set[int] = set()  # claimed, not yet delivered
 
     def claim(self) -> int | None:
         """The next rollout's number, or None when every rollout has been handed out."""
@@ -63,18 +64,31 @@ class Schedule:
 
         with self._lock:
             if self._released:
-                return heapq.heappop(self._released)
-            if self._next >= self.total:
+                k = heapq.heappop(self._released)
+            elif self._next >= self.total:
                 return None
-            self._next += 1
-            return self._next - 1
+            else:
+                k, self._next = self._next, self._next + 1
+            self._out.add(k)
+            return k
 
     def release(self, k: int) -> None:
         """Rollout ``k`` was claimed but will not be collected by its actor: another one collects it."""
         import heapq
 
         with self._lock:
+            self._out.discard(k)
             heapq.heappush(self._released, k)
+
+    def delivered(self, k: int) -> None:
+        """Rollout ``k`` is in the queue."""
+        with self._lock:
+            self._out.discard(k)
+
+    def finished(self) -> bool:
+        """Every rollout handed out and delivered: nothing can come back to collect."""
+        with self._lock:
+            return self._next >= self.total and not self._released and not self._out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +228,7 @@ class Actor(threading.Thread):
         self.retiring = threading.Event()
         self.envs_closed = False  # a retired (or dropped) actor closes its envs as it leaves
         self.droppable, self.address, self.dropped = droppable, address, None
-        self.lost_when_dropped = 0
+        self.lost_when_dropped, self._lost_reported = 0, 0  # episodes lost, not yet reported in a rollout
 
     def retire(self) -> None:
         """Ends this actor after the rollout it is collecting (it claims no other); its envs are
@@ -222,23 +236,33 @@ class Actor(threading.Thread):
         self.retiring.set()
 
     def run(self) -> None:
+        k = None  # the rollout number this actor holds (claimed, not yet delivered)
         try:
             obs = self._reset() if self.initial is None else self._restore(self.initial)
             while obs is not None and not self.stop.is_set() and not self.retiring.is_set():
                 k = self.schedule.claim()
                 if k is None:
-                    return
-                try:
-                    rollout, obs = self._collect_with_restarts(k, obs)
-                except EnvsGone as gone:
-                    if not self.droppable:  # the run stops: the error says what failed, as a RuntimeError
-                        raise RuntimeError(str(gone)) from gone.__cause__
-                    self.schedule.release(k)  # another actor collects it
-                    self.lost_when_dropped, self.dropped = self._lost, str(gone)
-                    self.retiring.set()
-                    return
+                    if self.schedule.finished():
+                        return
+                    # Every number is handed out, but one may come back (an actor whose envs went away
+                    # gives its number back): stay until every claimed rollout has been delivered.
+                    self.stop.wait(0.05)
+                    continue
+                rollout, obs = self._collect_with_restarts(k, obs)
                 if rollout is None or not self._put(rollout):
                     return
+                self.schedule.delivered(k)
+                k = None
+        except EnvsGone as gone:
+            if not self.droppable:  # the run stops: the error says what failed, as a RuntimeError
+                self.error = RuntimeError(str(gone))
+                self.error.__cause__ = gone.__cause__
+                self.stop.set()
+                return
+            if k is not None:
+                self.schedule.release(k)  # another actor collects it
+            self.lost_when_dropped, self.dropped = self._lost - self._lost_reported, str(gone)
+            self.retiring.set()
         except BaseException as err:  # reported on the learner's thread by ActorPool.get
             self.error = err
             self.stop.set()
@@ -277,6 +301,7 @@ class Actor(threading.Thread):
             self._failures = 0
             if rollout is not None:
                 rollout.env_restarts, rollout.lost_episodes = self.env_restarts - restarts, self._lost - lost
+                self._lost_reported = self._lost
             return rollout, obs
 
     def _restart(self, failure: EnvFailure) -> bool:

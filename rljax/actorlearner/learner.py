@@ -312,12 +312,39 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
     _check(config)
     envs: list[HostEnv] = []
     try:
-        for a in range(options.num_actors):
-            envs.append(make_env(a))
+        if servers is not None:  # a pool starts with the servers that answer (at least one)
+            envs = _reachable(servers, make_env, options.num_actors, on_event)
+            options = dataclasses.replace(options, num_actors=len(envs))
+        else:
+            for a in range(options.num_actors):
+                envs.append(make_env(a))
     except BaseException:
         close_envs(envs)
         raise
     return _train(config, envs, make_env, options, on_row, restore, on_update, snapshots, on_event, servers)
+
+
+def _reachable(servers: Any, make_env: Callable[[int], HostEnv], count: int,
+               on_event: Callable[[dict[str, Any]], None] | None) -> list[HostEnv]:
+    """The batches of the pool's first ``count`` servers that answer, their actors renumbered ``0..``; a
+    server that does not is reported (``server_unreachable``) and tried again later. Raises the first
+    server's error when none answers."""
+    envs, addresses, first = [], [], None
+    for a in range(count):
+        address = servers.bound[a]
+        try:
+            envs.append(make_env(a))
+            addresses.append(address)
+        except Exception as err:  # noqa: BLE001 - a pool goes on with the servers that answer
+            first = first or err
+            servers.failed(address)
+            if on_event is not None:
+                on_event({"update": 0, "env_steps": 0, "kind": "server_unreachable", "address": address, "from": 0,
+                          "actors": 0, "change": 0, "reason": f"no actor for it: {type(err).__name__}: {err}"})
+    if not envs:
+        raise first
+    servers.bound = dict(enumerate(addresses))
+    return envs
 
 
 def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Callable[[int], HostEnv],

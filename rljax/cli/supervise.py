@@ -453,9 +453,10 @@ class Supervisor:
                     pass
             returncode = self._wait(child)
             self._child = None
-            if self._growing:  # stopped by the supervisor to grow: relaunch at once, one process more
-                self._growing = False
-                self._grow(attempt, child, started, returncode)
+            growing, self._growing = self._growing, False
+            stopped_cleanly = _status(returncode)[0] == PREEMPTED_EXIT_CODE or _status(returncode)[1] == "SIGTERM"
+            if growing and stopped_cleanly and self.stop_signal is None:
+                self._grow(attempt, child, started, returncode)  # stopped to grow: relaunch at once, one more
                 continue
             ended = time.time()
             status, signame = _status(returncode)
@@ -508,8 +509,11 @@ class Supervisor:
                 probe = subprocess.run(self.grow_when, shell=True, capture_output=True,
                                        timeout=max(1.0, self.grow_interval_s))
             except subprocess.TimeoutExpired:
+                self._say(f"--grow-when {shlex.quote(self.grow_when)} did not finish within "
+                          f"{max(1.0, self.grow_interval_s):g} s (--grow-interval): taken as not yet")
                 continue
-            if probe.returncode == 0:
+            # The job may have ended, or the supervisor been told to stop, while the probe ran.
+            if probe.returncode == 0 and child.poll() is None and self.stop_signal is None:
                 self._growing = True
                 self._say(f"--grow-when {shlex.quote(self.grow_when)} exited 0: stopping the job cleanly to "
                           f"continue with {layout[0] + 1} processes")

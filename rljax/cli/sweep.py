@@ -32,6 +32,9 @@ from rljax.runtime.determinism import request_deterministic
 
 __all__ = ["add_parser", "run", "sweep_command", "sweep_parser"]
 
+HALVING_FLAGS = ("halving", "halving_slots", "halving_eta", "halving_min_steps", "halving_seed")
+"""The successive-halving flags' dests (``--halving`` first)."""
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``sweep`` to the ``rljax`` subcommands."""
@@ -144,8 +147,7 @@ def _new_spec(args: argparse.Namespace, config: Any) -> Any:
                      seeds=tuple(config.seed + i for i in range(args.seeds)), sample_seed=args.sample_seed, pbt=pbt)
     if not spec.grid and not spec.sample and args.seeds == 1:
         raise ValueError("nothing to sweep: give --grid, --sample or --seeds N > 1")
-    given = [f"--{n.replace('_', '-')}" for n in ("halving_slots", "halving_min_steps", "halving_seed")
-             if getattr(args, n)] + (["--halving-eta"] if args.halving_eta != 3 else [])
+    given = [f"--{n.replace('_', '-')}" for n in HALVING_FLAGS[1:] if n in getattr(args, "explicit", set())]
     if given and not args.halving:
         raise ValueError(f"{', '.join(given)} configure successive halving: add --halving")
     if args.halving and pbt is not None:
@@ -158,7 +160,7 @@ def _new_spec(args: argparse.Namespace, config: Any) -> Any:
         from rljax.training.sweep import member_count
 
         trials = member_count(spec)
-        halving = HalvingSpec(slots=args.halving_slots or max(1, math.ceil(trials / max(args.halving_eta, 1))),
+        halving = HalvingSpec(slots=args.halving_slots or max(2, math.ceil(trials / max(args.halving_eta, 1))),
                               eta=args.halving_eta, min_steps=args.halving_min_steps, seed=args.halving_seed)
         validate_halving(halving, trials)
         spec = dataclasses.replace(spec, halving=halving)
@@ -182,7 +184,12 @@ def sweep_command(config_cls: Any, defaults: dict[str, Any] | None, argv: Sequen
     explicit = explicit_flags(parser, argv)
     _population_devices(parser, args, explicit)
     base, saved_options, spec = None, {}, None
+    args.explicit = explicit
     if args.resume:
+        typed = [f"--{n.replace('_', '-')}" for n in HALVING_FLAGS if n in explicit]
+        if typed:
+            parser.error(f"{', '.join(typed)}: a resumed sweep continues the spec it saved in sweep.json (with its "
+                         f"halving, if it had one); start a new sweep to change it")
         spec, base, saved_options = _resumed_sweep(parser, args)
     try:
         config = config_from_args(config_cls, args, base, explicit)

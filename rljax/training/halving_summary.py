@@ -64,16 +64,20 @@ def _describe(trials: Sequence[Any], ranked: Sequence[Mapping[str, Any]], schedu
     from rljax.training.hooks.halving import Schedule, decision_rung
 
     untried = len(trials) - len(ranked)
-    top = decision_rung(Schedule.from_dict(schedule))
+    sched = Schedule.from_dict(schedule)
+    top = decision_rung(sched)
+    reached = len(sched.records[top]) if top >= 0 else 0
+    decided = (f"the highest rung at least {schedule['eta']} trials reached" if reached >= schedule["eta"] else
+               f"no rung was reached by {schedule['eta']} trials: the highest any reached")
     return (f"Successive halving: {slots} slots trained {len(ranked)} of the space's {len(trials)} trials "
             f"(grid x samples x seeds) in one program, {slots} x {total:,} = {slots * total:,} env steps "
             f"({slots / len(trials):.3g} of a grid that trains every trial for {total:,}). Rungs at trial ages of "
             f"{rungs} env steps (eta {schedule['eta']}): a trial whose score was below the top 1/{schedule['eta']} "
             f"of the scores recorded at a rung stopped, and its slot started the next trial."
             + (f" {untried} trials never started." if untried else "") +
-            f"\n\nscore: {metric}. Trials are compared at the same age: those that reached rung {top} (the highest "
-            f"rung at least {schedule['eta']} trials reached) by their score there, then the others by the last rung "
-            f"they reached and their score at it (`level`: the rungs a trial is ranked by).")
+            f"\n\nscore: {metric}. Trials are compared at the same age: those that reached rung {top} ({decided}) "
+            f"by their score there, then the others by the last rung they reached and their score at it (`level`: "
+            f"the rungs a trial is ranked by).")
 
 
 def _table(ranked: Sequence[Mapping[str, Any]], description: str, num_rungs: int) -> str:

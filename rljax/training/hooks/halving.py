@@ -50,7 +50,7 @@ import numpy as np
 from rljax.training.hooks.base import Hook, Row, Run
 
 __all__ = ["HalvingSpec", "Schedule", "Halving", "validate_halving", "rung_ages", "halving_chunk", "trial_order",
-           "rank_trials", "decision_rung", "META_KEY"]
+           "rank_trials", "decision_rung", "check_resumed", "META_KEY"]
 
 META_KEY = "halving"
 """The key of the schedule in a checkpoint's meta and the name of ``RUN_DIR/halving.json``."""
@@ -83,8 +83,9 @@ def validate_halving(spec: HalvingSpec, trials: int, config: Any = None) -> None
     """Raises ``ValueError`` naming what is wrong with ``spec`` for a space of ``trials`` trials."""
     if not isinstance(spec.eta, int) or spec.eta < 2:
         raise ValueError(f"halving's reduction factor --halving-eta must be an integer >= 2, got {spec.eta!r}")
-    if not isinstance(spec.slots, int) or spec.slots < 1:
-        raise ValueError(f"halving needs at least one slot (--halving-slots), got {spec.slots!r}")
+    if not isinstance(spec.slots, int) or spec.slots < 2:
+        raise ValueError(f"halving needs at least 2 slots (--halving-slots), got {spec.slots!r}: with one, the "
+                         f"first trial to reach a rung is never below its own record and nothing is halved")
     if spec.slots > trials:
         raise ValueError(f"--halving-slots {spec.slots} is more than the {trials} trials of the search space "
                          f"(grid x samples x seeds); use at most {trials}, or a larger space")
@@ -153,11 +154,13 @@ class Schedule:
         rungs: the rung ages in chunks (:func:`rung_ages`).
         num_chunks: the run's chunk count (a trial that trains all of them completes the run).
         chunk_steps: env steps per chunk of one slot.
+        score: the column rungs rank by (``eval/return_mean`` or ``episode_return_mean``).
         order: the trials in the order they start (:func:`trial_order`).
         started: how many of ``order`` have started.
         slot_trial: the trial each slot holds.
         slot_start: the chunk each slot's trial started at.
-        slot_scores: each slot's per-chunk scores since its trial started (the rung score's window).
+        slot_scores: each slot's per-chunk training returns since its trial started (the rung score's
+            window): NaN for a chunk in which no episode ended, -inf for one that was not finite.
         records: per rung, ``{trial: score}`` of every trial that reached it.
         trials: per trial that started, ``{"slot", "start_chunk", "end_chunk", "stopped_at_rung",
             "final_score"}`` (``end_chunk``/``stopped_at_rung`` None while it trains; ``final_score``
@@ -168,6 +171,7 @@ class Schedule:
     rungs: tuple[int, ...]
     num_chunks: int
     chunk_steps: int
+    score: str
     order: list[int]
     started: int
     slot_trial: list[int]
@@ -178,12 +182,12 @@ class Schedule:
 
     @classmethod
     def new(cls, spec: HalvingSpec, rungs: Sequence[int], num_chunks: int, chunk_steps: int,
-            num_trials: int) -> "Schedule":
+            num_trials: int, score: str = "episode_return_mean") -> "Schedule":
         """The schedule before the first chunk: slot ``i`` holds the ``i``-th trial of the order."""
         order = trial_order(num_trials, spec.seed)
         slots = order[:spec.slots]
-        return cls(eta=spec.eta, rungs=tuple(rungs), num_chunks=num_chunks, chunk_steps=chunk_steps, order=order,
-                   started=spec.slots,
+        return cls(eta=spec.eta, rungs=tuple(rungs), num_chunks=num_chunks, chunk_steps=chunk_steps, score=score,
+                   order=order, started=spec.slots,
                    slot_trial=list(slots), slot_start=[0] * spec.slots, slot_scores=[[] for _ in slots],
                    records=[{} for _ in rungs],
                    trials={t: _trial_record(s, 0) for s, t in enumerate(slots)})
@@ -191,20 +195,24 @@ class Schedule:
     def to_dict(self) -> dict[str, Any]:
         """The schedule as JSON (``halving.json`` and a checkpoint's meta); :meth:`from_dict` reads it back."""
         finite = lambda x: x if x is None or math.isfinite(x) else None  # noqa: E731
+        # A chunk's score: None where no episode ended in it (NaN here), "-inf" where it was not finite.
+        window = lambda x: None if math.isnan(x) else "-inf" if x == -math.inf else x  # noqa: E731
         return {"eta": self.eta, "rungs": list(self.rungs), "num_chunks": self.num_chunks,
-                "chunk_steps": self.chunk_steps, "order": self.order,
+                "chunk_steps": self.chunk_steps, "score": self.score, "order": self.order,
                 "started": self.started, "slot_trial": self.slot_trial, "slot_start": self.slot_start,
-                "slot_scores": [[finite(x) for x in s] for s in self.slot_scores],
+                "slot_scores": [[window(x) for x in s] for s in self.slot_scores],
                 "records": [{str(t): finite(s) for t, s in r.items()} for r in self.records],
                 "trials": {str(t): {**v, "final_score": finite(v["final_score"])} for t, v in self.trials.items()}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
         unfinite = lambda x: -math.inf if x is None else float(x)  # noqa: E731
+        window = lambda x: math.nan if x is None else -math.inf if x == "-inf" else float(x)  # noqa: E731
         return cls(eta=int(d["eta"]), rungs=tuple(int(a) for a in d["rungs"]), num_chunks=int(d["num_chunks"]),
-                   chunk_steps=int(d["chunk_steps"]), order=[int(t) for t in d["order"]], started=int(d["started"]),
+                   chunk_steps=int(d["chunk_steps"]), score=str(d.get("score", "episode_return_mean")),
+                   order=[int(t) for t in d["order"]], started=int(d["started"]),
                    slot_trial=[int(t) for t in d["slot_trial"]], slot_start=[int(c) for c in d["slot_start"]],
-                   slot_scores=[[unfinite(x) for x in s] for s in d["slot_scores"]],
+                   slot_scores=[[window(x) for x in s] for s in d["slot_scores"]],
                    records=[{int(t): unfinite(s) for t, s in r.items()} for r in d["records"]],
                    trials={int(t): dict(v) for t, v in d["trials"].items()})
 
@@ -217,13 +225,16 @@ class Schedule:
         return any(self.age(s, chunk_index) in self.rungs for s in range(len(self.slot_trial)))
 
     def rung_score(self, slot: int) -> float:
-        """The slot's score now: the mean of its trial's last 10 % of chunk scores (at least one)."""
-        scores = self.slot_scores[slot]
+        """The slot's score now: the mean of its trial's last 10 % of the chunks in which an episode ended
+        (at least one; chunks without one are left out, as a sweep's final score leaves them out);
+        -inf when none did, or when one in the window was not finite (a diverged trial)."""
+        scores = [x for x in self.slot_scores[slot] if not math.isnan(x)]
         window = scores[-max(1, len(scores) // 10):]
         return float(np.mean(window)) if window and all(math.isfinite(x) for x in window) else -math.inf
 
     def observe(self, scores: Sequence[float]) -> None:
-        """Adds one chunk's training-return score of each slot (-inf where missing) to its window."""
+        """Adds one chunk's training return of each slot to its window (NaN: no episode ended in it;
+        -inf: not finite)."""
         for s, x in enumerate(scores):
             self.slot_scores[s].append(float(x))
 
@@ -312,6 +323,21 @@ def rank_trials(schedule: Schedule) -> list[dict[str, Any]]:
     return out
 
 
+def check_resumed(schedule: Schedule, eval_interval: int) -> None:
+    """Raises ``ValueError`` when a resumed halving sweep's ``eval_interval`` would change what its rungs
+    rank by (an evaluation against a training return in one record), or put a rung between evaluations."""
+    from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
+
+    score = EVAL_SCORE if eval_interval > 0 else TRAIN_SCORE
+    if schedule.score != score:
+        raise ValueError(f"this halving sweep's rungs rank by {schedule.score}; resumed with "
+                         f"eval_interval={eval_interval} they would rank by {score}, mixing the two in one record: "
+                         f"resume with the eval_interval it started with")
+    if eval_interval > 0 and schedule.rungs[0] % eval_interval:
+        raise ValueError(f"this halving sweep's first rung ({schedule.rungs[0]} chunks) is not a multiple of "
+                         f"eval_interval={eval_interval}: resume with the eval_interval it started with")
+
+
 class Halving(Hook):
     """The boundary hook that runs a sweep's successive halving (module docstring).
 
@@ -336,13 +362,17 @@ class Halving(Hook):
 
         self.program, self.trials = program, trials
         self.eval_interval = getattr(program.config, "eval_interval", 0)
+        from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
+
         chunk_steps = plan.updates_per_chunk * plan.env_steps_per_update
+        score = EVAL_SCORE if self.eval_interval > 0 else TRAIN_SCORE
         if saved is None:
             rungs = rung_ages(spec, plan.num_chunks, chunk_steps, self.eval_interval)
-            self.schedule = Schedule.new(spec, rungs, plan.num_chunks, chunk_steps, trials.size)
+            self.schedule = Schedule.new(spec, rungs, plan.num_chunks, chunk_steps, trials.size, score)
         else:  # the saved rungs are the schedule; a run extended on resume completes at its new end
             self.schedule = Schedule.from_dict(saved)
             self.schedule.num_chunks = plan.num_chunks
+            check_resumed(self.schedule, self.eval_interval)
         self.path = None if run_dir is None or not leader else pathlib.Path(run_dir) / f"{META_KEY}.json"
         self.init = population_init(program.agent, plan.num_updates)
         self.select = jax.jit(lambda mask, fresh, old: jax.tree.map(
@@ -364,12 +394,14 @@ class Halving(Hook):
     def record(self, run: Run, chunk_index: int, rows: list[Row]) -> None:
         """Adds ``halving/trial`` and ``halving/age`` to each slot's row and its score to the slot's window
         (every chunk: a chunk launched ahead gets no :meth:`boundary`)."""
-        from rljax.training.hooks.pbt import TRAIN_SCORE, scores_from_rows
+        from rljax.training.hooks.pbt import TRAIN_SCORE
 
         for s, row in enumerate(rows):
             row["halving/trial"] = self.schedule.slot_trial[s]
             row["halving/age"] = self.schedule.age(s, chunk_index)
-        self.schedule.observe(scores_from_rows(rows, TRAIN_SCORE).tolist())
+        values = [r.get(TRAIN_SCORE) for r in rows]
+        self.schedule.observe([math.nan if v is None else float(v) if math.isfinite(v) else -math.inf
+                               for v in values])
 
     def boundary(self, run: Run, chunk_index: int, rows: list[Row], last: bool) -> None:
         """At a rung, stops trials and starts new ones in their slots; saves the schedule."""

@@ -84,6 +84,20 @@ def test_rollouts_waiting_for_a_busy_learner_retire_an_actor_and_a_retirement_th
     assert s.observe(0.9, 0.1, 1.0, 2.0) is None and s.observe(0.9, 0.1, 1.0, 2.0) is None  # the learner waits
 
 
+def test_a_held_floor_ends_even_when_a_held_ceiling_is_released_early_and_hold_zero_holds_nothing():
+    s = Scaler(ScaleRule(1, 4, window=1, warmup=0, hold=2), count=2)
+    s.applied(s.observe(0.97, 0.1, 1.0, 2.0))  # queue full, learner busy: 2 -> 1
+    s.applied(s.observe(0.97, 0.1, 2.0, 2.0))  # half the updates/s: undone, floor 2 held for 2 updates
+    assert s.count == 2
+    assert s.observe(0.97, 0.1, 1.0, 2.0) is None  # held
+    assert s.observe(0.97, 0.1, 1.0, 2.0).to == 1  # the floor's hold is over
+    s = Scaler(ScaleRule(1, 3, window=1, warmup=0, hold=0), count=1)
+    s.applied(s.observe(0.5, 0.0, 1.0))  # up to 2
+    back = s.observe(0.5, 0.0, 1.0)  # no gain: undone, but hold=0 holds nothing
+    s.applied(back)
+    assert back.to == 1 and s.observe(0.5, 0.0, 1.0).to == 2
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(min_actors=0, max_actors=2), "min_actors=0: must be an integer >= 1"),
     (dict(min_actors=3, max_actors=2), "min_actors=3 is more than max_actors=2"),

@@ -174,3 +174,49 @@ def test_envs_that_keep_failing_stop_the_run_after_the_allowed_restarts():
 def test_the_back_off_doubles_up_to_its_cap():
     policy = RestartPolicy(lambda: None, backoff_s=0.5, max_backoff_s=3.0)
     assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+class _SlowlyFailing(Counter):
+    """A Counter whose envs hang a while, then fail, at the step ``fail_at``; or fail at every reset."""
+
+    def __init__(self, fail_at=None, on_reset=False):
+        super().__init__(fail_at=fail_at)
+        self.on_reset = on_reset
+
+    def reset(self, seed):
+        if self.on_reset:
+            raise ConnectionError("the server went away")
+        return super().reset(seed)
+
+    def step(self, actions):
+        if self.fail_at is not None and len(self.actions) == self.fail_at:
+            time.sleep(0.3)
+        return super().step(actions)
+
+
+def _pool_actor(index, env, store, out, schedule, stop):
+    return Actor(index, env, _policy, store, out, schedule, jax.random.key(index), 0, 4, 0, jax.devices()[0], stop,
+                 droppable=True, address=f"server-{index}")
+
+
+def test_an_actor_whose_envs_go_away_gives_its_rollout_back_and_a_survivor_collects_it():
+    """A pool actor (droppable) whose server dies mid-rollout gives the rollout's number back; the other actor,
+    which had already collected every other number and was waiting, collects it; the run is not stopped. One
+    whose server fails at its first reset just leaves."""
+    out, stop, schedule, store = queue.Queue(), threading.Event(), Schedule(3), ParamStore(1, version=10)
+    dying, healthy, never = _SlowlyFailing(fail_at=2), Counter(), _SlowlyFailing(on_reset=True)
+    actors = [_pool_actor(0, dying, store, out, schedule, stop)]
+    pool = ActorPool(actors, out, stop)
+    pool.start()
+    time.sleep(0.05)  # the dying actor claims rollout 0 first
+    pool.add(_pool_actor(1, healthy, store, out, schedule, stop))
+    pool.add(_pool_actor(2, never, store, out, schedule, stop))
+    got = [pool.get(k, 10) for k in range(3)]
+    assert [r.index for r in got] == [0, 1, 2] and got[0].actor == 1  # rollout 0 came from the survivor
+    assert not stop.is_set() and all(a.error is None for a in actors + pool.actors)
+    assert "the envs failed 1 time(s) in a row" in pool.actors[0].dropped and dying.closed
+    # its 3 envs' episodes in flight, and the one that ended in the 2 discarded steps (env 0 ends every 2)
+    assert pool.actors[0].lost_when_dropped == 3 + 1
+    assert "the server went away" in pool.actors[2].dropped and never.closed
+    pool.close()
+    assert schedule.finished()

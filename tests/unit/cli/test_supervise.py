@@ -32,8 +32,8 @@ SUPERVISE = [sys.executable, "-c",
 
 # A stand-in for a training command. FAKE_SCRIPT is a comma-separated list of steps, one per
 # attempt (the last repeats); a step is '+'-separated actions: an exit status, 'kill' (SIGKILL
-# itself), 'ckpt' (commit a checkpoint step), 'wait' (wait for a signal, then exit 75 like a clean
-# preemption). Every run appends its argv to STATE/argv.jsonl and counts itself in STATE/count.
+# itself), 'ckpt' (commit a checkpoint step), 'nap' (sleep 0.5 s), 'wait' (wait for a signal, then exit 75
+# like a clean preemption). Every run appends its argv to STATE/argv.jsonl and counts itself in STATE/count.
 FAKE = r"""
 import json, os, signal, sys, time
 argv = sys.argv[1:]
@@ -61,6 +61,8 @@ for action in steps[min(n, len(steps) - 1)].split("+"):
         os.makedirs(os.path.join(run_dir, "checkpoints", str(1000 * (n + 1))))
     elif action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "nap":
+        time.sleep(0.5)
     elif action == "wait":
         got = []
         def handler(signum, frame):
@@ -352,6 +354,20 @@ def test_a_shrunk_job_grows_back_when_the_grow_check_passes(fake, tmp_path):
     assert (grow["from_processes"], grow["to_processes"]) == (1, 2) and grow["after_attempt"] == 3
     assert (fake[1] / "signals").read_text() == "SIGTERM\n"  # stopped cleanly, once
     assert "continuing with 2 processes of 1 device" in proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_job_that_ends_on_its_own_while_the_grow_check_runs_is_not_grown(fake, tmp_path):
+    """The shrunk job exits with a usage error (2) while --grow-when is still running: the supervisor neither
+    grows nor restarts it, and exits 2."""
+    run = tmp_path / "run"
+    command = [_fake_rljax(fake, tmp_path), "launch", "-n", "2", "-d", "1", "--", "python", "-m", "x",
+               "--run-dir", str(run)]
+    proc = supervise(fake, run, "1,1,nap+2", "--shrink-after", "2", "--grow-when", "sleep 1; true", "--grow-interval",
+                     "0.2", command=command)
+    assert proc.returncode == 2, proc.stderr
+    assert [r.get("action", r["event"]) for r in records(run)] == ["restart", "restart", "shrink", "stop"]
+    assert [a[a.index("-n") + 1] for a in argvs(fake[1])] == ["2", "2", "1"]
 
 
 def test_launch_layout_and_shrunk_command():

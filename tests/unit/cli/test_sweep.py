@@ -46,6 +46,8 @@ def test_the_sweep_flags_are_the_runs_plus_the_sweeps(capsys):
     (["--grid", "learning_rate=1e-3,3e-3", "--halving", "--halving-slots", "3"],
      "--halving-slots 3 is more than the 2 trials"),
     (["--grid", "learning_rate=1e-3,3e-3", "--halving", "--halving-eta", "1"], "--halving-eta must be an integer >= 2"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--halving-eta", "3"], "--halving-eta configure successive halving"),
+    (["--grid", "learning_rate=1e-3,3e-3", "--halving"], "--halving-slots 2 trains every one of the 2 trials at once"),
     (["--grid", "learning_rate=1e-3,3e-3,1e-2", "--halving", "--pbt-interval", "1", "--pbt", "learning_rate=1e-4:1e-1"],
      "--halving and --pbt are two ways to spend a sweep's budget: give one of them"),
 ])
@@ -67,6 +69,13 @@ def test_halving_flags_make_the_spec():
     spec = _new_spec(args, PPOConfig())
     assert spec.halving.slots == 6 and spec.halving.eta == 3 and spec.halving.min_steps == 5000  # 18 trials / 3
     assert spec.halving.seed == 4 and spec.grid["ent_coef"] == [0.0, 0.01, 0.03]
+
+
+def test_a_resumed_sweep_refuses_halving_flags(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sweep_command(PPOConfig, None, ["--resume", str(tmp_path), "--halving", "--halving-slots", "2"], "x", prog="p")
+    assert exit_.value.code == 2
+    assert "--halving, --halving-slots: a resumed sweep continues the spec it saved" in capsys.readouterr().err
 
 
 def test_resume_needs_a_sweep_directory(tmp_path, capsys):

@@ -99,3 +99,24 @@ def test_a_run_survives_its_server_dying_and_follows_a_new_one(tmp_path, monkeyp
     assert joined["address"] == f"{second.address[0]}:{second.address[1]}"
     late = result.rows[-1]
     assert late["host/actors"] == 1 and late["host/actor"] != 0  # the new server's actor collected the last rollouts
+
+
+def test_a_pool_starts_with_the_servers_that_answer(tmp_path, monkeypatch):
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    import json
+    import socket
+
+    from rljax.actorlearner.learner import HostOptions
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    with EnvServer(lambda: GymnasiumEnv("CartPole-v1", 4, max_episode_steps=50)) as server:
+        server.start()
+        live = f"{server.address[0]}:{server.address[1]}"
+        config = PPOConfig(env=f"server:127.0.0.1:{dead},{live}", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
+                           num_minibatches=1, num_epochs=1, hidden_sizes=(16,))
+        result = run_host(config, RunOptions(run_dir=str(tmp_path / "run"), quiet=True), HostOptions())
+    assert result.updates == 3 and {r["host/actors"] for r in result.rows} == {1}
+    events = [json.loads(line) for line in (tmp_path / "run" / SCALING_LOG).read_text().splitlines()]
+    assert events[0]["kind"] == "server_unreachable" and events[0]["address"] == f"127.0.0.1:{dead}"

@@ -40,7 +40,7 @@ def test_rung_ages():
 
 @pytest.mark.parametrize("spec, trials, match", [
     (HalvingSpec(slots=4, eta=1), 9, "--halving-eta must be an integer >= 2, got 1"),
-    (HalvingSpec(slots=0), 9, "at least one slot"),
+    (HalvingSpec(slots=1), 9, "at least 2 slots .* with one, the first trial to reach a rung is never below"),
     (HalvingSpec(slots=10), 9, "--halving-slots 10 is more than the 9 trials"),
     (HalvingSpec(slots=9), 9, "nothing to halve: drop --halving for a plain sweep, or use fewer slots \\(e.g. 3\\)"),
     (HalvingSpec(slots=3, min_steps=-1), 9, "--halving-min-steps must be a number of env steps >= 0"),
@@ -101,15 +101,35 @@ def test_the_rung_score_is_the_mean_of_the_last_tenth_of_the_trials_chunks():
         assert s.step(x) == []
     s.observe([24.0])
     assert s.rung_score(0) == 23.5  # the last 2 of 25 chunk scores: [23, 24]
-    s.observe([math.nan])
-    assert s.rung_score(0) == -math.inf  # a non-finite score in the window
+    s.observe([math.nan])  # a chunk in which no episode ended: left out, as a sweep's final score leaves it out
+    assert s.rung_score(0) == 23.5
+    s.observe([-math.inf])
+    assert s.rung_score(0) == -math.inf  # a non-finite return in the window (a diverged trial)
+    assert Schedule.from_dict(json.loads(json.dumps(s.to_dict()))).slot_scores[0][-2:][1] == -math.inf
+
+
+def test_a_resume_may_not_change_what_the_rungs_rank_by():
+    from rljax.training.hooks.halving import check_resumed
+
+    trained = Schedule.new(HalvingSpec(slots=2), (2, 6), 20, 10, 4)  # ranked by the training return
+    check_resumed(trained, 0)
+    with pytest.raises(ValueError, match="rank by episode_return_mean; resumed with eval_interval=2 they would "
+                                         "rank by eval/return_mean"):
+        check_resumed(trained, 2)
+    evaluated = Schedule.new(HalvingSpec(slots=2), (2, 6), 20, 10, 4, score="eval/return_mean")
+    check_resumed(evaluated, 2)
+    with pytest.raises(ValueError, match=r"first rung \(2 chunks\) is not a multiple of eval_interval=4"):
+        check_resumed(evaluated, 4)
 
 
 def test_the_schedule_survives_json():
     s = Schedule.new(HalvingSpec(slots=2, eta=2, seed=1), (1, 2), num_chunks=4, chunk_steps=10, num_trials=4)
     s.observe([1.0, -math.inf])
     s.step(0)
-    back = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
+    s.observe([math.nan, 2.0])
+    back = Schedule.from_dict(json.loads(json.dumps(s.to_dict(), allow_nan=False)))
+    assert math.isnan(back.slot_scores[0][-1]) and back.slot_scores[1:] == s.slot_scores[1:]
+    back.slot_scores[0][-1] = s.slot_scores[0][-1] = 0.0
     assert back == s
 
 
