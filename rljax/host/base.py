@@ -25,7 +25,7 @@ import numpy as np
 from rljax.env import Box, Discrete
 
 __all__ = ["EnvConnectionError", "EnvTimeoutError", "HostEnv", "HostEnvError", "HostSpec", "HostStep", "check_actions",
-           "check_batch", "check_obs"]
+           "check_batch", "check_obs", "parse_server"]
 
 
 class HostEnvError(RuntimeError):
@@ -153,3 +153,14 @@ def check_batch(spec: HostSpec, step: HostStep) -> HostStep:
     if not np.all(np.isfinite(step.reward)):
         raise ValueError(f"reward[{np.flatnonzero(~np.isfinite(step.reward))[0]}] is not finite")
     return step
+
+
+def parse_server(name: str) -> tuple[str, int]:
+    """``(host, port)`` of ``server:HOST:PORT`` (an IPv6 host in brackets: ``server:[::1]:5555``)."""
+    rest = name[len("server:"):]
+    host, sep, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"env {name!r}: an env server is named server:HOST:PORT with a port in 1..65535, e.g. "
+                         f"server:127.0.0.1:5555")
+    return host, int(port)

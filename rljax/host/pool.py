@@ -17,7 +17,7 @@ import pathlib
 import time
 from typing import Any
 
-from rljax.host.sources import parse_server
+from rljax.host.base import parse_server
 
 __all__ = ["ServerPool", "is_server_pool"]
 

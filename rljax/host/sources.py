@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rljax.host.base import HostEnv
+from rljax.host.base import HostEnv, parse_server
 
 __all__ = ["HOST_PREFIXES", "is_host_env", "make_host_env", "parse_server"]
 
@@ -19,17 +19,6 @@ HOST_PREFIXES = ("gymnasium/", "envpool/", "server:")
 def is_host_env(name: str) -> bool:
     """Whether ``name`` names a host env (see :data:`HOST_PREFIXES`)."""
     return isinstance(name, str) and name.startswith(HOST_PREFIXES)
-
-
-def parse_server(name: str) -> tuple[str, int]:
-    """``(host, port)`` of ``server:HOST:PORT`` (an IPv6 host in brackets: ``server:[::1]:5555``)."""
-    rest = name[len("server:"):]
-    host, sep, port = rest.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"env {name!r}: an env server is named server:HOST:PORT with a port in 1..65535, e.g. "
-                         f"server:127.0.0.1:5555")
-    return host, int(port)
 
 
 def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any) -> HostEnv:

@@ -33,7 +33,7 @@ def _ranked(trials: Sequence[Any], slot_rows: Sequence[Sequence[Mapping[str, Any
             ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
     """Every started trial, best first, with its summary columns; and each trial's rows."""
     from rljax.training.hooks.halving import Schedule, rank_trials
-    from rljax.training.sweep import _final_and_auc
+    from rljax.training.hooks.pbt import final_and_auc
 
     sched = Schedule.from_dict(schedule)
     rows_of: dict[int, list[dict[str, Any]]] = {}
@@ -42,7 +42,7 @@ def _ranked(trials: Sequence[Any], slot_rows: Sequence[Sequence[Mapping[str, Any
         m = trials[t["trial"]]
         rows = trial_rows(slot_rows[t["slot"]], sched.trials[t["trial"]], sched.chunk_steps)
         rows_of[t["trial"]] = rows
-        final, auc = _final_and_auc(rows)
+        final, auc = final_and_auc(rows)
         end = t["end_chunk"]
         out.append({"rank": t["rank"], "trial": t["trial"], "config": m.label, "name": m.name, "seed": m.seed,
                     "values": dict(m.values), "slot": t["slot"], "level": t["level"], "score": t["score"],

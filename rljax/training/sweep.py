@@ -326,17 +326,6 @@ def make_population(config: Any, env_params: Any, members: Sequence[Member], num
                             num_devices)
 
 
-def _final_and_auc(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """``(final training return, AUC)`` of a member: the mean episode return over the last 10 % of
-    its rows (``metrics.jsonl``'s, one per ``log_every`` updates) that finished episodes, and :func:`rljax.training.hooks.pbt.return_auc` (NaN, NaN if none)."""
-    from rljax.training.hooks.pbt import TRAIN_SCORE, return_auc
-
-    returns = [r[TRAIN_SCORE] for r in rows if r.get(TRAIN_SCORE) is not None and math.isfinite(r[TRAIN_SCORE])]
-    if not returns:
-        return float("nan"), float("nan")
-    return float(np.mean(returns[-max(1, len(returns) // 10):])), return_auc(rows)
-
-
 def _last_eval(rows: list[dict[str, Any]]) -> tuple[float | None, int | None, int | None]:
     """``(eval/return_mean, eval/episodes, env_steps)`` of a member's last evaluated row (a
     non-finite or missing return is NaN); ``(None, None, None)`` if it was never evaluated."""
@@ -354,9 +343,9 @@ def _last_eval(rows: list[dict[str, Any]]) -> tuple[float | None, int | None, in
 def _member_summary(m: Member, rows: list[dict[str, Any]], evaluated: bool) -> dict[str, Any]:
     """One ``summary.csv`` row: the member's score (its evaluation return when the sweep was
     evaluated, else its final training return), final return, AUC, last evaluation, divergence."""
-    from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
+    from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE, final_and_auc
 
-    final, auc = _final_and_auc(rows)
+    final, auc = final_and_auc(rows)
     eval_return, eval_episodes, eval_steps = _last_eval(rows)
     diverged = any(r.get(k) is None or (isinstance(r.get(k), float) and not math.isfinite(r[k]))
                    for r in rows for k in r if k.endswith("_loss"))
@@ -753,6 +742,30 @@ def _halving_slots(spec: SweepSpec, trials: list[Member]) -> list[Member]:
             for i in range(spec.halving.slots)]
 
 
+def _summary_files(config: Any, spec: SweepSpec, run_dir: pathlib.Path, members: Any, trials: Any,
+                   history: list[list[dict[str, Any]]], plots: bool, quiet: bool) -> list[dict[str, Any]]:
+    """A finished sweep's ``summary.*`` and plots from its members' ``history`` (:func:`summarize`; a halving
+    sweep's trials, :func:`rljax.training.halving_summary.summarize_halving`; a PBT sweep's note)."""
+    with open(os.devnull, "w") as devnull:
+        if trials is None:
+            agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
+        else:
+            from rljax.training.halving_summary import summarize_halving
+
+            schedule = json.loads((run_dir / "halving.json").read_text())
+            agg = summarize_halving(run_dir, trials, history, schedule, plots=plots, stream=devnull if quiet else None)
+    if spec.pbt is not None:
+        from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
+
+        ranked_by = EVAL_SCORE if getattr(config, "eval_interval", 0) > 0 else TRAIN_SCORE
+        with open(run_dir / "summary.md", "a") as f:
+            f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
+                    f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
+                    "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
+                    "resulting values, is in `pbt.jsonl`).\n")
+    return agg
+
+
 def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members: Any, population: Any,
                run_dir: Any, resume: bool, quiet: bool, plots: bool, train_kwargs: dict[str, Any],
                trials: list[Member] | None = None):
@@ -798,25 +811,8 @@ def _run_sweep(config: Any, spec: SweepSpec, env: Any, env_params: Any, members:
 
             t_summary = time.perf_counter()
             history = [read_metrics(run_dir / "members" / m.name) for m in members]
-            with open(os.devnull, "w") as devnull:
-                if trials is None:
-                    agg = summarize(run_dir, members, history, plots=plots, stream=devnull if quiet else None)
-                else:
-                    from rljax.training.halving_summary import summarize_halving
-
-                    schedule = json.loads((run_dir / "halving.json").read_text())
-                    agg = summarize_halving(run_dir, trials, history, schedule, plots=plots,
-                                            stream=devnull if quiet else None)
+            agg = _summary_files(config, spec, run_dir, members, trials, history, plots, quiet)
             result.timings["summary_s"] = time.perf_counter() - t_summary
-            if spec.pbt is not None:
-                from rljax.training.hooks.pbt import EVAL_SCORE, TRAIN_SCORE
-
-                ranked_by = EVAL_SCORE if getattr(config, "eval_interval", 0) > 0 else TRAIN_SCORE
-                with open(run_dir / "summary.md", "a") as f:
-                    f.write("\nPopulation-based training: each config is a member's *starting* point; members were "
-                            f"replaced by copies of better ones (ranked by `{ranked_by}` of the chunk, ties by their "
-                            "lineage's AUC) and their hyperparameters perturbed during training (every step, with the "
-                            "resulting values, is in `pbt.jsonl`).\n")
         elif trials is not None:
             from rljax.training.halving_summary import halving_table
 

@@ -51,7 +51,7 @@ from rljax.core.config import sweepable_fields
 from rljax.training.hooks.base import Hook, Row, Run
 
 __all__ = ["PBT", "PBTSpec", "parse_pbt", "validate_pbt", "check_eval_interval", "exploit_explore",
-           "scores_from_rows", "return_auc", "EVAL_SCORE", "TRAIN_SCORE"]
+           "scores_from_rows", "return_auc", "final_and_auc", "EVAL_SCORE", "TRAIN_SCORE"]
 
 EVAL_SCORE = "eval/return_mean"
 """The metrics column of the evaluation return: the score when evaluation during training is on."""
@@ -166,6 +166,16 @@ def return_auc(rows: Sequence[Mapping[str, Any]]) -> float:
         return float(pts[0][1]) if pts else float("nan")
     x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
+
+
+def final_and_auc(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """``(final training return, AUC)`` of a run's rows: the mean episode return over the last 10 % of
+    the rows in which episodes finished (``metrics.jsonl``'s, one per ``log_every`` updates), and
+    :func:`return_auc` (NaN, NaN if none). A sweep's and a halving sweep's summaries score by it."""
+    returns = [r[TRAIN_SCORE] for r in rows if r.get(TRAIN_SCORE) is not None and math.isfinite(r[TRAIN_SCORE])]
+    if not returns:
+        return float("nan"), float("nan")
+    return float(np.mean(returns[-max(1, len(returns) // 10):])), return_auc(rows)
 
 
 def exploit_explore(state: Any, scores: jax.Array, chunk_index: jax.Array, spec: PBTSpec,
