@@ -96,7 +96,8 @@ class ScaleRule:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """A change of the actor count to ``to`` (``change`` = +1 or -1), why, and what was measured
-    (the window's means and its updates per second)."""
+    (the window's means and its updates per second); ``undo``: it takes back a change that did not
+    pay off (not itself on probation)."""
 
     change: int
     to: int
@@ -104,6 +105,7 @@ class Decision:
     learner_busy: float
     actor_idle: float
     updates_per_s: float
+    undo: bool = False
 
     def record(self) -> dict[str, Any]:
         return {"actors": self.to, "change": self.change, "reason": self.reason,
@@ -185,7 +187,7 @@ class Scaler:
                     self._ceiling, self._ceiling_held, self._held_busy = before, r.hold * r.window, before_busy
                 return Decision(-1, before, f"actor {n} did not pay off: {rate:.3g} updates/s against "
                                             f"{before_rate:.3g} with {before} (at least {need:.3g} expected); "
-                                            f"held at {before} for {r.hold * r.window} updates", b, i, rate)
+                                            f"held at {before} for {r.hold * r.window} updates", b, i, rate, undo=True)
             return None
         floor = before_rate * (1 - r.min_gain / before)
         if rate < floor:
@@ -193,14 +195,13 @@ class Scaler:
                 self._floor, self._floor_held = before, r.hold * r.window
             return Decision(+1, before, f"retiring actor {before} slowed the run: {rate:.3g} updates/s against "
                                         f"{before_rate:.3g} with {before} (at least {floor:.3g} expected); held at "
-                                        f"{before} or more for {r.hold * r.window} updates", b, i, rate)
+                                        f"{before} or more for {r.hold * r.window} updates", b, i, rate, undo=True)
         return None
 
     def applied(self, decision: Decision) -> None:
         """The count is now ``decision.to``; a change the controller chose (not an undo) is on probation
         until the next full window; the window starts over (the cool-down)."""
-        undo = "did not pay off" in decision.reason or "slowed the run" in decision.reason
-        if not undo:
+        if not decision.undo:
             self._probe = (decision.change, self.count, decision.updates_per_s, decision.learner_busy)
         self.count = decision.to
         self.reset_window()

@@ -256,8 +256,9 @@ class Schedule:
             age = self.age(s, chunk_index)
             if age in self.rungs:
                 k = self.rungs.index(age)
-                self.records[k][self.slot_trial[s]] = score_of(s)
-                arrived.append((s, k, score_of(s)))
+                score = score_of(s)
+                self.records[k][self.slot_trial[s]] = score
+                arrived.append((s, k, score))
         if last:
             for s, trial in enumerate(self.slot_trial):
                 self.trials[trial].update(end_chunk=chunk_index, final_age=self.age(s, chunk_index),
