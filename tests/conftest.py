@@ -68,6 +68,8 @@ def _tiny_runs() -> dict:
     return {
         "ppo-cartpole": PPOConfig(env="CartPole-v1", **ppo),
         "ppo-pendulum": PPOConfig(env="Pendulum-v1", **ppo),
+        # A recurrent policy (not in TINY_RUN_NAMES: its load and export have their own tests; the policy server's use it).
+        "ppo-gru": PPOConfig(env="CartPole-v1", **{**ppo, "hidden_sizes": (16,)}, memory="gru", memory_size=8),
         "dqn": DQNConfig(env="CartPole-v1", total_timesteps=4 * 2 * 40, updates_per_chunk=10, num_envs=4, num_steps=2,
                          batch_size=16, buffer_size=64, learning_starts=32, hidden_sizes=(16,), dueling=True,
                          normalize_obs=True),

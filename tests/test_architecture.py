@@ -101,8 +101,11 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "rljax.training.hooks": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training"},
     # A bench runs sweeps and reports statistics over their runs: beside the actor-learner path.
     "rljax.bench": _BELOW_POLICY | {"rljax.policy", "rljax.suites", "rljax.training", "rljax.host", "rljax.bench"},
+    # Serving a policy over the network: a trained policy (rljax.load) behind the env server's framing.
+    "rljax.serve": _BELOW_POLICY | {"rljax.policy", "rljax.host"},
     "rljax.cli": {"rljax.env", "rljax.core", "rljax.runtime", "rljax.agents", "rljax.store", "rljax.policy",
-                  "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.bench", "rljax.cli"},
+                  "rljax.suites", "rljax.training", "rljax.host", "rljax.actorlearner", "rljax.bench", "rljax.serve",
+                  "rljax.cli"},
 }
 FORBIDDEN_IMPORTS: dict[str, set[str]] = {
     "rljax.training.hooks": {"rljax.training.loop"},  # the loop calls its hooks, never the other way round

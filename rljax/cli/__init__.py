@@ -3,7 +3,7 @@
 :mod:`rljax.cli.main` builds one argparse parser with a subparser per command; each command is a
 module here with ``add_parser(subparsers)`` and ``run(args)`` (``envs``, ``train``, ``sweep``,
 ``bench``, ``resume``, ``eval``, ``export``, ``inspect``, ``supervise``, ``launch``, ``status``, ``stop``,
-``config``, ``env-server``). Shared pieces: the flags of a
+``config``, ``env-server``, ``serve``). Shared pieces: the flags of a
 config (:mod:`rljax.cli.flags`), exit statuses and the process around a run
 (:mod:`rljax.cli.process`), the experiment modules' ``main`` (:mod:`rljax.cli.experiment`).
 
@@ -11,5 +11,5 @@ The top of the stack: may import every layer. Nothing below imports it.
 
 May import: :mod:`rljax.env`, :mod:`rljax.core`, :mod:`rljax.runtime`, :mod:`rljax.agents`,
 :mod:`rljax.store`, :mod:`rljax.policy`, :mod:`rljax.suites`, :mod:`rljax.training`, :mod:`rljax.host`,
-:mod:`rljax.actorlearner`, :mod:`rljax.bench`.
+:mod:`rljax.actorlearner`, :mod:`rljax.bench`, :mod:`rljax.serve`.
 """

@@ -17,7 +17,7 @@ from typing import Any
 
 import rljax
 from rljax.cli import (bench, configfile, env_server, envs, eval as eval_command, export, inspect, launch, resume,
-                       status, stop, supervise, sweep, train)
+                       serve, status, stop, supervise, sweep, train)
 from rljax.cli.experiment import run_experiment
 from rljax.cli.flags import CommandParser, UsageError, algorithm_classes, build_parser, config_from_args
 from rljax.cli.process import (EXIT_BROKEN_PIPE, EXIT_DIVERGED, EXIT_IO, EXIT_SOFTWARE, EXIT_USAGE, call_training,
@@ -28,7 +28,7 @@ __all__ = ["main", "command_parser", "usage", "unknown_command", "COMMANDS", "ru
            "EXIT_DIVERGED", "EXIT_SOFTWARE", "EXIT_IO"]
 
 COMMANDS = (envs, train, sweep, bench, resume, eval_command, export, supervise, launch, inspect, status, stop,
-            configfile, env_server)
+            configfile, env_server, serve)
 """The command modules, in the order ``rljax --help`` lists them."""
 
 
@@ -51,6 +51,8 @@ def usage() -> str:
             "       rljax inspect RUN_DIR [--out DIR] [--no-plots] [--smooth W]   (a run's or sweep's summary and plots)\n"
             "       rljax env-server gymnasium/ID --num-envs N [--host H] [--port P]   (serve an env over rljax's "
             "env protocol)\n"
+            "       rljax serve RUN_DIR|EXPORT_DIR [--port P] [--follow] [--max-batch N]   (serve a policy to clients "
+            "over the network)\n"
             "       rljax --version")
 
 

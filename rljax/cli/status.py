@@ -6,7 +6,12 @@ that sees the directory and never disturbs the run. ``--json`` prints the record
 On a bench directory (one holding ``bench.json``, :mod:`rljax.bench.runner`) it prints the bench's
 cells done, running and left, the time left and the processes (workers) running it
 (:func:`rljax.bench.runner.status_text`); ``--json`` prints
-:func:`rljax.bench.runner.bench_status`'s record."""
+:func:`rljax.bench.runner.bench_status`'s record.
+
+On a policy server's directory (``serve.json``: ``rljax serve --stats-dir``) it prints the server's
+state, version, requests/s, batch size, p50/p99 latency and errors; on a run directory, the servers
+under ``RUN_DIR/serve/`` (``rljax serve RUN_DIR``'s default) follow the run's line (``--json``: under
+``servers``)."""
 
 from __future__ import annotations
 
@@ -86,10 +91,19 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         print(json.dumps(bench, sort_keys=True) if args.json else status_text(bench), flush=True)
         return 0
+    from rljax.serve.stats import is_serve_dir, read_serve_status, serve_line
+
+    servers = [args.run_dir] if is_serve_dir(args.run_dir) else sorted(
+        str(p.parent) for p in pathlib.Path(args.run_dir).glob("serve/*/serve.json"))
     try:
-        record = read_status(args.run_dir)
+        served = [read_serve_status(d) for d in servers]
+        record = None if is_serve_dir(args.run_dir) else read_status(args.run_dir)
     except ValueError as err:
         print(f"rljax status: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(record, sort_keys=True) if args.json else status_line(record), flush=True)
+    if args.json:
+        print(json.dumps(record if not served else {**(record or {}), "servers": served}, sort_keys=True), flush=True)
+        return 0
+    lines = ([status_line(record)] if record is not None else []) + [serve_line(s) for s in served]
+    print("\n".join(lines), flush=True)
     return 0

@@ -46,16 +46,17 @@ import enum
 import math
 import socket
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rljax.env import Box, Discrete
 from rljax.host.base import HostSpec
 
-__all__ = ["HANDSHAKE_LIMIT", "Kind", "MAGIC", "ProtocolError", "VERSION", "decode_header", "decode_payload",
-           "decode_spec", "encode", "encode_spec", "error_arrays", "message_size", "read_message", "result_limit",
-           "send_message", "step_limit"]
+__all__ = ["ENV_FRAMING", "Framing", "HANDSHAKE_LIMIT", "Kind", "MAGIC", "ProtocolError", "VERSION",
+           "decode_header", "decode_header_count", "decode_payload", "decode_spec", "encode", "encode_spec",
+           "error_arrays", "error_text", "message_size", "read_message", "result_limit", "send_message",
+           "step_limit"]
 
 MAGIC = b"RLJX"
 VERSION = 1
@@ -87,6 +88,30 @@ ARRAY_COUNTS = {Kind.HELLO: 1, Kind.SPEC: 7, Kind.RESET: 1, Kind.OBS: 1, Kind.ST
                 Kind.CLOSE: 0, Kind.ERROR: 1}
 """How many arrays each kind of message holds."""
 
+
+class Framing(NamedTuple):
+    """A protocol on this framing: its magic, its kinds of message and how many arrays each holds
+    (a count, or an inclusive ``(low, high)`` range for a kind whose arrays vary). The env protocol
+    is :data:`ENV_FRAMING`; :mod:`rljax.serve.protocol` speaks another on the same framing."""
+
+    magic: bytes
+    name: str
+    kinds: type[enum.IntEnum]
+    counts: dict[int, int | tuple[int, int]]
+    error: int
+
+    def count_ok(self, kind: int, count: int) -> bool:
+        want = self.counts[kind]
+        return want[0] <= count <= want[1] if isinstance(want, tuple) else count == want
+
+    def count_text(self, kind: int) -> str:
+        want = self.counts[kind]
+        return f"{want[0]} to {want[1]}" if isinstance(want, tuple) else str(want)
+
+
+ENV_FRAMING = Framing(MAGIC, "env", Kind, ARRAY_COUNTS, Kind.ERROR)
+"""The env protocol's framing."""
+
 DTYPES = {1: np.bool_, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.uint32, 7: np.int32,
           8: np.uint64, 9: np.int64, 10: np.float16, 11: np.float32, 12: np.float64}
 CODES = {np.dtype(t): c for c, t in DTYPES.items()}
@@ -106,15 +131,15 @@ def _array_bytes(x: np.ndarray) -> bytes:
     return ARRAY_HEADER.pack(code, x.ndim, 0) + struct.pack(f"<{x.ndim}I", *x.shape) + data
 
 
-def encode(kind: Kind, arrays: list[np.ndarray]) -> bytes:
+def encode(kind: Kind, arrays: list[np.ndarray], framing: Framing = ENV_FRAMING) -> bytes:
     """One message: the header and ``arrays`` (as many as ``kind`` holds)."""
-    kind = Kind(kind)
-    if len(arrays) != ARRAY_COUNTS[kind]:
-        raise ProtocolError(f"a {kind.name} message holds {ARRAY_COUNTS[kind]} arrays, not {len(arrays)}")
+    kind = framing.kinds(kind)
+    if not framing.count_ok(kind, len(arrays)):
+        raise ProtocolError(f"a {kind.name} message holds {framing.count_text(kind)} arrays, not {len(arrays)}")
     payload = b"".join(_array_bytes(np.asarray(a)) for a in arrays)
     if len(payload) >= 2 ** 32:
         raise ProtocolError(f"a payload of {len(payload)} bytes is over the protocol's 4 GiB limit")
-    return HEADER.pack(MAGIC, VERSION, int(kind), len(arrays), 0, len(payload)) + payload
+    return HEADER.pack(framing.magic, VERSION, int(kind), len(arrays), 0, len(payload)) + payload
 
 
 def message_size(shapes_dtypes: list[tuple[tuple[int, ...], Any]]) -> int:
@@ -122,36 +147,48 @@ def message_size(shapes_dtypes: list[tuple[tuple[int, ...], Any]]) -> int:
     return sum(ARRAY_HEADER.size + 4 * len(s) + math.prod(s) * np.dtype(d).itemsize for s, d in shapes_dtypes)
 
 
-def decode_header(header: bytes, limit: int, expect: tuple[Kind, ...] = ()) -> tuple[Kind, int]:
+def decode_header(header: bytes, limit: int, expect: tuple[Kind, ...] = (),
+                  framing: Framing = ENV_FRAMING) -> tuple[Kind, int]:
     """``(kind, payload bytes)`` of a 12-byte header, checked: magic, version, a known kind (one of
     ``expect`` when given, or ERROR), its array count, flags 0, and a payload of at most ``limit`` bytes."""
+    return decode_header_count(header, limit, expect, framing)[:2]
+
+
+def decode_header_count(header: bytes, limit: int, expect: tuple[Kind, ...] = (),
+                        framing: Framing = ENV_FRAMING) -> tuple[Kind, int, int]:
+    """:func:`decode_header` with the array count the header declares: ``(kind, payload bytes, count)``."""
     if len(header) != HEADER.size:
         raise ProtocolError(f"a header is {HEADER.size} bytes, got {len(header)}")
     magic, version, kind, count, flags, length = HEADER.unpack(header)
-    if magic != MAGIC:
-        raise ProtocolError(f"not an rljax env-protocol message: magic {magic!r}, expected {MAGIC!r}")
+    if magic != framing.magic:
+        raise ProtocolError(f"not an rljax {framing.name}-protocol message: magic {magic!r}, expected "
+                            f"{framing.magic!r}")
     if version != VERSION:
         raise ProtocolError(f"protocol version {version}; this side speaks version {VERSION}")
-    if kind not in Kind._value2member_map_:
-        raise ProtocolError(f"unknown message kind {kind}; known: {', '.join(f'{k.value} {k.name}' for k in Kind)}")
-    kind = Kind(kind)
-    if expect and kind not in expect and kind != Kind.ERROR:
+    kinds = framing.kinds
+    if kind not in kinds._value2member_map_:
+        raise ProtocolError(f"unknown message kind {kind}; known: {', '.join(f'{k.value} {k.name}' for k in kinds)}")
+    kind = kinds(kind)
+    if expect and kind not in expect and kind != framing.error:
         raise ProtocolError(f"expected {' or '.join(k.name for k in expect)}, got {kind.name}")
-    if count != ARRAY_COUNTS[kind] or flags != 0:
-        raise ProtocolError(f"a {kind.name} message holds {ARRAY_COUNTS[kind]} arrays and flags 0; got {count} "
-                            f"arrays and flags {flags}")
+    if not framing.count_ok(kind, count) or flags != 0:
+        raise ProtocolError(f"a {kind.name} message holds {framing.count_text(kind)} arrays and flags 0; got "
+                            f"{count} arrays and flags {flags}")
     if length > limit:
         raise ProtocolError(f"a {kind.name} payload of {length} bytes is over the limit of {limit} bytes here")
-    return kind, length
+    return kind, length, count
 
 
-def decode_payload(kind: Kind, payload: bytes) -> list[np.ndarray]:
-    """The arrays of a ``kind`` message's payload, each a fresh (writable, native-order) array; the
-    layout is checked before each array is built, and nothing may follow the last one."""
+def decode_payload(kind: Kind, payload: bytes, count: int | None = None,
+                   framing: Framing = ENV_FRAMING) -> list[np.ndarray]:
+    """The arrays of a ``kind`` message's payload (``count`` of them: the header's; None: the kind's
+    fixed count), each a fresh (writable, native-order) array; the layout is checked before each
+    array is built, and nothing may follow the last one."""
     arrays, offset, view = [], 0, memoryview(payload)
-    for i in range(ARRAY_COUNTS[Kind(kind)]):
+    kind = framing.kinds(kind)
+    for i in range(framing.counts[kind] if count is None else count):
         if offset + ARRAY_HEADER.size > len(payload):
-            raise ProtocolError(f"array {i} of a {Kind(kind).name} message: the payload ends inside its header")
+            raise ProtocolError(f"array {i} of a {kind.name} message: the payload ends inside its header")
         code, ndim, reserved = ARRAY_HEADER.unpack_from(payload, offset)
         offset += ARRAY_HEADER.size
         if code not in DTYPES or ndim > MAX_NDIM or reserved:
@@ -178,7 +215,7 @@ def decode_payload(kind: Kind, payload: bytes) -> list[np.ndarray]:
             arrays.append(data.astype(dtype.newbyteorder("="), copy=True))
         offset += nbytes
     if offset != len(payload):
-        raise ProtocolError(f"{len(payload) - offset} bytes follow the last array of a {Kind(kind).name} message")
+        raise ProtocolError(f"{len(payload) - offset} bytes follow the last array of a {kind.name} message")
     return arrays
 
 
@@ -193,20 +230,25 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_message(sock: socket.socket, limit: int, expect: tuple[Kind, ...] = ()) -> tuple[Kind, list[np.ndarray]]:
+def read_message(sock: socket.socket, limit: int, expect: tuple[Kind, ...] = (),
+                 framing: Framing = ENV_FRAMING) -> tuple[Kind, list[np.ndarray]]:
     """Reads one message from ``sock`` (its timeout applies to every read): the header is checked
     (:func:`decode_header`) before the payload is read. An ERROR from the peer raises
     :class:`ProtocolError` with its text. Returns ``(kind, arrays)``."""
-    kind, length = decode_header(_recv_exact(sock, HEADER.size), limit, expect)
-    arrays = decode_payload(kind, _recv_exact(sock, length))
-    if kind == Kind.ERROR:
-        text = arrays[0].astype(np.uint8).tobytes()[:2000].decode("utf-8", "replace") if arrays[0].ndim == 1 else "?"
-        raise ProtocolError(f"the peer reported an error: {text}")
+    kind, length, count = decode_header_count(_recv_exact(sock, HEADER.size), limit, expect, framing)
+    arrays = decode_payload(kind, _recv_exact(sock, length), count, framing)
+    if kind == framing.error:
+        raise ProtocolError(f"the peer reported an error: {error_text(arrays[0])}")
     return kind, arrays
 
 
-def send_message(sock: socket.socket, kind: Kind, arrays: list[np.ndarray]) -> None:
-    sock.sendall(encode(kind, arrays))
+def error_text(array: np.ndarray) -> str:
+    """The text an ERROR message's array carries (at most 2000 bytes of it)."""
+    return array.astype(np.uint8).tobytes()[:2000].decode("utf-8", "replace") if array.ndim == 1 else "?"
+
+
+def send_message(sock: socket.socket, kind: Kind, arrays: list[np.ndarray], framing: Framing = ENV_FRAMING) -> None:
+    sock.sendall(encode(kind, arrays, framing))
 
 
 def error_arrays(text: str) -> list[np.ndarray]:

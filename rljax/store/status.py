@@ -25,7 +25,8 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["STATUS_FILE", "STOP_FILE", "STATES", "PHASES", "write_status", "read_status", "request_stop", "take_stop_request"]
+__all__ = ["STATUS_FILE", "STOP_FILE", "STATES", "PHASES", "write_status", "read_status", "request_stop",
+           "take_stop_request", "writer_alive"]
 
 STATUS_FILE = "status.json"
 STOP_FILE = "stop.request"
@@ -48,8 +49,9 @@ def write_status(run_dir: str | os.PathLike, record: dict[str, Any]) -> None:
                   {**record, "updated_unix": time.time(), "host": socket.gethostname(), "pid": os.getpid()})
 
 
-def _alive_here(record: dict[str, Any]) -> bool | None:
-    """Whether the writer is a live process (None: it ran on another host, which cannot be told from here)."""
+def writer_alive(record: dict[str, Any]) -> bool | None:
+    """Whether the writer of ``record`` (its ``host`` and ``pid``) is a live process (None: it ran on another
+    host, which cannot be told from here)."""
     pid = record.get("pid")
     if record.get("host") != socket.gethostname() or not isinstance(pid, int):
         return None
@@ -82,7 +84,7 @@ def read_status(run_dir: str | os.PathLike, now: float | None = None) -> dict[st
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} is damaged ({err}); the run rewrites it at its next chunk") from None
     if record.get("state") == "running":
-        if _alive_here(record) is False:
+        if writer_alive(record) is False:
             record["state"], record["reason"] = "failed", "its process is gone (killed without stopping)"
         elif record["age_s"] > float(record.get("stall_after_s", float("inf"))):
             record["state"] = "stalled"

@@ -235,7 +235,7 @@ def test_version(capsys):
 def test_one_parser_with_a_subcommand_per_module(capsys):
     parser, commands = cli.command_parser()
     assert list(commands) == ["envs", "train", "sweep", "bench", "resume", "eval", "export", "supervise", "launch",
-                             "inspect", "status", "stop", "config", "env-server"]
+                             "inspect", "status", "stop", "config", "env-server", "serve"]
     assert all(sub.prog == f"rljax {name}" for name, sub in commands.items())
     args = parser.parse_args(["eval", "runs/x", "--episodes", "7", "--stochastic"])
     assert (args.subcommand, args.run_dir, args.episodes, args.stochastic) == ("eval", "runs/x", 7, True)
@@ -249,7 +249,7 @@ def test_one_parser_with_a_subcommand_per_module(capsys):
     assert cli.main(["xyz"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown command 'xyz'; the commands: envs, train, sweep, "
                                               "bench, resume, eval, export, supervise, launch, inspect, status, stop, config, "
-                                              "env-server\n")
+                                              "env-server, serve\n")
     assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out
 
 

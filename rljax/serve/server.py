@@ -1,0 +1,565 @@
+"""The policy server: many clients, one compiled policy, requests batched as they arrive.
+
+Two threads do the work. The **I/O thread** owns every socket (non-blocking, one ``selectors`` loop):
+it accepts clients, reads each message's header before its payload (:mod:`rljax.serve.protocol`),
+checks a request against the policy's inputs, and queues it; a connection has at most one request in
+flight, so its recurrent state is never raced. The **inference thread** takes the oldest request and
+every request that arrives within ``max_wait_ms`` of it, up to ``max_batch`` rows, computes them as
+one batch (:class:`~rljax.serve.model.ServedModel`), splits the actions, and hands the replies back.
+
+Safety is the env server's (:mod:`rljax.host.server`): loopback unless told otherwise, and a token
+(``RLJAX_SERVE_TOKEN``, compared in constant time, never logged) required off loopback; nothing is
+unpickled; a message larger than the largest request (``max_batch`` rows) is refused at its header;
+a client that stops in the middle of a message for ``stall_timeout_s`` (or does not say HELLO
+within it), or says nothing for ``idle_timeout_s``, is dropped; a malformed message or a bad token
+costs that client its connection (ERROR, then closed), while a well-formed request the policy
+cannot act on gets REFUSED and the session goes on. No client can stop the others being served.
+
+With ``follow_s``, a **follow thread** polls the run directory for a newer checkpoint, loads it
+(:func:`rljax.load` verifies its checksums; a damaged one is skipped and named in the log) and swaps
+the ``(params, version)`` pair in one assignment: a batch is computed entirely with one version, and
+every reply names it. A request that pinned another version is refused, never acted on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import logging
+import os
+import queue
+import selectors
+import socket
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from rljax.host.protocol import (HEADER, ProtocolError, decode_header_count, decode_payload, encode, error_arrays)
+from rljax.host.server import is_loopback
+from rljax.serve.model import ServedModel
+from rljax.serve.protocol import FLAG_SAMPLE, FRAMING, SEED_LIMIT, Kind, act_limit, encode_description, text_array
+from rljax.serve.stats import ServeStats, write_serve_status
+
+__all__ = ["PolicyServer", "TOKEN_VARIABLE"]
+
+TOKEN_VARIABLE = "RLJAX_SERVE_TOKEN"
+"""The environment variable the server and its clients read the shared token from."""
+
+_HELLO_LIMIT = 64 << 10
+_CLOSE_GRACE_S = 1.0
+
+log = logging.getLogger(__name__)
+
+
+class _Refused(Exception):
+    """A well-formed request the policy cannot act on: REFUSED with this text, the session goes on."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    peer: str
+    client: str
+    buf: bytearray = dataclasses.field(default_factory=bytearray)
+    out: bytearray = dataclasses.field(default_factory=bytearray)
+    hello: bool = False
+    busy: bool = False
+    closing_at: float | None = None
+    header: tuple[Any, int, int] | None = None
+    last: float = dataclasses.field(default_factory=time.monotonic)
+    accepted: float = dataclasses.field(default_factory=time.monotonic)
+    partial_since: float | None = None
+    out_since: float | None = None
+    state: list[np.ndarray] | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class _Request:
+    conn: _Conn
+    rid: int
+    pin: int
+    seed: int | None
+    reset: np.ndarray
+    obs: list[np.ndarray]
+    arrived: float
+
+    @property
+    def rows(self) -> int:
+        return self.reset.shape[0]
+
+
+class PolicyServer:
+    """Serves a :class:`~rljax.serve.model.ServedModel` over TCP (see the module docstring).
+
+    Args:
+        model: what to serve (:func:`rljax.serve.model.load_model`).
+        host, port: where to listen (port 0: any free port; :attr:`address` says which).
+        token: the shared token; None reads ``RLJAX_SERVE_TOKEN``. Required off loopback.
+        max_batch: the most rows computed at once (and the most one request may carry).
+        max_wait_ms: how long the oldest queued request waits for others to join its batch.
+        follow_s: poll the run for a newer checkpoint every this many seconds (None: never).
+        idle_timeout_s: drop a client silent this long.
+        stall_timeout_s: drop a client that leaves a message (sent or received) unfinished this long.
+        max_clients: refuse connections beyond this many.
+        stats_dir: keep ``serve.json`` and ``serve.jsonl`` here every ``stats_every_s`` (None: not; the
+            attribute :attr:`stats_dir` may be set until :meth:`start`).
+    """
+
+    def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 max_batch: int = 64, max_wait_ms: float = 2.0, follow_s: float | None = None,
+                 idle_timeout_s: float = 600.0, stall_timeout_s: float = 10.0, max_clients: int = 1024,
+                 stats_dir: str | os.PathLike | None = None, stats_every_s: float = 10.0):
+        token = os.environ.get(TOKEN_VARIABLE) if token is None else token
+        if not is_loopback(host) and not token:
+            raise ValueError(f"serving on {host!r}, beyond this machine, needs a shared token: set {TOKEN_VARIABLE} "
+                             f"here and in the clients (or serve on 127.0.0.1)")
+        _check_positive(max_batch=max_batch, idle_timeout_s=idle_timeout_s, stall_timeout_s=stall_timeout_s,
+                        max_clients=max_clients, stats_every_s=stats_every_s)
+        if max_wait_ms < 0 or (follow_s is not None and follow_s <= 0):
+            raise ValueError(f"max_wait_ms={max_wait_ms} (>= 0), follow_s={follow_s} (> 0, or None)")
+        if follow_s is not None and model.reload is None:
+            raise ValueError(f"{model.info.get('path')} is an export: there is no run to follow (serve the run "
+                             f"directory to follow its checkpoints)")
+        self.model, self.max_batch, self.max_wait_s = model, int(max_batch), float(max_wait_ms) / 1e3
+        self._token, self._idle, self._stall = (token or "").encode(), float(idle_timeout_s), float(stall_timeout_s)
+        self._max_clients, self._follow_s = int(max_clients), follow_s
+        self.stats_dir, self._stats_every = stats_dir, float(stats_every_s)
+        self._stop = threading.Event()
+        model.warm(self.max_batch)
+        self._current = (jax.device_put(model.params), model.version)
+        self._limit = act_limit(model.inputs, self.max_batch)
+        self.stats = ServeStats()
+        self._sock = socket.create_server((host, int(port)))
+        self._sock.setblocking(False)
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._sock, selectors.EVENT_READ, "listen")
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._queue: queue.Queue[_Request] = queue.Queue()
+        self._done: list[tuple[_Conn, bytes, float, bool]] = []
+        self._done_lock = threading.Lock()
+        self._conns: set[_Conn] = set()
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def version(self) -> int:
+        """The version served now (the checkpoint step of the params)."""
+        return self._current[1]
+
+    # ----- running -----
+
+    def start(self) -> "PolicyServer":
+        """Starts the threads (I/O, inference, and follow and stats where asked); returns ``self``."""
+        targets = [("io", self._io_loop), ("infer", self._infer_loop)]
+        if self._follow_s is not None:
+            targets.append(("follow", self._follow_loop))
+        if self.stats_dir is not None:
+            targets.append(("stats", self._stats_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=target, daemon=True, name=f"rljax-serve-{name}")
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def serve_forever(self) -> None:
+        """:meth:`start`, then serves until :meth:`request_stop` or :meth:`close` (or a KeyboardInterrupt),
+        and closes."""
+        self.start()
+        try:
+            while not (self._stop.wait(0.5) or self._closed.is_set()):
+                pass
+        finally:
+            self.close()
+
+    def request_stop(self) -> None:
+        """Makes :meth:`serve_forever` return (safe in a signal handler)."""
+        self._stop.set()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stops serving: the threads end, every connection is closed, a last status is written."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._wake()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout_s)
+        for conn in list(self._conns):
+            self._forget(conn)
+        for s in (self._sock, self._wake_r, self._wake_w):
+            s.close()
+        self._sel.close()
+        if self.stats_dir is not None:
+            self._write_stats(stopped=True)
+
+    def __enter__(self) -> "PolicyServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    # ----- the I/O thread -----
+
+    def _io_loop(self) -> None:
+        next_sweep = time.monotonic() + 0.5
+        while not self._closed.is_set():
+            for key, mask in self._sel.select(0.25):
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wake":
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                else:
+                    conn = key.data
+                    if mask & selectors.EVENT_WRITE:
+                        self._flush(conn)
+                    if mask & selectors.EVENT_READ and conn in self._conns:
+                        self._read(conn)
+            self._deliver()
+            if time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep = time.monotonic() + 0.5
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self._sock.accept()
+        except (BlockingIOError, OSError):
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(sock, f"{peer[0]}:{peer[1]}", str(peer[0]))
+        self._conns.add(conn)
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+        self.stats.count("connections")
+        if len(self._conns) > self._max_clients:
+            self._fail(conn, "full", f"the server has {self._max_clients} clients, its limit (--max-clients): try "
+                                     f"later")
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._forget(conn)
+            return
+        if not data:
+            self._forget(conn)
+            return
+        now = time.monotonic()
+        conn.last = now
+        if conn.closing_at is not None:  # draining before the close: what comes is not read
+            return
+        conn.buf += data
+        if conn.busy and len(conn.buf) > 2 * (self._limit + HEADER.size):
+            self._fail(conn, "protocol", "a client may have one request in flight; this one sent far more before "
+                                         "its reply")
+            return
+        self._parse(conn, now)
+
+    def _parse(self, conn: _Conn, now: float) -> None:
+        try:
+            while conn.closing_at is None and not conn.busy and len(conn.buf) >= HEADER.size:
+                if conn.header is None:
+                    expect = (Kind.ACT, Kind.CLOSE) if conn.hello else (Kind.HELLO,)
+                    conn.header = decode_header_count(bytes(conn.buf[:HEADER.size]),
+                                                      self._limit if conn.hello else _HELLO_LIMIT, expect, FRAMING)
+                kind, length, count = conn.header
+                if len(conn.buf) < HEADER.size + length:
+                    break
+                payload = bytes(conn.buf[HEADER.size:HEADER.size + length])
+                del conn.buf[:HEADER.size + length]
+                conn.header = None
+                self._handle(conn, kind, decode_payload(kind, payload, count, FRAMING), now)
+        except ProtocolError as err:
+            self._fail(conn, "protocol", str(err))
+            return
+        conn.partial_since = (conn.partial_since or now) if conn.buf and not conn.busy else None
+
+    def _handle(self, conn: _Conn, kind: Kind, arrays: list[np.ndarray], now: float) -> None:
+        if kind == Kind.ERROR:
+            raise ProtocolError("the client sent an ERROR")
+        if kind == Kind.HELLO:
+            if not self._token_ok(conn, arrays[0]):
+                return
+            conn.hello = True
+            self._send(conn, encode(Kind.SPEC, encode_description(self.model.description(self.max_batch,
+                                                                                         self.version)), FRAMING))
+        elif kind == Kind.CLOSE:
+            self._forget(conn)
+        else:
+            try:
+                request = self._request(conn, arrays, now)
+            except _Refused as why:
+                rid = int(arrays[0][0]) if arrays[0].dtype == np.int64 and arrays[0].shape == (4,) else -1
+                self._refuse(conn, rid, str(why))
+                return
+            conn.busy = True
+            self._queue.put(request)
+
+    def _token_ok(self, conn: _Conn, token: np.ndarray) -> bool:
+        if not self._token:
+            return True
+        if token.dtype != np.uint8 or token.ndim != 1 or token.size == 0:
+            why = (f"no token was sent, and this server requires one: set {TOKEN_VARIABLE} on the client (or pass "
+                   f"token=)")
+        elif not hmac.compare_digest(token.tobytes(), self._token):
+            why = f"the token sent does not match this server's ({TOKEN_VARIABLE})"
+        else:
+            return True
+        self._fail(conn, "token", why)
+        return False
+
+    def _request(self, conn: _Conn, arrays: list[np.ndarray], now: float) -> _Request:
+        """The checked request of an ACT; :class:`_Refused` naming what is wrong."""
+        meta, reset, leaves = arrays[0], arrays[1], arrays[2:]
+        if meta.dtype != np.int64 or meta.shape != (4,):
+            raise _Refused(f"an ACT's first array is int64 [4] (request id, pinned version, flags, seed); got "
+                           f"{meta.dtype} {meta.shape}")
+        rid, pin, flags, seed = (int(x) for x in meta)
+        if flags & ~FLAG_SAMPLE:
+            raise _Refused(f"flags {flags}: only bit 0 (sample) is defined")
+        if reset.dtype != np.bool_ or reset.ndim != 1 or not 1 <= reset.shape[0] <= self.max_batch:
+            raise _Refused(f"reset is bool [B] with 1 <= B <= {self.max_batch} (--max-batch); got {reset.dtype} "
+                           f"{reset.shape}")
+        rows, inputs = reset.shape[0], self.model.inputs
+        if len(leaves) != len(inputs):
+            raise _Refused(f"{len(leaves)} observation arrays were sent; this policy takes {len(inputs)}: "
+                           f"{', '.join(n for n, _, _ in inputs)}")
+        for x, (name, shape, dtype) in zip(leaves, inputs):
+            if x.dtype != dtype or x.shape != (rows, *shape):
+                raise _Refused(f"observation {name}: expected {np.dtype(dtype).name} {[rows, *shape]} (B = {rows} "
+                               f"rows, as reset has), got {x.dtype.name} {list(x.shape)}")
+        sample = bool(flags & FLAG_SAMPLE)
+        if sample and self.model.sampling is not None:
+            raise _Refused(f"sampled actions are not served here: {self.model.sampling}")
+        if sample and not 0 <= seed < SEED_LIMIT:
+            raise _Refused(f"seed {seed}: a sampled request's seed is in [0, 2^31)")
+        if pin < -1:
+            raise _Refused(f"pinned version {pin}: give a version >= 0, or -1 for any")
+        if self.model.recurrent and (conn.state is None or conn.state[0].shape[0] != rows):
+            if conn.state is not None and not reset.all():
+                raise _Refused(f"this session's recurrent state has {conn.state[0].shape[0]} rows, the request "
+                               f"{rows}: reset every row to start the session over with {rows}")
+            conn.state = self.model.initial_state(rows)
+        return _Request(conn, rid, pin, seed if sample else None, reset, leaves, now)
+
+    def _refuse(self, conn: _Conn, rid: int, why: str) -> None:
+        self.stats.error(conn.client, "refused")
+        self.stats.count("refused")
+        self._send(conn, encode(Kind.REFUSED, [np.array([rid, self.version], np.int64), text_array(why)], FRAMING))
+
+    def _send(self, conn: _Conn, data: bytes) -> None:
+        if conn not in self._conns:
+            return
+        conn.out += data
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        if conn not in self._conns:
+            return
+        try:
+            while conn.out:
+                sent = conn.sock.send(conn.out)
+                del conn.out[:sent]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._forget(conn)
+            return
+        now = time.monotonic()
+        conn.out_since = (conn.out_since or now) if conn.out else None
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        try:
+            if self._sel.get_key(conn.sock).events != events:
+                self._sel.modify(conn.sock, events, conn)
+        except (KeyError, ValueError):
+            pass
+        if conn.closing_at is not None and not conn.out:
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._forget(conn)
+
+    def _fail(self, conn: _Conn, kind: str, why: str) -> None:
+        """ERROR to the client (best effort), then the connection closes once the client has read it."""
+        if conn.closing_at is not None:
+            return
+        log.warning("rljax serve: closing the connection from %s: %s", conn.peer, why)
+        self.stats.error(conn.client, kind)
+        conn.closing_at, conn.buf, conn.header = time.monotonic(), bytearray(), None
+        self._send(conn, encode(Kind.ERROR, error_arrays(why), FRAMING))
+
+    def _forget(self, conn: _Conn) -> None:
+        if conn not in self._conns:
+            return
+        self._conns.discard(conn)
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    def _sweep(self) -> None:
+        """Drops clients idle past ``idle_timeout_s``, stalled mid-message past ``stall_timeout_s``, and
+        closing ones past their grace."""
+        now = time.monotonic()
+        for conn in list(self._conns):
+            if conn.closing_at is not None:
+                if now - conn.closing_at > _CLOSE_GRACE_S:
+                    self._forget(conn)
+            elif conn.busy:
+                continue
+            elif not conn.hello and now - conn.accepted > self._stall:
+                self._fail(conn, "stalled", f"no HELLO within {self._stall:g} s of connecting (--stall-timeout)")
+            elif conn.partial_since is not None and now - conn.partial_since > self._stall:
+                self._fail(conn, "stalled", f"a message was left unfinished for {self._stall:g} s (--stall-timeout)")
+            elif conn.out_since is not None and now - conn.out_since > self._stall:
+                self._fail(conn, "stalled", f"the client read no reply for {self._stall:g} s (--stall-timeout)")
+            elif now - conn.last > self._idle:
+                self._fail(conn, "idle", f"the client was silent for {self._idle:g} s (--idle-timeout)")
+
+    def _deliver(self) -> None:
+        with self._done_lock:
+            done, self._done = self._done, []
+        for conn, data, arrived, ok in done:
+            conn.busy = False
+            if ok:
+                self.stats.replied(time.perf_counter() - arrived)
+            if conn in self._conns and conn.closing_at is None:
+                self._send(conn, data)
+                self._parse(conn, time.monotonic())  # a next request may already wait in the buffer
+
+    # ----- the inference thread -----
+
+    def _infer_loop(self) -> None:
+        carry = None
+        while not self._closed.is_set():
+            if carry is None:
+                try:
+                    carry = self._queue.get(timeout=0.25)
+                except queue.Empty:
+                    continue
+            batch, rows, carry = [carry], carry.rows, None
+            deadline = batch[0].arrived + self.max_wait_s
+            while rows < self.max_batch:
+                try:
+                    left = deadline - time.perf_counter()
+                    request = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if rows + request.rows > self.max_batch:
+                    carry = request
+                    break
+                batch.append(request)
+                rows += request.rows
+            self._run(batch)
+
+    def _run(self, batch: list[_Request]) -> None:
+        params, version = self._current  # one version for the whole batch
+        start = time.perf_counter()
+        replies: list[tuple[_Conn, bytes, float, bool]] = []
+        todo = []
+        for r in batch:
+            if r.pin >= 0 and r.pin != version:
+                why = f"version {r.pin} was pinned, and this server serves version {version} now"
+                self.stats.error(r.conn.client, "version")
+                replies.append((r.conn, encode(Kind.REFUSED, [np.array([r.rid, version], np.int64),
+                                                              text_array(why)], FRAMING), r.arrived, False))
+            else:
+                todo.append(r)
+        for group in ([r for r in todo if r.seed is None], [r for r in todo if r.seed is not None]):
+            if group:
+                replies.extend(self._compute(params, version, group))
+        self.stats.batch(sum(r.rows for r in todo), len(todo), [start - r.arrived for r in batch])
+        self.stats.count("requests", len(todo))
+        self.stats.count("rows", sum(r.rows for r in todo))
+        with self._done_lock:
+            self._done.extend(replies)
+        self._wake()
+
+    def _compute(self, params: Any, version: int, group: list[_Request]) -> list[tuple[_Conn, bytes, float, bool]]:
+        model, join = self.model, (lambda xs: xs[0] if len(xs) == 1 else np.concatenate(xs))
+        obs = [join([r.obs[i] for r in group]) for i in range(len(model.inputs))]
+        state = [join([r.conn.state[i] for r in group]) for i in range(len(model.state))]
+        reset = join([r.reset for r in group])
+        seeds = None if group[0].seed is None else join(
+            [np.stack([np.full(r.rows, r.seed, np.int32), np.arange(r.rows, dtype=np.int32)], 1) for r in group])
+        try:
+            action, new_state = model.compute(params, obs, state, reset, seeds)
+        except Exception as err:  # noqa: BLE001 - the policy raised: the clients are told, the server goes on
+            log.exception("rljax serve: the policy raised on a batch of %d rows", len(reset))
+            why = f"the policy raised {type(err).__name__} on this batch: {err}"
+            return [(r.conn, encode(Kind.REFUSED, [np.array([r.rid, version], np.int64), text_array(why)], FRAMING),
+                     r.arrived, False) for r in group]
+        out, at = [], 0
+        meta = np.array([0, version], np.int64)
+        for r in group:
+            if model.recurrent:
+                r.conn.state = [x[at:at + r.rows] for x in new_state]
+            meta[0] = r.rid
+            out.append((r.conn, encode(Kind.ACTION, [meta, action[at:at + r.rows]], FRAMING), r.arrived, True))
+            at += r.rows
+        return out
+
+    # ----- following a run, and the status -----
+
+    def _follow_loop(self) -> None:
+        failed: set[int] = set()
+        while not self._closed.wait(self._follow_s):
+            try:
+                newer = [s for s in self.model.steps() if s > self.version and s not in failed]
+            except OSError:
+                continue
+            if not newer:
+                continue
+            step = newer[-1]
+            try:
+                params = self.model.reload(step)
+            except FileNotFoundError:  # removed while read (the run keeps only its newest): the next poll
+                continue
+            except Exception as err:  # noqa: BLE001 - a damaged checkpoint: keep serving the current one
+                failed.add(step)
+                self.stats.count("reload_failures")
+                log.warning("rljax serve: checkpoint %d could not be served (%s: %s); still serving version %d",
+                            step, type(err).__name__, err, self.version)
+                continue
+            self._current = (jax.device_put(params), int(step))
+            self.stats.count("reloads")
+            log.info("rljax serve: now serving version %d", step)
+
+    def _stats_loop(self) -> None:
+        while not self._closed.wait(self._stats_every):
+            self._write_stats()
+
+    def _write_stats(self, stopped: bool = False) -> None:
+        host, port = self.address
+        extra = {"address": f"{host}:{port}", "version": self.version, "path": self.model.info.get("path"),
+                 "source": self.model.info.get("source"), "clients": len(self._conns), "max_batch": self.max_batch,
+                 "max_wait_ms": self.max_wait_s * 1e3, "every_s": self._stats_every, "stopped": stopped,
+                 "queued": self._queue.qsize()}
+        try:
+            write_serve_status(self.stats_dir, self.stats.record(extra))
+        except OSError as err:
+            log.warning("rljax serve: cannot write the status to %s: %s", self.stats_dir, err)
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name}={value}: must be > 0")
