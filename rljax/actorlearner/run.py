@@ -111,19 +111,11 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     servers = None
     if make_env is None:
-        from rljax.host.pool import ServerPool, is_server_pool
-        from rljax.host.sources import make_host_env
-
-        if is_server_pool(config.env):  # one actor per server of the pool, following it while training
-            servers = ServerPool(config.env)
-            listed = servers.addresses()
-            for a, address in enumerate(listed):
-                servers.bind(a, address)
-            make_env = lambda actor: make_host_env(servers.env_name(actor), config.num_envs)  # noqa: E731
-        else:
-            make_env = lambda actor: make_host_env(config.env, config.num_envs)  # noqa: E731
+        servers, make_env = _env_source(config)
     leader, several = distributed.is_leader(), distributed.process_count() > 1
     with contextlib.ExitStack() as stack:
+        if hasattr(servers, "wait_for"):
+            stack.callback(servers.close)
         if run_dir is not None and leader:  # several processes: the leader alone writes the run directory
             stack.enter_context(removed_if_start_fails(None if options.resume else run_dir))
             stack.enter_context(RunLock(run_dir))
@@ -132,6 +124,13 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
                                                     announce=not options.quiet and leader))
         if host is None:
             host = saved_host(run_dir) if options.resume else HostOptions()
+        if hasattr(servers, "wait_for"):  # the run starts with --num-actors workers (--rollout-timeout to come)
+            if not options.quiet:
+                print(f"waiting for {host.num_actors} rollout worker(s) at {servers.address[0]}:{servers.address[1]} "
+                      f"(rljax env-server ENV --num-envs {config.num_envs} --connect "
+                      f"{servers.address[0]}:{servers.address[1]})", flush=True)
+            for a, address in enumerate(servers.wait_for(host.num_actors, host.rollout_timeout_s)):
+                servers.bind(a, address)
         if servers is not None:
             host = dataclasses.replace(host, num_actors=len(servers.bound))
         session = _Session(config, options, host, guard)
@@ -149,6 +148,25 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             if several:  # a collective failed because a peer died: say so
                 distributed.raise_if_peer_failure(err)
             raise
+
+
+def _env_source(config: Any) -> tuple[Any, Callable[[int], HostEnv]]:
+    """``(the pool the actors follow or None, make_env)`` of ``config.env``: a pool of env servers (one actor
+    per server, following it while training), a listener for rollout workers (one actor per worker that
+    connects: central inference, :mod:`rljax.host.listen`), or one source every actor makes a batch of."""
+    from rljax.host.listen import WorkerListener, is_listen
+    from rljax.host.pool import ServerPool, is_server_pool
+    from rljax.host.sources import make_host_env
+
+    if is_server_pool(config.env):
+        servers = ServerPool(config.env)
+        for a, address in enumerate(servers.addresses()):
+            servers.bind(a, address)
+        return servers, lambda actor: make_host_env(servers.env_name(actor), config.num_envs)
+    if is_listen(config.env):
+        listener = WorkerListener(config.env)
+        return listener, lambda actor: listener.make(listener.bound[actor], config.num_envs)
+    return None, lambda actor: make_host_env(config.env, config.num_envs)
 
 
 def saved_host(run_dir: str | pathlib.Path, base: HostOptions = HostOptions()) -> HostOptions:

@@ -3,6 +3,11 @@ rljax's env protocol (``docs/host-envs.md``), each connection its own batch of `
 
 It listens on 127.0.0.1 unless ``--host`` says otherwise; any other address needs the shared token in
 ``RLJAX_ENV_SERVER_TOKEN`` (on both sides). Runs until interrupted (Ctrl-C or SIGTERM: exit 0).
+
+``--connect HOST:PORT`` makes it a rollout worker instead: it dials a learner trained with ``--env
+listen:HOST:PORT`` (central inference, :mod:`rljax.host.listen`) and serves it one batch, connecting
+again when the connection breaks; it exits 0 when the learner ends the session (the run finished or
+let the worker go), 1 when no learner answered for ``--retry-for`` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="truncate episodes after T steps (default: the env's own limit)")
     parser.add_argument("--idle-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="drop a connection silent for this long")
+    parser.add_argument("--connect", default=None, metavar="HOST:PORT",
+                        help="be a rollout worker: dial the learner of a run trained with --env listen:HOST:PORT")
+    parser.add_argument("--retry-for", type=float, default=600.0, metavar="SECONDS",
+                        help="with --connect: give up after this long without a learner (exit 1)")
     return parser
 
 
@@ -50,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     env_id = args.env[len("gymnasium/"):]
     kwargs = {} if args.max_episode_steps is None else {"max_episode_steps": args.max_episode_steps}
+    if args.connect is not None:
+        return _worker(args, env_id, kwargs)
     try:
         GymnasiumEnv(env_id, 1, **kwargs).close()  # a bad id or space fails here, not per connection
         server = EnvServer(lambda: GymnasiumEnv(env_id, args.num_envs, args.asynchronous, **kwargs), args.host,
@@ -72,3 +83,31 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _worker(args: argparse.Namespace, env_id: str, kwargs: dict[str, Any]) -> int:
+    """``--connect``: a rollout worker of a learner that listens (0: the learner ended the session)."""
+    from rljax.host.base import parse_server
+    from rljax.host.gymnasium_env import GymnasiumEnv
+    from rljax.host.listen import dial
+
+    try:
+        address = parse_server(f"server:{args.connect}")
+        GymnasiumEnv(env_id, 1, **kwargs).close()
+    except (ValueError, OSError) as err:
+        print(f"rljax env-server: error: --connect {args.connect}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    def interrupt(*_: Any) -> None:  # ends the session in flight too: its env is closed on the way out
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    print(f"rollout worker: {args.env} x {args.num_envs} for the learner at {args.connect} (Ctrl-C to stop)",
+          flush=True)
+    try:
+        code = dial(address, lambda: GymnasiumEnv(env_id, args.num_envs, args.asynchronous, **kwargs),
+                    idle_timeout_s=args.idle_timeout, retry_for_s=args.retry_for)
+    except KeyboardInterrupt:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -41,10 +41,11 @@ def supports_host(config_cls: Any) -> bool:
 def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any) -> None:
     """The ``host envs`` flag group (used only with an ``--env`` that names host envs)."""
     group = parser.add_argument_group(
-        "host envs (--env gymnasium/<id>, envpool/<id> or server:HOST:PORT: actors step them, a learner updates; "
-        "docs/host-envs.md)")
+        "host envs (--env gymnasium/<id>, envpool/<id>, server:HOST:PORT, or listen:HOST:PORT for rollout workers "
+        "that connect: actors step them, a learner updates; docs/host-envs.md, docs/serving.md)")
     group.add_argument("--num-actors", type=parse_int, default=1, metavar="N",
-                       help="actor threads, each with its own batch of --num-envs host envs")
+                       help="actor threads, each with its own batch of --num-envs host envs (listen:HOST:PORT: the "
+                            "rollout workers the run waits for before it starts, up to --rollout-timeout)")
     group.add_argument("--min-actors", type=parse_int, default=0, metavar="N",
                        help="autoscaling: the fewest actors (0: --num-actors); the run starts with --num-actors and "
                             "a controller adds or retires actors from the learner's and actors' busy fractions "

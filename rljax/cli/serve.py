@@ -44,6 +44,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="the most rows computed at once, and in one request (default 64)")
     parser.add_argument("--max-wait-ms", type=float, default=2.0, metavar="MS",
                         help="how long a request waits for others to join its batch (default 2)")
+    parser.add_argument("--min-rows", type=int, default=64, metavar="ROWS",
+                        help="the fewest rows a batch is computed at, padded (default 64: served actions are the bits "
+                             "of policy.act on a large batch; 1: a lone request computed alone, cheaper for a large "
+                             "network, a continuous action may differ in its last bit)")
     parser.add_argument("--step", type=int, default=None, help="the checkpoint step to serve (default: the newest)")
     parser.add_argument("--member", default=None, help="a sweep's member (name or index)")
     parser.add_argument("--stats-dir", default=None, metavar="DIR",
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         server = PolicyServer(model, args.host, args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               follow_s=args.follow_every if follow else None, idle_timeout_s=args.idle_timeout,
                               stall_timeout_s=args.stall_timeout, max_clients=args.max_clients,
-                              stats_every_s=args.stats_every)
+                              stats_every_s=args.stats_every, min_rows=args.min_rows)
     except (ValueError, FileNotFoundError, OSError) as err:
         print(f"rljax serve: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -34,17 +34,19 @@ class ServerEnv:
         token: the shared token; None reads ``RLJAX_ENV_SERVER_TOKEN`` (none: an empty token).
         timeout_s: the longest wait for one reply (reset or step) before EnvTimeoutError.
         connect_timeout_s: the longest wait to connect and receive the SPEC.
+        sock: a connection already made (a rollout worker that dialled the learner:
+            :mod:`rljax.host.listen`), used instead of connecting to ``host:port``; it is closed with this.
     """
 
     def __init__(self, host: str, port: int, token: str | None = None, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 10.0):
+                 connect_timeout_s: float = 10.0, sock: socket.socket | None = None):
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError(f"timeout_s={timeout_s}, connect_timeout_s={connect_timeout_s}: both must be > 0")
         self.address = (host, int(port))
         self.timeout_s = float(timeout_s)
         token = os.environ.get(TOKEN_VARIABLE, "") if token is None else token
         try:
-            self._sock: socket.socket | None = socket.create_connection(self.address, timeout=connect_timeout_s)
+            self._sock: socket.socket | None = sock or socket.create_connection(self.address, timeout=connect_timeout_s)
         except OSError as err:
             raise EnvConnectionError(f"cannot connect to the env server at {host}:{port}: {err}") from None
         try:

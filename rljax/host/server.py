@@ -33,7 +33,7 @@ from rljax.host.base import HostEnv, check_actions, check_obs
 from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, encode_spec, error_arrays, read_message,
                                  send_message, step_limit)
 
-__all__ = ["EnvServer", "TOKEN_VARIABLE", "is_loopback"]
+__all__ = ["EnvServer", "TOKEN_VARIABLE", "check_token", "is_loopback", "serve_connection"]
 
 TOKEN_VARIABLE = "RLJAX_ENV_SERVER_TOKEN"
 """The environment variable both sides read the shared token from."""
@@ -128,61 +128,76 @@ class EnvServer:
         self.close()
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
-        env = None
-        conn.settimeout(self._idle)
         try:
-            _, (token,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
-            self._check_token(token)
-            env = self._make_env()
-            send_message(conn, Kind.SPEC, encode_spec(env.spec))
-            self._loop(conn, env)
-        except (ProtocolError, ValueError, TypeError) as err:
-            log.warning("env server: closing the connection from %s: %s", peer, err)
-            _try_send_error(conn, str(err))
-        except (OSError, ConnectionError) as err:
-            log.info("env server: the connection from %s ended: %s", peer, err)
-        except Exception as err:  # the env raised: the client is told, the server keeps serving
-            log.warning("env server: the env raised %s for %s: %s", type(err).__name__, peer, err)
-            _try_send_error(conn, f"the env raised {type(err).__name__}: {err}")
+            serve_connection(conn, peer, self._make_env, self._token, self._idle)
         finally:
-            if env is not None:
-                try:
-                    env.close()
-                except Exception as err:  # closing a broken env must not take the server down
-                    log.warning("env server: closing the env of %s raised %s", peer, err)
-            _close(conn)
             with self._lock:
                 self._open.pop(threading.current_thread(), None)
 
-    def _check_token(self, token: np.ndarray) -> None:
-        """Refuses a HELLO whose token is missing, not a ``uint8 [T]`` array, or wrong (compared in
-        constant time); the error says which, never what either token is."""
-        if not self._token:
-            return
-        if token.dtype != np.uint8 or token.ndim != 1:
-            raise ProtocolError(f"the token must be a uint8 [T] array (its UTF-8 bytes), got {token.dtype} "
-                                f"{token.shape}")
-        if token.size == 0:
-            raise ProtocolError(f"no token was sent, and this server requires one: set {TOKEN_VARIABLE} on the "
-                                f"client (or pass token=) to the server's token")
-        if not hmac.compare_digest(token.tobytes(), self._token):
-            raise ProtocolError(f"the token sent does not match this server's ({TOKEN_VARIABLE})")
 
-    @staticmethod
-    def _loop(conn: socket.socket, env: HostEnv) -> None:
-        spec, limit = env.spec, step_limit(env.spec)
-        while True:
-            kind, arrays = read_message(conn, limit, expect=(Kind.RESET, Kind.STEP, Kind.CLOSE))
-            if kind == Kind.CLOSE:
-                return
-            if kind == Kind.RESET:
-                seed = arrays[0]
-                if seed.dtype != np.int64 or seed.shape != (1,):
-                    raise ProtocolError(f"a RESET holds a seed, int64 [1]; got {seed.dtype} {seed.shape}")
-                send_message(conn, Kind.OBS, [check_obs(spec, env.reset(int(seed[0])))])
-            else:
-                step = env.step(check_actions(spec, arrays[0]))
-                send_message(conn, Kind.RESULT, list(step))
+def serve_connection(conn: socket.socket, peer: Any, make_env: Callable[[], HostEnv], token: bytes,
+                     idle_timeout_s: float) -> bool:
+    """Serves one connection (HELLO, SPEC, then RESET/STEP until CLOSE) with a batch from ``make_env()``,
+    made after the HELLO and closed at the end; a bad message, a bad ``token`` (checked when not empty)
+    or an env that raised ends it with an ERROR saying why. The connection is closed on every way out.
+    Returns whether the client ended it with CLOSE."""
+    env, said_close = None, False
+    conn.settimeout(idle_timeout_s)
+    try:
+        _, (sent,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
+        check_token(sent, token)
+        env = make_env()
+        send_message(conn, Kind.SPEC, encode_spec(env.spec))
+        _loop(conn, env)
+        said_close = True
+    except (ProtocolError, ValueError, TypeError) as err:
+        log.warning("env server: closing the connection from %s: %s", peer, err)
+        _try_send_error(conn, str(err))
+    except (OSError, ConnectionError) as err:
+        log.info("env server: the connection from %s ended: %s", peer, err)
+    except Exception as err:  # the env raised: the client is told, the server keeps serving
+        log.warning("env server: the env raised %s for %s: %s", type(err).__name__, peer, err)
+        _try_send_error(conn, f"the env raised {type(err).__name__}: {err}")
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception as err:  # closing a broken env must not take the server down
+                log.warning("env server: closing the env of %s raised %s", peer, err)
+        _close(conn)
+    return said_close
+
+
+def check_token(token: np.ndarray, expected: bytes, who: str = "this server") -> None:
+    """Refuses a HELLO whose token is missing, not a ``uint8 [T]`` array, or not ``expected`` (compared in
+    constant time; nothing is checked when ``expected`` is empty); the error says which (``who`` names
+    the side that checks), never what either token is."""
+    if not expected:
+        return
+    if token.dtype != np.uint8 or token.ndim != 1:
+        raise ProtocolError(f"the token must be a uint8 [T] array (its UTF-8 bytes), got {token.dtype} "
+                            f"{token.shape}")
+    if token.size == 0:
+        raise ProtocolError(f"no token was sent, and {who} requires one: set {TOKEN_VARIABLE} on the client (or "
+                            f"pass token=) to {who}'s token")
+    if not hmac.compare_digest(token.tobytes(), expected):
+        raise ProtocolError(f"the token sent does not match {who}'s ({TOKEN_VARIABLE})")
+
+
+def _loop(conn: socket.socket, env: HostEnv) -> None:
+    spec, limit = env.spec, step_limit(env.spec)
+    while True:
+        kind, arrays = read_message(conn, limit, expect=(Kind.RESET, Kind.STEP, Kind.CLOSE))
+        if kind == Kind.CLOSE:
+            return
+        if kind == Kind.RESET:
+            seed = arrays[0]
+            if seed.dtype != np.int64 or seed.shape != (1,):
+                raise ProtocolError(f"a RESET holds a seed, int64 [1]; got {seed.dtype} {seed.shape}")
+            send_message(conn, Kind.OBS, [check_obs(spec, env.reset(int(seed[0])))])
+        else:
+            step = env.step(check_actions(spec, arrays[0]))
+            send_message(conn, Kind.RESULT, list(step))
 
 
 def _try_send_error(conn: socket.socket, text: str) -> None:

@@ -12,8 +12,9 @@ from rljax.host.base import HostEnv, parse_server
 
 __all__ = ["HOST_PREFIXES", "is_host_env", "make_host_env", "parse_server"]
 
-HOST_PREFIXES = ("gymnasium/", "envpool/", "server:")
-"""How a host env name starts."""
+HOST_PREFIXES = ("gymnasium/", "envpool/", "server:", "listen:")
+"""How a host env name starts (``listen:HOST:PORT``: rollout workers connect to the learner,
+:mod:`rljax.host.listen`)."""
 
 
 def is_host_env(name: str) -> bool:
@@ -50,6 +51,10 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
         from rljax.host.envpool_env import EnvPoolEnv
 
         return EnvPoolEnv(name[len("envpool/"):], num_envs, **kwargs)
+    if name.startswith("listen:"):
+        raise ValueError(f"{name} names the rollout workers that connect to a training run; outside that run there "
+                         f"are none to step: evaluate on the env the workers step (e.g. rljax eval RUN_DIR --env "
+                         f"gymnasium/CartPole-v1) or on an env server (server:HOST:PORT)")
     if name.startswith("server:"):
         from rljax.host.client import ServerEnv
         from rljax.host.pool import ServerPool, is_server_pool

@@ -40,14 +40,14 @@ MIN_BUCKET = 64
 """The fewest rows a batch is computed at (padded with zeros): see the module docstring."""
 
 
-def buckets(max_batch: int) -> list[int]:
-    """The batch sizes a server with ``max_batch`` computes at: powers of two from :data:`MIN_BUCKET`,
-    and ``max_batch`` itself when it is larger and not one."""
-    out, b = [], MIN_BUCKET
+def buckets(max_batch: int, min_rows: int = MIN_BUCKET) -> list[int]:
+    """The batch sizes a server with ``max_batch`` computes at: powers of two from ``min_rows`` (default
+    :data:`MIN_BUCKET`), and ``max_batch`` itself when it is larger and not one of them."""
+    out, b = [], min_rows
     while b < max_batch:
         out.append(b)
         b *= 2
-    return out + [max(b, MIN_BUCKET) if b == max_batch else max(max_batch, MIN_BUCKET)]
+    return out + [max(max_batch, min_rows)]
 
 
 def is_export_dir(path: str | pathlib.Path) -> bool:
@@ -117,9 +117,11 @@ class ServedModel:
             action, new_state = self._sampled(params, *args, pad(seeds))
         return np.asarray(action)[:n], [np.asarray(x)[:n] for x in new_state]
 
-    def warm(self, max_batch: int) -> None:
-        """Compiles every bucket's program (deterministic, and sampled where served) before serving."""
-        self._bucket_sizes = buckets(max_batch)
+    def warm(self, max_batch: int, min_rows: int = MIN_BUCKET) -> None:
+        """Compiles every bucket's program (deterministic, and sampled where served) before serving
+        (:func:`buckets`; ``min_rows`` below :data:`MIN_BUCKET` gives up the bit equality of the module
+        docstring for less work on small batches)."""
+        self._bucket_sizes = buckets(max_batch, min_rows)
         for b in self._bucket_sizes:
             obs = [np.zeros((b, *s), d) for _, s, d in self.inputs]
             reset = np.ones(b, bool)

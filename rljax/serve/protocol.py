@@ -40,13 +40,15 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+import struct
 from typing import Any
 
 import numpy as np
 
-from rljax.host.protocol import ARRAY_HEADER, Framing, ProtocolError
+from rljax.host.protocol import ARRAY_HEADER, CODES, HEADER, VERSION, Framing, ProtocolError
 
-__all__ = ["FLAG_SAMPLE", "FRAMING", "Kind", "MAGIC", "MAX_LEAVES", "PROTOCOL", "SEED_LIMIT", "act_limit",
+__all__ = ["Codec", "FLAG_SAMPLE", "FRAMING", "Kind", "MAGIC", "MAX_LEAVES", "PROTOCOL", "SEED_LIMIT", "act_limit",
            "decode_description", "encode_description", "text_array"]
 
 MAGIC = b"RLJP"
@@ -117,3 +119,73 @@ def act_limit(inputs: list[tuple[str, tuple[int, ...], Any]], max_batch: int) ->
     ``max_batch`` rows."""
     arrays = [((4,), np.int64), ((max_batch,), np.bool_)] + [((max_batch, *s), d) for _, s, d in inputs]
     return sum(ARRAY_HEADER.size + 4 * len(s) + int(np.prod(s)) * np.dtype(d).itemsize for s, d in arrays)
+
+
+def _array_header(dtype: Any, shape: tuple[int, ...]) -> bytes:
+    return ARRAY_HEADER.pack(CODES[np.dtype(dtype)], len(shape), 0) + struct.pack(f"<{len(shape)}I", *shape)
+
+
+class Codec:
+    """The messages a server sends and reads most, for one policy, without the generic path's per-array
+    work: :meth:`action` is byte for byte ``encode(Kind.ACTION, [[rid, version], rows], FRAMING)``, and
+    :meth:`act` reads an ACT payload whose every array header is exactly the one a fit request of its
+    row count has (what :func:`rljax.host.protocol.decode_payload` would give, bools normalised, fresh
+    arrays); it returns None for anything else, which the generic path then reads and judges.
+
+    Args:
+        inputs: the observation leaves ``[(name, shape, dtype)]`` of one row.
+        action: ``(shape, dtype)`` of one row's action.
+        max_batch: the most rows a request may carry.
+    """
+
+    _META = _array_header(np.int64, (4,))
+    _REPLY_META = _array_header(np.int64, (2,))
+
+    def __init__(self, inputs: list[tuple[str, tuple[int, ...], Any]], action: tuple[tuple[int, ...], Any],
+                 max_batch: int):
+        self._inputs = [(tuple(shape), np.dtype(dtype)) for _, shape, dtype in inputs]
+        self._action_shape, self._action_dtype = tuple(action[0]), np.dtype(action[1])
+        self._max_batch = int(max_batch)
+        self._layouts: dict[int, tuple[list[tuple[int, bytes]], int]] = {}
+
+    def action(self, rid: int, version: int, rows: np.ndarray) -> bytes:
+        """An ACTION message: request ``rid``, ``version``, the action ``rows`` ``[B, *action_shape]``."""
+        data = np.ascontiguousarray(rows, self._action_dtype.newbyteorder("<")).tobytes()
+        body = (self._REPLY_META + struct.pack("<qq", rid, version)
+                + _array_header(self._action_dtype, (rows.shape[0], *self._action_shape)) + data)
+        return HEADER.pack(MAGIC, VERSION, int(Kind.ACTION), 2, 0, len(body)) + body
+
+    def _layout(self, rows: int) -> tuple[list[tuple[int, bytes]], int]:
+        """``([(offset, array header)], payload bytes)`` of a fit ACT of ``rows`` rows."""
+        if rows not in self._layouts:
+            arrays = [((4,), np.dtype(np.int64)), ((rows,), np.dtype(np.bool_))] + [
+                ((rows, *shape), dtype) for shape, dtype in self._inputs]
+            out, offset = [], 0
+            for shape, dtype in arrays:
+                header = _array_header(dtype, shape)
+                out.append((offset, header))
+                offset += len(header) + math.prod(shape) * dtype.itemsize
+            self._layouts[rows] = (out, offset)
+        return self._layouts[rows]
+
+    def act(self, payload: bytes) -> list[np.ndarray] | None:
+        """The arrays of a fit ACT's ``payload`` (see the class docstring), or None."""
+        meta_end = len(self._META) + 32
+        if payload[:len(self._META)] != self._META or len(payload) < meta_end + 8:
+            return None
+        rows = int.from_bytes(payload[meta_end + 4:meta_end + 8], "little")
+        if not 1 <= rows <= self._max_batch:
+            return None
+        layout, size = self._layout(rows)
+        if size != len(payload) or any(payload[o:o + len(h)] != h for o, h in layout):
+            return None
+        out = []
+        for (offset, header), (shape, dtype) in zip(layout, [((4,), np.dtype(np.int64)), ((rows,), None)]
+                                                    + [((rows, *s), d) for s, d in self._inputs]):
+            start, count = offset + len(header), math.prod(shape)
+            if dtype is None:  # reset: any nonzero byte is True
+                out.append(np.frombuffer(payload, np.uint8, count, start) != 0)
+            else:
+                little = np.frombuffer(payload, dtype.newbyteorder("<"), count, start).reshape(shape)
+                out.append(little.astype(dtype.newbyteorder("="), copy=True))
+        return out

@@ -23,11 +23,11 @@ every reply names it. A request that pinned another version is refused, never ac
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hmac
 import logging
 import os
-import queue
 import selectors
 import socket
 import threading
@@ -39,8 +39,9 @@ import numpy as np
 
 from rljax.host.protocol import (HEADER, ProtocolError, decode_header_count, decode_payload, encode, error_arrays)
 from rljax.host.server import is_loopback
-from rljax.serve.model import ServedModel
-from rljax.serve.protocol import FLAG_SAMPLE, FRAMING, SEED_LIMIT, Kind, act_limit, encode_description, text_array
+from rljax.serve.model import MIN_BUCKET, ServedModel
+from rljax.serve.protocol import (FLAG_SAMPLE, FRAMING, SEED_LIMIT, Codec, Kind, act_limit, encode_description,
+                                  text_array)
 from rljax.serve.stats import ServeStats, write_serve_status
 
 __all__ = ["PolicyServer", "TOKEN_VARIABLE"]
@@ -74,6 +75,10 @@ class _Conn:
     partial_since: float | None = None
     out_since: float | None = None
     state: list[np.ndarray] | None = None
+    events: int = selectors.EVENT_READ
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    """Held while writing to the socket: the inference thread sends a reply itself when nothing else is
+    pending (it has time to spare; the I/O thread has none), the I/O thread sends the rest."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -104,6 +109,9 @@ class PolicyServer:
         idle_timeout_s: drop a client silent this long.
         stall_timeout_s: drop a client that leaves a message (sent or received) unfinished this long.
         max_clients: refuse connections beyond this many.
+        min_rows: the fewest rows a batch is computed at (padded): the default keeps served actions the
+            bits of ``policy.act`` on a large batch (:mod:`rljax.serve.model`); 1 computes a lone request
+            alone (less work for a large network; a continuous action may then differ in its last bit).
         stats_dir: keep ``serve.json`` and ``serve.jsonl`` here every ``stats_every_s`` (None: not; the
             attribute :attr:`stats_dir` may be set until :meth:`start`).
     """
@@ -111,12 +119,14 @@ class PolicyServer:
     def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_batch: int = 64, max_wait_ms: float = 2.0, follow_s: float | None = None,
                  idle_timeout_s: float = 600.0, stall_timeout_s: float = 10.0, max_clients: int = 1024,
-                 stats_dir: str | os.PathLike | None = None, stats_every_s: float = 10.0):
+                 stats_dir: str | os.PathLike | None = None, stats_every_s: float = 10.0,
+                 min_rows: int = MIN_BUCKET):
         token = os.environ.get(TOKEN_VARIABLE) if token is None else token
         if not is_loopback(host) and not token:
             raise ValueError(f"serving on {host!r}, beyond this machine, needs a shared token: set {TOKEN_VARIABLE} "
                              f"here and in the clients (or serve on 127.0.0.1)")
-        _check_positive(max_batch=max_batch, idle_timeout_s=idle_timeout_s, stall_timeout_s=stall_timeout_s,
+        _check_positive(max_batch=max_batch, min_rows=min_rows, idle_timeout_s=idle_timeout_s,
+                        stall_timeout_s=stall_timeout_s,
                         max_clients=max_clients, stats_every_s=stats_every_s)
         if max_wait_ms < 0 or (follow_s is not None and follow_s <= 0):
             raise ValueError(f"max_wait_ms={max_wait_ms} (>= 0), follow_s={follow_s} (> 0, or None)")
@@ -128,9 +138,10 @@ class PolicyServer:
         self._max_clients, self._follow_s = int(max_clients), follow_s
         self.stats_dir, self._stats_every = stats_dir, float(stats_every_s)
         self._stop = threading.Event()
-        model.warm(self.max_batch)
+        model.warm(self.max_batch, int(min_rows))
         self._current = (jax.device_put(model.params), model.version)
         self._limit = act_limit(model.inputs, self.max_batch)
+        self._codec = Codec(model.inputs, model.action, self.max_batch)
         self.stats = ServeStats()
         self._sock = socket.create_server((host, int(port)))
         self._sock.setblocking(False)
@@ -140,10 +151,15 @@ class PolicyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._queue: queue.Queue[_Request] = queue.Queue()
+        self._queue = _Queue()
         self._done: list[tuple[_Conn, bytes, float, bool]] = []
         self._done_lock = threading.Lock()
         self._conns: set[_Conn] = set()
+        self._rbuf = bytearray(1 << 18)
+        self._rview = memoryview(self._rbuf)
+        self._waiting = 0
+        """Connections past their HELLO with no request in flight (the I/O thread's count; the inference
+        thread waits for more requests only while one of them could send one)."""
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -252,20 +268,20 @@ class PolicyServer:
 
     def _read(self, conn: _Conn) -> None:
         try:
-            data = conn.sock.recv(1 << 20)
+            n = conn.sock.recv_into(self._rbuf)  # (recv(N) allocates N bytes a call: most of a request's cost)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             self._forget(conn)
             return
-        if not data:
+        if not n:
             self._forget(conn)
             return
         now = time.monotonic()
         conn.last = now
         if conn.closing_at is not None:  # draining before the close: what comes is not read
             return
-        conn.buf += data
+        conn.buf += self._rview[:n]
         if conn.busy and len(conn.buf) > 2 * (self._limit + HEADER.size):
             self._fail(conn, "protocol", "a client may have one request in flight; this one sent far more before "
                                          "its reply")
@@ -285,7 +301,8 @@ class PolicyServer:
                 payload = bytes(conn.buf[HEADER.size:HEADER.size + length])
                 del conn.buf[:HEADER.size + length]
                 conn.header = None
-                self._handle(conn, kind, decode_payload(kind, payload, count, FRAMING), now)
+                arrays = self._codec.act(payload) if kind == Kind.ACT else None
+                self._handle(conn, kind, arrays or decode_payload(kind, payload, count, FRAMING), now)
         except ProtocolError as err:
             self._fail(conn, "protocol", str(err))
             return
@@ -298,6 +315,7 @@ class PolicyServer:
             if not self._token_ok(conn, arrays[0]):
                 return
             conn.hello = True
+            self._waiting += 1
             self._send(conn, encode(Kind.SPEC, encode_description(self.model.description(self.max_batch,
                                                                                          self.version)), FRAMING))
         elif kind == Kind.CLOSE:
@@ -310,6 +328,7 @@ class PolicyServer:
                 self._refuse(conn, rid, str(why))
                 return
             conn.busy = True
+            self._waiting -= 1
             self._queue.put(request)
 
     def _token_ok(self, conn: _Conn, token: np.ndarray) -> bool:
@@ -331,7 +350,7 @@ class PolicyServer:
         if meta.dtype != np.int64 or meta.shape != (4,):
             raise _Refused(f"an ACT's first array is int64 [4] (request id, pinned version, flags, seed); got "
                            f"{meta.dtype} {meta.shape}")
-        rid, pin, flags, seed = (int(x) for x in meta)
+        rid, pin, flags, seed = meta.tolist()
         if flags & ~FLAG_SAMPLE:
             raise _Refused(f"flags {flags}: only bit 0 (sample) is defined")
         if reset.dtype != np.bool_ or reset.ndim != 1 or not 1 <= reset.shape[0] <= self.max_batch:
@@ -345,6 +364,10 @@ class PolicyServer:
             if x.dtype != dtype or x.shape != (rows, *shape):
                 raise _Refused(f"observation {name}: expected {np.dtype(dtype).name} {[rows, *shape]} (B = {rows} "
                                f"rows, as reset has), got {x.dtype.name} {list(x.shape)}")
+            if x.dtype.kind == "f" and not np.isfinite(x).all():  # a failed sensor: no action rather than a wild one
+                bad = np.flatnonzero(~np.isfinite(x.reshape(rows, -1)).all(axis=1))
+                raise _Refused(f"observation {name} holds NaN or inf in row(s) {bad[:10].tolist()}: nothing was "
+                               f"acted on")
         sample = bool(flags & FLAG_SAMPLE)
         if sample and self.model.sampling is not None:
             raise _Refused(f"sampled actions are not served here: {self.model.sampling}")
@@ -367,16 +390,18 @@ class PolicyServer:
     def _send(self, conn: _Conn, data: bytes) -> None:
         if conn not in self._conns:
             return
-        conn.out += data
+        with conn.lock:
+            conn.out += data
         self._flush(conn)
 
     def _flush(self, conn: _Conn) -> None:
         if conn not in self._conns:
             return
         try:
-            while conn.out:
-                sent = conn.sock.send(conn.out)
-                del conn.out[:sent]
+            with conn.lock:
+                while conn.out:
+                    sent = conn.sock.send(conn.out)
+                    del conn.out[:sent]
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:
@@ -385,11 +410,12 @@ class PolicyServer:
         now = time.monotonic()
         conn.out_since = (conn.out_since or now) if conn.out else None
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        try:
-            if self._sel.get_key(conn.sock).events != events:
+        if conn.events != events:
+            conn.events = events
+            try:
                 self._sel.modify(conn.sock, events, conn)
-        except (KeyError, ValueError):
-            pass
+            except (KeyError, ValueError):
+                pass
         if conn.closing_at is not None and not conn.out:
             try:
                 conn.sock.shutdown(socket.SHUT_WR)
@@ -409,11 +435,14 @@ class PolicyServer:
         if conn not in self._conns:
             return
         self._conns.discard(conn)
+        if conn.hello and not conn.busy:
+            self._waiting -= 1
         try:
             self._sel.unregister(conn.sock)
         except (KeyError, ValueError):
             pass
-        conn.sock.close()
+        with conn.lock:  # never while the inference thread sends on it (its fd could be another's next)
+            conn.sock.close()
 
     def _sweep(self) -> None:
         """Drops clients idle past ``idle_timeout_s``, stalled mid-message past ``stall_timeout_s``, and
@@ -437,13 +466,21 @@ class PolicyServer:
     def _deliver(self) -> None:
         with self._done_lock:
             done, self._done = self._done, []
+        if not done:
+            return
+        now, latencies = time.perf_counter(), []
         for conn, data, arrived, ok in done:
             conn.busy = False
             if ok:
-                self.stats.replied(time.perf_counter() - arrived)
-            if conn in self._conns and conn.closing_at is None:
-                self._send(conn, data)
-                self._parse(conn, time.monotonic())  # a next request may already wait in the buffer
+                latencies.append(now - arrived)
+            if conn in self._conns:
+                self._waiting += 1
+                if conn.closing_at is None:
+                    if data:  # what the inference thread could not send at once
+                        self._send(conn, data)
+                    if conn.buf and conn in self._conns:  # a next request already waits in the buffer
+                        self._parse(conn, time.monotonic())
+        self.stats.replied(latencies)
 
     # ----- the inference thread -----
 
@@ -451,18 +488,20 @@ class PolicyServer:
         carry = None
         while not self._closed.is_set():
             if carry is None:
-                try:
-                    carry = self._queue.get(timeout=0.25)
-                except queue.Empty:
+                carry = self._queue.get(0.25)
+                if carry is None:
                     continue
             batch, rows, carry = [carry], carry.rows, None
             deadline = batch[0].arrived + self.max_wait_s
             while rows < self.max_batch:
-                try:
+                request = self._queue.get(0.0)
+                if request is None:
                     left = deadline - time.perf_counter()
-                    request = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
+                    if left <= 0 or self._waiting == 0:  # no client is free to send one: nothing to wait for
+                        break
+                    request = self._queue.get(left)
+                    if request is None:
+                        break
                 if rows + request.rows > self.max_batch:
                     carry = request
                     break
@@ -489,6 +528,7 @@ class PolicyServer:
         self.stats.batch(sum(r.rows for r in todo), len(todo), [start - r.arrived for r in batch])
         self.stats.count("requests", len(todo))
         self.stats.count("rows", sum(r.rows for r in todo))
+        replies = [(conn, _send_now(conn, data), arrived, ok) for conn, data, arrived, ok in replies]
         with self._done_lock:
             self._done.extend(replies)
         self._wake()
@@ -508,12 +548,10 @@ class PolicyServer:
             return [(r.conn, encode(Kind.REFUSED, [np.array([r.rid, version], np.int64), text_array(why)], FRAMING),
                      r.arrived, False) for r in group]
         out, at = [], 0
-        meta = np.array([0, version], np.int64)
         for r in group:
             if model.recurrent:
                 r.conn.state = [x[at:at + r.rows] for x in new_state]
-            meta[0] = r.rid
-            out.append((r.conn, encode(Kind.ACTION, [meta, action[at:at + r.rows]], FRAMING), r.arrived, True))
+            out.append((r.conn, self._codec.action(r.rid, version, action[at:at + r.rows]), r.arrived, True))
             at += r.rows
         return out
 
@@ -552,11 +590,61 @@ class PolicyServer:
         extra = {"address": f"{host}:{port}", "version": self.version, "path": self.model.info.get("path"),
                  "source": self.model.info.get("source"), "clients": len(self._conns), "max_batch": self.max_batch,
                  "max_wait_ms": self.max_wait_s * 1e3, "every_s": self._stats_every, "stopped": stopped,
-                 "queued": self._queue.qsize()}
+                 "queued": len(self._queue)}
         try:
             write_serve_status(self.stats_dir, self.stats.record(extra))
         except OSError as err:
             log.warning("rljax serve: cannot write the status to %s: %s", self.stats_dir, err)
+
+
+def _send_now(conn: _Conn, data: bytes) -> bytes:
+    """Sends ``data`` on the inference thread when the connection has nothing pending; returns what is
+    left for the I/O thread to send (all of it when something is pending or the socket is full)."""
+    if conn.closing_at is not None:
+        return data
+    with conn.lock:
+        if conn.out:
+            return data
+        try:
+            sent = conn.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return data
+        except OSError:  # closed, or closing: the I/O thread finds out and forgets it
+            return data
+    return data[sent:]
+
+
+class _Queue:
+    """The requests waiting for the inference thread: a deque and an event (lighter than ``queue.Queue``,
+    whose locks cost a few microseconds a request on the I/O thread's path)."""
+
+    def __init__(self):
+        self._items: collections.deque[_Request] = collections.deque()
+        self._ready = threading.Event()
+
+    def put(self, item: _Request) -> None:
+        self._items.append(item)
+        if not self._ready.is_set():  # set stays set until the inference thread finds the queue empty
+            self._ready.set()
+
+    def get(self, timeout_s: float) -> _Request | None:
+        """The oldest request, waiting up to ``timeout_s`` for one (0: not at all); None if none came."""
+        deadline = None
+        while True:
+            try:
+                return self._items.popleft()
+            except IndexError:
+                pass
+            self._ready.clear()
+            if self._items:
+                continue
+            deadline = deadline or time.perf_counter() + timeout_s
+            left = deadline - time.perf_counter()
+            if left <= 0 or not self._ready.wait(left):
+                return None
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def _check_positive(**values: float) -> None:

@@ -76,11 +76,11 @@ class ServeStats:
             if len(self._wait) < _WINDOW:
                 self._wait.extend(waits)
 
-    def replied(self, latency_s: float) -> None:
-        """A reply was queued ``latency_s`` seconds after its request arrived."""
+    def replied(self, latencies_s: list[float]) -> None:
+        """Replies were queued, each ``latencies_s[i]`` seconds after its request arrived."""
         with self._lock:
             if len(self._latency) < _WINDOW:
-                self._latency.append(latency_s)
+                self._latency.extend(latencies_s)
 
     def record(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The figures now, and the window since the previous call (which starts a new one)."""

@@ -49,8 +49,10 @@ def test_serve_answers_a_client_shows_in_status_and_stops_on_sigterm(tiny_run, t
     (["{run}", "--follow", "--step", "1"], "--step 1 and --follow"),
     (["{run}", "--port", "70000"], "--port 70000"),
     (["{run}", "--max-batch", "0"], "max_batch=0"),
+    (["{run}", "--host", "0.0.0.0"], "beyond this machine, needs a shared token: set RLJAX_SERVE_TOKEN"),
 ])
-def test_bad_arguments_are_one_line_and_status_2(tiny_run, capsys, argv, match):
+def test_bad_arguments_are_one_line_and_status_2(tiny_run, capsys, monkeypatch, argv, match):
+    monkeypatch.delenv("RLJAX_SERVE_TOKEN", raising=False)
     run_dir = str(tiny_run("ppo-cartpole")[0])
     assert main(["serve", *[a.replace("{run}", run_dir) for a in argv]]) == 2
     err = capsys.readouterr().err

@@ -13,6 +13,7 @@ def test_buckets_are_powers_of_two_from_the_smallest_up_to_max_batch():
     assert buckets(1) == buckets(64) == [64]
     assert buckets(256) == [64, 128, 256]
     assert buckets(100) == [64, 100]
+    assert buckets(8, min_rows=1) == [1, 2, 4, 8] and buckets(6, min_rows=1) == [1, 2, 4, 6]
 
 
 def test_a_run_directory_gives_the_policys_inputs_action_and_version(tiny_run):

@@ -54,3 +54,26 @@ def test_the_request_limit_is_the_bytes_of_max_batch_rows():
     inputs = [("obs", (4,), np.float32)]
     data = encode(Kind.ACT, [np.zeros(4, np.int64), np.zeros(64, bool), np.zeros((64, 4), np.float32)], FRAMING)
     assert act_limit(inputs, 64) == len(data) - HEADER.size
+
+
+def test_the_codec_is_the_generic_path_byte_for_byte_and_leaves_it_anything_else():
+    from rljax.host.protocol import decode_payload
+    from rljax.serve.protocol import Codec
+
+    codec = Codec([("obs", (2, 3), np.float32), ("mask", (4,), np.bool_)], ((2,), np.float32), 8)
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    assert codec.action(5, 77, rows) == encode(Kind.ACTION, [np.array([5, 77], np.int64), rows], FRAMING)
+    obs, mask = np.random.default_rng(0).normal(size=(3, 2, 3)).astype(np.float32), np.ones((3, 4), bool)
+    fit = [np.array([1, -1, 1, 9], np.int64), np.array([True, False, True]), obs, mask]
+    payload = encode(Kind.ACT, fit, FRAMING)[HEADER.size:]
+    fast, slow = codec.act(payload), decode_payload(Kind.ACT, payload, 4, FRAMING)
+    assert all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in zip(fast, slow))
+    bool_byte = bytearray(payload)
+    bool_byte[payload.index(bytes([1, 0, 1]))] = 7  # a bool byte other than 0/1 reads True, as the generic path
+    assert codec.act(bytes(bool_byte))[1].tolist() == [True, False, True]
+    unfit = [[fit[0], fit[1], obs.astype(np.float64), mask], [fit[0], fit[1], obs[:, :1], mask],
+             [fit[0], np.zeros(9, bool), np.zeros((9, 2, 3), np.float32), np.zeros((9, 4), bool)],
+             [fit[0].astype(np.int32), *fit[1:]]]
+    for arrays in unfit:
+        assert codec.act(encode(Kind.ACT, arrays, FRAMING)[HEADER.size:]) is None
+    assert codec.act(payload + b"\0") is None and codec.act(payload[:-1]) is None and codec.act(b"") is None

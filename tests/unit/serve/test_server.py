@@ -182,7 +182,9 @@ def test_bad_input_costs_only_its_own_connection(cartpole):
                     ([0, -1, 0, 0], [np.zeros(1, bool), np.zeros((1, 5), np.float32)], "expected float32 [1, 4]"),
                     ([1, -1, 0, 0], [np.zeros(1, bool), np.zeros((1, 4), np.float64)], "got float64"),
                     ([2, -1, 4, 0], [np.zeros(1, bool), np.zeros((1, 4), np.float32)], "flags 4"),
-                    ([3, -1, 0, 0], [np.zeros(2, bool), np.zeros((1, 4), np.float32)], "B = 2 rows")]:
+                    ([3, -1, 0, 0], [np.zeros(2, bool), np.zeros((1, 4), np.float32)], "B = 2 rows"),
+                    ([4, -1, 0, 0], [np.zeros(2, bool), np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32)],
+                     "holds NaN or inf in row(s) [1]")]:
                 client._sock.sendall(_encode_act(meta, arrays))
                 kind, out = read_message(client._sock, 1 << 20, (), FRAMING)
                 assert kind == Kind.REFUSED and match in out[1].tobytes().decode(), out[1].tobytes().decode()
@@ -205,7 +207,7 @@ def test_bad_input_costs_only_its_own_connection(cartpole):
         thread.join(10)
         assert not failed and len(served) > 20  # served throughout
         errors = server.stats.record()["errors_by_client"]["127.0.0.1"]
-        assert errors == {"refused": 4, "protocol": 3, "stalled": 2, "idle": 1}
+        assert errors == {"refused": 5, "protocol": 3, "stalled": 2, "idle": 1}
 
 
 def _encode_act(meta, arrays):

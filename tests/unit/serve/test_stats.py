@@ -12,8 +12,7 @@ from rljax.serve.stats import ServeStats, is_serve_dir, read_serve_status, serve
 
 def test_a_record_holds_the_windows_rates_batch_sizes_and_percentiles():
     stats = ServeStats()
-    for latency in [0.001] * 98 + [0.010, 0.020]:
-        stats.replied(latency)
+    stats.replied([0.001] * 98 + [0.010, 0.020])
     stats.batch(64, 8, [0.0005] * 8)
     stats.batch(3, 1, [0.002])
     stats.count("requests", 9)
