@@ -360,7 +360,10 @@ def _train(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
                          "--min-actors/--max-actors autoscale a run on one env source")
     try:
         pool, learner = _start(config, envs, make_env, options, restore, snapshots, servers)
-        return _learn(pool, learner, options, on_row, on_update, on_event, servers)
+        result = _learn(pool, learner, options, on_row, on_update, on_event, servers)
+        if result.preempted is None and hasattr(servers, "finish"):
+            servers.finish()  # the run's end lets its rollout workers go; a stopped run's keep coming back
+        return result
     finally:
         if pool is not None:
             pool.close()

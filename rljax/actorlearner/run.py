@@ -164,7 +164,7 @@ def _env_source(config: Any) -> tuple[Any, Callable[[int], HostEnv]]:
             servers.bind(a, address)
         return servers, lambda actor: make_host_env(servers.env_name(actor), config.num_envs)
     if is_listen(config.env):
-        listener = WorkerListener(config.env)
+        listener = WorkerListener(config.env, num_envs=config.num_envs)
         return listener, lambda actor: listener.make(listener.bound[actor], config.num_envs)
     return None, lambda actor: make_host_env(config.env, config.num_envs)
 

@@ -86,17 +86,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace, env_id: str, kwargs: dict[str, Any]) -> int:
-    """``--connect``: a rollout worker of a learner that listens (0: the learner ended the session)."""
+    """``--connect``: a rollout worker of a learner that listens (0: the learner ended the session; 1: it
+    refused this worker, or none answered for ``--retry-for`` seconds)."""
+    import math
+
     from rljax.host.base import parse_server
     from rljax.host.gymnasium_env import GymnasiumEnv
     from rljax.host.listen import dial
 
     try:
+        for name in ("retry_for", "idle_timeout"):
+            value = getattr(args, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name.replace('_', '-')} {value}: a number of seconds > 0")
         address = parse_server(f"server:{args.connect}")
         GymnasiumEnv(env_id, 1, **kwargs).close()
     except (ValueError, OSError) as err:
-        print(f"rljax env-server: error: --connect {args.connect}: {err}", file=sys.stderr)
+        print(f"rljax env-server: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
     def interrupt(*_: Any) -> None:  # ends the session in flight too: its env is closed on the way out
         raise KeyboardInterrupt
 
@@ -104,10 +112,12 @@ def _worker(args: argparse.Namespace, env_id: str, kwargs: dict[str, Any]) -> in
     print(f"rollout worker: {args.env} x {args.num_envs} for the learner at {args.connect} (Ctrl-C to stop)",
           flush=True)
     try:
-        code = dial(address, lambda: GymnasiumEnv(env_id, args.num_envs, args.asynchronous, **kwargs),
-                    idle_timeout_s=args.idle_timeout, retry_for_s=args.retry_for)
+        code, why = dial(address, lambda: GymnasiumEnv(env_id, args.num_envs, args.asynchronous, **kwargs),
+                         idle_timeout_s=args.idle_timeout, retry_for_s=args.retry_for)
     except KeyboardInterrupt:
-        code = 0
+        code, why = 0, "stopped"
+    print(f"rollout worker: {why}" if code == 0 else f"rljax env-server: error: {why}",
+          file=sys.stdout if code == 0 else sys.stderr, flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

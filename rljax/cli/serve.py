@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= args.port < 65536:
             raise ValueError(f"--port {args.port}: 0..65535")
         member: Any = int(args.member) if args.member is not None and args.member.isdigit() else args.member
+        if not 0 < args.max_batch <= 65536:
+            raise ValueError(f"--max-batch {args.max_batch}: 1 to 65536 rows")
         model = load_model(path, step=args.step, member=member)
         server = PolicyServer(model, args.host, args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               follow_s=args.follow_every if follow else None, idle_timeout_s=args.idle_timeout,
@@ -106,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, OSError) as err:
         print(f"rljax serve: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # while loading or compiling: nothing to close yet
+        print("rljax serve: interrupted while starting", file=sys.stderr)
+        return 130
     host, port = server.address
     if (args.stats_dir or "").lower() != "none":
         server.stats_dir = pathlib.Path(args.stats_dir) if args.stats_dir else path / "serve" / str(port)

@@ -64,6 +64,19 @@ def is_bench(run_dir: str | pathlib.Path) -> bool:
     return (pathlib.Path(run_dir) / BENCH_FILE).is_file()
 
 
+def _served(directory: str, alone: bool) -> dict[str, Any]:
+    """A policy server's status; a damaged one is an error of its own when asked for alone, else a line
+    beside the run's (it does not hide the run's status)."""
+    from rljax.serve.stats import read_serve_status
+
+    try:
+        return read_serve_status(directory)
+    except ValueError as err:
+        if alone:
+            raise
+        return {"dir": directory, "error": str(err)}
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Adds ``status`` to the ``rljax`` subcommands."""
     parser = subparsers.add_parser("status", help="is a run running, stalled, preempted, finished or failed",
@@ -91,19 +104,20 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         print(json.dumps(bench, sort_keys=True) if args.json else status_text(bench), flush=True)
         return 0
-    from rljax.serve.stats import is_serve_dir, read_serve_status, serve_line
+    from rljax.serve.stats import is_serve_dir, serve_line
 
     servers = [args.run_dir] if is_serve_dir(args.run_dir) else sorted(
         str(p.parent) for p in pathlib.Path(args.run_dir).glob("serve/*/serve.json"))
     try:
-        served = [read_serve_status(d) for d in servers]
         record = None if is_serve_dir(args.run_dir) else read_status(args.run_dir)
+        served = [_served(d, alone=record is None) for d in servers]
     except ValueError as err:
         print(f"rljax status: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(json.dumps(record if not served else {**(record or {}), "servers": served}, sort_keys=True), flush=True)
         return 0
-    lines = ([status_line(record)] if record is not None else []) + [serve_line(s) for s in served]
+    lines = ([status_line(record)] if record is not None else []) + [
+        serve_line(s) if "error" not in s else f"policy server {s['dir']}: {s['error']}" for s in served]
     print("\n".join(lines), flush=True)
     return 0

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from rljax.host.base import EnvConnectionError, EnvTimeoutError, HostStep, check_actions, check_batch, check_obs
-from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, decode_spec, read_message, result_limit,
-                                 send_message)
+from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, decode_spec, error_arrays, read_message,
+                                 result_limit, send_message)
 from rljax.host.server import TOKEN_VARIABLE
 
 __all__ = ["ServerEnv"]
@@ -108,14 +108,31 @@ class ServerEnv:
             raise ProtocolError(f"the env server at {self._where} sent a reply that does not match its spaces: "
                                 f"{err}") from None
 
+    farewell = True
+    """Whether :meth:`close` says CLOSE (a rollout worker takes CLOSE as the run's end, and goes; without
+    it the worker connects again: :mod:`rljax.host.listen`)."""
+
     def close(self) -> None:
-        """Says CLOSE (best effort) and closes the connection."""
+        """Says CLOSE (best effort; not when :attr:`farewell` is False) and closes the connection."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        try:
+            if self.farewell:
+                sock.settimeout(1.0)
+                send_message(sock, Kind.CLOSE, [])
+        except OSError:
+            pass
+        sock.close()
+
+    def refuse(self, why: str) -> None:
+        """Says ERROR with ``why`` (best effort) and closes the connection: the server is told it was refused."""
         sock, self._sock = self._sock, None
         if sock is None:
             return
         try:
             sock.settimeout(1.0)
-            send_message(sock, Kind.CLOSE, [])
+            send_message(sock, Kind.ERROR, error_arrays(why))
         except OSError:
             pass
         sock.close()

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from rljax.host.base import EnvConnectionError, HostEnv
-from rljax.host.protocol import HANDSHAKE_LIMIT, Kind, ProtocolError, error_arrays, read_message, send_message
+from rljax.host.protocol import HELLO_LIMIT, Kind, ProtocolError, error_arrays, read_message, send_message
 from rljax.host.server import TOKEN_VARIABLE, check_token, is_loopback, serve_connection
 
-__all__ = ["LISTEN_PREFIX", "WorkerListener", "dial", "is_listen", "parse_listen"]
+__all__ = ["LISTEN_PREFIX", "MAX_GREETING", "WorkerListener", "dial", "is_listen", "parse_listen"]
 
 LISTEN_PREFIX = "listen:"
 
@@ -64,29 +64,41 @@ def parse_listen(name: str) -> tuple[str, int]:
 class WorkerListener:
     """Accepts rollout workers at ``listen:HOST:PORT`` (module docstring); the learner's pool of them.
 
+    A connecting worker is greeted on a thread of its own, off the learner's path: its HELLO must come
+    within ``hello_timeout_s`` (a deadline, not a per-read timeout; at most :data:`MAX_GREETING` greetings
+    at once), its token must match, then the learner's HELLO goes out and the worker's SPEC (it builds its
+    envs first) must come within ``spec_timeout_s`` and be a batch of ``num_envs``; a worker refused on the
+    way is told why (ERROR) and goes. Only then is it listed, waiting for an actor.
+
     Args:
-        name: ``listen:HOST:PORT``.
+        name: ``listen:HOST:PORT`` (port 0: any free port; :attr:`address` says which).
+        num_envs: the batch every worker must step (None: any; :meth:`make` checks it).
         token: the shared token (both directions); None reads ``RLJAX_ENV_SERVER_TOKEN``. Required off
             loopback.
-        hello_timeout_s: how long a new connection has to send its HELLO.
+        hello_timeout_s, spec_timeout_s: see above.
 
     Raises:
         ValueError: a bad name, or an address beyond loopback without a token.
         OSError: the address cannot be listened on (in use, not this host's).
     """
 
-    def __init__(self, name: str, token: str | None = None, hello_timeout_s: float = 10.0):
+    def __init__(self, name: str, num_envs: int | None = None, token: str | None = None,
+                 hello_timeout_s: float = 10.0, spec_timeout_s: float = 120.0):
         host, port = parse_listen(name)
         self._token = (os.environ.get(TOKEN_VARIABLE, "") if token is None else token)
         if not is_loopback(host) and not self._token:
             raise ValueError(f"listening for workers on {host!r}, beyond this machine, needs a shared token: set "
                              f"{TOKEN_VARIABLE} here and on every worker (or listen on 127.0.0.1)")
-        self.name, self.retry_s, self._hello_timeout = name, 0.0, float(hello_timeout_s)
-        self._sock = socket.create_server((host, port))
+        self.name, self.retry_s, self.num_envs = name, 0.0, num_envs
+        self._hello_timeout, self._spec_timeout = float(hello_timeout_s), float(spec_timeout_s)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        self._sock = socket.create_server((host, port), family=family)
         self.address = self._sock.getsockname()[:2]
         self._lock = threading.Condition()
-        self._pending: dict[str, socket.socket] = {}
+        self._pending: dict[str, Any] = {}  # address -> its ServerEnv, waiting for an actor
+        self._made: list[Any] = []  # the ServerEnvs handed to actors
         self._live: set[str] = set()
+        self._greeting = 0
         self._ids = itertools.count()
         self._closed = False
         self.bound: dict[int, str] = {}
@@ -96,31 +108,56 @@ class WorkerListener:
         while True:
             try:
                 conn, peer = self._sock.accept()
-            except OSError:
-                return
+            except OSError as err:
+                if self._closed:
+                    return
+                log.warning("rollout workers: cannot accept a connection (%s); pausing 0.5 s", err)
+                time.sleep(0.5)
+                continue
+            with self._lock:
+                busy, self._greeting = self._greeting >= MAX_GREETING, self._greeting + 1
+            if busy:
+                _refuse(conn, f"{MAX_GREETING} connections are being greeted already: try again")
+                with self._lock:
+                    self._greeting -= 1
+                continue
             threading.Thread(target=self._greet, args=(conn, peer), daemon=True, name="rljax-listen-hello").start()
 
     def _greet(self, conn: socket.socket, peer: Any) -> None:
-        """A new worker's HELLO, checked; the worker then waits for an actor."""
-        where = f"{peer[0]}:{peer[1]}"
+        """A new worker: its HELLO by the deadline and its token, then the learner's HELLO and its SPEC."""
+        from rljax.host.client import ServerEnv
+
+        where, fired = f"{peer[0]}:{peer[1]}", []
+        deadline = threading.Timer(self._hello_timeout, lambda: (fired.append(True), _shutdown(conn)))
+        deadline.start()
         try:
             conn.settimeout(self._hello_timeout)
-            _, (token,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
+            _, (token,) = read_message(conn, HELLO_LIMIT, expect=(Kind.HELLO,))
             check_token(token, self._token.encode(), "this learner")
-        except (ProtocolError, OSError, ConnectionError) as err:
-            log.warning("rollout worker from %s refused: %s", where, err)
-            try:
-                send_message(conn, Kind.ERROR, error_arrays(str(err)))
-            except OSError:
-                pass
-            conn.close()
+            deadline.cancel()
+            env = ServerEnv(peer[0], peer[1], token=self._token, connect_timeout_s=self._spec_timeout, sock=conn)
+        except (ProtocolError, OSError, ConnectionError, ValueError) as err:
+            deadline.cancel()
+            why = f"no HELLO within {self._hello_timeout:g} s of connecting" if fired else str(err)
+            log.warning("rollout worker from %s refused: %s", where, why)
+            _refuse(conn, why)
+            return
+        finally:
+            with self._lock:
+                self._greeting -= 1
+        env.farewell = False  # CLOSE only at the run's end (finish): a worker cut off otherwise comes back
+        if self.num_envs is not None and env.spec.num_envs != self.num_envs:
+            why = (f"this worker steps {env.spec.num_envs} envs, and this run's actors {self.num_envs}: start the "
+                   f"worker with --num-envs {self.num_envs}")
+            log.warning("rollout worker from %s refused: %s", where, why)
+            env.refuse(why)
             return
         with self._lock:
             if self._closed:
-                conn.close()
+                env.close()
                 return
             address = f"worker-{next(self._ids)}@{where}"
-            self._pending[address] = conn
+            self._pending[address] = env
             self._live.add(address)
             self._lock.notify_all()
 
@@ -150,40 +187,35 @@ class WorkerListener:
         """Actor ``actor``'s envs are worker ``address``'s batch."""
         self.bound[actor] = address
 
-    def make(self, address: str, num_envs: int, timeout_s: float = 60.0) -> HostEnv:
-        """Worker ``address``'s batch (a :class:`~rljax.host.client.ServerEnv` over its connection), taken
+    def make(self, address: str, num_envs: int) -> HostEnv:
+        """Worker ``address``'s batch (its :class:`~rljax.host.client.ServerEnv`, greeted already), taken
         once: asked again (an actor's restart), an EnvConnectionError (the worker must connect again).
 
         Raises:
-            ValueError: the worker's batch is not ``num_envs`` envs (the worker is let go).
+            ValueError: the worker's batch is not ``num_envs`` envs (the worker is told, and let go).
         """
-        from rljax.host.client import ServerEnv
-
         with self._lock:
-            sock = self._pending.pop(address, None)
-        if sock is None:
+            env = self._pending.pop(address, None)
+        if env is None:
             raise EnvConnectionError(f"rollout worker {address} is gone (or already has an actor): a worker that "
                                      f"reconnects joins as a new one")
-        host, port = sock.getpeername()[:2]
-        try:
-            env = ServerEnv(host, port, token=self._token, timeout_s=timeout_s, sock=sock)
-        except BaseException:
-            self.failed(address)
-            raise
         if env.spec.num_envs != num_envs:
-            env.close()
+            why = (f"rollout worker {address} steps {env.spec.num_envs} envs, and this run's actors {num_envs} "
+                   f"(--num-envs): start the worker with --num-envs {num_envs}")
+            env.refuse(why)
             self.failed(address)
-            raise ValueError(f"rollout worker {address} steps {env.spec.num_envs} envs, and this run's actors "
-                             f"{num_envs} (--num-envs): start the worker with --num-envs {num_envs}")
+            raise ValueError(why)
+        with self._lock:
+            self._made.append(env)
         return env
 
     def failed(self, address: str) -> None:
         """Worker ``address`` left (its actor's envs failed): it is not listed again."""
         with self._lock:
             self._live.discard(address)
-            sock = self._pending.pop(address, None)
-        if sock is not None:
-            sock.close()
+            env = self._pending.pop(address, None)
+        if env is not None:
+            env.close()
 
     def joinable(self, address: str) -> bool:
         """Whether ``address`` is a connected worker without an actor."""
@@ -194,8 +226,16 @@ class WorkerListener:
         """The listener for a run's manifest: its name and the workers connected now."""
         return {"pool": self.name, "workers": self.addresses()}
 
+    def finish(self) -> None:
+        """The run has ended: every worker is let go with CLOSE (those with an actor when their envs close),
+        so that they exit. Without it (a run stopped by a signal, or failed) the connections just close and
+        the workers keep connecting until a resumed run takes them back (or ``--retry-for`` passes)."""
+        with self._lock:
+            for env in [*self._made, *self._pending.values()]:
+                env.farewell = True
+
     def close(self) -> None:
-        """Stops listening; workers still waiting for an actor are let go."""
+        """Stops listening; workers still waiting for an actor are closed (with CLOSE after :meth:`finish`)."""
         with self._lock:
             self._closed = True
             pending, self._pending = list(self._pending.values()), {}
@@ -203,37 +243,68 @@ class WorkerListener:
             self._sock.close()
         except OSError:
             pass
-        for sock in pending:
-            sock.close()
+        for env in pending:
+            env.close()
+
+
+MAX_GREETING = 64
+"""The most connections greeted at once (each has a thread until its HELLO and SPEC have come)."""
+
+
+def _shutdown(conn: socket.socket) -> None:
+    """Ends a greeting past its deadline: a blocked read returns at once."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    try:
+        conn.settimeout(1.0)
+        send_message(conn, Kind.ERROR, error_arrays(why))
+    except OSError:
+        pass
+    conn.close()
 
 
 def dial(address: tuple[str, int], make_env: Callable[[], HostEnv], token: str | None = None,
-         idle_timeout_s: float = 600.0, retry_for_s: float = 600.0, stop: threading.Event | None = None) -> int:
+         idle_timeout_s: float = 600.0, retry_for_s: float = 600.0) -> tuple[int, str]:
     """A rollout worker: connects to the learner at ``address``, says HELLO with the token, and serves it
-    a batch from ``make_env()`` as an env server would; connects again (every 1 to 10 s) when the
-    connection fails or breaks, until the learner ends the session with CLOSE (returns 0: the run
-    finished or retired this worker), ``retry_for_s`` passes without a session (returns 1), or ``stop``
-    is set (returns 0)."""
+    a batch from ``make_env()`` as an env server would. Returns ``(exit status, why)``:
+
+    * ``0``: the learner ended the session with CLOSE (the run finished);
+    * ``1``: the learner refused this worker (a token, a batch size: ``why`` is its reason), or no session
+      began for ``retry_for_s`` seconds (no learner, or one that never finished a handshake).
+
+    A session that breaks after it began (the learner stopped by a signal, crashed, or its network went)
+    is followed by a new connection, after 1 s and doubling to 10 s while sessions keep failing."""
     token = os.environ.get(TOKEN_VARIABLE, "") if token is None else token
-    stop = stop or threading.Event()
-    last_ok, delay = time.monotonic(), 1.0
-    while not stop.is_set():
+    began, delay = time.monotonic(), 1.0
+    while True:
+        start = time.monotonic()
+        how, why = "failed", ""
         try:
             conn = socket.create_connection(address, timeout=10)
         except OSError as err:
-            if time.monotonic() - last_ok > retry_for_s:
-                log.warning("rollout worker: no learner at %s:%s for %g s (%s); giving up", *address, retry_for_s, err)
-                return 1
-            stop.wait(delay)
-            delay = min(10.0, delay * 2)
-            continue
-        try:
-            send_message(conn, Kind.HELLO, [np.frombuffer(token.encode(), np.uint8)])
-        except OSError:
-            conn.close()
-            continue
-        said_close = serve_connection(conn, f"{address[0]}:{address[1]}", make_env, token.encode(), idle_timeout_s)
-        last_ok, delay = time.monotonic(), 1.0
-        if said_close:
-            return 0
-    return 0
+            why = str(err)
+        else:
+            try:
+                send_message(conn, Kind.HELLO, [np.frombuffer(token.encode(), np.uint8)])
+                how, why = serve_connection(conn, f"{address[0]}:{address[1]}", make_env, token.encode(),
+                                            idle_timeout_s)
+            except OSError as err:
+                conn.close()
+                why = str(err)
+        if how == "closed":
+            return 0, "the learner ended the session"
+        if how == "refused":
+            return 1, why
+        now = time.monotonic()
+        if how == "ended":  # a session began: the learner was there
+            began = now
+            delay = 1.0 if now - start > 10 else delay
+        elif now - began > retry_for_s:
+            return 1, f"no session with a learner at {address[0]}:{address[1]} for {retry_for_s:g} s ({why})"
+        time.sleep(delay)
+        delay = min(10.0, delay * 2)

@@ -53,10 +53,10 @@ import numpy as np
 from rljax.env import Box, Discrete
 from rljax.host.base import HostSpec
 
-__all__ = ["ENV_FRAMING", "Framing", "HANDSHAKE_LIMIT", "Kind", "MAGIC", "ProtocolError", "VERSION",
-           "decode_header", "decode_header_count", "decode_payload", "decode_spec", "encode", "encode_spec",
-           "error_arrays", "error_text", "message_size", "read_message", "result_limit", "send_message",
-           "step_limit"]
+__all__ = ["ENV_FRAMING", "Framing", "HANDSHAKE_LIMIT", "HELLO_LIMIT", "Kind", "MAGIC", "PeerError",
+           "ProtocolError", "VERSION", "decode_header", "decode_header_count", "decode_payload", "decode_spec",
+           "encode", "encode_spec", "error_arrays", "error_text", "message_size", "read_message", "result_limit",
+           "send_message", "step_limit"]
 
 MAGIC = b"RLJX"
 VERSION = 1
@@ -66,11 +66,20 @@ MAX_NDIM = 8
 MAX_ELEMENTS = 1 << 34
 """The most elements an array's dims may describe (counting a zero dim as 1)."""
 HANDSHAKE_LIMIT = 16 << 20
-"""The largest HELLO, SPEC or ERROR payload accepted (bytes): the spaces' bounds are the largest part."""
+"""The largest SPEC or ERROR payload accepted (bytes): the spaces' bounds are the largest part."""
+HELLO_LIMIT = 64 << 10
+ERROR_LIMIT = 8 << 10
+"""The largest ERROR payload read whatever the limit of the message expected (:func:`error_arrays` sends
+at most 4,000 bytes of text)."""
+"""The largest HELLO payload accepted (bytes): a token; read before the token is checked, so small."""
 
 
 class ProtocolError(ValueError):
     """A message that breaks the protocol: bad header, layout, size, or arrays that do not match the spaces."""
+
+
+class PeerError(ProtocolError):
+    """The peer said ERROR (its text is the message): it refused this side, rather than this side it."""
 
 
 class Kind(enum.IntEnum):
@@ -174,7 +183,7 @@ def decode_header_count(header: bytes, limit: int, expect: tuple[Kind, ...] = ()
     if not framing.count_ok(kind, count) or flags != 0:
         raise ProtocolError(f"a {kind.name} message holds {framing.count_text(kind)} arrays and flags 0; got "
                             f"{count} arrays and flags {flags}")
-    if length > limit:
+    if length > (max(limit, ERROR_LIMIT) if kind == framing.error else limit):  # an ERROR is read whatever came
         raise ProtocolError(f"a {kind.name} payload of {length} bytes is over the limit of {limit} bytes here")
     return kind, length, count
 
@@ -238,7 +247,7 @@ def read_message(sock: socket.socket, limit: int, expect: tuple[Kind, ...] = (),
     kind, length, count = decode_header_count(_recv_exact(sock, HEADER.size), limit, expect, framing)
     arrays = decode_payload(kind, _recv_exact(sock, length), count, framing)
     if kind == framing.error:
-        raise ProtocolError(f"the peer reported an error: {error_text(arrays[0])}")
+        raise PeerError(f"the peer reported an error: {error_text(arrays[0])}")
     return kind, arrays
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from rljax.host.base import HostEnv, check_actions, check_obs
-from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, encode_spec, error_arrays, read_message,
-                                 send_message, step_limit)
+from rljax.host.protocol import (HELLO_LIMIT, Kind, PeerError, ProtocolError, encode_spec, error_arrays,
+                                 read_message, send_message, step_limit)
 
 __all__ = ["EnvServer", "TOKEN_VARIABLE", "check_token", "is_loopback", "serve_connection"]
 
@@ -136,28 +136,39 @@ class EnvServer:
 
 
 def serve_connection(conn: socket.socket, peer: Any, make_env: Callable[[], HostEnv], token: bytes,
-                     idle_timeout_s: float) -> bool:
+                     idle_timeout_s: float) -> tuple[str, str]:
     """Serves one connection (HELLO, SPEC, then RESET/STEP until CLOSE) with a batch from ``make_env()``,
     made after the HELLO and closed at the end; a bad message, a bad ``token`` (checked when not empty)
     or an env that raised ends it with an ERROR saying why. The connection is closed on every way out.
-    Returns whether the client ended it with CLOSE."""
-    env, said_close = None, False
+
+    Returns:
+        ``(how, why)``: ``"closed"`` (the client said CLOSE), ``"refused"`` (the client said ERROR: ``why``
+        is its text), ``"ended"`` (it broke off after the SPEC was sent) or ``"failed"`` (before it).
+    """
+    env, how, why = None, "failed", ""
     conn.settimeout(idle_timeout_s)
     try:
-        _, (sent,) = read_message(conn, HANDSHAKE_LIMIT, expect=(Kind.HELLO,))
+        _, (sent,) = read_message(conn, HELLO_LIMIT, expect=(Kind.HELLO,))
         check_token(sent, token)
         env = make_env()
         send_message(conn, Kind.SPEC, encode_spec(env.spec))
+        how = "ended"
         _loop(conn, env)
-        said_close = True
+        how = "closed"
+    except PeerError as err:
+        how, why = "refused", str(err)
+        log.warning("env server: %s refused this side: %s", peer, err)
     except (ProtocolError, ValueError, TypeError) as err:
+        why = str(err)
         log.warning("env server: closing the connection from %s: %s", peer, err)
         _try_send_error(conn, str(err))
     except (OSError, ConnectionError) as err:
+        why = str(err)
         log.info("env server: the connection from %s ended: %s", peer, err)
     except Exception as err:  # the env raised: the client is told, the server keeps serving
+        why = f"the env raised {type(err).__name__}: {err}"
         log.warning("env server: the env raised %s for %s: %s", type(err).__name__, peer, err)
-        _try_send_error(conn, f"the env raised {type(err).__name__}: {err}")
+        _try_send_error(conn, why)
     finally:
         if env is not None:
             try:
@@ -165,7 +176,7 @@ def serve_connection(conn: socket.socket, peer: Any, make_env: Callable[[], Host
             except Exception as err:  # closing a broken env must not take the server down
                 log.warning("env server: closing the env of %s raised %s", peer, err)
         _close(conn)
-    return said_close
+    return how, why
 
 
 def check_token(token: np.ndarray, expected: bytes, who: str = "this server") -> None:

@@ -180,11 +180,11 @@ class Codec:
         if size != len(payload) or any(payload[o:o + len(h)] != h for o, h in layout):
             return None
         out = []
-        for (offset, header), (shape, dtype) in zip(layout, [((4,), np.dtype(np.int64)), ((rows,), None)]
+        for (offset, header), (shape, dtype) in zip(layout, [((4,), np.dtype(np.int64)), ((rows,), np.dtype(bool))]
                                                     + [((rows, *s), d) for s, d in self._inputs]):
             start, count = offset + len(header), math.prod(shape)
-            if dtype is None:  # reset: any nonzero byte is True
-                out.append(np.frombuffer(payload, np.uint8, count, start) != 0)
+            if dtype == np.bool_:  # any nonzero byte is True (a legal-action mask's 0x80 too)
+                out.append((np.frombuffer(payload, np.uint8, count, start) != 0).reshape(shape))
             else:
                 little = np.frombuffer(payload, dtype.newbyteorder("<"), count, start).reshape(shape)
                 out.append(little.astype(dtype.newbyteorder("="), copy=True))

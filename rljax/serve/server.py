@@ -50,6 +50,8 @@ TOKEN_VARIABLE = "RLJAX_SERVE_TOKEN"
 """The environment variable the server and its clients read the shared token from."""
 
 _HELLO_LIMIT = 64 << 10
+MAX_ROWS = 1 << 16
+"""The most rows a batch (``max_batch``, ``min_rows``) may have."""
 _CLOSE_GRACE_S = 1.0
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,8 @@ class _Request:
     reset: np.ndarray
     obs: list[np.ndarray]
     arrived: float
+    fresh: bool = False
+    """The session's state starts here (its first request, or a new batch size): initial rows, not its own."""
 
     @property
     def rows(self) -> int:
@@ -126,10 +130,13 @@ class PolicyServer:
             raise ValueError(f"serving on {host!r}, beyond this machine, needs a shared token: set {TOKEN_VARIABLE} "
                              f"here and in the clients (or serve on 127.0.0.1)")
         _check_positive(max_batch=max_batch, min_rows=min_rows, idle_timeout_s=idle_timeout_s,
-                        stall_timeout_s=stall_timeout_s,
-                        max_clients=max_clients, stats_every_s=stats_every_s)
-        if max_wait_ms < 0 or (follow_s is not None and follow_s <= 0):
-            raise ValueError(f"max_wait_ms={max_wait_ms} (>= 0), follow_s={follow_s} (> 0, or None)")
+                        stall_timeout_s=stall_timeout_s, max_clients=max_clients, stats_every_s=stats_every_s,
+                        **({} if follow_s is None else {"follow_s": follow_s}))
+        if not (isinstance(max_wait_ms, (int, float)) and 0 <= max_wait_ms <= 10_000):
+            raise ValueError(f"max_wait_ms={max_wait_ms}: must be within 0 and 10000 (10 s)")
+        if max_batch > MAX_ROWS or min_rows > MAX_ROWS:
+            raise ValueError(f"max_batch={max_batch}, min_rows={min_rows}: at most {MAX_ROWS} rows a batch")
+        _fit_descriptors(int(max_clients))
         if follow_s is not None and model.reload is None:
             raise ValueError(f"{model.info.get('path')} is an export: there is no run to follow (serve the run "
                              f"directory to follow its checkpoints)")
@@ -143,7 +150,7 @@ class PolicyServer:
         self._limit = act_limit(model.inputs, self.max_batch)
         self._codec = Codec(model.inputs, model.action, self.max_batch)
         self.stats = ServeStats()
-        self._sock = socket.create_server((host, int(port)))
+        self._sock = _server_socket(host, int(port))
         self._sock.setblocking(False)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self._sel = selectors.DefaultSelector()
@@ -155,6 +162,7 @@ class PolicyServer:
         self._done: list[tuple[_Conn, bytes, float, bool]] = []
         self._done_lock = threading.Lock()
         self._conns: set[_Conn] = set()
+        self._accept_paused: float | None = None
         self._rbuf = bytearray(1 << 18)
         self._rview = memoryview(self._rbuf)
         self._waiting = 0
@@ -247,6 +255,9 @@ class PolicyServer:
                     if mask & selectors.EVENT_READ and conn in self._conns:
                         self._read(conn)
             self._deliver()
+            if self._accept_paused is not None and time.monotonic() >= self._accept_paused:
+                self._accept_paused = None
+                self._sel.register(self._sock, selectors.EVENT_READ, "listen")
             if time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep = time.monotonic() + 0.5
@@ -254,7 +265,12 @@ class PolicyServer:
     def _accept(self) -> None:
         try:
             sock, peer = self._sock.accept()
-        except (BlockingIOError, OSError):
+        except BlockingIOError:
+            return
+        except OSError as err:  # out of file descriptors: stop accepting a moment, not spin on it
+            log.warning("rljax serve: cannot accept a connection (%s); pausing new connections for 0.5 s", err)
+            self._sel.unregister(self._sock)
+            self._accept_paused = time.monotonic() + 0.5
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -375,12 +391,11 @@ class PolicyServer:
             raise _Refused(f"seed {seed}: a sampled request's seed is in [0, 2^31)")
         if pin < -1:
             raise _Refused(f"pinned version {pin}: give a version >= 0, or -1 for any")
-        if self.model.recurrent and (conn.state is None or conn.state[0].shape[0] != rows):
-            if conn.state is not None and not reset.all():
-                raise _Refused(f"this session's recurrent state has {conn.state[0].shape[0]} rows, the request "
-                               f"{rows}: reset every row to start the session over with {rows}")
-            conn.state = self.model.initial_state(rows)
-        return _Request(conn, rid, pin, seed if sample else None, reset, leaves, now)
+        fresh = self.model.recurrent and (conn.state is None or conn.state[0].shape[0] != rows)
+        if fresh and conn.state is not None and not reset.all():
+            raise _Refused(f"this session's recurrent state has {conn.state[0].shape[0]} rows, the request "
+                           f"{rows}: reset every row to start the session over with {rows}")
+        return _Request(conn, rid, pin, seed if sample else None, reset, leaves, now, fresh)
 
     def _refuse(self, conn: _Conn, rid: int, why: str) -> None:
         self.stats.error(conn.client, "refused")
@@ -536,7 +551,8 @@ class PolicyServer:
     def _compute(self, params: Any, version: int, group: list[_Request]) -> list[tuple[_Conn, bytes, float, bool]]:
         model, join = self.model, (lambda xs: xs[0] if len(xs) == 1 else np.concatenate(xs))
         obs = [join([r.obs[i] for r in group]) for i in range(len(model.inputs))]
-        state = [join([r.conn.state[i] for r in group]) for i in range(len(model.state))]
+        states = [model.initial_state(r.rows) if r.fresh else r.conn.state for r in group]
+        state = [join([x[i] for x in states]) for i in range(len(model.state))]
         reset = join([r.reset for r in group])
         seeds = None if group[0].seed is None else join(
             [np.stack([np.full(r.rows, r.seed, np.int32), np.arange(r.rows, dtype=np.int32)], 1) for r in group])
@@ -648,6 +664,30 @@ class _Queue:
 
 
 def _check_positive(**values: float) -> None:
+    """Each value a finite number > 0 (NaN and infinity are not: a wait of either never ends)."""
     for name, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{name}={value}: must be > 0")
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9):
+            raise ValueError(f"{name}={value}: must be a number > 0 (and finite)")
+
+
+def _fit_descriptors(max_clients: int) -> None:
+    """Raises the process's soft limit of open files to fit ``max_clients`` connections (and 64 more for
+    the rest); a hard limit below that is a ValueError naming both."""
+    import resource
+
+    need = max_clients + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        try:
+            if hard != resource.RLIM_INFINITY and hard < need:
+                raise ValueError(f"the hard limit is {hard}")
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        except (ValueError, OSError) as err:
+            raise ValueError(f"max_clients={max_clients} needs {need} open files, and this process may open "
+                             f"{soft} ({err}; ulimit -n): lower --max-clients or raise the limit") from None
+
+
+def _server_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (an IPv6 address too)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, port), family=family)

@@ -48,7 +48,8 @@ def test_serve_answers_a_client_shows_in_status_and_stops_on_sigterm(tiny_run, t
     (["{run}", "--follow", "elsewhere"], "another directory than the one served"),
     (["{run}", "--follow", "--step", "1"], "--step 1 and --follow"),
     (["{run}", "--port", "70000"], "--port 70000"),
-    (["{run}", "--max-batch", "0"], "max_batch=0"),
+    (["{run}", "--max-batch", "0"], "--max-batch 0: 1 to 65536 rows"),
+    (["{run}", "--max-wait-ms", "inf"], "max_wait_ms=inf"),
     (["{run}", "--host", "0.0.0.0"], "beyond this machine, needs a shared token: set RLJAX_SERVE_TOKEN"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(tiny_run, capsys, monkeypatch, argv, match):

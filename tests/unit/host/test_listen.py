@@ -29,7 +29,7 @@ def _free_port() -> int:
 def _worker_thread(port, num_envs=4, token=None, retry_for_s=5.0):
     done = {}
     thread = threading.Thread(target=lambda: done.setdefault("code", dial(
-        ("127.0.0.1", port), lambda: GymnasiumEnv("CartPole-v1", num_envs), token=token, retry_for_s=retry_for_s)),
+        ("127.0.0.1", port), lambda: GymnasiumEnv("CartPole-v1", num_envs), token=token, retry_for_s=retry_for_s)[0]),
         daemon=True)
     thread.start()
     return thread, done
@@ -45,7 +45,7 @@ def test_names_are_parsed_and_bad_ones_named():
         WorkerListener("listen:0.0.0.0:0", token="")
 
 
-def test_a_worker_that_dials_in_is_a_batch_of_envs_and_is_let_go_with_close():
+def test_a_worker_that_dials_in_is_a_batch_of_envs_comes_back_when_cut_off_and_goes_at_the_end():
     listener = WorkerListener("listen:127.0.0.1:0")
     port = listener.address[1]
     thread, done = _worker_thread(port)
@@ -60,30 +60,59 @@ def test_a_worker_that_dials_in_is_a_batch_of_envs_and_is_let_go_with_close():
         assert step.obs.shape == (4, 4)
         with pytest.raises(EnvConnectionError, match="is gone .* reconnects joins as a new one"):
             listener.make(address, 4)  # an actor's restart: the worker must connect again
-        env.close()  # CLOSE: the worker's session ends, and so does the worker
+        env.close()  # the run stopped (a signal, a crash): no CLOSE, and the worker comes back as a new one
+        listener.failed(address)
+        (again,) = listener.wait_for(1, 10)
+        assert again.startswith("worker-1@") and thread.is_alive()
+        listener.finish()  # the run's end: CLOSE, and the worker goes
+        listener.make(again, 4).close()
         thread.join(10)
         assert done["code"] == 0
     finally:
         listener.close()
 
 
-def test_a_worker_of_another_batch_size_or_token_is_refused(caplog):
-    listener = WorkerListener("listen:127.0.0.1:0", token="s3cret")
+def test_a_worker_of_another_batch_size_or_token_is_refused_and_told_why(caplog):
+    listener = WorkerListener("listen:127.0.0.1:0", num_envs=4, token="s3cret")
     port = listener.address[1]
     try:
-        thread, done = _worker_thread(port, token="wrong", retry_for_s=1.0)
-        time.sleep(1.0)
-        assert listener.addresses() == []  # refused at its HELLO, never listed
+        thread, done = _worker_thread(port, token="wrong")
+        thread.join(10)
+        assert done["code"] == 1 and listener.addresses() == []  # refused at its HELLO, never listed
         assert "does not match this learner's" in caplog.text and "s3cret" not in caplog.text
-        _worker_thread(port, num_envs=3, token="s3cret")
-        (address,) = listener.wait_for(1, 10)
-        with pytest.raises(ValueError, match="steps 3 envs, and this run's actors 4 .* --num-envs 4"):
-            listener.make(address, 4)
-        assert listener.addresses() == []
+        with caplog.at_level("WARNING"):
+            code, why = dial(("127.0.0.1", port), lambda: GymnasiumEnv("CartPole-v1", 3), token="s3cret")
+        assert code == 1 and "start the worker with --num-envs 4" in why and listener.addresses() == []
         with pytest.raises(TimeoutError, match="0 of the 1 rollout workers .* --connect 127.0.0.1"):
             listener.wait_for(1, 0.2)
     finally:
         listener.close()
+
+
+def test_a_greeting_has_a_deadline_and_a_worker_backs_off_from_a_peer_that_is_no_learner(caplog):
+    listener = WorkerListener("listen:127.0.0.1:0", hello_timeout_s=1.0)
+    try:
+        slow = socket.create_connection(listener.address, timeout=10)
+        start, closed = time.monotonic(), False
+        for _ in range(20):  # a byte every 0.25 s: each read is quick, the greeting is not
+            try:
+                slow.sendall(b"R")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.25)
+        assert closed and time.monotonic() - start < 3
+        assert "no HELLO within 1 s of connecting" in caplog.text and listener.addresses() == []
+    finally:
+        listener.close()
+    with socket.socket() as closer:  # accepts and closes at once: no session ever begins
+        closer.bind(("127.0.0.1", 0))
+        closer.listen(64)
+        accepted = []
+        threading.Thread(target=lambda: [accepted.append(closer.accept()[0].close()) for _ in range(100)],
+                         daemon=True).start()
+        code, why = dial(closer.getsockname(), lambda: GymnasiumEnv("CartPole-v1", 1), retry_for_s=2.5)
+        assert code == 1 and "no session with a learner" in why and len(accepted) <= 4
 
 
 def _spawn_worker(port: int) -> subprocess.Popen:

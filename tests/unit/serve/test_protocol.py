@@ -70,7 +70,10 @@ def test_the_codec_is_the_generic_path_byte_for_byte_and_leaves_it_anything_else
     assert all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in zip(fast, slow))
     bool_byte = bytearray(payload)
     bool_byte[payload.index(bytes([1, 0, 1]))] = 7  # a bool byte other than 0/1 reads True, as the generic path
-    assert codec.act(bytes(bool_byte))[1].tolist() == [True, False, True]
+    bool_byte[-1] = 0x80  # in an observation's bool leaf too (a legal-action mask)
+    fast, slow = codec.act(bytes(bool_byte)), decode_payload(Kind.ACT, bytes(bool_byte), 4, FRAMING)
+    assert fast[1].tolist() == [True, False, True] and fast[3].dtype == np.bool_ and fast[3][-1, -1]
+    assert all(np.array_equal(a, b) for a, b in zip(fast, slow))
     unfit = [[fit[0], fit[1], obs.astype(np.float64), mask], [fit[0], fit[1], obs[:, :1], mask],
              [fit[0], np.zeros(9, bool), np.zeros((9, 2, 3), np.float32), np.zeros((9, 4), bool)],
              [fit[0].astype(np.int32), *fit[1:]]]

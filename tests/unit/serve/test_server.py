@@ -100,9 +100,12 @@ def test_a_recurrent_policy_keeps_each_sessions_state_row_by_row(tiny_run):
             t.join(120)
         assert max(int(k) for k in server.stats.record()["batch_requests"]) > 1  # sessions shared batches
         with Client(*server.address) as client:  # a session's batch changes only with every row reset
-            client.act(obs[0, 0])
+            first, _ = client.act(obs[0, 0])
             with pytest.raises(Refused, match="reset every row"):
                 client.act(obs[0, 0, :3])
+            with pytest.raises(Refused, match="was pinned"):  # refused: the session's state is untouched
+                client.act(obs[0, 0, :3], reset=True, version=client.version + 1)
+            assert client.act(obs[0, 1])[0].shape == (16,)  # still the 16-row session
             assert client.act(obs[0, 0, :3], reset=True)[0].shape == (3,)
     np.testing.assert_array_equal(got, expected)
 
@@ -232,7 +235,10 @@ def test_a_token_is_required_when_set_and_never_echoed(cartpole):
 def test_bad_settings_are_named(cartpole):
     model = load_model(cartpole)
     for kwargs, match in [({"max_batch": 0}, "max_batch=0"), ({"max_wait_ms": -1}, "max_wait_ms=-1"),
-                          ({"stall_timeout_s": 0}, "stall_timeout_s=0")]:
+                          ({"stall_timeout_s": 0}, "stall_timeout_s=0"), ({"max_wait_ms": float("inf")}, "inf"),
+                          ({"max_wait_ms": float("nan")}, "nan"), ({"follow_s": float("inf")}, "follow_s=inf"),
+                          ({"stats_every_s": 1e300}, "stats_every_s=1e"), ({"max_batch": 10 ** 8}, "at most 65536"),
+                          ({"max_clients": 10 ** 8}, "open files")]:
         with pytest.raises(ValueError, match=match):
             PolicyServer(model, **kwargs)
 
