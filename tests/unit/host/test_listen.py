@@ -177,3 +177,29 @@ def test_two_worker_processes_through_central_inference_train_cartpole_to_475(tm
 
 def test_protocol_error_is_what_a_refused_learner_hello_raises():
     assert issubclass(ProtocolError, ValueError)
+
+
+@pytest.mark.slow  # two runs of the CLI; by default test_a_worker_that_dials_in_..._goes_at_the_end stands for it
+def test_a_preempted_learner_keeps_its_workers_and_the_resumed_run_gets_them_back(tmp_path):
+    port, run_dir = _free_port(), tmp_path / "run"
+    worker = _spawn_worker(port)
+    try:
+        learner = subprocess.Popen([sys.executable, "-m", "rljax.cli.main", "train", "ppo", "--env",
+                                    f"listen:127.0.0.1:{port}", "--num-envs", "4", "--num-steps", "32",
+                                    "--total-timesteps", str(4 * 32 * 200), "--run-dir", str(run_dir), "--quiet"])
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        learner.send_signal(signal.SIGTERM)
+        assert learner.wait(60) == 75  # preempted: saved, resumable
+        time.sleep(2)
+        assert worker.poll() is None  # not released: it is connecting again
+        subprocess.run([sys.executable, "-m", "rljax.cli.main", "resume", str(run_dir), "--quiet"], check=True,
+                       timeout=300)
+        assert worker.wait(30) == 0  # the resumed run took it back and released it at its end
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 4 * 32 * 200
