@@ -82,7 +82,7 @@ def _source(args: argparse.Namespace) -> tuple[pathlib.Path, bool]:
 def run(args: argparse.Namespace) -> int:
     """Serves until interrupted; 0 then, 2 for bad arguments or a directory that cannot be served."""
     from rljax.serve.model import load_model
-    from rljax.serve.server import PolicyServer
+    from rljax.serve.server import MAX_ROWS, PolicyServer
 
     served_log = logging.getLogger("rljax.serve")  # its reloads and dropped clients, not other libraries' chatter
     if not served_log.handlers:
@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= args.port < 65536:
             raise ValueError(f"--port {args.port}: 0..65535")
         member: Any = int(args.member) if args.member is not None and args.member.isdigit() else args.member
-        if not 0 < args.max_batch <= 65536:
-            raise ValueError(f"--max-batch {args.max_batch}: 1 to 65536 rows")
+        if not 0 < args.max_batch <= MAX_ROWS:  # said before the policy is loaded and compiled
+            raise ValueError(f"--max-batch {args.max_batch}: 1 to {MAX_ROWS} rows")
         model = load_model(path, step=args.step, member=member)
         server = PolicyServer(model, args.host, args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               follow_s=args.follow_every if follow else None, idle_timeout_s=args.idle_timeout,

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from rljax.host.base import EnvConnectionError, EnvTimeoutError, HostStep, check_actions, check_batch, check_obs
-from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, decode_spec, error_arrays, read_message,
-                                 result_limit, send_message)
-from rljax.host.server import TOKEN_VARIABLE
+from rljax.host.protocol import (HANDSHAKE_LIMIT, Kind, ProtocolError, decode_spec, read_message, result_limit,
+                                 send_message)
+from rljax.host.server import TOKEN_VARIABLE, refuse
 
 __all__ = ["ServerEnv"]
 
@@ -128,14 +128,8 @@ class ServerEnv:
     def refuse(self, why: str) -> None:
         """Says ERROR with ``why`` (best effort) and closes the connection: the server is told it was refused."""
         sock, self._sock = self._sock, None
-        if sock is None:
-            return
-        try:
-            sock.settimeout(1.0)
-            send_message(sock, Kind.ERROR, error_arrays(why))
-        except OSError:
-            pass
-        sock.close()
+        if sock is not None:
+            refuse(sock, why)
 
     def __repr__(self) -> str:
         return f"ServerEnv({self._where}, num_envs={self.spec.num_envs})" if hasattr(self, "spec") else "ServerEnv(?)"

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from rljax.host.base import EnvConnectionError, HostEnv
-from rljax.host.protocol import HELLO_LIMIT, Kind, ProtocolError, error_arrays, read_message, send_message
-from rljax.host.server import TOKEN_VARIABLE, check_token, is_loopback, serve_connection
+from rljax.host.protocol import HELLO_LIMIT, Kind, ProtocolError, read_message, send_message
+from rljax.host.server import TOKEN_VARIABLE, check_token, is_loopback, refuse, serve_connection
 
 __all__ = ["LISTEN_PREFIX", "MAX_GREETING", "WorkerListener", "dial", "is_listen", "parse_listen"]
 
@@ -117,7 +117,7 @@ class WorkerListener:
             with self._lock:
                 busy, self._greeting = self._greeting >= MAX_GREETING, self._greeting + 1
             if busy:
-                _refuse(conn, f"{MAX_GREETING} connections are being greeted already: try again")
+                refuse(conn, f"{MAX_GREETING} connections are being greeted already: try again")
                 with self._lock:
                     self._greeting -= 1
                 continue
@@ -140,7 +140,7 @@ class WorkerListener:
             deadline.cancel()
             why = f"no HELLO within {self._hello_timeout:g} s of connecting" if fired else str(err)
             log.warning("rollout worker from %s refused: %s", where, why)
-            _refuse(conn, why)
+            refuse(conn, why)
             return
         finally:
             with self._lock:
@@ -257,15 +257,6 @@ def _shutdown(conn: socket.socket) -> None:
         conn.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
-
-
-def _refuse(conn: socket.socket, why: str) -> None:
-    try:
-        conn.settimeout(1.0)
-        send_message(conn, Kind.ERROR, error_arrays(why))
-    except OSError:
-        pass
-    conn.close()
 
 
 def dial(address: tuple[str, int], make_env: Callable[[], HostEnv], token: str | None = None,

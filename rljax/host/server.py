@@ -33,7 +33,7 @@ from rljax.host.base import HostEnv, check_actions, check_obs
 from rljax.host.protocol import (HELLO_LIMIT, Kind, PeerError, ProtocolError, encode_spec, error_arrays,
                                  read_message, send_message, step_limit)
 
-__all__ = ["EnvServer", "TOKEN_VARIABLE", "check_token", "is_loopback", "serve_connection"]
+__all__ = ["EnvServer", "TOKEN_VARIABLE", "check_token", "is_loopback", "refuse", "serve_connection"]
 
 TOKEN_VARIABLE = "RLJAX_ENV_SERVER_TOKEN"
 """The environment variable both sides read the shared token from."""
@@ -179,20 +179,20 @@ def serve_connection(conn: socket.socket, peer: Any, make_env: Callable[[], Host
     return how, why
 
 
-def check_token(token: np.ndarray, expected: bytes, who: str = "this server") -> None:
+def check_token(token: np.ndarray, expected: bytes, who: str = "this server", variable: str = TOKEN_VARIABLE) -> None:
     """Refuses a HELLO whose token is missing, not a ``uint8 [T]`` array, or not ``expected`` (compared in
     constant time; nothing is checked when ``expected`` is empty); the error says which (``who`` names
-    the side that checks), never what either token is."""
+    the side that checks, ``variable`` where the token is set), never what either token is."""
     if not expected:
         return
     if token.dtype != np.uint8 or token.ndim != 1:
         raise ProtocolError(f"the token must be a uint8 [T] array (its UTF-8 bytes), got {token.dtype} "
                             f"{token.shape}")
     if token.size == 0:
-        raise ProtocolError(f"no token was sent, and {who} requires one: set {TOKEN_VARIABLE} on the client (or "
+        raise ProtocolError(f"no token was sent, and {who} requires one: set {variable} on the client (or "
                             f"pass token=) to {who}'s token")
     if not hmac.compare_digest(token.tobytes(), expected):
-        raise ProtocolError(f"the token sent does not match {who}'s ({TOKEN_VARIABLE})")
+        raise ProtocolError(f"the token sent does not match {who}'s ({variable})")
 
 
 def _loop(conn: socket.socket, env: HostEnv) -> None:
@@ -209,6 +209,16 @@ def _loop(conn: socket.socket, env: HostEnv) -> None:
         else:
             step = env.step(check_actions(spec, arrays[0]))
             send_message(conn, Kind.RESULT, list(step))
+
+
+def refuse(conn: socket.socket, why: str) -> None:
+    """Says ERROR with ``why`` (best effort, within 1 s) and closes ``conn`` at once."""
+    try:
+        conn.settimeout(1.0)
+    except OSError:
+        pass
+    _try_send_error(conn, why)
+    conn.close()
 
 
 def _try_send_error(conn: socket.socket, text: str) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hmac
 import logging
 import os
 import selectors
@@ -38,7 +37,7 @@ import jax
 import numpy as np
 
 from rljax.host.protocol import (HEADER, ProtocolError, decode_header_count, decode_payload, encode, error_arrays)
-from rljax.host.server import is_loopback
+from rljax.host.server import check_token, is_loopback
 from rljax.serve.model import MIN_BUCKET, ServedModel
 from rljax.serve.protocol import (FLAG_SAMPLE, FRAMING, SEED_LIMIT, Codec, Kind, act_limit, encode_description,
                                   text_array)
@@ -348,17 +347,12 @@ class PolicyServer:
             self._queue.put(request)
 
     def _token_ok(self, conn: _Conn, token: np.ndarray) -> bool:
-        if not self._token:
-            return True
-        if token.dtype != np.uint8 or token.ndim != 1 or token.size == 0:
-            why = (f"no token was sent, and this server requires one: set {TOKEN_VARIABLE} on the client (or pass "
-                   f"token=)")
-        elif not hmac.compare_digest(token.tobytes(), self._token):
-            why = f"the token sent does not match this server's ({TOKEN_VARIABLE})"
-        else:
-            return True
-        self._fail(conn, "token", why)
-        return False
+        try:
+            check_token(token, self._token, "this server", TOKEN_VARIABLE)
+        except ProtocolError as why:
+            self._fail(conn, "token", str(why))
+            return False
+        return True
 
     def _request(self, conn: _Conn, arrays: list[np.ndarray], now: float) -> _Request:
         """The checked request of an ACT; :class:`_Refused` naming what is wrong."""
@@ -400,7 +394,7 @@ class PolicyServer:
     def _refuse(self, conn: _Conn, rid: int, why: str) -> None:
         self.stats.error(conn.client, "refused")
         self.stats.count("refused")
-        self._send(conn, encode(Kind.REFUSED, [np.array([rid, self.version], np.int64), text_array(why)], FRAMING))
+        self._send(conn, _refused(rid, self.version, why))
 
     def _send(self, conn: _Conn, data: bytes) -> None:
         if conn not in self._conns:
@@ -533,8 +527,7 @@ class PolicyServer:
             if r.pin >= 0 and r.pin != version:
                 why = f"version {r.pin} was pinned, and this server serves version {version} now"
                 self.stats.error(r.conn.client, "version")
-                replies.append((r.conn, encode(Kind.REFUSED, [np.array([r.rid, version], np.int64),
-                                                              text_array(why)], FRAMING), r.arrived, False))
+                replies.append((r.conn, _refused(r.rid, version, why), r.arrived, False))
             else:
                 todo.append(r)
         for group in ([r for r in todo if r.seed is None], [r for r in todo if r.seed is not None]):
@@ -561,8 +554,7 @@ class PolicyServer:
         except Exception as err:  # noqa: BLE001 - the policy raised: the clients are told, the server goes on
             log.exception("rljax serve: the policy raised on a batch of %d rows", len(reset))
             why = f"the policy raised {type(err).__name__} on this batch: {err}"
-            return [(r.conn, encode(Kind.REFUSED, [np.array([r.rid, version], np.int64), text_array(why)], FRAMING),
-                     r.arrived, False) for r in group]
+            return [(r.conn, _refused(r.rid, version, why), r.arrived, False) for r in group]
         out, at = [], 0
         for r in group:
             if model.recurrent:
@@ -611,6 +603,11 @@ class PolicyServer:
             write_serve_status(self.stats_dir, self.stats.record(extra))
         except OSError as err:
             log.warning("rljax serve: cannot write the status to %s: %s", self.stats_dir, err)
+
+
+def _refused(rid: int, version: int, why: str) -> bytes:
+    """A REFUSED message: request ``rid`` was not acted on, for ``why``; ``version`` is the one served."""
+    return encode(Kind.REFUSED, [np.array([rid, version], np.int64), text_array(why)], FRAMING)
 
 
 def _send_now(conn: _Conn, data: bytes) -> bytes:
