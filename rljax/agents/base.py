@@ -105,6 +105,9 @@ class Agent(NamedTuple):
             start for ``n`` envs (leaves ``[n, ...]``, zeros); ``policy`` is then
             ``policy(policy_params, obs, key, deterministic, memory) -> (action, memory)``, the
             caller resetting the memory where an episode starts. None for a memoryless policy.
+        offpolicy: an off-policy agent's update without its env stack
+            (:class:`rljax.agents.offpolicy.OffPolicyProgram`), which a learner fed by actors on
+            host envs runs; None for other agents.
     """
 
     config: Any
@@ -115,6 +118,7 @@ class Agent(NamedTuple):
     env_steps_per_update: int
     params_of: Callable[[Any], Any]
     initial_memory: Callable[[int], Any] | None = None
+    offpolicy: Any = None
 
     @property
     def recurrent(self) -> bool:

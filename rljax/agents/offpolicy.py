@@ -50,7 +50,8 @@ from rljax.core.counters import Count, as_count
 from rljax.core.returns import n_step_transitions
 from rljax.core.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
-__all__ = ["OffPolicyConfig", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem", "Collector",
+__all__ = ["OffPolicyConfig", "OffPolicyProgram", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem",
+           "Collector", "n_step_items",
            "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
            "replay_learning", "masked_mean", "polyak", "periodic"]
 
@@ -238,10 +239,10 @@ def normalize_items(items: ReplayItem, normalize: Callable[[Any], Any]) -> Repla
     return items._replace(obs=normalize(items.obs), next_obs=normalize(items.next_obs))
 
 
-def _window(collector: Collector, traj: Transition) -> tuple[Transition, jax.Array]:
+def _window(tail: Transition, tail_valid: jax.Array, traj: Transition) -> tuple[Transition, jax.Array]:
     """The previous tail followed by the new rollout, ``[n - 1 + T, B]``, and which steps are real."""
-    window = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), collector.tail, traj)
-    valid = jnp.concatenate([collector.tail_valid, jnp.ones((traj.reward.shape[0],), jnp.bool_)])
+    window = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), tail, traj)
+    valid = jnp.concatenate([tail_valid, jnp.ones((traj.reward.shape[0],), jnp.bool_)])
     return window, valid
 
 
@@ -283,8 +284,34 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
     carry, traj, episodes = rollout(venv, env_params, policy,
                                     RolloutCarry(collector.env_state, collector.obs), key, num_steps,
                                     observe=observe)
+    items, tail, tail_valid = n_step_items(collector.tail, collector.tail_valid, traj, n, gamma)
+    collector = Collector(env_state=carry.env_state, obs=carry.obs, tail=tail, tail_valid=tail_valid)
+    return collector, items, episodes
+
+
+def n_step_items(tail: Transition, tail_valid: jax.Array, traj: Transition, n: int, gamma: jax.Array
+                 ) -> tuple[ReplayItem, Transition, jax.Array]:
+    """The ``T * B`` n-step replay items of a rollout ``traj`` ``[T, B]`` that follows ``tail``.
+
+    Item ``t`` starts at step ``t`` of the window ``tail + traj`` and uses steps ``t .. t + n - 1``;
+    it is valid iff step ``t`` is real (``tail_valid`` for the tail's steps, True for the rollout's).
+    The compiled update (:func:`collect`) calls it on its own rollouts; the actors of host envs
+    on theirs.
+
+    Args:
+        tail: the previous ``n - 1`` steps, oldest first, ``Transition`` ``[n - 1, B]`` (``extras``
+            ignored).
+        tail_valid: bool ``[n - 1]``.
+        traj: the new steps ``[T, B]``.
+        n: n-step horizon (Python int >= 1).
+        gamma: discount (may be traced).
+
+    Returns:
+        ``(items [T * B] (time-major), new tail [n - 1, B], its validity [n - 1])``.
+    """
+    num_steps = traj.reward.shape[0]
     traj = traj._replace(extras=())
-    window, valid = _window(collector, traj)
+    window, valid = _window(tail._replace(extras=()), tail_valid, traj)
     ns = n_step_transitions(window.reward, window.terminated, window.truncated, gamma, n)
 
     def bootstrap(next_obs: jax.Array) -> jax.Array:
@@ -302,9 +329,7 @@ def collect(venv: Any, env_params: Any, policy: Callable, collector: Collector, 
         valid=jnp.broadcast_to(valid[:num_steps, None], (num_steps, big_b)),
     )
     items = jax.tree.map(lambda x: x.reshape((num_steps * big_b,) + x.shape[2:]), items)
-    tail = jax.tree.map(lambda x: x[num_steps:], window)
-    collector = Collector(env_state=carry.env_state, obs=carry.obs, tail=tail, tail_valid=valid[num_steps:])
-    return collector, items, episodes
+    return items, jax.tree.map(lambda x: x[num_steps:], window), valid[num_steps:]
 
 
 def replay_learning(learn_step: Callable[[Any, ReplayItem, jax.Array, jax.Array], tuple[Any, jax.Array, dict]],
@@ -489,8 +514,18 @@ class OffPolicyHooks(NamedTuple):
     after_learning: Callable[[Any, UpdateContext], tuple[Any, dict[str, jax.Array]]] | None = None
 
 
-class _Program(NamedTuple):
-    """The pieces :func:`make_offpolicy_agent` builds once and its init/update close over."""
+class OffPolicyProgram(NamedTuple):
+    """An off-policy algorithm's update without its env stack: what :func:`make_offpolicy_agent`
+    builds once, and what a learner fed by actors elsewhere (host envs) runs on the items they make.
+
+    Attributes:
+        config: the algorithm's :class:`OffPolicyConfig`.
+        hooks: its :class:`OffPolicyHooks`.
+        venv: the env stack the compiled update collects with.
+        normalize: ``normalize(env_state, obs)``, the observation normaliser of ``venv``.
+        replay: the replay functions (this device's shard).
+        axis_name: the device axis the hooks reduce over, or None.
+    """
 
     config: OffPolicyConfig
     hooks: OffPolicyHooks
@@ -498,6 +533,46 @@ class _Program(NamedTuple):
     normalize: Callable[[Any, Any], Any]
     replay: Replay
     axis_name: str | None
+
+    def context(self, updates: Count, num_updates: Count, hyperparams: Any) -> UpdateContext:
+        """The :class:`UpdateContext` of the update that starts after ``updates`` updates of
+        ``num_updates`` (each of ``config.env_steps_per_update`` env steps), with the schedule's values."""
+        steps_per_update, learning_starts = self.config.env_steps_per_update, self.config.learning_starts
+        steps_before = updates.mul(steps_per_update)
+        steps_after = steps_before.add(steps_per_update)
+        ctx = UpdateContext(hyperparams=hyperparams, steps_before=steps_before, steps_after=steps_after,
+                            total_steps=num_updates.mul(steps_per_update), progress=jnp.float32(0),
+                            warmup=steps_before.less(learning_starts), active=~steps_after.less(learning_starts),
+                            values={})
+        ctx = ctx._replace(progress=ctx.fraction(1.0))
+        return ctx._replace(values=self.hooks.schedule(ctx) if self.hooks.schedule is not None else {})
+
+    def example_item(self, obs: Any) -> ReplayItem:
+        """A replay item shaped like one observation ``obs`` (no batch axis) and the hooks' action:
+        each observation leaf keeps its own shape and dtype (a bool image stays bool)."""
+        return ReplayItem(obs=obs, action=jnp.zeros_like(self.hooks.example_action), reward=jnp.float32(0),
+                          discount=jnp.float32(0), next_obs=obs, valid=jnp.bool_(False))
+
+    def learn(self, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, ctx: UpdateContext,
+              prepare: Callable[[ReplayItem], ReplayItem] | None = None) -> tuple[Any, Any, dict[str, jax.Array]]:
+        """Steps 2-5 of an update (see :func:`make_offpolicy_agent`) on ``items`` already collected:
+        adds them to ``buffer``, runs ``gradient_steps`` learning steps (``prepare`` applied to each
+        sampled batch), then ``after_learning``. Returns ``(learner, buffer, metrics)``."""
+        config, hooks, replay = self.config, self.hooks, self.replay
+        hyperparams = ctx.hyperparams
+        buffer = replay.add(buffer, items)
+        beta = hyperparams.priority_beta_start + ctx.progress * (1.0 - hyperparams.priority_beta_start)
+        learner, buffer, metrics = replay_learning(
+            lambda learner, batch, weights, k: hooks.learn_step(learner, batch, weights, k, ctx), learner, replay,
+            buffer, key, gradient_steps=config.gradient_steps, batch_size=config.batch_size // config.num_devices,
+            beta=beta, active=ctx.active, prepare=prepare)
+        after_metrics = {}
+        if hooks.after_learning is not None:
+            learner, after_metrics = hooks.after_learning(learner, ctx)
+        metrics = {**metrics, **ctx.values, **after_metrics,
+                   "buffer_size": replay.size(buffer).astype(jnp.float32) * config.num_devices,
+                   "param_desync": desync(hooks.params_of(learner), self.axis_name)}
+        return learner, buffer, metrics
 
 
 def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axis_name: str | None,
@@ -558,8 +633,8 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
     venv, normalize = observation_stack(make_env_stack(env, env_params, config.num_envs // d, axis_name=axis_name,
                                                        randomize=config.randomize),
                                         config.normalize_obs, axis_name)
-    program = _Program(config, hooks, venv, normalize, make_replay(config.buffer_size // d, config.prioritized),
-                       axis_name)
+    program = OffPolicyProgram(config, hooks, venv, normalize,
+                               make_replay(config.buffer_size // d, config.prioritized), axis_name)
 
     stats_of, normalize_with = observation_normalizer(venv)
     to_space = into_action_space(env.action_space(env_params))
@@ -573,10 +648,10 @@ def make_offpolicy_agent(config: OffPolicyConfig, env: Any, env_params: Any, axi
 
     return Agent(config=config, init=functools.partial(_init, program), update=functools.partial(_update, program),
                  policy_params=policy_params, policy=policy, env_steps_per_update=config.env_steps_per_update,
-                 params_of=lambda state: hooks.params_of(state.learner))
+                 params_of=lambda state: hooks.params_of(state.learner), offpolicy=program)
 
 
-def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int, hyperparams: Any,
+def _init(program: OffPolicyProgram, key: jax.Array, device_index: Any, num_updates: int, hyperparams: Any,
           env_params: Any) -> OffPolicyState:
     """``Agent.init`` of :func:`make_offpolicy_agent`."""
     hooks = program.hooks
@@ -591,10 +666,7 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
     collector = init_collector(program.venv, stack_params(env_params, hyperparams), shape_policy, k_env,
                                program.config.n_step)
     learner = hooks.init_learner(k_params, first_obs(collector.obs), hyperparams)
-    # Replay stores each observation leaf with its own shape and dtype (a bool image stays bool).
-    one_obs = jax.tree.map(lambda x: x[0], collector.obs)
-    example = ReplayItem(obs=one_obs, action=jnp.zeros_like(hooks.example_action), reward=jnp.float32(0),
-                         discount=jnp.float32(0), next_obs=one_obs, valid=jnp.bool_(False))
+    example = program.example_item(jax.tree.map(lambda x: x[0], collector.obs))
     return OffPolicyState(learner=learner, collector=collector,
                           buffer=program.replay.init(example, hyperparams.priority_alpha), key=k_state,
                           hyperparams=hyperparams,
@@ -603,43 +675,20 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
                           num_updates=Count.of(num_updates))
 
 
-def _context(program: _Program, state: OffPolicyState) -> UpdateContext:
-    """The :class:`UpdateContext` of the update that starts from ``state``."""
-    steps_per_update, learning_starts = program.config.env_steps_per_update, program.config.learning_starts
-    steps_before = state.updates.mul(steps_per_update)
-    steps_after = steps_before.add(steps_per_update)
-    ctx = UpdateContext(hyperparams=state.hyperparams, steps_before=steps_before, steps_after=steps_after,
-                        total_steps=state.num_updates.mul(steps_per_update), progress=jnp.float32(0),
-                        warmup=steps_before.less(learning_starts), active=~steps_after.less(learning_starts),
-                        values={})
-    ctx = ctx._replace(progress=ctx.fraction(1.0))
-    return ctx._replace(values=program.hooks.schedule(ctx) if program.hooks.schedule is not None else {})
-
-
-def _update(program: _Program, state: OffPolicyState) -> tuple[OffPolicyState, UpdateOutput]:
+def _update(program: OffPolicyProgram, state: OffPolicyState) -> tuple[OffPolicyState, UpdateOutput]:
     """``Agent.update`` of :func:`make_offpolicy_agent`."""
-    config, hooks, replay, normalize = program.config, program.hooks, program.replay, program.normalize
+    config, hooks, normalize = program.config, program.hooks, program.normalize
     hyperparams = state.hyperparams
     key, k_collect, k_learn = jax.random.split(state.key, 3)
-    ctx = _context(program, state)
+    ctx = program.context(state.updates, state.num_updates, hyperparams)
     policy = hooks.behaviour(state.learner, ctx)
     collector, items, episodes = collect(program.venv, stack_params(state.env_params, hyperparams),
                                          lambda k, obs: (policy(k, obs), ()),
                                          state.collector, k_collect, config.num_steps, config.n_step,
                                          hyperparams.gamma, observe=normalize)
-    buffer = replay.add(state.buffer, items)
-    beta = hyperparams.priority_beta_start + ctx.progress * (1.0 - hyperparams.priority_beta_start)
-    learner, buffer, metrics = replay_learning(
-        lambda learner, batch, weights, k: hooks.learn_step(learner, batch, weights, k, ctx), state.learner, replay,
-        buffer, k_learn, gradient_steps=config.gradient_steps, batch_size=config.batch_size // config.num_devices,
-        beta=beta, active=ctx.active,
+    learner, buffer, metrics = program.learn(
+        state.learner, state.buffer, items, k_learn, ctx,
         # Replay holds raw observations: normalised with the statistics of now.
         prepare=lambda b: normalize_items(b, lambda x: normalize(collector.env_state, x)))
-    after_metrics = {}
-    if hooks.after_learning is not None:
-        learner, after_metrics = hooks.after_learning(learner, ctx)
-    metrics = {**metrics, **ctx.values, **after_metrics,
-               "buffer_size": replay.size(buffer).astype(jnp.float32) * config.num_devices,
-               "param_desync": desync(hooks.params_of(learner), program.axis_name)}
     new_state = state.replace(learner=learner, collector=collector, buffer=buffer, key=key, updates=state.updates.add(1))
     return new_state, UpdateOutput(metrics, episodes)
