@@ -34,8 +34,13 @@ import numpy as np
 from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
-__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvsGone", "EnvSnapshot", "ParamStore", "RestartPolicy", "Rollout",
-           "RolloutTimeoutError", "Schedule", "close_envs"]
+__all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvsGone", "EnvSnapshot", "Finisher",
+           "HostAlgorithm", "ParamStore", "RestartPolicy", "Rollout", "RolloutTimeoutError", "Schedule", "close_envs"]
+
+
+fold_in = jax.jit(jax.random.fold_in)
+"""``jax.random.fold_in``, compiled: the same key, without the eager dispatch of its ops (tens of
+microseconds a call, which matter once per update of one env step)."""
 
 
 class ActorFailedError(RuntimeError):
@@ -119,6 +124,66 @@ class EnvFailure(Exception):
         self.cause, self.episodes = cause, episodes
 
 
+@dataclasses.dataclass(frozen=True)
+class HostAlgorithm:
+    """An algorithm as the actor-learner path runs it (PPO and IMPALA: :mod:`rljax.actorlearner.learner`;
+    the off-policy ones: :mod:`rljax.actorlearner.offpolicy`).
+
+    Attributes:
+        init: ``init(key, obs[1, *obs_shape]) -> (params, opt_state)``: the learner's fresh state,
+            split in two (a checkpoint saves both; the actors act with ``params``).
+        policy: jitted ``policy(params, obs[N], key, step, *rollout_args(k, actor)) -> (action[N], log_prob[N])``.
+        update: jitted ``update(params, opt_state, inputs, key, counter(u), counter(num_updates))
+            -> (params, opt_state, metrics)``: update ``u`` on ``inputs(rollout)``.
+        inputs: what the update learns from of a :class:`Rollout` (default: its ``traj``).
+        counter: the form the update gets its update numbers in (default: float32).
+        rollout_args: the policy's extra arguments while it collects a rollout (:class:`Actor`); None for none.
+        finisher: what an actor makes of each rollout (:class:`Finisher`); None for nothing.
+        donates_params: whether ``update`` donates ``params`` (then what actors act with is copied
+            when it is published; otherwise it is handed over as it is).
+    """
+
+    init: Callable[[Any, Any], tuple[Any, Any]]
+    policy: Callable[..., Any]
+    update: Callable[..., Any]
+    inputs: Callable[[Any], Any] = lambda rollout: rollout.traj
+    counter: Callable[[int], Any] = np.float32
+    rollout_args: Callable[[int, int], tuple] | None = None
+    finisher: "Finisher | None" = None
+    donates_params: bool = True
+
+
+class SpecEnv:
+    """The env-like view of a :class:`~rljax.host.base.HostSpec` that agents are built from: its
+    spaces, a ``reset`` whose observation has the declared shape and dtype, and a ``step`` that is a
+    shape template only (traced: zeros, ending nothing; with concrete values a ``TypeError``: host
+    envs step on the host)."""
+
+    default_params = None
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+    def reset(self, key: Any, params: Any = None) -> tuple[Any, None]:
+        import jax.numpy as jnp
+
+        return jnp.zeros(self.spec.obs_shape, self.spec.obs_dtype), None
+
+    def step(self, key: Any, state: Any, action: Any, params: Any = None) -> Any:
+        import jax.numpy as jnp
+
+        if not isinstance(action, jax.core.Tracer):
+            raise TypeError("host envs are stepped on the host, by the actors, not in JAX")
+        obs, state = self.reset(key)
+        return obs, state, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False), {}
+
+    def observation_space(self, params: Any = None) -> Any:
+        return self.spec.observation_space
+
+    def action_space(self, params: Any = None) -> Any:
+        return self.spec.action_space
+
+
 class ParamStore:
     """The newest params and their version; actors wait here for a version they may act with."""
 
@@ -171,17 +236,36 @@ class Rollout:
     env_restarts: int = 0
     lost_episodes: int = 0
     snapshot: "EnvSnapshot | None" = None
+    items: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Finisher:
+    """What an actor makes of each rollout besides the rollout itself, with a carry from one rollout
+    to the next of the same envs (the off-policy path: n-step replay items, the last ``n - 1`` steps
+    carried, :func:`rljax.agents.offpolicy.n_step_items`).
+
+    Attributes:
+        init: ``init() -> carry``, the carry of envs just reset (again after every env restart).
+        finish: ``finish(traj, carry) -> (items, carry)``, jitted: the rollout's ``items``
+            (:attr:`Rollout.items`) and the carry for the next rollout.
+    """
+
+    init: Callable[[], Any]
+    finish: Callable[[Any, Any], tuple[Any, Any]]
 
 
 @dataclasses.dataclass
 class EnvSnapshot:
     """Where an actor stands between two rollouts: its envs' state (``HostEnv.get_state``), the
-    observations to act on next, and the returns and lengths of the episodes in flight."""
+    observations to act on next, the returns and lengths of the episodes in flight, and the leaves of
+    its :class:`Finisher`'s carry (``()`` without one)."""
 
     env_state: bytes
     obs: np.ndarray
     returns: np.ndarray
     lengths: np.ndarray
+    carry: tuple[np.ndarray, ...] = ()
 
 
 class Actor(threading.Thread):
@@ -209,13 +293,18 @@ class Actor(threading.Thread):
             (:meth:`Schedule.release`) and leaves (``dropped`` says why) instead of stopping the run: a
             pool of env servers in which one went away (the run stops only when no actor is left).
         address: what the actor's envs are (an env server's ``HOST:PORT`` in a pool), or None.
+        rollout_args: ``rollout_args(k, actor) -> tuple``: extra arguments of the policy while it
+            collects rollout ``k`` (``policy(params, obs, key, step, *args)``), e.g. where the run
+            stands for an exploration schedule; None for none.
+        finisher: what the actor makes of each rollout (:class:`Finisher`); None for nothing.
     """
 
     def __init__(self, index: int, env: HostEnv, policy: Callable[..., Any], store: ParamStore, out: queue.Queue,
                  schedule: Schedule, key: jax.Array, seed: int, num_steps: int, max_policy_lag: int, device: Any,
                  stop: threading.Event, bounds: tuple[np.ndarray, np.ndarray] | None = None,
                  restarts: RestartPolicy | None = None, snapshots: bool = False, initial: EnvSnapshot | None = None,
-                 droppable: bool = False, address: str | None = None):
+                 droppable: bool = False, address: str | None = None,
+                 rollout_args: Callable[[int, int], tuple] | None = None, finisher: Finisher | None = None):
         super().__init__(daemon=True, name=f"rljax-actor-{index}")
         self.index, self.env, self.policy, self.store, self.out = index, env, policy, store, out
         self.schedule, self.key, self.seed, self.num_steps = schedule, key, seed, num_steps
@@ -229,6 +318,7 @@ class Actor(threading.Thread):
         self.envs_closed = False  # a retired (or dropped) actor closes its envs as it leaves
         self.droppable, self.address, self.dropped = droppable, address, None
         self.lost_when_dropped, self._lost_reported = 0, 0  # episodes lost, not yet reported in a rollout
+        self.rollout_args, self.finisher, self._carry = rollout_args, finisher, None
 
     def retire(self) -> None:
         """Ends this actor after the rollout it is collecting (it claims no other); its envs are
@@ -274,6 +364,9 @@ class Actor(threading.Thread):
     def _restore(self, snapshot: EnvSnapshot) -> np.ndarray:
         self.env.set_state(snapshot.env_state)
         self._returns[:], self._lengths[:] = snapshot.returns, snapshot.lengths
+        if self.finisher is not None:
+            fresh = self.finisher.init()
+            self._carry = jax.tree.unflatten(jax.tree.structure(fresh), snapshot.carry) if snapshot.carry else fresh
         return snapshot.obs
 
     def _reset(self) -> np.ndarray | None:
@@ -281,6 +374,7 @@ class Actor(threading.Thread):
         while True:
             try:
                 self._returns[:], self._lengths[:] = 0.0, 0
+                self._carry = None if self.finisher is None else self.finisher.init()  # nothing carries across
                 return self.env.reset(self.seed + 7919 * self.env_restarts)
             except Exception as err:
                 if not self._restart(EnvFailure(err)):
@@ -332,13 +426,14 @@ class Actor(threading.Thread):
         params, version = got
         waited = time.perf_counter() - start
         rows, episodes, step_s, policy_s = [], [], np.zeros(self.num_steps), 0.0
-        key = jax.device_put(jax.random.fold_in(self.key, k), self.device)
+        key = jax.device_put(fold_in(self.key, np.uint32(k)), self.device)
         # An explicit device_put costs ~0.1 ms a step; jit places numpy on the default device itself.
         place = (lambda x: x) if self.device == jax.devices()[0] else (lambda x: jax.device_put(x, self.device))
+        args = () if self.rollout_args is None else self.rollout_args(k, self.index)
         for t in range(self.num_steps):
             t0 = time.perf_counter()
             # np.asarray per output: jax.device_get of the pair costs ~45 us more a step on the CPU.
-            action, log_prob = (np.asarray(x) for x in self.policy(params, place(obs), key, np.uint32(t)))
+            action, log_prob = (np.asarray(x) for x in self.policy(params, place(obs), key, np.uint32(t), *args))
             t1 = time.perf_counter()
             try:
                 step = self.env.step(np.asarray(action) if self.bounds is None else np.clip(action, *self.bounds))
@@ -350,9 +445,15 @@ class Actor(threading.Thread):
             episodes += self._count_episodes(step)
             obs = step.obs
         traj = Transition(*(np.stack(column) for column in zip(*rows)))
-        snapshot = EnvSnapshot(self.env.get_state(), obs, self._returns.copy(), self._lengths.copy()) \
-            if self.snapshots else None
-        return Rollout(k, self.index, version, traj, episodes, step_s, policy_s, waited, snapshot=snapshot), obs
+        items = None
+        if self.finisher is not None:
+            t0 = time.perf_counter()
+            items, self._carry = self.finisher.finish(traj, self._carry)
+            policy_s += time.perf_counter() - t0
+        snapshot = EnvSnapshot(self.env.get_state(), obs, self._returns.copy(), self._lengths.copy(),
+                               tuple(np.asarray(x) for x in jax.tree.leaves(self._carry))) if self.snapshots else None
+        return Rollout(k, self.index, version, traj, episodes, step_s, policy_s, waited, snapshot=snapshot,
+                       items=items), obs
 
     def _count_episodes(self, step: Any) -> list[tuple[float, int]]:
         self._returns += step.reward

@@ -1,5 +1,5 @@
-"""The learner of the actor-learner path: PPO or IMPALA on rollouts that actors collected with a
-(possibly stale) policy.
+"""The learner of the actor-learner path: PPO, IMPALA or an off-policy algorithm on rollouts that
+actors collected with a (possibly stale) policy.
 
 - PPO: :func:`rljax.agents.ppo.ppo_learn` on :func:`rljax.agents.ppo.ppo_batch` (GAE from the
   learner's current critic, bootstrapping through truncation from the final observation); the ratio
@@ -7,6 +7,10 @@
   is what corrects for the policy lag, as Cleanba's PPO does.
 - IMPALA: :func:`rljax.agents.impala.impala_learn`, one step on V-trace targets and advantages whose
   truncated importance ratios correct for the lag.
+
+- The off-policy algorithms (DQN, C51, QR-DQN, SAC, TD3, D4PG): the actors make n-step replay items,
+  the learner adds them to its replay and runs the algorithm's gradient steps on it
+  (:mod:`rljax.actorlearner.offpolicy`).
 
 With ``max_policy_lag = 0`` and one actor the run is the synchronous host loop: every rollout acts
 with the params of the update before it. :func:`train_host` is the Python entry point; a row per
@@ -30,17 +34,19 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, ParamStore, RestartPolicy, Rollout, Schedule,
-                                      close_envs)
+from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, HostAlgorithm, ParamStore, RestartPolicy,
+                                       Rollout, Schedule, SpecEnv, close_envs, fold_in)
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
+from rljax.agents.offpolicy import OffPolicyConfig
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.env import Box
 from rljax.runtime import distributed
 from rljax.runtime.devices import AXIS
 from rljax.host.base import HostEnv, HostSpec
 
-__all__ = ["HostOptions", "HostResult", "host_functions", "job_learner_devices", "learner_shardings", "num_updates",
+__all__ = ["HostOptions", "HostResult", "host_algorithm", "host_functions", "job_learner_devices", "learner_shardings",
+           "num_updates",
            "steps_per_update", "train_host"]
 
 
@@ -75,6 +81,11 @@ class HostOptions:
             fraction and the actors' idle fraction; needs ``max_policy_lag >= 1`` (acting and learning
             in turn leaves nothing for more actors to do).
         scale_window: updates measured before each autoscaling decision (and after each change).
+        apex_epsilon, apex_alpha: off-policy Q-learners (DQN, C51, QR-DQN): with ``apex_epsilon > 0``
+            actor ``i`` of ``A`` explores with the fixed rate ``apex_epsilon ** (1 + apex_alpha * i / (A - 1))``
+            (Ape-X) instead of the config's schedule; 0: the schedule (:mod:`rljax.actorlearner.offpolicy`).
+        initial_priority: off-policy with prioritised replay: new items enter with the largest priority
+            seen (``"max"``) or their TD error under the learner's params as they are inserted (``"td"``, Ape-X).
     """
 
     num_actors: int = 1
@@ -88,6 +99,9 @@ class HostOptions:
     min_actors: int = 0
     max_actors: int = 0
     scale_window: int = 8
+    apex_epsilon: float = 0.0
+    apex_alpha: float = 7.0
+    initial_priority: str = "max"
 
     def __post_init__(self):
         for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1), ("max_env_restarts", 0),
@@ -103,9 +117,14 @@ class HostOptions:
             raise ValueError(f"an autoscaled actor count (min_actors={low}, max_actors={high}) needs "
                              f"max_policy_lag >= 1: with 0, acting and learning take turns and more actors "
                              f"would only wait")
-        for name in ("rollout_timeout_s", "restart_backoff_s"):
+        for name in ("rollout_timeout_s", "restart_backoff_s", "apex_alpha"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be > 0")
+        if not 0 <= self.apex_epsilon < 1:
+            raise ValueError(f"apex_epsilon={self.apex_epsilon}: must lie in [0, 1) (0: the config's schedule; "
+                             f"Ape-X: 0.4)")
+        if self.initial_priority not in ("max", "td"):
+            raise ValueError(f"initial_priority={self.initial_priority!r}: valid: 'max', 'td'")
         for name in ("actor_devices", "learner_devices"):
             devices = tuple(getattr(self, name))
             object.__setattr__(self, name, devices)
@@ -149,29 +168,17 @@ learned from when snapshots are on; a reason stops the run there. Called once mo
 None when the run is about to fail (an actor's error or a rollout timeout) after updates it made."""
 
 
-class _Spaces:
-    """The env-like view of a :class:`~rljax.host.base.HostSpec` the network builders take: its
-    spaces, and a ``reset`` whose observation has the declared shape and dtype."""
-
-    default_params = None
-
-    def __init__(self, spec: HostSpec):
-        self.spec = spec
-
-    def reset(self, key: Any, params: Any = None) -> tuple[Any, None]:
-        return jnp.zeros(self.spec.obs_shape, self.spec.obs_dtype), None
-
-    def observation_space(self, params: Any = None) -> Any:
-        return self.spec.observation_space
-
-    def action_space(self, params: Any = None) -> Any:
-        return self.spec.action_space
-
-
 def _check(config: Any) -> None:
+    if isinstance(config, OffPolicyConfig):
+        bad = [f"{k}={getattr(config, k)!r}" for k, v in (("normalize_obs", config.normalize_obs),
+                                                          ("num_devices", config.num_devices != 1)) if v]
+        if bad:
+            raise ValueError(f"the host path's off-policy learner runs without an observation normaliser on one "
+                             f"device; {', '.join(bad)} are for JAX envs")
+        return
     if not isinstance(config, (PPOConfig, IMPALAConfig)):
-        raise TypeError(f"the host path trains PPO or IMPALA (a PPOConfig or an IMPALAConfig), not "
-                        f"{type(config).__name__}")
+        raise TypeError(f"the host path trains PPO, IMPALA or an off-policy algorithm (DQN, C51, QR-DQN, SAC, TD3, "
+                        f"D4PG), not {type(config).__name__}")
     unsupported = {"memory": getattr(config, "memory", "none") != "none", "normalize_obs": config.normalize_obs,
                    "normalize_reward": config.normalize_reward, "num_devices": config.num_devices != 1}
     bad = [k for k, v in unsupported.items() if v]
@@ -195,7 +202,7 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec, learner_dev
     (:func:`learner_shardings`), gradients averaged.
     """
     name = "IMPALA" if isinstance(config, IMPALAConfig) else "PPO"
-    network = actor_critic_network(config, _Spaces(spec), None, name)
+    network = actor_critic_network(config, SpecEnv(spec), None, name)
     apply_fn, hyper = network.apply, config.hyperparams()
 
     def policy(params: Any, obs: Any, key: jax.Array, step: Any) -> tuple[jax.Array, jax.Array]:
@@ -228,6 +235,29 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec, learner_dev
                                in_specs=(P(), P(), P(None, AXIS), P(), P(), P()), out_specs=(P(), P(), P()),
                                check_vma=False)
     return network, jax.jit(policy), jax.jit(update, donate_argnums=(0, 1)), optimizer
+
+
+def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], options: HostOptions) -> HostAlgorithm:
+    """``config``'s algorithm as the actor-learner path runs it: PPO's or IMPALA's
+    (:func:`host_functions`: params and optimiser state, an update per rollout), or an off-policy
+    one's (:func:`rljax.actorlearner.offpolicy.offpolicy_algorithm`: the learner and its replay, one
+    learner device of one process)."""
+    if isinstance(config, OffPolicyConfig):
+        from rljax.actorlearner.offpolicy import offpolicy_algorithm
+
+        if len(learner_devices) > 1:
+            raise ValueError(f"the off-policy learner on host envs runs on one device, not {len(learner_devices)} "
+                             f"(--learner-devices names one)")
+        return offpolicy_algorithm(config, spec, num_updates(config), num_actors=options.num_actors,
+                                   apex_epsilon=options.apex_epsilon, apex_alpha=options.apex_alpha,
+                                   initial_priority=options.initial_priority)
+    network, policy, update, optimizer = host_functions(config, spec, learner_devices)
+
+    def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
+        params = network.init(key, obs)
+        return params, optimizer.init(params)
+
+    return HostAlgorithm(init=init, policy=policy, update=update)
 
 
 def learner_shardings(devices: Sequence[Any]) -> tuple[NamedSharding, NamedSharding]:
@@ -274,10 +304,12 @@ def train_host(config: PPOConfig | IMPALAConfig, make_env: Callable[[int], HostE
                on_row: Callable[[dict[str, Any]], None] | None = None, *, restore: Restore | None = None,
                on_update: OnUpdate | None = None, snapshots: bool = False,
                on_event: Callable[[dict[str, Any]], None] | None = None, servers: Any = None) -> HostResult:
-    """Trains PPO or IMPALA on host envs through actors and a learner (see the module docstring).
+    """Trains PPO, IMPALA or an off-policy algorithm on host envs through actors and a learner (see
+    the module docstring).
 
     Args:
-        config: a :class:`~rljax.agents.ppo.PPOConfig` or :class:`~rljax.agents.impala.IMPALAConfig`;
+        config: a :class:`~rljax.agents.ppo.PPOConfig`, :class:`~rljax.agents.impala.IMPALAConfig` or
+            :class:`~rljax.agents.offpolicy.OffPolicyConfig` subclass (one learner device, one process);
             ``num_envs`` envs per actor, ``num_steps`` per rollout, and
             ``total_timesteps // (P * num_envs * num_steps)`` updates (:func:`num_updates`), each
             on one rollout of each of the run's ``P`` processes (``P = 1`` unless the run spans
@@ -377,7 +409,7 @@ class _Learner(NamedTuple):
     done, where a rollout goes (a device, or the split over the learner's devices) and where the
     replicated state goes."""
 
-    update: Callable
+    algorithm: HostAlgorithm
     params: Any
     opt_state: Any
     stores: dict[Any, ParamStore]
@@ -388,9 +420,14 @@ class _Learner(NamedTuple):
     place: Any
 
     def publish(self, params: Any, version: int) -> None:
-        """Copies (never aliases: the next update donates the learner's params) to every actor device."""
+        """Hands ``params`` to every actor device: a copy (never an alias) when the next update donates
+        them, else the arrays themselves (moved where an actor device is another)."""
         for device, store in self.stores.items():
-            store.publish(_actor_copy(params, device), version)
+            if self.algorithm.donates_params:
+                params_there = _actor_copy(params, device)
+            else:  # the learner's own arrays, which no update overwrites
+                params_there = params if device == self.place else jax.device_put(params, device)
+            store.publish(params_there, version)
 
 
 def _actor_copy(params: Any, device: Any) -> Any:
@@ -449,15 +486,14 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     local_learners = options.learner_devices or (jax.local_devices()[0],)
     _check_split(config, len(local_learners))
     learner_devices = job_learner_devices(local_learners)
-    network, policy, update, optimizer = host_functions(config, spec, learner_devices)
+    algorithm = host_algorithm(config, spec, learner_devices, options)
     if len(learner_devices) > 1:
         place, rollout_sharding = learner_shardings(learner_devices)
     else:
         place = rollout_sharding = learner_devices[0]
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
-    params = network.init(k_init, dummy)
-    params, opt_state = _place((params, optimizer.init(params)), place)
+    params, opt_state = _place(algorithm.init(k_init, dummy), place)
     start, initial = 0, None
     restored = restore(params, opt_state) if restore is not None else None
     if restored is not None:
@@ -482,14 +518,17 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
     device = lambda a: actor_devices[a % len(actor_devices)]  # noqa: E731
 
     def actor(a: int, env: HostEnv, initial: EnvSnapshot | None = None) -> Actor:
-        return Actor(a, env, policy, stores[device(a)], out, schedule, jax.random.fold_in(k_act, job_actor(a)),
+        return Actor(a, env, algorithm.policy, stores[device(a)], out, schedule,
+                     jax.random.fold_in(k_act, job_actor(a)),
                      config.seed + (job_actor(a) + processes * n0 * start) * config.num_envs, config.num_steps,
                      options.max_policy_lag, device(a), stop, bounds, restarts(a), snapshots, initial,
-                     droppable=servers is not None, address=None if servers is None else servers.bound.get(a))
+                     droppable=servers is not None, address=None if servers is None else servers.bound.get(a),
+                     rollout_args=algorithm.rollout_args, finisher=algorithm.finisher)
 
     pool = ActorPool([actor(a, env, initial if snapshots else None) for a, env in enumerate(envs)], out, stop)
     pool.spawn = lambda a: actor(a, make_env(a))
-    learner = _Learner(update, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding, place)
+    learner = _Learner(algorithm, params, opt_state, stores, k_learn, num_updates(config), start, rollout_sharding,
+                       place)
     pool.start()
     return pool, learner
 
@@ -526,14 +565,16 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
                 on_update(u, params, opt_state, None, None)
             raise
         t1 = time.perf_counter()
-        key, step, steps = jax.random.fold_in(learner.key, u), np.float32(u), np.float32(learner.num_updates)
+        algorithm = learner.algorithm
+        key, step = fold_in(learner.key, np.uint32(u)), algorithm.counter(u)
+        steps = algorithm.counter(learner.num_updates)
         if processes == 1:
-            traj = jax.device_put(rollout.traj, learner.rollout_sharding)
+            traj = jax.device_put(algorithm.inputs(rollout), learner.rollout_sharding)
         else:  # every process's rollout is its share of the job's batch (envs axis)
             traj = jax.tree.map(lambda x: jax.make_array_from_process_local_data(learner.rollout_sharding, x),
                                 rollout.traj)
             key, step, steps = _place((key, step, steps), learner.place)
-        params, opt_state, metrics = learner.update(params, opt_state, traj, key, step, steps)
+        params, opt_state, metrics = algorithm.update(params, opt_state, traj, key, step, steps)
         learner.publish(params, u + 1)
         metrics = _local(metrics)
         t2 = time.perf_counter()
@@ -659,6 +700,7 @@ def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: 
     call's; ``episodes`` (count, mean return, mean length) those every process's rollout ended, the
     other ``host/*`` figures this process's."""
     step_ms = rollout.env_step_s * 1e3
+    p50, p99 = np.percentile(step_ms, (50, 99))
     busy = rollout.policy_s + float(rollout.env_step_s.sum())
     return {
         "updates": update + 1, "env_steps": env_steps, "episodes": episodes[0],
@@ -668,6 +710,5 @@ def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: 
         "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,
         "host/actor_busy": busy / max(rollout.total_s, 1e-9),
         "host/learner_busy": learner_busy_s / max(learner_busy_s + learner_wait_s, 1e-9),
-        "host/env_step_p50_ms": float(np.percentile(step_ms, 50)),
-        "host/env_step_p99_ms": float(np.percentile(step_ms, 99)),
+        "host/env_step_p50_ms": float(p50), "host/env_step_p99_ms": float(p99),
     }

@@ -60,7 +60,8 @@ __all__ = ["HOST_SAVED_FIELDS", "SCALING_LOG", "done_line", "final_return", "gro
            "run_host", "saved_host", "space_json", "updates_per_chunk"]
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
-                     "restart_backoff_s", "min_actors", "max_actors", "scale_window")
+                     "restart_backoff_s", "min_actors", "max_actors", "scale_window", "apex_epsilon", "apex_alpha",
+                     "initial_priority")
 """The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
 
 
@@ -475,7 +476,8 @@ def _encode(snapshot: EnvSnapshot) -> dict[str, str]:
         return base64.b64encode(buf.getvalue()).decode()
 
     return {"env_state": base64.b64encode(snapshot.env_state).decode(), "obs": npy(snapshot.obs),
-            "returns": npy(snapshot.returns), "lengths": npy(snapshot.lengths)}
+            "returns": npy(snapshot.returns), "lengths": npy(snapshot.lengths),
+            "carry": [npy(x) for x in snapshot.carry]}
 
 
 def _own_envs(saved: dict[str, str] | list[dict[str, str]] | None) -> EnvSnapshot | None:
@@ -496,7 +498,7 @@ def _decode(saved: dict[str, str] | None) -> EnvSnapshot | None:
         return None
     npy = lambda text: np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)  # noqa: E731
     return EnvSnapshot(base64.b64decode(saved["env_state"]), npy(saved["obs"]), npy(saved["returns"]),
-                       npy(saved["lengths"]))
+                       npy(saved["lengths"]), tuple(npy(x) for x in saved.get("carry", ())))
 
 
 def space_json(space: Any) -> dict[str, Any]:

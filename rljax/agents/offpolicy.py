@@ -534,6 +534,15 @@ class OffPolicyProgram(NamedTuple):
     replay: Replay
     axis_name: str | None
 
+    # One program is one object (an Agent holding it is a cache key): identity, not the fields' values.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
     def context(self, updates: Count, num_updates: Count, hyperparams: Any) -> UpdateContext:
         """The :class:`UpdateContext` of the update that starts after ``updates`` updates of
         ``num_updates`` (each of ``config.env_steps_per_update`` env steps), with the schedule's values."""
@@ -554,13 +563,16 @@ class OffPolicyProgram(NamedTuple):
                           discount=jnp.float32(0), next_obs=obs, valid=jnp.bool_(False))
 
     def learn(self, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, ctx: UpdateContext,
-              prepare: Callable[[ReplayItem], ReplayItem] | None = None) -> tuple[Any, Any, dict[str, jax.Array]]:
+              prepare: Callable[[ReplayItem], ReplayItem] | None = None, add: bool = True
+              ) -> tuple[Any, Any, dict[str, jax.Array]]:
         """Steps 2-5 of an update (see :func:`make_offpolicy_agent`) on ``items`` already collected:
-        adds them to ``buffer``, runs ``gradient_steps`` learning steps (``prepare`` applied to each
-        sampled batch), then ``after_learning``. Returns ``(learner, buffer, metrics)``."""
+        adds them to ``buffer`` (unless ``add`` is False: the caller added them), runs
+        ``gradient_steps`` learning steps (``prepare`` applied to each sampled batch), then
+        ``after_learning``. Returns ``(learner, buffer, metrics)``."""
         config, hooks, replay = self.config, self.hooks, self.replay
         hyperparams = ctx.hyperparams
-        buffer = replay.add(buffer, items)
+        if add:
+            buffer = replay.add(buffer, items)
         beta = hyperparams.priority_beta_start + ctx.progress * (1.0 - hyperparams.priority_beta_start)
         learner, buffer, metrics = replay_learning(
             lambda learner, batch, weights, k: hooks.learn_step(learner, batch, weights, k, ctx), learner, replay,

@@ -165,7 +165,9 @@ def build_parser(config_cls: Any, defaults: dict[str, Any] | None = None, descri
     from rljax.cli.host import add_host_flags, supports_host
 
     if supports_host(config_cls):
-        add_host_flags(parser, _parse_int, _parse_float)
+        from rljax.agents.offpolicy import OffPolicyConfig
+
+        add_host_flags(parser, _parse_int, _parse_float, offpolicy=issubclass(config_cls, OffPolicyConfig))
     return parser
 
 

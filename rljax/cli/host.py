@@ -26,20 +26,23 @@ __all__ = ["HOST_FLAGS", "add_host_flags", "host_options", "parse_device", "pars
 HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "queue_size": "queue_size",
               "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
               "restart_backoff": "restart_backoff_s", "min_actors": "min_actors", "max_actors": "max_actors",
-              "scale_window": "scale_window"}
+              "scale_window": "scale_window", "apex_epsilon": "apex_epsilon", "apex_alpha": "apex_alpha",
+              "initial_priority": "initial_priority"}
 """Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
 
 
 def supports_host(config_cls: Any) -> bool:
-    """Whether the actor-learner path trains ``config_cls`` (PPO and IMPALA)."""
+    """Whether the actor-learner path trains ``config_cls`` (PPO, IMPALA and the off-policy algorithms)."""
     from rljax.agents.impala import IMPALAConfig
+    from rljax.agents.offpolicy import OffPolicyConfig
     from rljax.agents.ppo import PPOConfig
 
-    return issubclass(config_cls, (PPOConfig, IMPALAConfig))
+    return issubclass(config_cls, (PPOConfig, IMPALAConfig, OffPolicyConfig))
 
 
-def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any) -> None:
-    """The ``host envs`` flag group (used only with an ``--env`` that names host envs)."""
+def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any, offpolicy: bool = False) -> None:
+    """The ``host envs`` flag group (used only with an ``--env`` that names host envs); ``offpolicy``:
+    with the off-policy learner's (Ape-X's exploration rates and initial priorities)."""
     group = parser.add_argument_group(
         "host envs (--env gymnasium/<id>, envpool/<id>, server:HOST:PORT, or listen:HOST:PORT for rollout workers "
         "that connect: actors step them, a learner updates; docs/host-envs.md, docs/serving.md)")
@@ -73,6 +76,17 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                             "before the run stops")
     group.add_argument("--restart-backoff", type=parse_float, default=1.0, metavar="SECONDS",
                        help="the first back-off before restarting failed envs (doubling per failure in a row)")
+    if not offpolicy:
+        return
+    group.add_argument("--apex-epsilon", type=parse_float, default=0.0, metavar="EPS",
+                       help="Ape-X exploration (dqn, c51, qrdqn): actor i of A explores with the fixed rate "
+                            "EPS^(1 + apex_alpha * i / (A - 1)) instead of the epsilon schedule (Ape-X: 0.4); 0: the "
+                            "schedule")
+    group.add_argument("--apex-alpha", type=parse_float, default=7.0, metavar="ALPHA",
+                       help="the spread of the Ape-X exploration rates (Ape-X: 7)")
+    group.add_argument("--initial-priority", choices=("max", "td"), default="max",
+                       help="prioritised replay on host envs: new items enter with the largest priority seen (max) or "
+                            "their TD error under the learner's params (td, as Ape-X)")
 
 
 def parse_devices(text: str | None) -> tuple[Any, ...]:
@@ -117,7 +131,7 @@ def host_options(args: argparse.Namespace, saved: dict[str, Any] | None, explici
     under those typed again."""
     from rljax.actorlearner.learner import HostOptions
 
-    values = {field: getattr(args, dest) for dest, field in HOST_FLAGS.items()}
+    values = {field: getattr(args, dest) for dest, field in HOST_FLAGS.items() if hasattr(args, dest)}
     for dest, field in HOST_FLAGS.items():
         if saved and field in saved and dest not in explicit:
             values[field] = saved[field]
@@ -130,7 +144,7 @@ def refuse_host_flags_for_jax_envs(parser: argparse.ArgumentParser, args: argpar
     """A host flag set to other than its default with an env that is not a host env is a usage error
     naming it (a config file that ``rljax config`` wrote holds every flag at its default)."""
     typed = sorted(f"--{d.replace('_', '-')}" for d in [*HOST_FLAGS, "actor_devices", "learner_devices"]
-                   if d in explicit and getattr(args, d) != parser.get_default(d))
+                   if d in explicit and getattr(args, d, None) != parser.get_default(d))
     if typed:
         parser.error(f"{', '.join(typed)} lay out the actor-learner path for host envs (--env gymnasium/<id>, "
                      f"envpool/<id> or server:HOST:PORT); this run's env runs inside the compiled program")
@@ -143,8 +157,9 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     if config.env.startswith("envpool/") and not _installed("envpool"):
         parser.error(f"--env {config.env} needs EnvPool, which is not installed: pip install -e \".[envpool]\"")
     if not supports_host(type(config)):
-        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo or impala, "
-                     f"not {type(config).__name__.removesuffix('Config').lower()}")
+        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo, impala or an "
+                     f"off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not "
+                     f"{type(config).__name__.removesuffix('Config').lower()}")
     from rljax.actorlearner.run import done_line, no_videos_while_training, run_host, saved_host
     from rljax.cli.process import call_training
     from rljax.runtime.distributed import launched_as_leader

@@ -455,7 +455,13 @@ def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leav
             one.close()
     env = HostEnvSpaces(config.env, observation_space, action_space, host_envs)
     agent = build_agent(config, env, None, None)
-    abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), None)).params
+    # The learner's "params": an on-policy agent's network params, an off-policy agent's whole learner.
+    if agent.offpolicy is None:
+        abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), None)).params
+    else:
+        obs = env.reset(None)[0][None]
+        abstract = jax.eval_shape(lambda: agent.offpolicy.hooks.init_learner(jax.random.key(0), obs,
+                                                                             config.hyperparams()))
     t_leaves, treedef = jax.tree.flatten(abstract)
     # The saved tree is {"opt_state": ..., "params": ...} in key order: the params are its last leaves.
     if len(host_leaves) < len(t_leaves):
@@ -466,7 +472,12 @@ def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leav
         if h.shape != t.shape or h.dtype != t.dtype:
             raise ValueError(f"{where}: an array {h.shape} {h.dtype} does not fit the network's {t.shape} {t.dtype}: "
                              f"it was written by another config or rljax version")
-    params = PolicyParams(jax.tree.unflatten(treedef, [jnp.asarray(h) for h in saved]), None, jnp.float32(0.0))
+    learned = jax.tree.unflatten(treedef, [jnp.asarray(h) for h in saved])
+    if agent.offpolicy is None:
+        params = PolicyParams(learned, None, jnp.float32(0.0))
+    else:  # what acting takes of the learner, and the exploration its stochastic policy uses
+        acting, exploration = agent.offpolicy.hooks.policy_params(learned, config.hyperparams())
+        params = PolicyParams(acting, None, jnp.float32(exploration))
     return Policy(agent=agent, params=params, config=config, env=env, env_params=None, step=step,
                   run_dir=str(run_dir))
 

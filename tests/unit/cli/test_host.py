@@ -57,7 +57,7 @@ def test_envpool_without_the_extra_is_one_line_and_status_2(monkeypatch, capsys,
     (["train", "ppo", "--actor-devices", "0", "--max-policy-lag", "0"],
      "--actor-devices, --max-policy-lag lay out the actor-learner path"),
     (["train", "pqn", "--env", "gymnasium/CartPole-v1"],
-     "names host envs, which the actor-learner path trains with ppo or impala, not pqn"),
+     "trains with ppo, impala or an off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not pqn"),
     (["train", "impala", "--env", "gymnasium/CartPole-v1", "--learner-devices", "gpu:3"],
      "no device 'gpu:3'"),
     (["train", "ppo", "--env", "gymnasium/CartPole-v1", "--num-actors", "0"], "num_actors=0: must be an integer >= 1"),
@@ -123,3 +123,30 @@ def test_the_done_line_says_over_which_episodes():
     many = done_line(SimpleNamespace(rows=rows, updates=20), config, None)
     assert many.startswith(f"done: 2,560 env steps, return {(190 + 2 * 200) / 3:.2f} (the episodes of the last 2 "
                            f"updates)")
+
+
+def test_off_policy_on_host_envs_with_ape_x_from_the_command_line_and_a_resume_keeps_the_layout(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "dqn", "--env", "gymnasium/CartPole-v1", "--num-envs", "2", "--num-steps", "4", "--batch-size",
+            "8", "--hidden-sizes", "8", "--learning-starts", "16", "--prioritized", "--num-actors", "2",
+            "--apex-epsilon", "0.4", "--initial-priority", "td", "--no-compile-cache", "--quiet"]
+    assert main([*argv, "--total-timesteps", "48", "--run-dir", str(run)]) == 0
+    host = json.loads((run / "manifest.json").read_text())["host"]
+    assert (host["apex_epsilon"], host["initial_priority"], host["num_actors"]) == (0.4, "td", 2)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 48 and rows[-1]["buffer_size"] == 48
+    assert main(["resume", str(run), "--total-timesteps", "64", "--quiet"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 64 and rows[-1]["buffer_size"] == 64  # the replay came back with the run
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert "eval gymnasium/CartPole-v1 dqn step 64" in capsys.readouterr().out
+
+
+def test_ape_x_rates_for_an_algorithm_without_an_epsilon_are_refused_before_anything_is_written(tmp_path, capsys):
+    status = main(["train", "sac", "--env", "gymnasium/Pendulum-v1", "--apex-epsilon", "0.4", "--total-timesteps", "64",
+                   "--run-dir", str(tmp_path / "run"), "--no-compile-cache"])
+    assert status == 2 and not (tmp_path / "run").exists()
+    assert "apex_epsilon=0.4: SACConfig does not explore with an epsilon" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # an on-policy run has no such flag
+        main(["train", "ppo", "--env", "gymnasium/CartPole-v1", "--apex-epsilon", "0.4"])
+    assert exit_.value.code == 2

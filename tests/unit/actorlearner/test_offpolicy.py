@@ -1,0 +1,183 @@
+"""Off-policy algorithms on host envs: the actors' n-step items by hand and whatever the rollouts'
+split, Ape-X's exploration rates and TD priorities, a resume that continues the replay to the same
+bits, the policy of a saved run, and bad layouts refused by name."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rljax.actorlearner.learner import HostOptions, train_host
+from rljax.actorlearner.offpolicy import apex_epsilons, offpolicy_algorithm, offpolicy_program
+from rljax.actorlearner.run import run_host
+from rljax.agents.dqn import DQNConfig
+from rljax.agents.sac import SACConfig
+from rljax.core.rollout import Transition
+from rljax.env import Box, Discrete
+from rljax.host.base import HostSpec
+from rljax.host.sources import make_host_env
+from rljax.training.options import RunOptions
+from tests.support.runs import leaves
+
+DQN = DQNConfig(env="gymnasium/CartPole-v1", num_envs=2, num_steps=4, total_timesteps=2 * 4 * 12, learning_starts=32,
+                batch_size=16, buffer_size=256, hidden_sizes=(16,), n_step=3, target_update_interval=16)
+SAC = SACConfig(env="gymnasium/Pendulum-v1", num_envs=1, num_steps=8, total_timesteps=8 * 10, learning_starts=24,
+                batch_size=16, buffer_size=128, gradient_steps=2, hidden_sizes=(16,), n_step=3)
+SYNC = HostOptions(max_policy_lag=0)
+MEASURED = ("sps", "wall_time_s", "host/")
+
+
+def _spec(num_envs: int = 1) -> HostSpec:
+    return HostSpec(num_envs=num_envs, observation_space=Box(-1.0, 1.0, (2,), np.float32), action_space=Discrete(2))
+
+
+def _traj(rewards, terminated, truncated, num_envs=1):
+    """A ``[T, B]`` host rollout: observation ``t`` is ``(t, 0)``, final observation ``(t, 1)``."""
+    t = len(rewards)
+    steps = np.arange(t, dtype=np.float32)[:, None, None]
+    obs = np.broadcast_to(np.concatenate([steps, np.zeros_like(steps)], -1), (t, num_envs, 2)).copy()
+    final = np.broadcast_to(np.concatenate([steps, np.ones_like(steps)], -1), (t, num_envs, 2)).copy()
+    col = lambda x, dtype: np.broadcast_to(np.asarray(x, dtype)[:, None], (t, num_envs)).copy()  # noqa: E731
+    return Transition(obs=obs, action=np.zeros((t, num_envs), np.int64), reward=col(rewards, np.float32),
+                      terminated=col(terminated, bool), truncated=col(truncated, bool), next_obs=final,
+                      extras=np.zeros((t, num_envs), np.float32))
+
+
+def _finisher(n: int, gamma: float, num_envs: int = 1):
+    config = DQNConfig(env="gymnasium/CartPole-v1", num_envs=num_envs, n_step=n, gamma=gamma, hidden_sizes=(4,))
+    return offpolicy_algorithm(config, _spec(num_envs), 10).finisher
+
+
+def test_the_actors_n_step_items_by_hand_through_a_termination_and_a_truncation():
+    """n = 2, gamma = 0.5, rewards 1, 2, 3, 4; step 1 terminates, step 2 is truncated. The first item
+    starts on the (invalid) placeholder tail; step 3 waits in the tail for the next rollout."""
+    finisher = _finisher(2, 0.5)
+    items, (tail, valid) = finisher.finish(_traj([1, 2, 3, 4], [0, 1, 0, 0], [0, 0, 1, 0]), finisher.init())
+    np.testing.assert_array_equal(items.valid, [False, True, True, True])
+    np.testing.assert_allclose(items.reward[1:], [1 + 0.5 * 2, 2, 3])
+    np.testing.assert_allclose(items.discount[1:], [0, 0, 0.5])  # terminated: 0; truncated: bootstrap once
+    np.testing.assert_array_equal(items.obs[1:, 0], [0, 1, 2])
+    np.testing.assert_array_equal(items.next_obs[3], [2, 1])  # the truncated episode's final observation
+    np.testing.assert_array_equal(valid, [True])
+    np.testing.assert_array_equal(tail.obs[0, 0], [3, 0])
+    items, _ = finisher.finish(_traj([5, 6], [0, 0], [0, 0]), (tail, valid))
+    np.testing.assert_allclose(items.reward[0], 4 + 0.5 * 5)  # step 3 of the first rollout, completed
+    np.testing.assert_allclose(items.discount[0], 0.25)
+
+
+@pytest.mark.parametrize("split", [(12,), (5, 7), (1, 1, 10), (3, 3, 3, 3)])
+def test_the_items_do_not_depend_on_how_the_steps_are_split_into_rollouts(split):
+    rng = np.random.default_rng(0)
+    whole = _traj(rng.normal(size=12), rng.random(12) < 0.2, rng.random(12) < 0.2, num_envs=3)
+    finisher = _finisher(4, 0.9, num_envs=3)
+    reference, _ = finisher.finish(whole, finisher.init())
+    carry, parts, start = finisher.init(), [], 0
+    for length in split:
+        part = jax.tree.map(lambda x: x[start:start + length], whole)
+        items, carry = finisher.finish(part, carry)
+        parts.append(items)
+        start += length
+    joined = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+    for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(joined)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ape_x_exploration_rates_by_hand_and_each_actor_acts_with_its_own():
+    np.testing.assert_allclose(apex_epsilons(3, 0.4), [0.4, 0.4 ** 4.5, 0.4 ** 8], rtol=1e-6)
+    np.testing.assert_allclose(apex_epsilons(1, 0.4), [0.4])
+    algorithm = offpolicy_algorithm(DQN, _spec(64), 10, num_actors=3, apex_epsilon=0.4)
+    assert [algorithm.rollout_args(5, a) for a in range(3)] == [(5, e) for e in apex_epsilons(3, 0.4)]
+    learner, _ = algorithm.init(jax.random.key(0), np.zeros((1, 2), np.float32))
+    obs = np.random.default_rng(1).normal(size=(64, 2)).astype(np.float32)
+    greedy, _ = algorithm.policy(learner, obs, jax.random.key(1), np.uint32(0), np.uint32(0), np.float32(0.0))
+    program = offpolicy_program(DQN, _spec(64))
+    q = program.hooks.act(learner.params, obs, None, 0.0, True)
+    np.testing.assert_array_equal(greedy, q)  # rate 0 overrides the schedule's epsilon of 1 at the start
+    scheduled = offpolicy_algorithm(DQN, _spec(64), 10)
+    explored, _ = scheduled.policy(learner, obs, jax.random.key(1), np.uint32(0), np.uint32(0), np.float32(0.0))
+    assert (np.asarray(explored) != np.asarray(q)).any()  # the schedule's epsilon 1: uniform actions
+
+
+def test_td_initial_priorities_are_the_items_td_errors_under_the_learners_params():
+    config = DQNConfig(**{**DQN.__dict__, "prioritized": True, "learning_starts": 10_000, "n_step": 1})
+    algorithm = offpolicy_algorithm(config, _spec(2), 10, initial_priority="td")
+    learner, buffer = algorithm.init(jax.random.key(0), np.zeros((1, 2), np.float32))
+    finisher = algorithm.finisher
+    items, _ = finisher.finish(_traj([1.0, -2.0, 0.5, 3.0], [0, 0, 1, 0], [0, 0, 0, 0], num_envs=2), finisher.init())
+    _, buffer, _ = algorithm.update(learner, buffer, items, jax.random.key(2), np.uint32(0), np.uint32(10))
+    program = offpolicy_program(config, _spec(2))
+    ctx = program.context(_count(0), _count(10), config.hyperparams())
+    _, td, _ = program.hooks.learn_step(learner, items, jnp.ones(8), jax.random.key(3), ctx)
+    leaves_at = np.asarray(buffer.sum_tree)[buffer.sum_tree.shape[0] // 2:][:8]
+    np.testing.assert_allclose(leaves_at, (np.asarray(td) + 1e-6) ** config.priority_alpha, rtol=1e-5)
+
+
+def _count(n):
+    from rljax.core.counters import Count
+
+    return Count.of(n)
+
+
+def _host(config):
+    return lambda actor: make_host_env(config.env, config.num_envs)
+
+
+def test_a_resumed_run_continues_its_replay_and_n_step_tail_to_the_same_bits(tmp_path):
+    """SAC, one actor at lag 0: stopped after 4 updates and resumed to 10, it equals a run never
+    stopped, params, optimiser and replay buffer (a resume without the replay would differ)."""
+    whole = run_host(SAC, RunOptions(run_dir=tmp_path / "whole", quiet=True), SYNC)
+    cut = tmp_path / "cut"
+    run_host(SACConfig(**{**SAC.__dict__, "total_timesteps": 8 * 4}), RunOptions(run_dir=cut, quiet=True), SYNC)
+    resumed = run_host(SAC, RunOptions(run_dir=cut, resume=True, quiet=True))
+    assert resumed.updates == 10 and len(resumed.rows) == 6
+    for a, b in zip(leaves((whole.params, whole.opt_state)), leaves((resumed.params, resumed.opt_state))):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.rows[-1]["buffer_size"] == 80
+
+
+def test_the_synchronous_mode_is_deterministic_and_rows_carry_the_replay_figures():
+    a = train_host(DQN, _host(DQN), SYNC)
+    b = train_host(DQN, _host(DQN), SYNC)
+    assert all(np.array_equal(x, y) for x, y in zip(leaves(a.params), leaves(b.params)))
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(MEASURED)} for r in rows]  # noqa: E731
+    assert strip(a.rows) == strip(b.rows)
+    row = a.rows[-1]
+    assert row["replay_ratio"] == pytest.approx(1 / 8) and row["buffer_size"] == 96
+    assert [r["td_loss"] == 0 for r in a.rows] == [True] * 3 + [False] * 9  # learning starts at 32 env steps
+
+
+def test_several_actors_and_ape_x_on_host_envs():
+    rows = train_host(DQNConfig(**{**DQN.__dict__, "prioritized": True}), _host(DQN),
+                      HostOptions(num_actors=2, max_policy_lag=1, apex_epsilon=0.4, initial_priority="td")).rows
+    assert len(rows) == 12 and {r["host/actor"] for r in rows} <= {0, 1}
+    assert {r["host/policy_lag"] for r in rows} <= {0, 1}
+
+
+def test_a_saved_off_policy_run_loads_as_a_policy(tmp_path):
+    import rljax
+
+    run_host(SAC, RunOptions(run_dir=tmp_path / "run", quiet=True), SYNC)
+    policy = rljax.load(tmp_path / "run")
+    action = np.asarray(policy.act(np.zeros((5, 3), np.float32)))
+    assert action.shape == (5, 1) and np.all(np.abs(action) <= 2.0)
+
+
+@pytest.mark.parametrize("config, options, message", [
+    (SAC, dict(apex_epsilon=0.4), "does not explore with an epsilon"),
+    (DQN, dict(initial_priority="td"), "add --prioritized"),
+    (DQNConfig(**{**DQN.__dict__, "normalize_obs": True}), {}, "normalize_obs=True"),
+])
+def test_bad_off_policy_layouts_are_refused_by_name(config, options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        train_host(config, _host(config), HostOptions(max_policy_lag=0, **options))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(apex_epsilon=1.0), "apex_epsilon=1.0"), (dict(initial_priority="min"), "initial_priority='min'"),
+    (dict(apex_alpha=0.0), "apex_alpha=0.0"),
+])
+def test_bad_host_options_are_refused_by_name(options, message):
+    with pytest.raises(ValueError, match=message):
+        HostOptions(**options)
