@@ -699,8 +699,7 @@ def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: 
     """Update ``update``'s row; ``env_steps`` counts the run's, ``steps_here`` and ``elapsed`` this
     call's; ``episodes`` (count, mean return, mean length) those every process's rollout ended, the
     other ``host/*`` figures this process's."""
-    step_ms = rollout.env_step_s * 1e3
-    p50, p99 = np.percentile(step_ms, (50, 99))
+    p50, p99 = _percentiles(rollout.env_step_s * 1e3, (50, 99))
     busy = rollout.policy_s + float(rollout.env_step_s.sum())
     return {
         "updates": update + 1, "env_steps": env_steps, "episodes": episodes[0],
@@ -712,3 +711,16 @@ def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: 
         "host/learner_busy": learner_busy_s / max(learner_busy_s + learner_wait_s, 1e-9),
         "host/env_step_p50_ms": float(p50), "host/env_step_p99_ms": float(p99),
     }
+
+
+def _percentiles(x: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """``np.percentile(x, qs)`` (linear interpolation between the closest ranks) of a short 1-D ``x``,
+    without numpy's per-call overhead (~0.5 ms on a busy 2-core CPU, once per update)."""
+    ordered = sorted(x.tolist())
+    out = []
+    for q in qs:
+        rank = q / 100 * (len(ordered) - 1)
+        lo = int(rank)
+        hi = min(lo + 1, len(ordered) - 1)
+        out.append(ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo))
+    return out

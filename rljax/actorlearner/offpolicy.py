@@ -114,18 +114,28 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
         rate = np.float32(0.0) if epsilons is None else epsilons[min(actor, len(epsilons) - 1)]
         return np.uint32(k), rate
 
-    def update(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
-        ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
-        k_priority, k_learn = jax.random.split(key)
+    def insert(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
         if initial_priority == "td":
-            buffer = _insert_with_td(program, learner, buffer, items, k_priority, ctx)
-            learner, buffer, metrics = program.learn(learner, buffer, items, k_learn, ctx, add=False)
-        else:
-            learner, buffer, metrics = program.learn(learner, buffer, items, k_learn, ctx)
+            ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
+            return _insert_with_td(program, learner, buffer, items, jax.random.split(key)[0], ctx)
+        return program.replay.add(buffer, items)
+
+    def learn(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+        ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
+        learner, buffer, metrics = program.learn(learner, buffer, items, jax.random.split(key)[1], ctx, add=False)
         ratio = config.gradient_steps / config.env_steps_per_update  # gradient steps per env step
         return learner, buffer, {**metrics, "replay_ratio": jnp.float32(ratio)}
 
-    return HostAlgorithm(init=init, policy=jax.jit(policy), update=jax.jit(update, donate_argnums=(1,)),
+    # Two programs: compiled as one, the sampling's gathers fuse with the insertion's in-place write
+    # and read the buffer as it was, so the compiler copies the whole buffer every update (measured
+    # on the CPU: ~24 ms an update for a 1e6-item MuJoCo replay, against ~5 ms for the rest of it).
+    insert, learn = jax.jit(insert, donate_argnums=(1,)), jax.jit(learn, donate_argnums=(1,))
+
+    def update(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+        return learn(learner, insert(learner, buffer, items, key, updates, num_updates), items, key, updates,
+                     num_updates)
+
+    return HostAlgorithm(init=init, policy=jax.jit(policy), update=update,
                          inputs=lambda rollout: rollout.items, counter=np.uint32, rollout_args=rollout_args,
                          finisher=_finisher(program, spec, hyper), donates_params=False)
 

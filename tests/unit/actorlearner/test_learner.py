@@ -120,3 +120,11 @@ def test_a_batch_that_is_not_num_envs_is_refused_and_the_envs_closed():
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         HostOptions(**options)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 64, 1000])
+def test_the_rows_percentiles_are_numpys(n):
+    from rljax.actorlearner.learner import _percentiles
+
+    x = np.random.default_rng(n).random(n)
+    np.testing.assert_allclose(_percentiles(x, (50, 99)), np.percentile(x, (50, 99)), rtol=1e-12)
