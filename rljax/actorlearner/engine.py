@@ -181,7 +181,10 @@ class SpecEnv:
         return self.spec.observation_space
 
     def action_space(self, params: Any = None) -> Any:
-        return self.spec.action_space
+        from rljax.env import Discrete, is_discrete
+
+        space = self.spec.action_space  # a Gymnasium int64 Discrete as JAX computes it without x64 (int32)
+        return Discrete(space.n) if is_discrete(space) and np.dtype(space.dtype) == np.int64 else space
 
 
 class ParamStore:

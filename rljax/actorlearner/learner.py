@@ -40,6 +40,7 @@ from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, 
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.agents.offpolicy import OffPolicyConfig
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
+from rljax.agents.pqn import PQNConfig
 from rljax.env import Box
 from rljax.runtime import distributed
 from rljax.runtime.devices import AXIS
@@ -176,11 +177,13 @@ def _check(config: Any) -> None:
             raise ValueError(f"the host path's off-policy learner runs without an observation normaliser on one "
                              f"device; {', '.join(bad)} are for JAX envs")
         return
-    if not isinstance(config, (PPOConfig, IMPALAConfig)):
-        raise TypeError(f"the host path trains PPO, IMPALA or an off-policy algorithm (DQN, C51, QR-DQN, SAC, TD3, "
-                        f"D4PG), not {type(config).__name__}")
-    unsupported = {"memory": getattr(config, "memory", "none") != "none", "normalize_obs": config.normalize_obs,
-                   "normalize_reward": config.normalize_reward, "num_devices": config.num_devices != 1}
+    if not isinstance(config, (PPOConfig, IMPALAConfig, PQNConfig)):
+        raise TypeError(f"the host path trains PPO, IMPALA, PQN or an off-policy algorithm (DQN, C51, QR-DQN, SAC, "
+                        f"TD3, D4PG), not {type(config).__name__}")
+    unsupported = {"memory": getattr(config, "memory", "none") != "none",
+                   "normalize_obs": getattr(config, "normalize_obs", False),
+                   "normalize_reward": getattr(config, "normalize_reward", False),
+                   "num_devices": config.num_devices != 1}
     bad = [k for k, v in unsupported.items() if v]
     if bad:
         raise ValueError(f"the host path runs memoryless policies without normalisers; "
@@ -241,7 +244,8 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
     """``config``'s algorithm as the actor-learner path runs it: PPO's or IMPALA's
     (:func:`host_functions`: params and optimiser state, an update per rollout), or an off-policy
     one's (:func:`rljax.actorlearner.offpolicy.offpolicy_algorithm`: the learner and its replay, one
-    learner device of one process)."""
+    learner device of one process), or PQN's (:func:`rljax.actorlearner.onpolicy.onpolicy_algorithm`: its own
+    update on each rollout, one learner device)."""
     if isinstance(config, OffPolicyConfig):
         from rljax.actorlearner.offpolicy import offpolicy_algorithm
 
@@ -251,6 +255,13 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
         return offpolicy_algorithm(config, spec, num_updates(config), num_actors=options.num_actors,
                                    apex_epsilon=options.apex_epsilon, apex_alpha=options.apex_alpha,
                                    initial_priority=options.initial_priority)
+    if isinstance(config, PQNConfig):
+        from rljax.actorlearner.onpolicy import onpolicy_algorithm
+
+        if len(learner_devices) > 1:
+            raise ValueError(f"PQN on host envs learns on one device, not {len(learner_devices)} (--learner-devices "
+                             f"names one)")
+        return onpolicy_algorithm(config, spec, num_updates(config))
     network, policy, update, optimizer = host_functions(config, spec, learner_devices)
 
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:

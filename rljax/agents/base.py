@@ -108,6 +108,8 @@ class Agent(NamedTuple):
         offpolicy: an off-policy agent's update without its env stack
             (:class:`rljax.agents.offpolicy.OffPolicyProgram`), which a learner fed by actors on
             host envs runs; None for other agents.
+        onpolicy: an on-policy agent's update without its env stack
+            (:class:`rljax.agents.onpolicy.OnPolicyProgram`), likewise; None for other agents.
     """
 
     config: Any
@@ -119,6 +121,7 @@ class Agent(NamedTuple):
     params_of: Callable[[Any], Any]
     initial_memory: Callable[[int], Any] | None = None
     offpolicy: Any = None
+    onpolicy: Any = None
 
     @property
     def recurrent(self) -> bool:

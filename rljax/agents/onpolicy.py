@@ -48,7 +48,7 @@ from rljax.core.returns import gae
 from rljax.core.rollout import RolloutCarry, Transition, rollout
 from rljax.env import num_agents
 
-__all__ = ["RolloutConfig", "OnPolicyConfig", "OnPolicyState", "OnPolicyContext", "OnPolicyHooks",
+__all__ = ["RolloutConfig", "OnPolicyConfig", "OnPolicyState", "OnPolicyContext", "OnPolicyHooks", "OnPolicyProgram",
            "make_onpolicy_agent", "annealed_learning_rate", "minibatch_epochs", "actor_critic_network",
            "sampling_policy", "actor_critic_act", "gae_targets", "explained_variance"]
 
@@ -236,8 +236,18 @@ class OnPolicyHooks(NamedTuple):
     observe: Callable[[Any, Any], Any] | None = None
 
 
-class _Program(NamedTuple):
-    """The pieces :func:`make_onpolicy_agent` builds once and its init/update close over."""
+class OnPolicyProgram(NamedTuple):
+    """An on-policy algorithm's update without its env stack: what :func:`make_onpolicy_agent`
+    builds once, and what a learner fed by actors elsewhere (host envs) runs on their rollouts.
+
+    Attributes:
+        config: the algorithm's config.
+        hooks: its :class:`OnPolicyHooks`.
+        venv: the env stack the compiled update collects with.
+        anneal_lr: the step size decays linearly to 0 over the run.
+        normalize_reward: the env stack scales rewards.
+        axis_name: the device axis the hooks reduce over, or None.
+    """
 
     config: RolloutConfig
     hooks: OnPolicyHooks
@@ -245,6 +255,23 @@ class _Program(NamedTuple):
     anneal_lr: bool
     normalize_reward: bool
     axis_name: str | None
+
+    # One program is one object (an Agent holding it is a cache key): identity, not the fields' values.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def context(self, updates: Count, num_updates: Count, hyperparams: Any) -> OnPolicyContext:
+        """The :class:`OnPolicyContext` of the update after ``updates`` of ``num_updates``: its step
+        size, optimiser and the schedule's values."""
+        lr = annealed_learning_rate(hyperparams, updates, num_updates, self.anneal_lr)
+        ctx = OnPolicyContext(hyperparams=hyperparams, updates=updates, num_updates=num_updates,
+                              learning_rate=lr, optimizer=self.hooks.optimizer(hyperparams, lr), values={})
+        return ctx._replace(values=self.hooks.schedule(ctx) if self.hooks.schedule is not None else {})
 
 
 def annealed_learning_rate(hyperparams: Any, updates: Count | jax.Array, num_updates: Count | jax.Array,
@@ -284,7 +311,7 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
                           normalize_reward=normalize_reward,
                           reward_gamma=config.gamma if normalize_reward else 0.99, axis_name=axis_name,
                           randomize=config.randomize, **agent_rows(config))
-    program = _Program(config, hooks, venv, anneal_lr, normalize_reward, axis_name)
+    program = OnPolicyProgram(config, hooks, venv, anneal_lr, normalize_reward, axis_name)
     stats_of, normalize = observation_normalizer(venv)
     to_space = into_action_space(env.action_space(env_params))
 
@@ -304,16 +331,16 @@ def make_onpolicy_agent(config: RolloutConfig, env: Any, env_params: Any, axis_n
     return Agent(config=config, init=functools.partial(_init, program), update=functools.partial(_update, program),
                  policy_params=policy_params, policy=policy if hooks.initial_memory is None else recurrent_policy,
                  env_steps_per_update=config.env_steps_per_update, params_of=lambda state: state.params,
-                 initial_memory=hooks.initial_memory)
+                 initial_memory=hooks.initial_memory, onpolicy=program)
 
 
-def _with_gamma(program: _Program, env_state: Any, hyperparams: Any) -> Any:
+def _with_gamma(program: OnPolicyProgram, env_state: Any, hyperparams: Any) -> Any:
     """The reward normaliser discounts with the traced gamma of this state (a sweep member's, or the
     one PBT perturbed), not the config's Python float the env stack was built with."""
     return program.venv.set_gamma(env_state, hyperparams.gamma) if program.normalize_reward else env_state
 
 
-def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int, hyperparams: Any,
+def _init(program: OnPolicyProgram, key: jax.Array, device_index: Any, num_updates: int, hyperparams: Any,
           env_params: Any) -> OnPolicyState:
     """``Agent.init`` of :func:`make_onpolicy_agent`."""
     k_params, k_run = jax.random.split(key)
@@ -329,20 +356,11 @@ def _init(program: _Program, key: jax.Array, device_index: Any, num_updates: int
                          num_updates=Count.of(num_updates), memory=memory)
 
 
-def _context(program: _Program, state: OnPolicyState) -> OnPolicyContext:
-    """The :class:`OnPolicyContext` of the update that starts from ``state``."""
-    hyperparams = state.hyperparams
-    lr = annealed_learning_rate(hyperparams, state.updates, state.num_updates, program.anneal_lr)
-    ctx = OnPolicyContext(hyperparams=hyperparams, updates=state.updates, num_updates=state.num_updates,
-                          learning_rate=lr, optimizer=program.hooks.optimizer(hyperparams, lr), values={})
-    return ctx._replace(values=program.hooks.schedule(ctx) if program.hooks.schedule is not None else {})
-
-
-def _update(program: _Program, state: OnPolicyState) -> tuple[OnPolicyState, UpdateOutput]:
+def _update(program: OnPolicyProgram, state: OnPolicyState) -> tuple[OnPolicyState, UpdateOutput]:
     """``Agent.update`` of :func:`make_onpolicy_agent`."""
     hooks = program.hooks
     key, k_roll, k_learn = jax.random.split(state.key, 3)
-    ctx = _context(program, state)
+    ctx = program.context(state.updates, state.num_updates, state.hyperparams)
     carry, traj, episodes = rollout(program.venv, stack_params(state.env_params, state.hyperparams),
                                     hooks.behaviour(state.params, ctx),
                                     RolloutCarry(_with_gamma(program, state.env_state, state.hyperparams), state.obs,

@@ -32,12 +32,13 @@ HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "q
 
 
 def supports_host(config_cls: Any) -> bool:
-    """Whether the actor-learner path trains ``config_cls`` (PPO, IMPALA and the off-policy algorithms)."""
+    """Whether the actor-learner path trains ``config_cls`` (PPO, IMPALA, PQN and the off-policy algorithms)."""
     from rljax.agents.impala import IMPALAConfig
     from rljax.agents.offpolicy import OffPolicyConfig
     from rljax.agents.ppo import PPOConfig
+    from rljax.agents.pqn import PQNConfig
 
-    return issubclass(config_cls, (PPOConfig, IMPALAConfig, OffPolicyConfig))
+    return issubclass(config_cls, (PPOConfig, IMPALAConfig, PQNConfig, OffPolicyConfig))
 
 
 def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float: Any, offpolicy: bool = False) -> None:
@@ -157,8 +158,8 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     if config.env.startswith("envpool/") and not _installed("envpool"):
         parser.error(f"--env {config.env} needs EnvPool, which is not installed: pip install -e \".[envpool]\"")
     if not supports_host(type(config)):
-        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo, impala or an "
-                     f"off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not "
+        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo, impala, pqn or "
+                     f"an off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not "
                      f"{type(config).__name__.removesuffix('Config').lower()}")
     from rljax.actorlearner.run import done_line, no_videos_while_training, run_host, saved_host
     from rljax.cli.process import call_training

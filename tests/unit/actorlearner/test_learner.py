@@ -96,7 +96,7 @@ def test_what_the_host_path_does_not_run_is_refused_by_name(change, message):
 
 
 def test_an_algorithm_the_host_path_does_not_run_is_refused():
-    with pytest.raises(TypeError, match="trains PPO, IMPALA or an off-policy algorithm .* not A2CConfig"):
+    with pytest.raises(TypeError, match="trains PPO, IMPALA, PQN or an off-policy algorithm .* not A2CConfig"):
         train_host(A2CConfig(), _gym(SMALL))
 
 
