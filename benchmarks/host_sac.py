@@ -167,7 +167,8 @@ def main() -> None:
     what = f"{len(runs)} seeds" if args.learn else f"medians of {args.rounds} interleaved rounds"
     print(f"SAC on {args.env}, {args.steps:,} env steps ({args.learning_starts:,} uniform first); {what}; "
           f"{cpu_model()}, {os.cpu_count()} cores")
-    print("| side | env steps/s | vs SB3 | wall s |" + (" greedy return (mean ± sd over seeds) |" if args.learn else ""))
+    returns_column = " greedy return (mean ± sd over seeds) |" if args.learn else ""
+    print("| side | env steps/s | vs SB3 | wall s |" + returns_column)
     print("|---|---|---|---|" + ("---|" if args.learn else ""))
     for side, rs in results.items():
         med = {k: statistics.median(r[k] for r in rs) for k in ("sps", "wall_s")}

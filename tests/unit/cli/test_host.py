@@ -14,6 +14,7 @@ import pytest
 
 from rljax.cli.host import parse_device, parse_devices
 from rljax.cli.main import main
+from rljax.store.checkpoint import Checkpointer
 from tests.conftest import cpu_subprocess_env
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--num-epochs", "1", "--hidden-sizes",
@@ -150,3 +151,43 @@ def test_ape_x_rates_for_an_algorithm_without_an_epsilon_are_refused_before_anyt
     with pytest.raises(SystemExit) as exit_:  # an on-policy run has no such flag
         main(["train", "ppo", "--env", "gymnasium/CartPole-v1", "--apex-epsilon", "0.4"])
     assert exit_.value.code == 2
+
+
+def test_an_off_policy_run_killed_with_sigkill_resumes_from_its_newest_checkpoint_with_its_replay(tmp_path):
+    """SAC on Pendulum, a checkpoint every 4 updates: SIGKILL once 3 chunks are logged, then ``rljax
+    resume``. It resumes from the newest checkpoint that committed (what is lost is what came after it),
+    and its replay comes back with it: the first update after the resume holds every item collected
+    up to the checkpoint plus its own rollout, not one rollout."""
+    run = tmp_path / "run"
+    env = cpu_subprocess_env()
+    cmd = [sys.executable, "-m", "rljax.cli.main", "train", "sac", "--env", "gymnasium/Pendulum-v1", "--num-envs", "2",
+           "--num-steps", "4", "--batch-size", "16", "--hidden-sizes", "16", "--learning-starts", "16",
+           "--total-timesteps", "1e6", "--updates-per-chunk", "4", "--checkpoint-every", "1", "--run-dir", str(run),
+           "--no-compile-cache", "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "chunks.jsonl").exists() and (run / "chunks.jsonl").read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        logged = json.loads((run / "chunks.jsonl").read_text().splitlines()[-1])["updates"]
+        committed = max(Checkpointer(run, read_only=True).steps(), default=0)  # before the kill: a floor
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    resumed = subprocess.run([sys.executable, "-m", "rljax.cli.main", "resume", str(run), "--total-timesteps",
+                              str(8 * (logged + 8)), "--no-compile-cache"], env=env, capture_output=True, text=True,
+                             timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # The rows the killed run logged after the checkpoint it resumed from were set aside.
+    superseded = run / "metrics.superseded.jsonl"
+    lost = [json.loads(line)["updates"] for line in superseded.read_text().splitlines()] if superseded.exists() else []
+    restored = min(lost) - 1 if lost else logged
+    # The newest checkpoint that had committed when the run was killed (or a newer one): what was lost
+    # is the chunks after it, whose saves were in flight (a checkpoint every chunk of 4 updates here).
+    assert 8 * restored >= committed > 0 and restored % 4 == 0 and restored <= logged + 4
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if r["updates"] == restored + 1)
+    assert first["buffer_size"] == 8 * (restored + 1)
+    assert rows[-1]["updates"] == logged + 8 and rows[-1]["buffer_size"] == 8 * (logged + 8)
