@@ -171,11 +171,9 @@ None when the run is about to fail (an actor's error or a rollout timeout) after
 
 def _check(config: Any) -> None:
     if isinstance(config, OffPolicyConfig):
-        bad = [f"{k}={getattr(config, k)!r}" for k, v in (("normalize_obs", config.normalize_obs),
-                                                          ("num_devices", config.num_devices != 1)) if v]
-        if bad:
-            raise ValueError(f"the host path's off-policy learner runs without an observation normaliser on one "
-                             f"device; {', '.join(bad)} are for JAX envs")
+        if config.num_devices != 1:
+            raise ValueError(f"num_devices={config.num_devices} is for JAX envs: the host path's off-policy learner "
+                             f"runs on one device")
         return
     if not isinstance(config, (PPOConfig, IMPALAConfig, PQNConfig)):
         raise TypeError(f"the host path trains PPO, IMPALA, PQN or an off-policy algorithm (DQN, C51, QR-DQN, SAC, "

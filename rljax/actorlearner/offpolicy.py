@@ -33,7 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rljax.actorlearner.engine import Finisher, HostAlgorithm, SpecEnv
-from rljax.agents.offpolicy import OffPolicyConfig, OffPolicyProgram, ReplayItem, n_step_items
+from rljax.agents.base import observation_normalizer
+from rljax.agents.offpolicy import OffPolicyConfig, OffPolicyProgram, ReplayItem, n_step_items, normalize_items
+from rljax.core.wrappers import RunningMeanStd
 from rljax.core.counters import Count
 from rljax.core.rollout import Transition
 from rljax.host.base import HostSpec
@@ -98,57 +100,88 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
             raise ValueError(f"apex_epsilon={apex_epsilon}: must lie in (0, 1) (Ape-X: 0.4)")
     epsilons = apex_epsilons(max(num_actors, 1), apex_epsilon, apex_alpha) if apex_epsilon else None
 
+    # With normalize_obs the learner's state is (learner, observation statistics); replay keeps raw
+    # observations, normalised when used with the statistics of that moment (as on the JAX path).
+    stats_of, normalize = observation_normalizer(program.venv)
+    normalized = config.normalize_obs
+
+    def split(params: Any) -> tuple[Any, Any]:
+        return params if normalized else (params, None)
+
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
         learner = hooks.init_learner(key, obs, hyper)
-        return learner, program.replay.init(program.example_item(jax.tree.map(lambda x: x[0], obs)),
-                                            hyper.priority_alpha)
+        buffer = program.replay.init(program.example_item(jax.tree.map(lambda x: x[0], obs)), hyper.priority_alpha)
+        return ((learner, RunningMeanStd.init(tuple(spec.obs_shape))) if normalized else learner), buffer
 
-    def policy(learner: Any, obs: Any, key: jax.Array, step: Any, updates: Any, epsilon: Any):
+    def policy(params: Any, obs: Any, key: jax.Array, step: Any, updates: Any, epsilon: Any):
+        learner, stats = split(params)
         ctx = program.context(Count.from_int(updates), total, hyper)
         if epsilons is not None:
             ctx = ctx._replace(values={**ctx.values, "epsilon": epsilon})
-        action = hooks.behaviour(learner, ctx)(jax.random.fold_in(key, step), obs)
+        action = hooks.behaviour(learner, ctx)(jax.random.fold_in(key, step), normalize(stats, obs))
         return action, jnp.zeros(action.shape[:1], jnp.float32)
 
     def rollout_args(k: int, actor: int) -> tuple:
         rate = np.float32(0.0) if epsilons is None else epsilons[min(actor, len(epsilons) - 1)]
         return np.uint32(k), rate
 
-    def insert(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+    def insert(params: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+        learner, stats = split(params)
+        if normalized:  # every observation acted on once (each step's item; placeholders left out)
+            stats = stats.merge(_masked_stats(items.obs, items.valid))
         if initial_priority == "td":
             ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
-            return _insert_with_td(program, learner, buffer, items, jax.random.split(key)[0], ctx)
-        return program.replay.add(buffer, items)
+            buffer = _insert_with_td(program, learner, buffer, items, jax.random.split(key)[0], ctx,
+                                     lambda x: normalize(stats, x))
+        else:
+            buffer = program.replay.add(buffer, items)
+        return buffer, stats
 
-    def learn(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+    def learn(params: Any, stats: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any,
+              num_updates: Any):
+        learner, _ = split(params)
         ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
-        learner, buffer, metrics = program.learn(learner, buffer, items, jax.random.split(key)[1], ctx, add=False)
+        prepare = (lambda b: normalize_items(b, lambda x: normalize(stats, x))) if normalized else None
+        learner, buffer, metrics = program.learn(learner, buffer, items, jax.random.split(key)[1], ctx,
+                                                 prepare=prepare, add=False)
         ratio = config.gradient_steps / config.env_steps_per_update  # gradient steps per env step
-        return learner, buffer, {**metrics, "replay_ratio": jnp.float32(ratio)}
+        return ((learner, stats) if normalized else learner), buffer, {**metrics, "replay_ratio": jnp.float32(ratio)}
 
     # Two programs: compiled as one, the sampling's gathers fuse with the insertion's in-place write
     # and read the buffer as it was, so the compiler copies the whole buffer every update (measured
     # on the CPU: ~24 ms an update for a 1e6-item MuJoCo replay, against ~5 ms for the rest of it).
-    insert, learn = jax.jit(insert, donate_argnums=(1,)), jax.jit(learn, donate_argnums=(1,))
+    insert, learn = jax.jit(insert, donate_argnums=(1,)), jax.jit(learn, donate_argnums=(2,))
 
-    def update(learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
-        return learn(learner, insert(learner, buffer, items, key, updates, num_updates), items, key, updates,
-                     num_updates)
+    def update(params: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+        buffer, stats = insert(params, buffer, items, key, updates, num_updates)
+        return learn(params, stats, buffer, items, key, updates, num_updates)
 
     return HostAlgorithm(init=init, policy=jax.jit(policy), update=update,
                          inputs=lambda rollout: rollout.items, counter=np.uint32, rollout_args=rollout_args,
                          finisher=_finisher(program, spec, hyper), donates_params=False)
 
 
+def _masked_stats(obs: jax.Array, mask: jax.Array) -> RunningMeanStd:
+    """The mean and (population) variance of the rows of ``obs`` ``[B, *shape]`` where ``mask``, with
+    their count (0: a batch that adds nothing when merged)."""
+    w = mask.astype(jnp.float32).reshape((-1,) + (1,) * (obs.ndim - 1))
+    count = jnp.sum(mask.astype(jnp.float32))
+    x = obs.astype(jnp.float32)
+    mean = jnp.sum(w * x, axis=0) / jnp.maximum(count, 1.0)
+    var = jnp.sum(w * jnp.square(x - mean), axis=0) / jnp.maximum(count, 1.0)
+    return RunningMeanStd(mean=mean, var=var, count=count, count_lo=jnp.float32(0.0))
+
+
 def _insert_with_td(program: OffPolicyProgram, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array,
-                    ctx: Any) -> Any:
+                    ctx: Any, normalize: Any = None) -> Any:
     """``buffer`` with ``items`` added at their TD error under ``learner`` (Ape-X's initial
     priorities): one learning step's ``td_abs`` on them, the step itself discarded (its gradients
     are dead code the compiler removes). Placeholder items get priority 0."""
     from rljax.core import buffers
 
     weights = items.valid.astype(jnp.float32)
-    _, td_abs, _ = program.hooks.learn_step(learner, items, weights, key, ctx)
+    seen = items if normalize is None else normalize_items(items, normalize)  # as learning sees them
+    _, td_abs, _ = program.hooks.learn_step(learner, seen, weights, key, ctx)
     buffer = buffers.prioritized_add(buffer, items, mask=items.valid)
     n = td_abs.shape[0]
     slots = (buffer.replay.cursor - n + jnp.arange(n)) % buffer.replay.capacity

@@ -458,10 +458,14 @@ def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leav
     # The learner's "params": an on-policy agent's network params, an off-policy agent's whole learner.
     if agent.offpolicy is None:
         abstract = jax.eval_shape(lambda: agent.init(jax.random.key(0), 0, 1, config.hyperparams(), None)).params
-    else:
+    else:  # the learner, and with normalize_obs the observation statistics after it
         obs = env.reset(None)[0][None]
         abstract = jax.eval_shape(lambda: agent.offpolicy.hooks.init_learner(jax.random.key(0), obs,
                                                                              config.hyperparams()))
+        if config.normalize_obs:
+            from rljax.core.wrappers import RunningMeanStd
+
+            abstract = (abstract, jax.eval_shape(lambda: RunningMeanStd.init(tuple(obs.shape[1:]))))
     t_leaves, treedef = jax.tree.flatten(abstract)
     # The saved tree is {"opt_state": ..., "params": ...} in key order: the params are its last leaves.
     if len(host_leaves) < len(t_leaves):
@@ -475,9 +479,10 @@ def _load_host(run_dir: pathlib.Path, step: int, meta: dict[str, Any], host_leav
     learned = jax.tree.unflatten(treedef, [jnp.asarray(h) for h in saved])
     if agent.offpolicy is None:
         params = PolicyParams(learned, None, jnp.float32(0.0))
-    else:  # what acting takes of the learner, and the exploration its stochastic policy uses
+    else:  # what acting takes of the learner, its observation statistics, the exploration of its stochastic policy
+        learned, stats = learned if config.normalize_obs else (learned, None)
         acting, exploration = agent.offpolicy.hooks.policy_params(learned, config.hyperparams())
-        params = PolicyParams(acting, None, jnp.float32(exploration))
+        params = PolicyParams(acting, stats, jnp.float32(exploration))
     return Policy(agent=agent, params=params, config=config, env=env, env_params=None, step=step,
                   run_dir=str(run_dir))
 

@@ -167,7 +167,7 @@ def test_a_saved_off_policy_run_loads_as_a_policy(tmp_path):
 @pytest.mark.parametrize("config, options, message", [
     (SAC, dict(apex_epsilon=0.4), "does not explore with an epsilon"),
     (DQN, dict(initial_priority="td"), "add --prioritized"),
-    (DQNConfig(**{**DQN.__dict__, "normalize_obs": True}), {}, "normalize_obs=True"),
+    (DQNConfig(**{**DQN.__dict__, "num_devices": 2, "batch_size": 16, "buffer_size": 256}), {}, "num_devices=2"),
 ])
 def test_bad_off_policy_layouts_are_refused_by_name(config, options, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -181,3 +181,34 @@ def test_bad_off_policy_layouts_are_refused_by_name(config, options, message):
 def test_bad_host_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
         HostOptions(**options)
+
+
+def test_observation_normalisation_acts_and_learns_on_statistics_of_the_raw_observations_replay_keeps(tmp_path):
+    """``normalize_obs``: the learner's state is (learner, statistics); the statistics are those of every
+    observation acted on (each once, placeholders left out), replay keeps raw observations, a lag-0
+    resume is the same bits, and the loaded policy normalises with the saved statistics."""
+    import rljax
+    from rljax.core.wrappers import RunningMeanStd
+
+    config = SACConfig(**{**SAC.__dict__, "normalize_obs": True})
+    whole = run_host(config, RunOptions(run_dir=tmp_path / "whole", quiet=True), SYNC)
+    learner, stats = whole.params
+    raw = np.asarray(whole.opt_state.data.obs)[:80]  # every observation acted on, in order, raw
+    assert np.abs(raw).max() > 1.5  # Pendulum's angular velocity: raw, not normalised
+    expected = RunningMeanStd.init((3,)).merge(RunningMeanStd.from_batch(raw[2:]))  # the tail holds the last 2
+    assert float(stats.count) == pytest.approx(float(expected.count), rel=1e-6)
+    np.testing.assert_allclose(stats.mean, expected.mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(stats.var, expected.var, rtol=1e-4, atol=1e-5)
+    cut = tmp_path / "cut"
+    run_host(SACConfig(**{**config.__dict__, "total_timesteps": 8 * 4}), RunOptions(run_dir=cut, quiet=True), SYNC)
+    resumed = run_host(config, RunOptions(run_dir=cut, resume=True, quiet=True))
+    for a, b in zip(leaves((whole.params, whole.opt_state)), leaves((resumed.params, resumed.opt_state))):
+        np.testing.assert_array_equal(a, b)
+    policy = rljax.load(tmp_path / "whole")
+    np.testing.assert_array_equal(policy.params.obs_stats.mean, stats.mean)
+    env = make_host_env(config.env, 1)
+    env.close()
+    program = offpolicy_program(config, env.spec)
+    obs = raw[:5]
+    direct = program.hooks.act(learner.actor_params, np.asarray(stats.normalize(obs)), None, 0.0, True)
+    np.testing.assert_allclose(policy.act(obs), np.clip(direct, -2.0, 2.0), rtol=1e-5, atol=1e-6)
