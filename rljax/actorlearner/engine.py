@@ -141,6 +141,8 @@ class HostAlgorithm:
         finisher: what an actor makes of each rollout (:class:`Finisher`); None for nothing.
         donates_params: whether ``update`` donates ``params`` (then what actors act with is copied
             when it is published; otherwise it is handed over as it is).
+        host_opt_state: ``opt_state`` stays in host memory (numpy: a replay kept there), never put
+            on the learner's device, and ``inputs`` reach ``update`` as they are (not put there either).
     """
 
     init: Callable[[Any, Any], tuple[Any, Any]]
@@ -151,6 +153,7 @@ class HostAlgorithm:
     rollout_args: Callable[[int, int], tuple] | None = None
     finisher: "Finisher | None" = None
     donates_params: bool = True
+    host_opt_state: bool = False
 
 
 class SpecEnv:

@@ -87,6 +87,9 @@ class HostOptions:
             (Ape-X) instead of the config's schedule; 0: the schedule (:mod:`rljax.actorlearner.offpolicy`).
         initial_priority: off-policy with prioritised replay: new items enter with the largest priority
             seen (``"max"``) or their TD error under the learner's params as they are inserted (``"td"``, Ape-X).
+        replay: off-policy: where the replay lives, ``"device"`` (the learner's) or ``"host"`` (host
+            memory, uniform, stacked frames stored once: :mod:`rljax.actorlearner.hostreplay`).
+        frames_per_item: ``replay="host"`` with stacked frames: the frame ring's frames per item.
     """
 
     num_actors: int = 1
@@ -103,6 +106,8 @@ class HostOptions:
     apex_epsilon: float = 0.0
     apex_alpha: float = 7.0
     initial_priority: str = "max"
+    replay: str = "device"
+    frames_per_item: float = 1.5
 
     def __post_init__(self):
         for name, low in (("num_actors", 1), ("max_policy_lag", 0), ("queue_size", 1), ("max_env_restarts", 0),
@@ -126,6 +131,10 @@ class HostOptions:
                              f"Ape-X: 0.4)")
         if self.initial_priority not in ("max", "td"):
             raise ValueError(f"initial_priority={self.initial_priority!r}: valid: 'max', 'td'")
+        if self.replay not in ("device", "host"):
+            raise ValueError(f"replay={self.replay!r}: valid: 'device', 'host'")
+        if not self.frames_per_item >= 1:
+            raise ValueError(f"frames_per_item={self.frames_per_item}: must be >= 1")
         for name in ("actor_devices", "learner_devices"):
             devices = tuple(getattr(self, name))
             object.__setattr__(self, name, devices)
@@ -252,7 +261,8 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
                              f"(--learner-devices names one)")
         return offpolicy_algorithm(config, spec, num_updates(config), num_actors=options.num_actors,
                                    apex_epsilon=options.apex_epsilon, apex_alpha=options.apex_alpha,
-                                   initial_priority=options.initial_priority)
+                                   initial_priority=options.initial_priority, replay=options.replay,
+                                   frames_per_item=options.frames_per_item)
     if isinstance(config, PQNConfig):
         from rljax.actorlearner.onpolicy import onpolicy_algorithm
 
@@ -502,12 +512,15 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
         place = rollout_sharding = learner_devices[0]
     k_init, k_act, k_learn = jax.random.split(jax.random.key(config.seed), 3)
     dummy = jax.tree.map(lambda x: x[None], np.zeros(spec.obs_shape, spec.obs_dtype))
-    params, opt_state = _place(algorithm.init(k_init, dummy), place)
+    params, opt_state = algorithm.init(k_init, dummy)
+    params = _place(params, place)
+    opt_state = opt_state if algorithm.host_opt_state else _place(opt_state, place)
     start, initial = 0, None
     restored = restore(params, opt_state) if restore is not None else None
     if restored is not None:
         params, opt_state, start, initial = restored
-        params, opt_state = _place((params, opt_state), place)
+        params = _place(params, place)
+        opt_state = opt_state if algorithm.host_opt_state else _place(opt_state, place)
     processes, here, n0 = jax.process_count(), jax.process_index(), len(envs)
 
     def job_actor(a: int) -> int:
@@ -578,7 +591,8 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         key, step = fold_in(learner.key, np.uint32(u)), algorithm.counter(u)
         steps = algorithm.counter(learner.num_updates)
         if processes == 1:
-            traj = jax.device_put(algorithm.inputs(rollout), learner.rollout_sharding)
+            traj = algorithm.inputs(rollout)  # a replay in host memory takes them where they are
+            traj = traj if algorithm.host_opt_state else jax.device_put(traj, learner.rollout_sharding)
         else:  # every process's rollout is its share of the job's batch (envs axis)
             traj = jax.tree.map(lambda x: jax.make_array_from_process_local_data(learner.rollout_sharding, x),
                                 rollout.traj)

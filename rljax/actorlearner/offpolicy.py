@@ -34,7 +34,9 @@ import numpy as np
 
 from rljax.actorlearner.engine import Finisher, HostAlgorithm, SpecEnv
 from rljax.agents.base import observation_normalizer
-from rljax.agents.offpolicy import OffPolicyConfig, OffPolicyProgram, ReplayItem, n_step_items, normalize_items
+from rljax.actorlearner.hostreplay import HostReplay, sample_indices
+from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyProgram, Presampled, ReplayItem, n_step_items,
+                                    normalize_items, presampled_replay)
 from rljax.core.wrappers import RunningMeanStd
 from rljax.core.counters import Count
 from rljax.core.rollout import Transition
@@ -65,8 +67,8 @@ def offpolicy_program(config: OffPolicyConfig, spec: HostSpec) -> OffPolicyProgr
 
 
 def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: int, *, num_actors: int = 1,
-                        apex_epsilon: float = 0.0, apex_alpha: float = 7.0,
-                        initial_priority: str = "max") -> HostAlgorithm:
+                        apex_epsilon: float = 0.0, apex_alpha: float = 7.0, initial_priority: str = "max",
+                        replay: str = "device", frames_per_item: float = 1.5) -> HostAlgorithm:
     """``config``'s algorithm as the actor-learner path runs it (see the module docstring).
 
     Args:
@@ -78,74 +80,123 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
             (needs an algorithm that explores with one: DQN, C51, QR-DQN); 0: the config's schedule.
         apex_alpha: the exponent's spread (Ape-X: 7).
         initial_priority: ``"max"`` or ``"td"`` (prioritised replay only; see the module docstring).
+        replay: ``"device"`` (the skeleton's buffer on the learner's device) or ``"host"``
+            (:class:`~rljax.actorlearner.hostreplay.HostReplay` in host memory; uniform replay).
+        frames_per_item: ``replay="host"`` with stacked frames: the frame ring's size per item.
 
     Returns:
         A :class:`~rljax.actorlearner.engine.HostAlgorithm`: params are the algorithm's learner
-        (params, targets, optimiser states), opt_state its replay buffer; the update donates the
-        replay (updated in place) and keeps the learner, which is published to the actors uncopied.
+        (params, targets, optimiser states; with ``normalize_obs`` paired with the observation
+        statistics), opt_state its replay; the learner is published to the actors uncopied.
     """
-    if initial_priority not in INITIAL_PRIORITIES:
-        raise ValueError(f"initial_priority={initial_priority!r}; valid: {', '.join(INITIAL_PRIORITIES)}")
-    if initial_priority == "td" and not config.prioritized:
-        raise ValueError("initial_priority='td' sets the priorities of a prioritised replay: add --prioritized")
+    _check_options(config, initial_priority, replay)
     program = offpolicy_program(config, spec)
-    hooks, hyper = program.hooks, config.hyperparams()
-    total = Count.of(num_updates)
+    hyper, total = config.hyperparams(), Count.of(num_updates)
     if apex_epsilon:
-        probe = program.context(Count.of(0), total, hyper)
-        if "epsilon" not in probe.values:
+        if "epsilon" not in program.context(Count.of(0), total, hyper).values:
             raise ValueError(f"apex_epsilon={apex_epsilon}: {type(config).__name__} does not explore with an epsilon "
                              f"(Ape-X's per-actor rates are for DQN, C51, QR-DQN)")
         if not 0 < apex_epsilon < 1:
             raise ValueError(f"apex_epsilon={apex_epsilon}: must lie in (0, 1) (Ape-X: 0.4)")
     epsilons = apex_epsilons(max(num_actors, 1), apex_epsilon, apex_alpha) if apex_epsilon else None
-
-    # With normalize_obs the learner's state is (learner, observation statistics); replay keeps raw
-    # observations, normalised when used with the statistics of that moment (as on the JAX path).
-    stats_of, normalize = observation_normalizer(program.venv)
-    normalized = config.normalize_obs
-
-    def split(params: Any) -> tuple[Any, Any]:
-        return params if normalized else (params, None)
-
-    def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
-        learner = hooks.init_learner(key, obs, hyper)
-        buffer = program.replay.init(program.example_item(jax.tree.map(lambda x: x[0], obs)), hyper.priority_alpha)
-        return ((learner, RunningMeanStd.init(tuple(spec.obs_shape))) if normalized else learner), buffer
+    state = _LearnerState(program, config.normalize_obs)
 
     def policy(params: Any, obs: Any, key: jax.Array, step: Any, updates: Any, epsilon: Any):
-        learner, stats = split(params)
+        learner, stats = state.split(params)
         ctx = program.context(Count.from_int(updates), total, hyper)
         if epsilons is not None:
             ctx = ctx._replace(values={**ctx.values, "epsilon": epsilon})
-        action = hooks.behaviour(learner, ctx)(jax.random.fold_in(key, step), normalize(stats, obs))
+        action = program.hooks.behaviour(learner, ctx)(jax.random.fold_in(key, step), state.normalize(stats, obs))
         return action, jnp.zeros(action.shape[:1], jnp.float32)
 
     def rollout_args(k: int, actor: int) -> tuple:
         rate = np.float32(0.0) if epsilons is None else epsilons[min(actor, len(epsilons) - 1)]
         return np.uint32(k), rate
 
+    if replay == "host":
+        init, update, inputs = _host_replay(program, state, spec, frames_per_item)
+    else:
+        init, update, inputs = _device_replay(program, state, initial_priority)
+    return HostAlgorithm(init=init, policy=jax.jit(policy), update=update, inputs=inputs, counter=np.uint32,
+                         rollout_args=rollout_args, finisher=_finisher(program, spec, hyper), donates_params=False,
+                         host_opt_state=replay == "host")
+
+
+REPLAYS = ("device", "host")
+"""Where the host path's off-policy learner keeps its replay."""
+
+
+def _check_options(config: OffPolicyConfig, initial_priority: str, replay: str) -> None:
+    if initial_priority not in INITIAL_PRIORITIES:
+        raise ValueError(f"initial_priority={initial_priority!r}; valid: {', '.join(INITIAL_PRIORITIES)}")
+    if initial_priority == "td" and not config.prioritized:
+        raise ValueError("initial_priority='td' sets the priorities of a prioritised replay: add --prioritized")
+    if replay not in REPLAYS:
+        raise ValueError(f"replay={replay!r}; valid: {', '.join(REPLAYS)}")
+    if replay == "host" and config.prioritized:
+        raise ValueError("replay='host' keeps a uniform replay in host memory; prioritized=True needs the device "
+                         "replay (--replay device)")
+
+
+class _LearnerState:
+    """How the learner's state is laid out: the algorithm's learner, paired with the running observation
+    statistics when it normalises observations (replay keeps raw observations, normalised when used
+    with the statistics of that moment, as on the JAX path)."""
+
+    def __init__(self, program: OffPolicyProgram, normalized: bool):
+        self.normalized, self._normalize = normalized, observation_normalizer(program.venv)[1]
+
+    def init(self, learner: Any, obs_shape: tuple[int, ...]) -> Any:
+        return (learner, RunningMeanStd.init(obs_shape)) if self.normalized else learner
+
+    def split(self, params: Any) -> tuple[Any, Any]:
+        return params if self.normalized else (params, None)
+
+    def join(self, learner: Any, stats: Any) -> Any:
+        return (learner, stats) if self.normalized else learner
+
+    def normalize(self, stats: Any, obs: Any) -> Any:
+        return self._normalize(stats, obs)
+
+    def observed(self, stats: Any, items: ReplayItem) -> Any:
+        """The statistics with every observation acted on (each step's item once; placeholders left out)."""
+        return stats.merge(_masked_stats(items.obs, items.valid)) if self.normalized else stats
+
+    def prepare(self, stats: Any) -> Any:
+        return (lambda b: normalize_items(b, lambda x: self._normalize(stats, x))) if self.normalized else None
+
+
+def _metrics(config: OffPolicyConfig, metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    ratio = config.gradient_steps / config.env_steps_per_update  # gradient steps per env step
+    return {**metrics, "replay_ratio": jnp.float32(ratio)}
+
+
+def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_priority: str) -> tuple[Any, Any, Any]:
+    """``(init, update, inputs)`` with the skeleton's replay on the learner's device."""
+    config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
+
+    def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
+        learner = hooks.init_learner(key, obs, hyper)
+        buffer = program.replay.init(program.example_item(jax.tree.map(lambda x: x[0], obs)), hyper.priority_alpha)
+        return state.init(learner, tuple(obs.shape[1:])), buffer
+
     def insert(params: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
-        learner, stats = split(params)
-        if normalized:  # every observation acted on once (each step's item; placeholders left out)
-            stats = stats.merge(_masked_stats(items.obs, items.valid))
+        learner, stats = state.split(params)
+        stats = state.observed(stats, items)
         if initial_priority == "td":
             ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
             buffer = _insert_with_td(program, learner, buffer, items, jax.random.split(key)[0], ctx,
-                                     lambda x: normalize(stats, x))
+                                     state.prepare(stats))
         else:
             buffer = program.replay.add(buffer, items)
         return buffer, stats
 
     def learn(params: Any, stats: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any,
               num_updates: Any):
-        learner, _ = split(params)
         ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
-        prepare = (lambda b: normalize_items(b, lambda x: normalize(stats, x))) if normalized else None
-        learner, buffer, metrics = program.learn(learner, buffer, items, jax.random.split(key)[1], ctx,
-                                                 prepare=prepare, add=False)
-        ratio = config.gradient_steps / config.env_steps_per_update  # gradient steps per env step
-        return ((learner, stats) if normalized else learner), buffer, {**metrics, "replay_ratio": jnp.float32(ratio)}
+        learner, buffer, metrics = program.learn(state.split(params)[0], buffer, items, jax.random.split(key)[1], ctx,
+                                                 prepare=state.prepare(stats), add=False)
+        return state.join(learner, stats), buffer, _metrics(config, metrics)
 
     # Two programs: compiled as one, the sampling's gathers fuse with the insertion's in-place write
     # and read the buffer as it was, so the compiler copies the whole buffer every update (measured
@@ -156,9 +207,50 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
         buffer, stats = insert(params, buffer, items, key, updates, num_updates)
         return learn(params, stats, buffer, items, key, updates, num_updates)
 
-    return HostAlgorithm(init=init, policy=jax.jit(policy), update=update,
-                         inputs=lambda rollout: rollout.items, counter=np.uint32, rollout_args=rollout_args,
-                         finisher=_finisher(program, spec, hyper), donates_params=False)
+    return init, update, lambda rollout: rollout.items
+
+
+def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec,
+                 frames_per_item: float) -> tuple[Any, Any, Any]:
+    """``(init, update, inputs)`` with the replay in host memory (:class:`HostReplay`): each update adds
+    the rollout's items there, draws the slots the device replay would for its key
+    (:func:`~rljax.actorlearner.hostreplay.sample_indices`), gathers them, and learns from them on the
+    device (:func:`~rljax.agents.offpolicy.presampled_replay`). The opt_state is the buffer's numpy state."""
+    config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
+    replay, presampled = [None, None], presampled_replay()  # the buffer, and the state it last returned
+
+    def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
+        learner = hooks.init_learner(key, obs, hyper)
+        example = jax.tree.map(np.asarray, program.example_item(jax.tree.map(lambda x: x[0], obs)))
+        replay[0] = HostReplay(example, config.buffer_size, config.n_step, frames_per_item)
+        replay[1] = replay[0].state()
+        return state.init(learner, tuple(obs.shape[1:])), replay[1]
+
+    @jax.jit
+    def observed(params: Any, items: ReplayItem) -> Any:
+        return state.observed(state.split(params)[1], items)
+
+    @jax.jit
+    def learn(params: Any, stats: Any, batches: Presampled, key: jax.Array, updates: Any, num_updates: Any):
+        ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
+        learner, _, metrics = program.learn(state.split(params)[0], batches, None, jax.random.split(key)[1], ctx,
+                                            prepare=state.prepare(stats), add=False, replay=presampled)
+        return state.join(learner, stats), _metrics(config, metrics)
+
+    def update(params: Any, buffer: Any, inputs: Any, key: jax.Array, updates: Any, num_updates: Any):
+        items, actor = inputs
+        if buffer is not replay[1]:  # a restored checkpoint's buffer
+            replay[0].load(buffer)
+        stats = observed(params, items) if state.normalized else None
+        replay[0].add(items, spec.num_envs, actor)
+        indices = sample_indices(jax.random.split(key)[1], replay[0].size, config.gradient_steps, config.batch_size)
+        batches = ReplayItem(**replay[0].gather(indices))
+        params, metrics = learn(params, stats, Presampled(indices, batches, np.int32(0), np.int32(replay[0].size)),
+                                key, updates, num_updates)
+        replay[1] = replay[0].state()
+        return params, replay[1], metrics
+
+    return init, update, lambda rollout: (rollout.items, rollout.actor)
 
 
 def _masked_stats(obs: jax.Array, mask: jax.Array) -> RunningMeanStd:
@@ -173,14 +265,14 @@ def _masked_stats(obs: jax.Array, mask: jax.Array) -> RunningMeanStd:
 
 
 def _insert_with_td(program: OffPolicyProgram, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array,
-                    ctx: Any, normalize: Any = None) -> Any:
+                    ctx: Any, prepare: Any = None) -> Any:
     """``buffer`` with ``items`` added at their TD error under ``learner`` (Ape-X's initial
     priorities): one learning step's ``td_abs`` on them, the step itself discarded (its gradients
     are dead code the compiler removes). Placeholder items get priority 0."""
     from rljax.core import buffers
 
     weights = items.valid.astype(jnp.float32)
-    seen = items if normalize is None else normalize_items(items, normalize)  # as learning sees them
+    seen = items if prepare is None else prepare(items)  # as learning sees them
     _, td_abs, _ = program.hooks.learn_step(learner, seen, weights, key, ctx)
     buffer = buffers.prioritized_add(buffer, items, mask=items.valid)
     n = td_abs.shape[0]

@@ -61,7 +61,7 @@ __all__ = ["HOST_SAVED_FIELDS", "SCALING_LOG", "done_line", "final_return", "gro
 
 HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_timeout_s", "max_env_restarts",
                      "restart_backoff_s", "min_actors", "max_actors", "scale_window", "apex_epsilon", "apex_alpha",
-                     "initial_priority")
+                     "initial_priority", "replay", "frames_per_item")
 """The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
 
 

@@ -51,7 +51,7 @@ from rljax.core.returns import n_step_transitions
 from rljax.core.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
 __all__ = ["OffPolicyConfig", "OffPolicyProgram", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem",
-           "Collector", "n_step_items",
+           "Collector", "n_step_items", "Presampled", "presampled_replay",
            "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
            "replay_learning", "masked_mean", "polyak", "periodic"]
 
@@ -211,6 +211,40 @@ def make_replay(capacity: int, prioritized: bool, priority_eps: float = 1e-6) ->
 
     return Replay(init=lambda item, alpha: buffers.prioritized_init(item, capacity, alpha),
                   add=p_add, sample=p_sample, update=p_update, size=lambda s: s.size)
+
+
+class Presampled(NamedTuple):
+    """An update's samples drawn before it (a replay kept elsewhere, e.g. in host memory).
+
+    Attributes:
+        indices: int32 ``[G, b]``, the slots of each gradient step's batch.
+        items: :class:`ReplayItem` ``[G, b]``, the items at those slots.
+        step: int32, the gradient steps taken so far.
+        size: int32, the items the replay held when they were drawn.
+    """
+
+    indices: jax.Array
+    items: Any
+    step: jax.Array
+    size: jax.Array
+
+
+def presampled_replay() -> Replay:
+    """The :class:`Replay` of :class:`Presampled` batches: gradient step ``g`` gets ``items[g]``
+    (the key it is handed is not used: the batches were drawn with it), weights of one (uniform
+    replay), and no priorities. Nothing is added to it."""
+
+    def sample(state: Presampled, key: jax.Array, batch_size: int, beta: Any):
+        del key, beta
+        return (state.indices[state.step], jax.tree.map(lambda x: x[state.step], state.items),
+                jnp.ones((batch_size,), jnp.float32))
+
+    def refuse(*args: Any) -> Any:
+        raise TypeError("a presampled replay holds one update's batches: nothing is added to it")
+
+    return Replay(init=refuse, add=refuse, sample=sample,
+                  update=lambda state, indices, td, mask: state._replace(step=state.step + 1),
+                  size=lambda state: state.size)
 
 
 def observation_stack(venv: Any, normalize_obs: bool, axis_name: str | None
@@ -563,13 +597,15 @@ class OffPolicyProgram(NamedTuple):
                           discount=jnp.float32(0), next_obs=obs, valid=jnp.bool_(False))
 
     def learn(self, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array, ctx: UpdateContext,
-              prepare: Callable[[ReplayItem], ReplayItem] | None = None, add: bool = True
-              ) -> tuple[Any, Any, dict[str, jax.Array]]:
+              prepare: Callable[[ReplayItem], ReplayItem] | None = None, add: bool = True,
+              replay: Replay | None = None) -> tuple[Any, Any, dict[str, jax.Array]]:
         """Steps 2-5 of an update (see :func:`make_offpolicy_agent`) on ``items`` already collected:
         adds them to ``buffer`` (unless ``add`` is False: the caller added them), runs
         ``gradient_steps`` learning steps (``prepare`` applied to each sampled batch), then
-        ``after_learning``. Returns ``(learner, buffer, metrics)``."""
-        config, hooks, replay = self.config, self.hooks, self.replay
+        ``after_learning``. ``replay`` replaces the program's (e.g. :func:`presampled_replay` with a
+        :class:`Presampled` ``buffer``). Returns ``(learner, buffer, metrics)``."""
+        config, hooks = self.config, self.hooks
+        replay = self.replay if replay is None else replay
         hyperparams = ctx.hyperparams
         if add:
             buffer = replay.add(buffer, items)

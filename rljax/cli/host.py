@@ -27,7 +27,7 @@ HOST_FLAGS = {"num_actors": "num_actors", "max_policy_lag": "max_policy_lag", "q
               "rollout_timeout": "rollout_timeout_s", "max_env_restarts": "max_env_restarts",
               "restart_backoff": "restart_backoff_s", "min_actors": "min_actors", "max_actors": "max_actors",
               "scale_window": "scale_window", "apex_epsilon": "apex_epsilon", "apex_alpha": "apex_alpha",
-              "initial_priority": "initial_priority"}
+              "initial_priority": "initial_priority", "replay": "replay", "frames_per_item": "frames_per_item"}
 """Host flags (dest) -> :class:`~rljax.actorlearner.learner.HostOptions` field, for those a run saves."""
 
 
@@ -88,6 +88,11 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
     group.add_argument("--initial-priority", choices=("max", "td"), default="max",
                        help="prioritised replay on host envs: new items enter with the largest priority seen (max) or "
                             "their TD error under the learner's params (td, as Ape-X)")
+    group.add_argument("--replay", choices=("device", "host"), default="device",
+                       help="where the replay lives: the learner's device, or host memory (uniform; stacked uint8 "
+                            "frames stored once: a 1e6-item Atari replay in ~7 GB; docs/host-envs.md)")
+    group.add_argument("--frames-per-item", type=parse_float, default=1.5, metavar="F",
+                       help="--replay host with stacked frames: the frame ring's frames per item")
 
 
 def parse_devices(text: str | None) -> tuple[Any, ...]:

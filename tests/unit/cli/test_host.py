@@ -141,6 +141,12 @@ def test_off_policy_on_host_envs_with_ape_x_from_the_command_line_and_a_resume_k
     assert rows[-1]["env_steps"] == 64 and rows[-1]["buffer_size"] == 64  # the replay came back with the run
     assert main(["eval", str(run), "--episodes", "2"]) == 0
     assert "eval gymnasium/CartPole-v1 dqn step 64" in capsys.readouterr().out
+    host = tmp_path / "host"  # the replay in host memory, checkpointed and resumed the same way
+    argv = [a for a in argv if a not in ("--prioritized", "--apex-epsilon", "0.4", "--initial-priority", "td")]
+    assert main([*argv, "--replay", "host", "--total-timesteps", "48", "--run-dir", str(host)]) == 0
+    assert main(["resume", str(host), "--total-timesteps", "64", "--quiet"]) == 0
+    rows = [json.loads(line) for line in (host / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["buffer_size"] == 64 and json.loads((host / "manifest.json").read_text())["host"]["replay"] == "host"
 
 
 def test_ape_x_rates_for_an_algorithm_without_an_epsilon_are_refused_before_anything_is_written(tmp_path, capsys):

@@ -1,0 +1,132 @@
+"""Replay in host memory against replay on the device: memory, adding, and an update's sampling.
+
+    python -m benchmarks.host_replay                        # 1e5 Atari-sized items, 1e6 MinAtar-sized
+    python -m benchmarks.host_replay --atari 1000000        # the 1e6-item Atari buffer (~7 GB of RAM)
+
+Atari-sized items: 3-step items of ``[84, 84, 4]`` uint8 stacked frames (a new random frame a step,
+episodes of ``--episode`` steps, 8 envs), as an actor makes them of EnvPool's Atari. MinAtar-sized:
+``[10, 10, 4]`` uint8 observations with nothing shared between steps (MinAtar's channels are not a
+frame stack), stored as they are. For each: the buffer's bytes (host: :attr:`HostReplay.nbytes`;
+device: the skeleton's ring buffer of the same items, allocated where it fits, else computed from
+its shapes), items added per second, and one update's sampling of ``--gradient-steps`` batches of
+``--batch-size``: host = the device's indices for the key (:func:`sample_indices`), the gather on the
+host and the transfer to the device; device = the compiled sample of the same slots. Both read the
+same items for the same key (checked on the first key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+
+def _stream(num_items: int, shape: tuple[int, ...], stacked: bool, episode: int, envs: int = 8,
+            chunk: int = 4096):
+    """Batches of items ``[chunk]`` (time-major over ``envs`` streams) of 3-step items: obs ``o_t``,
+    next obs ``o_{t+3}`` (the episode's final observation near its end)."""
+    from rljax.agents.offpolicy import ReplayItem
+
+    rng = np.random.default_rng(0)
+    k = shape[-1]
+    frames = [list(rng.integers(0, 256, (k, *shape[:-1]), np.uint8)) for _ in range(envs)]
+    t = np.zeros(envs, int)
+    done = 0
+    while done < num_items:
+        rows = min(chunk, num_items - done)
+        obs, nxt = np.empty((rows, *shape), np.uint8), np.empty((rows, *shape), np.uint8)
+        for i in range(rows):
+            e = i % envs
+            if stacked:
+                frames[e].append(rng.integers(0, 256, shape[:-1], np.uint8))
+                window = frames[e][-(k + 3):]
+                obs[i] = np.stack(window[:k], -1)
+                nxt[i] = np.stack(window[-k:] if t[e] + 3 < episode else window[:k], -1)
+                del frames[e][:-(k + 3)]
+            else:
+                obs[i], nxt[i] = rng.integers(0, 2, shape, np.uint8), rng.integers(0, 2, shape, np.uint8)
+            t[e] = (t[e] + 1) % episode
+        yield ReplayItem(obs=obs, action=np.zeros(rows, np.int32), reward=np.ones(rows, np.float32),
+                         discount=np.full(rows, 0.97, np.float32), next_obs=nxt, valid=np.ones(rows, bool))
+        done += rows
+
+
+def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, args: argparse.Namespace) -> dict:
+    import jax
+
+    from rljax.actorlearner.hostreplay import HostReplay, sample_indices
+    from rljax.agents.offpolicy import make_replay
+
+    example = next(_stream(1, shape, stacked, args.episode))
+    one = jax.tree.map(lambda x: x[0], example)
+    host = HostReplay(one, capacity, n_step=3)
+    t0 = time.perf_counter()
+    for batch in _stream(capacity, shape, stacked, args.episode):
+        host.add(batch, num_envs=8)
+    add_s = time.perf_counter() - t0
+    item_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(one))
+    device_bytes = capacity * item_bytes
+    fits = device_bytes < args.device_limit_gb * 2**30
+    device = make_replay(capacity, prioritized=False)
+    out = {"name": name, "items": capacity, "host_bytes": host.nbytes, "device_bytes": device_bytes,
+           "add_per_s": capacity / add_s, "device_fits": fits}
+    keys = [jax.random.key(i) for i in range(args.rounds)]
+    times = []
+    for key in keys:
+        t0 = time.perf_counter()
+        indices = sample_indices(key, host.size, args.gradient_steps, args.batch_size)
+        batch = jax.block_until_ready(jax.device_put(host.gather(indices)))
+        times.append(time.perf_counter() - t0)
+    out["host_sample_ms"] = 1e3 * float(np.median(times[1:]))
+    if fits:
+        buffer = device.init(jax.tree.map(np.asarray, one), 0.6)
+        for items in _stream(capacity, shape, stacked, args.episode):
+            buffer = device.add(buffer, items)
+
+        def one_step(b, k):  # what replay_learning samples at a gradient step keyed k
+            return device.sample(b, jax.random.split(k)[0], args.batch_size, 1.0)[1]
+
+        sample = jax.jit(lambda b, k: jax.vmap(lambda kk: one_step(b, kk))(jax.random.split(k, args.gradient_steps)))
+        first = jax.block_until_ready(sample(buffer, keys[0]))
+        gathered = host.gather(sample_indices(keys[0], host.size, args.gradient_steps, args.batch_size))
+        out["same_items"] = all(np.array_equal(np.asarray(getattr(first, name)), gathered[name])
+                                for name in gathered)
+        times = []
+        for key in keys:
+            t0 = time.perf_counter()
+            jax.block_until_ready(sample(buffer, key))
+            times.append(time.perf_counter() - t0)
+        out["device_sample_ms"] = 1e3 * float(np.median(times[1:]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--atari", type=int, default=100_000, help="Atari-sized items")
+    ap.add_argument("--minatar", type=int, default=1_000_000, help="MinAtar-sized items")
+    ap.add_argument("--episode", type=int, default=1000)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--gradient-steps", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--device-limit-gb", type=float, default=8.0, help="allocate the device replay up to this size")
+    args = ap.parse_args()
+    from benchmarks.bench_vmap import cpu_model
+
+    rows = [measure("Atari [84,84,4] uint8", args.atari, (84, 84, 4), True, args),
+            measure("MinAtar [10,10,4] uint8", args.minatar, (10, 10, 4), False, args)]
+    print(f"host replay against device replay; {args.gradient_steps} x {args.batch_size} samples an update; "
+          f"{cpu_model()}, {os.cpu_count()} cores")
+    print("| items | count | host memory | device replay memory | added items/s | an update's sampling, host | "
+          "device | same items |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        device = f"{r['device_bytes'] / 2**30:.2f} GiB" + ("" if r["device_fits"] else " (computed)")
+        print(f"| {r['name']} | {r['items']:,} | {r['host_bytes'] / 2**30:.2f} GiB | {device} | "
+              f"{r['add_per_s']:,.0f} | {r['host_sample_ms']:.2f} ms | {r.get('device_sample_ms', float('nan')):.2f} ms | "
+              f"{r.get('same_items', '-')} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Replay in host memory: items read back exactly as added (stacked frames through resets, wrap-around
+and a restored state), about one frame stored per item, a full frame ring refused by name, the device
+replay's samples for the same key, and a run with host replay the same bits as one with device replay."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from rljax.actorlearner.hostreplay import HostReplay, frame_stacked, sample_indices
+from rljax.actorlearner.learner import HostOptions, train_host
+from rljax.actorlearner.offpolicy import offpolicy_algorithm
+from rljax.agents.dqn import DQNConfig
+from rljax.agents.offpolicy import ReplayItem, make_replay
+from rljax.core.rollout import Transition
+from rljax.env import Box, Discrete
+from rljax.host.base import HostSpec, HostStep
+from tests.support.runs import leaves
+
+K, FRAME = 4, (6, 5)
+
+
+class FrameEnv:
+    """``num_envs`` envs whose observation is the last ``K`` uint8 frames ``[6, 5, K]`` (a new random
+    frame each step; a reset repeats the first frame ``K`` times, as Atari's stacking does); episodes
+    end after ``length`` steps, terminated on even episodes and truncated on odd ones."""
+
+    def __init__(self, num_envs: int, length: int = 7):
+        self.spec = HostSpec(num_envs=num_envs, observation_space=Box(0, 255, (*FRAME, K), np.uint8),
+                             action_space=Discrete(2))
+        self.length = length
+        self.reset(0)
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.rng = np.random.default_rng(seed)
+        self.t = np.zeros(self.spec.num_envs, int)
+        self.episode = np.zeros(self.spec.num_envs, int)
+        self.obs = np.stack([self._first() for _ in range(self.spec.num_envs)])
+        return self.obs.copy()
+
+    def _first(self) -> np.ndarray:
+        return np.repeat(self.rng.integers(0, 256, (*FRAME, 1), np.uint8), K, axis=-1)
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        new = self.rng.integers(0, 256, (self.spec.num_envs, *FRAME, 1), np.uint8)
+        final = np.concatenate([self.obs[..., 1:], new], axis=-1)
+        self.t += 1
+        ended = self.t >= self.length
+        obs = final.copy()
+        for i in np.flatnonzero(ended):
+            obs[i], self.t[i] = self._first(), 0
+            self.episode[i] += 1
+        terminated = ended & (self.episode % 2 == 1)
+        self.obs = obs
+        return HostStep(obs.copy(), (actions + 1).astype(np.float32), terminated, ended & ~terminated, final)
+
+    def get_state(self) -> bytes:
+        import pickle
+
+        return pickle.dumps((self.rng, self.t, self.episode, self.obs))
+
+    def set_state(self, state: bytes) -> None:
+        import pickle
+
+        self.rng, self.t, self.episode, self.obs = pickle.loads(state)
+
+    def close(self) -> None:
+        pass
+
+
+def _items(num_envs: int, steps: int, n: int, seed: int = 0):
+    """The n-step items an actor makes of ``steps`` steps of :class:`FrameEnv`, one rollout of 5 steps at a time."""
+    env = FrameEnv(num_envs)
+    config = DQNConfig(env="frames", num_envs=num_envs, num_steps=5, n_step=n, hidden_sizes=(4,), cnn_channels=(2,))
+    finisher = offpolicy_algorithm(config, env.spec, 10).finisher
+    obs, carry, out = env.reset(seed), finisher.init(), []
+    for _ in range(steps // 5):
+        rows = []
+        for _ in range(5):
+            action = np.zeros(num_envs, np.int32)
+            step = env.step(action)
+            rows.append((obs, action, step.reward, step.terminated, step.truncated, step.final_obs,
+                         np.zeros(num_envs, np.float32)))
+            obs = step.obs
+        items, carry = finisher.finish(Transition(*(np.stack(c) for c in zip(*rows))), carry)
+        out.append(jax.tree.map(np.asarray, items))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_stacked_frames_read_back_exactly_at_about_one_frame_an_item(n):
+    rollouts = _items(num_envs=3, steps=200, n=n)
+    example = jax.tree.map(lambda x: x[0], rollouts[0])
+    assert frame_stacked(example.obs)
+    replay = HostReplay(example, capacity=10_000, n_step=n)
+    for items in rollouts:
+        replay.add(items, num_envs=3)
+    every = jax.tree.map(lambda *xs: np.concatenate(xs), *rollouts)
+    got = replay.gather(np.arange(replay.size))
+    for name in ReplayItem._fields:
+        np.testing.assert_array_equal(got[name], getattr(every, name), err_msg=name)
+    # 600 items: one new frame a step, one more an episode (its final observation's last frame, which
+    # is no item's start), the reset's stack (its first frame 4 times) one frame; plus each stream's
+    # placeholder zeros and first stack. With n = 1 that is every distinct frame once; with n > 1 the
+    # bootstrap observations just after a reset are no shift of one stored, ~n frames more an episode.
+    episodes, streams = 600 // 7, 3
+    assert replay.written <= replay.size + episodes * (1 if n == 1 else n + 2) + streams * 2 * K
+
+
+def test_a_wrapped_ring_and_a_restored_state_read_back_exactly():
+    rollouts = _items(num_envs=2, steps=300, n=3)
+    example = jax.tree.map(lambda x: x[0], rollouts[0])
+    replay = HostReplay(example, capacity=97, n_step=3)
+    for items in rollouts[:30]:
+        replay.add(items, num_envs=2)
+    restored = HostReplay(example, capacity=97, n_step=3).load(jax.tree.map(np.copy, replay.state()))
+    for items in rollouts[30:]:
+        replay.add(items, num_envs=2)
+        restored.add(items, num_envs=2)
+    every = jax.tree.map(lambda *xs: np.concatenate(xs)[-97:], *rollouts)
+    order = (np.arange(97) + replay.cursor) % 97  # oldest slot first
+    for buffer in (replay, restored):
+        got = buffer.gather(order)
+        for name in ReplayItem._fields:
+            np.testing.assert_array_equal(got[name], getattr(every, name), err_msg=name)
+
+
+def test_a_frame_ring_too_small_for_what_the_streams_share_is_refused_by_name():
+    rng = np.random.default_rng(0)  # frames that never shift: every observation is 4 new frames
+    example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
+                         discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(True))
+    replay = HostReplay(example, capacity=2000, n_step=1, frames_per_item=1.0, frames=True)
+    frames = lambda: rng.integers(0, 256, (10, *FRAME, K), np.uint8)  # noqa: E731
+    items = lambda: ReplayItem(obs=frames(), action=np.zeros(10, np.int32),  # noqa: E731
+                               reward=np.zeros(10, np.float32), discount=np.ones(10, np.float32),
+                               next_obs=frames(), valid=np.ones(10, bool))
+    with pytest.raises(RuntimeError, match=r"frame ring .* frames_per_item=1.0\) would overwrite a frame .* "
+                                           r"give frames_per_item=2 or more"):
+        for _ in range(100):
+            replay.add(items(), num_envs=10)
+
+
+def test_an_atari_item_takes_under_a_quarter_of_its_plain_size():
+    obs = np.zeros((84, 84, 4), np.uint8)
+    example = ReplayItem(obs=obs, action=np.int32(0), reward=np.float32(0), discount=np.float32(0), next_obs=obs,
+                         valid=np.bool_(False))
+    per_item = HostReplay(example, capacity=10_000).nbytes / 10_000  # 1.5 frames an item by default
+    assert per_item < 1.6 * 84 * 84 + 128 < 0.25 * 2 * obs.nbytes  # plainly: obs and next_obs, 56,448 bytes
+
+
+def test_uint8_channels_that_share_no_frames_are_stored_as_they_are_after_a_look():
+    """MinAtar-like observations (uint8 [10, 10, 4] object channels, nothing shifts): the automatic
+    frame mode sees 8 frames written an item over the first 256 items and turns the buffer plain; the
+    items read back exactly before and after, and through a saved state."""
+    rng = np.random.default_rng(1)
+    obs = lambda n: rng.integers(0, 2, (n, 10, 10, 4), np.uint8)  # noqa: E731
+    batches = [ReplayItem(obs=obs(64), action=np.zeros(64, np.int32), reward=np.arange(64, dtype=np.float32),
+                          discount=np.ones(64, np.float32), next_obs=obs(64), valid=np.ones(64, bool))
+               for _ in range(6)]
+    replay = HostReplay(jax.tree.map(lambda x: x[0], batches[0]), capacity=300, n_step=1)
+    assert replay.frames
+    for batch in batches[:4]:
+        replay.add(batch, num_envs=8)
+    assert not replay.frames and replay.nbytes == 300 * (2 * 400 + 13)
+    restored = HostReplay(jax.tree.map(lambda x: x[0], batches[0]), capacity=300).load(replay.state())
+    for batch in batches[4:]:
+        replay.add(batch, num_envs=8)
+        restored.add(batch, num_envs=8)
+    every = jax.tree.map(lambda *xs: np.concatenate(xs)[-300:], *batches)
+    order = (np.arange(300) + replay.cursor) % 300
+    for buffer in (replay, restored):
+        got = buffer.gather(order)
+        for name in ReplayItem._fields:
+            np.testing.assert_array_equal(got[name], getattr(every, name), err_msg=name)
+
+
+def test_vectors_are_stored_as_they_are():
+    example = ReplayItem(obs=np.zeros(3, np.float32), action=np.zeros(2, np.float32), reward=np.float32(0),
+                         discount=np.float32(0), next_obs=np.zeros(3, np.float32), valid=np.bool_(False))
+    replay = HostReplay(example, capacity=8)
+    assert not replay.frames and replay.nbytes == 8 * (3 * 4 * 2 + 2 * 4 + 4 + 4 + 1)
+
+
+def test_the_indices_are_the_device_replays_for_the_same_key():
+    from rljax.agents.offpolicy import replay_learning
+
+    device = make_replay(50, prioritized=False)
+    item = ReplayItem(obs=np.zeros(2, np.float32), action=np.int32(0), reward=np.float32(0),
+                      discount=np.float32(0), next_obs=np.zeros(2, np.float32), valid=np.bool_(True))
+    buffer = device.init(jax.tree.map(np.asarray, item), 0.6)
+    batch = jax.tree.map(lambda x: np.broadcast_to(x, (37, *np.shape(x))).copy(), item)
+    buffer = device.add(buffer, batch._replace(reward=np.arange(37, dtype=np.float32)))
+    seen = []
+
+    def learn_step(learner, items, weights, key):
+        jax.debug.callback(lambda r: seen.append(np.asarray(r)), items.reward, ordered=True)
+        return learner, jax.numpy.zeros(items.reward.shape), {}
+
+    key = jax.random.key(7)
+    replay_learning(learn_step, (), device, buffer, key, gradient_steps=3, batch_size=16, beta=1.0, active=True)
+    host = sample_indices(key, 37, 3, 16)
+    np.testing.assert_array_equal(np.stack([np.asarray(s) for s in seen]), host.astype(np.float32))
+
+
+def test_a_run_with_host_replay_is_the_same_bits_as_one_with_device_replay():
+    """DQN's CNN on stacked frames, 3-step items, a ring that wraps: the replay's place changes nothing."""
+    config = DQNConfig(env="frames", num_envs=2, num_steps=5, total_timesteps=2 * 5 * 12, learning_starts=30,
+                       batch_size=8, buffer_size=48, hidden_sizes=(8,), cnn_channels=(2,), n_step=3,
+                       gradient_steps=2, target_update_interval=20)
+    runs = [train_host(config, lambda actor: FrameEnv(2), HostOptions(max_policy_lag=0, replay=where))
+            for where in ("device", "host")]
+    for a, b in zip(leaves(runs[0].params), leaves(runs[1].params)):
+        np.testing.assert_array_equal(a, b)
+    assert [r["td_loss"] for r in runs[0].rows] == [r["td_loss"] for r in runs[1].rows]
+    assert runs[1].rows[-1]["buffer_size"] == 48
+
+
+def test_prioritised_replay_in_host_memory_is_refused_by_name():
+    spec = HostSpec(num_envs=2, observation_space=Box(-1.0, 1.0, (2,), np.float32), action_space=Discrete(2))
+    with pytest.raises(ValueError, match=r"replay=.host. keeps a uniform replay .* \(--replay device\)"):
+        offpolicy_algorithm(DQNConfig(env="x", num_envs=2, prioritized=True), spec, 10, replay="host")
+
+
+def test_a_run_with_host_replay_resumes_to_the_same_bits_its_replay_checkpointed(tmp_path):
+    """Stopped after 5 updates and resumed to 12 (one actor at lag 0, stacked frames): the same params
+    and the same replay contents as a run never stopped, although the resumed buffer stores its
+    streams' first frames anew (its matching caches are not saved)."""
+    from rljax.actorlearner.run import run_host
+    from rljax.training.options import RunOptions
+
+    config = DQNConfig(env="frames", num_envs=2, num_steps=5, total_timesteps=2 * 5 * 12, learning_starts=30,
+                       batch_size=8, buffer_size=48, hidden_sizes=(8,), cnn_channels=(2,), n_step=3,
+                       gradient_steps=2, target_update_interval=20, exploration_fraction=0.0)
+    layout = HostOptions(max_policy_lag=0, replay="host")
+    whole = run_host(config, RunOptions(run_dir=tmp_path / "whole", quiet=True), layout, make_env=lambda a: FrameEnv(2))
+    cut = DQNConfig(**{**config.__dict__, "total_timesteps": 2 * 5 * 5})
+    run_host(cut, RunOptions(run_dir=tmp_path / "cut", quiet=True), layout, make_env=lambda a: FrameEnv(2))
+    resumed = run_host(config, RunOptions(run_dir=tmp_path / "cut", resume=True, quiet=True),
+                       make_env=lambda a: FrameEnv(2))
+    assert resumed.updates == 12
+    for a, b in zip(leaves(whole.params), leaves(resumed.params)):
+        np.testing.assert_array_equal(a, b)
+    example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
+                         discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(False))
+    read = [HostReplay(example, 48, 3).load(state).gather(np.arange(48))
+            for state in (whole.opt_state, resumed.opt_state)]
+    for name in ReplayItem._fields:
+        np.testing.assert_array_equal(read[0][name], read[1][name], err_msg=name)
