@@ -123,9 +123,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         device = f"{r['device_bytes'] / 2**30:.2f} GiB" + ("" if r["device_fits"] else " (computed)")
+        device_ms = r.get("device_sample_ms", float("nan"))
         print(f"| {r['name']} | {r['items']:,} | {r['host_bytes'] / 2**30:.2f} GiB | {device} | "
-              f"{r['add_per_s']:,.0f} | {r['host_sample_ms']:.2f} ms | {r.get('device_sample_ms', float('nan')):.2f} ms | "
-              f"{r.get('same_items', '-')} |")
+              f"{r['add_per_s']:,.0f} | {r['host_sample_ms']:.2f} ms | {device_ms:.2f} ms | {r.get('same_items', '-')} |")
 
 
 if __name__ == "__main__":

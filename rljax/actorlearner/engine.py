@@ -164,8 +164,8 @@ class SpecEnv:
 
     default_params = None
 
-    def __init__(self, spec: Any):
-        self.spec = spec
+    def __init__(self, spec: Any, name: str = "the host envs"):
+        self.spec, self.name = spec, name  # the name is what errors call them (e.g. config.env)
 
     def reset(self, key: Any, params: Any = None) -> tuple[Any, None]:
         import jax.numpy as jnp
@@ -264,14 +264,17 @@ class Finisher:
 @dataclasses.dataclass
 class EnvSnapshot:
     """Where an actor stands between two rollouts: its envs' state (``HostEnv.get_state``), the
-    observations to act on next, the returns and lengths of the episodes in flight, and the leaves of
-    its :class:`Finisher`'s carry (``()`` without one)."""
+    observations to act on next, the returns and lengths of the episodes in flight, the leaves of
+    its :class:`Finisher`'s carry (``()`` without one), and the seed its envs were first reset with
+    and their restarts so far (a restart after a resume reseeds them as it would have without one)."""
 
     env_state: bytes
     obs: np.ndarray
     returns: np.ndarray
     lengths: np.ndarray
     carry: tuple[np.ndarray, ...] = ()
+    seed: int | None = None
+    env_restarts: int = 0
 
 
 class Actor(threading.Thread):
@@ -369,6 +372,8 @@ class Actor(threading.Thread):
 
     def _restore(self, snapshot: EnvSnapshot) -> np.ndarray:
         self.env.set_state(snapshot.env_state)
+        if snapshot.seed is not None:
+            self.seed, self.env_restarts = snapshot.seed, snapshot.env_restarts
         self._returns[:], self._lengths[:] = snapshot.returns, snapshot.lengths
         if self.finisher is not None:
             fresh = self.finisher.init()
@@ -457,7 +462,8 @@ class Actor(threading.Thread):
             items, self._carry = self.finisher.finish(traj, self._carry)
             policy_s += time.perf_counter() - t0
         snapshot = EnvSnapshot(self.env.get_state(), obs, self._returns.copy(), self._lengths.copy(),
-                               tuple(np.asarray(x) for x in jax.tree.leaves(self._carry))) if self.snapshots else None
+                               tuple(np.asarray(x) for x in jax.tree.leaves(self._carry)), self.seed,
+                               self.env_restarts) if self.snapshots else None
         return Rollout(k, self.index, version, traj, episodes, step_s, policy_s, waited, snapshot=snapshot,
                        items=items), obs
 

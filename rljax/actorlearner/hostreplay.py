@@ -89,38 +89,34 @@ class HostReplay:
             ``next_obs``, ``valid``.
         capacity: items kept.
         n_step: the items' horizon (where a bootstrap observation comes back as an item's start).
-        frames_per_item: frame mode: frames the ring keeps per item (1 when every observation shifts
-            by one frame; a reset stores a whole stack).
-        frames: store observations as frames (True), as they are (False), or (None) as frames when
-            they look like a stack (:func:`frame_stacked`) and, over the first :attr:`DECIDE_AFTER`
-            items, share them (at most 2.5 frames written an item; MinAtar's uint8 channels, say, do
-            not: the buffer then stores them as they are).
+        frames_per_item: observations that look like a stack (:func:`frame_stacked`) are stored as
+            frames, in a ring of ``frames_per_item`` frames per item (about 1 when every observation
+            shifts by one frame); 0 stores them as they are (uint8 channels that are not a stack, such
+            as MinAtar's object maps). Frames that turn out not to be shared (over the first
+            :attr:`CHECK_AFTER` items, more than ``frames_per_item + 1`` written an item) are an error
+            that names ``frames_per_item = 0``, raised before the ring can fill.
     """
 
-    DECIDE_AFTER = 256
-    """Items added before an automatic frame mode checks that the observations share frames."""
+    CHECK_AFTER = 256
+    """Items added before frame mode checks that the observations share frames."""
 
-    def __init__(self, example: Any, capacity: int, n_step: int = 1, frames_per_item: float = 1.5,
-                 frames: bool | None = None):
+    def __init__(self, example: Any, capacity: int, n_step: int = 1, frames_per_item: float = 1.5):
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity={capacity!r}: must be an integer >= 1")
-        if not frames_per_item >= 1:
-            raise ValueError(f"frames_per_item={frames_per_item}: must be >= 1")
+        if not (frames_per_item == 0 or 1 <= frames_per_item < math.inf):
+            raise ValueError(f"frames_per_item={frames_per_item}: must be 0 (store observations as they are) or a "
+                             f"finite number >= 1")
         obs = np.asarray(example.obs)
         self.capacity, self.n_step, self.frames_per_item = capacity, n_step, frames_per_item
-        self.frames = frame_stacked(obs) if frames is None else bool(frames)
-        self._decided = frames is not None or not self.frames
-        if self.frames and not frame_stacked(obs):
-            raise ValueError(f"frames=True stores uint8 [H, W, k >= 2] stacks; these observations are "
-                             f"{obs.dtype} {obs.shape}")
+        self.frames = frame_stacked(obs) and frames_per_item > 0
         self.fields = {name: np.zeros((capacity, *np.shape(getattr(example, name))),
                                       np.asarray(getattr(example, name)).dtype)
                        for name in ("action", "reward", "discount", "valid")}
         if self.frames:
             self.k, self.frame_shape = obs.shape[-1], obs.shape[:-1]
-            # Room for every stream's first stacks, and for the first items of an automatic frame mode
-            # (up to 2k frames an item) until it has seen whether they share frames.
-            self.num_frames = max(math.ceil(capacity * frames_per_item), 2 * self.k * self.DECIDE_AFTER) + \
+            # Room for every stream's first stacks, and for the first items until they are seen to share
+            # frames (up to 2k frames an item).
+            self.num_frames = max(math.ceil(capacity * frames_per_item), 2 * self.k * self.CHECK_AFTER) + \
                 64 * 2 * self.k
             self.store = np.zeros((self.num_frames, *self.frame_shape), np.uint8)
             self.fields.update(obs_frames=np.zeros((capacity, self.k), np.int64),
@@ -151,30 +147,26 @@ class HostReplay:
         slots = (self.cursor + np.arange(count)) % self.capacity
         for name in ("action", "reward", "discount", "valid"):
             self.fields[name][slots] = getattr(items, name)
-        first = 0
-        while self.frames and first < count:
-            self._add_frames(int(slots[first]), items.obs[first], items.next_obs[first], (actor, first % num_envs))
-            first += 1
-            if not self._decided and self.added >= self.DECIDE_AFTER:
-                self._decided = True
-                if self.written > 2.5 * self.added:  # nothing shared: store them as they are from here on
-                    self._unframe()
         if not self.frames:
-            self.fields["obs"][slots[first:]], self.fields["next_obs"][slots[first:]] = \
-                items.obs[first:], items.next_obs[first:]
-            self.added += count - first
+            self.fields["obs"][slots], self.fields["next_obs"][slots] = items.obs, items.next_obs
+            self.added += count
+        else:
+            checked = self.added >= self.CHECK_AFTER
+            for i, slot in enumerate(slots):
+                self._add_frames(int(slot), items.obs[i], items.next_obs[i], (actor, i % num_envs))
+                if not checked and self.added >= self.CHECK_AFTER:
+                    checked = True
+                    self._check_sharing()
         self.cursor = int((self.cursor + count) % self.capacity)
         self.size = min(self.size + count, self.capacity)
 
-    def _unframe(self) -> None:
-        """Turns a frame-mode buffer into one that stores observations as they are (same items)."""
-        items = self.gather(np.arange(self.capacity))
-        for name in ("obs_frames", "next_frames", "oldest_frame"):
-            del self.fields[name]
-        self.fields.update(obs=items["obs"], next_obs=items["next_obs"])
-        self.frames, self.store = False, None
-        self._streams.clear()
-        self._live_min.clear()
+    def _check_sharing(self) -> None:
+        rate = self.written / self.added
+        if rate > self.frames_per_item + 1:
+            raise ValueError(f"these uint8 [H, W, {self.k}] observations do not share frames the way stacked frames "
+                             f"do ({rate:.1f} frames written an item over the first {self.added} items, for a ring of "
+                             f"{self.frames_per_item} an item): store them as they are with frames_per_item=0 "
+                             f"(--frames-per-item 0)")
 
     def _add_frames(self, slot: int, obs: np.ndarray, next_obs: np.ndarray, stream_id: Any) -> None:
         stream = self._streams.setdefault(stream_id, _Stream())
@@ -260,10 +252,9 @@ class HostReplay:
     def load(self, state: dict[str, Any]) -> HostReplay:
         """This buffer with ``state`` (of a buffer built alike) put back; the matching caches start empty."""
         self.fields = {name: np.asarray(value) for name, value in state["fields"].items()}
-        self.frames = "store" in state  # as the saved buffer was (an automatic one may have turned plain)
-        self.store = np.asarray(state["store"]) if self.frames else None
+        if self.frames:
+            self.store = np.asarray(state["store"])
         self.cursor, self.size, self.added, self.written = (int(x) for x in state["counters"])
-        self._decided = not self.frames or self.added >= self.DECIDE_AFTER or self._decided
         if self.frames:
             # Every live item's oldest frame, in insertion order, rebuilds the window minimum.
             self._live_min.clear()

@@ -22,6 +22,7 @@ restarts and the episodes they lost.
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -89,7 +90,8 @@ class HostOptions:
             seen (``"max"``) or their TD error under the learner's params as they are inserted (``"td"``, Ape-X).
         replay: off-policy: where the replay lives, ``"device"`` (the learner's) or ``"host"`` (host
             memory, uniform, stacked frames stored once: :mod:`rljax.actorlearner.hostreplay`).
-        frames_per_item: ``replay="host"`` with stacked frames: the frame ring's frames per item.
+        frames_per_item: ``replay="host"`` with stacked frames: the frame ring's frames per item; 0
+            stores observations as they are.
     """
 
     num_actors: int = 1
@@ -133,8 +135,11 @@ class HostOptions:
             raise ValueError(f"initial_priority={self.initial_priority!r}: valid: 'max', 'td'")
         if self.replay not in ("device", "host"):
             raise ValueError(f"replay={self.replay!r}: valid: 'device', 'host'")
-        if not self.frames_per_item >= 1:
-            raise ValueError(f"frames_per_item={self.frames_per_item}: must be >= 1")
+        if not (self.frames_per_item == 0 or 1 <= self.frames_per_item < math.inf):
+            raise ValueError(f"frames_per_item={self.frames_per_item}: must be 0 (observations stored as they are) "
+                             f"or a finite number >= 1")
+        if not math.isfinite(self.apex_alpha):
+            raise ValueError(f"apex_alpha={self.apex_alpha}: must be finite (Ape-X: 7)")
         for name in ("actor_devices", "learner_devices"):
             devices = tuple(getattr(self, name))
             object.__setattr__(self, name, devices)
@@ -183,6 +188,9 @@ def _check(config: Any) -> None:
         if config.num_devices != 1:
             raise ValueError(f"num_devices={config.num_devices} is for JAX envs: the host path's off-policy learner "
                              f"runs on one device")
+        if config.total_timesteps < steps_per_update(config):
+            raise ValueError(f"total_timesteps={config.total_timesteps} is less than one update of num_envs * "
+                             f"num_steps = {steps_per_update(config)} env steps: give at least that many")
         return
     if not isinstance(config, (PPOConfig, IMPALAConfig, PQNConfig)):
         raise TypeError(f"the host path trains PPO, IMPALA, PQN or an off-policy algorithm (DQN, C51, QR-DQN, SAC, "
@@ -257,8 +265,9 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
         from rljax.actorlearner.offpolicy import offpolicy_algorithm
 
         if len(learner_devices) > 1:
-            raise ValueError(f"the off-policy learner on host envs runs on one device, not {len(learner_devices)} "
-                             f"(--learner-devices names one)")
+            raise ValueError(f"the off-policy learner on host envs runs on one device of one process; this run has "
+                             f"{len(learner_devices)} learner devices ({jax.process_count()} process(es) x "
+                             f"--learner-devices): run one process with one learner device")
         return offpolicy_algorithm(config, spec, num_updates(config), num_actors=options.num_actors,
                                    apex_epsilon=options.apex_epsilon, apex_alpha=options.apex_alpha,
                                    initial_priority=options.initial_priority, replay=options.replay,
@@ -267,8 +276,9 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
         from rljax.actorlearner.onpolicy import onpolicy_algorithm
 
         if len(learner_devices) > 1:
-            raise ValueError(f"PQN on host envs learns on one device, not {len(learner_devices)} (--learner-devices "
-                             f"names one)")
+            raise ValueError(f"PQN on host envs learns on one device of one process; this run has "
+                             f"{len(learner_devices)} learner devices ({jax.process_count()} process(es) x "
+                             f"--learner-devices): run one process with one learner device")
         return onpolicy_algorithm(config, spec, num_updates(config))
     network, policy, update, optimizer = host_functions(config, spec, learner_devices)
 

@@ -60,7 +60,7 @@ def offpolicy_program(config: OffPolicyConfig, spec: HostSpec) -> OffPolicyProgr
     algorithm's action-space rule applies: DQN refuses a Box, SAC a Discrete)."""
     from rljax.agents import build_agent
 
-    agent = build_agent(config, SpecEnv(spec), None, None)
+    agent = build_agent(config, SpecEnv(spec, config.env), None, None)
     if agent.offpolicy is None:
         raise TypeError(f"{type(config).__name__} is not built on the off-policy skeleton")
     return agent.offpolicy
@@ -110,16 +110,29 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
         return action, jnp.zeros(action.shape[:1], jnp.float32)
 
     def rollout_args(k: int, actor: int) -> tuple:
-        rate = np.float32(0.0) if epsilons is None else epsilons[min(actor, len(epsilons) - 1)]
-        return np.uint32(k), rate
+        return np.uint32(k), np.float32(0.0) if epsilons is None else _rate(epsilons, actor)
 
     if replay == "host":
-        init, update, inputs = _host_replay(program, state, spec, frames_per_item)
+        init, learn = _host_replay(program, state, spec, frames_per_item)
     else:
-        init, update, inputs = _device_replay(program, state, initial_priority)
-    return HostAlgorithm(init=init, policy=jax.jit(policy), update=update, inputs=inputs, counter=np.uint32,
+        init, learn = _device_replay(program, state, initial_priority)
+
+    def update(params: Any, opt_state: Any, inputs: Any, key: jax.Array, updates: Any, num_updates: Any):
+        params, opt_state, metrics = learn(params, opt_state, inputs, key, updates, num_updates)
+        if epsilons is not None:  # the row reports the rate its rollout's actor explored with
+            metrics = {**metrics, "epsilon": _rate(epsilons, int(inputs[1]))}
+        return params, opt_state, metrics
+
+    return HostAlgorithm(init=init, policy=jax.jit(policy), update=update,
+                         inputs=lambda rollout: (rollout.items, rollout.actor), counter=np.uint32,
                          rollout_args=rollout_args, finisher=_finisher(program, spec, hyper), donates_params=False,
                          host_opt_state=replay == "host")
+
+
+def _rate(epsilons: np.ndarray, actor: int) -> np.float32:
+    """Actor ``actor``'s Ape-X rate: the rates cycle over actor numbers, so an actor that joins later (a
+    server back in a pool, an autoscaled one) takes the rate of the actor its number wraps to."""
+    return epsilons[actor % len(epsilons)]
 
 
 REPLAYS = ("device", "host")
@@ -171,8 +184,9 @@ def _metrics(config: OffPolicyConfig, metrics: dict[str, jax.Array]) -> dict[str
     return {**metrics, "replay_ratio": jnp.float32(ratio)}
 
 
-def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_priority: str) -> tuple[Any, Any, Any]:
-    """``(init, update, inputs)`` with the skeleton's replay on the learner's device."""
+def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_priority: str) -> tuple[Any, Any]:
+    """``(init, update)`` with the skeleton's replay on the learner's device (``update`` takes the
+    rollout's ``(items, actor)``)."""
     config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
 
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
@@ -203,16 +217,17 @@ def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_prio
     # on the CPU: ~24 ms an update for a 1e6-item MuJoCo replay, against ~5 ms for the rest of it).
     insert, learn = jax.jit(insert, donate_argnums=(1,)), jax.jit(learn, donate_argnums=(2,))
 
-    def update(params: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
+    def update(params: Any, buffer: Any, inputs: Any, key: jax.Array, updates: Any, num_updates: Any):
+        items = inputs[0]
         buffer, stats = insert(params, buffer, items, key, updates, num_updates)
         return learn(params, stats, buffer, items, key, updates, num_updates)
 
-    return init, update, lambda rollout: rollout.items
+    return init, update
 
 
 def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec,
-                 frames_per_item: float) -> tuple[Any, Any, Any]:
-    """``(init, update, inputs)`` with the replay in host memory (:class:`HostReplay`): each update adds
+                 frames_per_item: float) -> tuple[Any, Any]:
+    """``(init, update)`` with the replay in host memory (:class:`HostReplay`): each update adds
     the rollout's items there, draws the slots the device replay would for its key
     (:func:`~rljax.actorlearner.hostreplay.sample_indices`), gathers them, and learns from them on the
     device (:func:`~rljax.agents.offpolicy.presampled_replay`). The opt_state is the buffer's numpy state."""
@@ -250,7 +265,7 @@ def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec
         replay[1] = replay[0].state()
         return params, replay[1], metrics
 
-    return init, update, lambda rollout: (rollout.items, rollout.actor)
+    return init, update
 
 
 def _masked_stats(obs: jax.Array, mask: jax.Array) -> RunningMeanStd:

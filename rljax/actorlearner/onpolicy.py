@@ -39,7 +39,7 @@ def onpolicy_algorithm(config: Any, spec: HostSpec, num_updates: int) -> HostAlg
     """
     from rljax.agents import build_agent
 
-    agent = build_agent(config, SpecEnv(spec), None, None)
+    agent = build_agent(config, SpecEnv(spec, config.env), None, None)
     program = agent.onpolicy
     name = type(config).__name__.removesuffix("Config")
     if program is None:

@@ -64,6 +64,9 @@ HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_time
                      "initial_priority", "replay", "frames_per_item")
 """The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
 
+STATE_LAYOUT_FIELDS = ("replay", "frames_per_item")
+"""The :class:`HostOptions` that shape the learner's saved state: a resume may not change them."""
+
 
 def updates_per_chunk(config: PPOConfig | IMPALAConfig) -> int:
     """Updates per logged chunk: ``config.updates_per_chunk``, or (0) a tenth of the run's updates."""
@@ -216,10 +219,14 @@ class _Session:
             # Several processes: every one takes part in saves and restores, the leader reads and writes.
             self.checkpointer = Checkpointer(options.run_dir, keep=options.keep_checkpoints, follower=not self.leader)
         if options.resume and self.checkpointer.steps():
+            self._check_resumable()
             try:
                 state, meta, _ = self.checkpointer.restore({"params": params, "opt_state": opt_state})
-            except NoCheckpointError:
-                meta = None
+            except NoCheckpointError as err:
+                # Checkpoints the same config and layout wrote, none of which restores: never start over
+                # (that would write over the run); say so.
+                raise NoCheckpointError(f"{options.run_dir} has checkpoints {self.checkpointer.steps()}, but none "
+                                        f"restores into this run's state ({err}); nothing was changed") from err
             if meta is not None:
                 check_resume_config(meta["config"], self.config)
                 self._check_same_processes(meta)
@@ -236,6 +243,24 @@ class _Session:
                     else "the episodes the envs were in start over")
             print(f"resuming from update {restored[2]:,} ({int(meta['env_steps']):,} env steps); {envs}", flush=True)
         return restored
+
+    def _check_resumable(self) -> None:
+        """Before restoring, the newest checkpoint's config and the layout fields that shape the
+        learner's state (where the replay lives, its frame ring) must be this run's: else a
+        :class:`~rljax.store.rundir.ConfigMismatchError` naming them (the checkpoints would not fit)."""
+        from rljax.store.rundir import ConfigMismatchError, check_resume_config, newest_checkpoint_meta
+
+        newest = newest_checkpoint_meta(self.options.run_dir)
+        if newest is None:
+            return
+        meta = newest[1]
+        check_resume_config(meta["config"], self.config)
+        saved = {**{k: getattr(HostOptions(), k) for k in STATE_LAYOUT_FIELDS}, **(meta.get("host") or {})}
+        differ = [f"{k} (saved {saved[k]!r}, now {self.layout[k]!r})" for k in STATE_LAYOUT_FIELDS
+                  if saved[k] != self.layout[k]]
+        if differ:
+            raise ConfigMismatchError(f"cannot resume with another replay layout: {', '.join(differ)}; the checkpoints "
+                                      f"hold the run's own (resume without those flags)")
 
     def _check_same_processes(self, meta: dict[str, Any]) -> None:
         """A resume learns from as many env steps an update as the run did (the update count is what
@@ -477,7 +502,7 @@ def _encode(snapshot: EnvSnapshot) -> dict[str, str]:
 
     return {"env_state": base64.b64encode(snapshot.env_state).decode(), "obs": npy(snapshot.obs),
             "returns": npy(snapshot.returns), "lengths": npy(snapshot.lengths),
-            "carry": [npy(x) for x in snapshot.carry]}
+            "carry": [npy(x) for x in snapshot.carry], "seed": snapshot.seed, "env_restarts": snapshot.env_restarts}
 
 
 def _own_envs(saved: dict[str, str] | list[dict[str, str]] | None) -> EnvSnapshot | None:
@@ -498,7 +523,8 @@ def _decode(saved: dict[str, str] | None) -> EnvSnapshot | None:
         return None
     npy = lambda text: np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)  # noqa: E731
     return EnvSnapshot(base64.b64decode(saved["env_state"]), npy(saved["obs"]), npy(saved["returns"]),
-                       npy(saved["lengths"]), tuple(npy(x) for x in saved.get("carry", ())))
+                       npy(saved["lengths"]), tuple(npy(x) for x in saved.get("carry", ())), saved.get("seed"),
+                       int(saved.get("env_restarts", 0)))
 
 
 def space_json(space: Any) -> dict[str, Any]:

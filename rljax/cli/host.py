@@ -92,7 +92,8 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                        help="where the replay lives: the learner's device, or host memory (uniform; stacked uint8 "
                             "frames stored once: a 1e6-item Atari replay in ~7 GB; docs/host-envs.md)")
     group.add_argument("--frames-per-item", type=parse_float, default=1.5, metavar="F",
-                       help="--replay host with stacked frames: the frame ring's frames per item")
+                       help="--replay host with stacked uint8 frames: the frame ring's frames per item (about 1 when "
+                            "each observation shifts by a frame); 0 stores observations as they are")
 
 
 def parse_devices(text: str | None) -> tuple[Any, ...]:
@@ -163,8 +164,8 @@ def train_host_command(config: Any, args: argparse.Namespace, parser: argparse.A
     if config.env.startswith("envpool/") and not _installed("envpool"):
         parser.error(f"--env {config.env} needs EnvPool, which is not installed: pip install -e \".[envpool]\"")
     if not supports_host(type(config)):
-        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo, impala, pqn or "
-                     f"an off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not "
+        parser.error(f"--env {config.env} names host envs, which the actor-learner path trains with ppo, impala, "
+                     f"pqn or an off-policy algorithm (dqn, c51, qrdqn, sac, td3, d4pg), not "
                      f"{type(config).__name__.removesuffix('Config').lower()}")
     from rljax.actorlearner.run import done_line, no_videos_while_training, run_host, saved_host
     from rljax.cli.process import call_training

@@ -127,18 +127,30 @@ def test_a_wrapped_ring_and_a_restored_state_read_back_exactly():
 
 
 def test_a_frame_ring_too_small_for_what_the_streams_share_is_refused_by_name():
-    rng = np.random.default_rng(0)  # frames that never shift: every observation is 4 new frames
+    """Frames shared over the first 300 items (one a step), then none (four new frames an observation):
+    the ring fills with frames live items read, and the next write is an error naming a larger value."""
+    rng = np.random.default_rng(0)
     example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
                          discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(True))
-    replay = HostReplay(example, capacity=2000, n_step=1, frames_per_item=1.0, frames=True)
-    frames = lambda: rng.integers(0, 256, (10, *FRAME, K), np.uint8)  # noqa: E731
-    items = lambda: ReplayItem(obs=frames(), action=np.zeros(10, np.int32),  # noqa: E731
-                               reward=np.zeros(10, np.float32), discount=np.ones(10, np.float32),
-                               next_obs=frames(), valid=np.ones(10, bool))
+    replay = HostReplay(example, capacity=2000, n_step=1, frames_per_item=1.0)
+    stack = list(rng.integers(0, 256, (K + 1, *FRAME), np.uint8))
+
+    def item(shared: bool) -> ReplayItem:
+        if shared:
+            stack.append(rng.integers(0, 256, FRAME, np.uint8))
+            obs, nxt = np.stack(stack[-K - 1:-1], -1), np.stack(stack[-K:], -1)
+        else:
+            obs, nxt = rng.integers(0, 256, (2, *FRAME, K), np.uint8)
+        return ReplayItem(obs=obs[None], action=np.zeros(1, np.int32), reward=np.zeros(1, np.float32),
+                          discount=np.ones(1, np.float32), next_obs=nxt[None], valid=np.ones(1, bool))
+
+    for _ in range(300):
+        replay.add(item(True), num_envs=1)
+    assert replay.written < 310
     with pytest.raises(RuntimeError, match=r"frame ring .* frames_per_item=1.0\) would overwrite a frame .* "
                                            r"give frames_per_item=2 or more"):
-        for _ in range(100):
-            replay.add(items(), num_envs=10)
+        for _ in range(1000):
+            replay.add(item(False), num_envs=1)
 
 
 def test_an_atari_item_takes_under_a_quarter_of_its_plain_size():
@@ -149,21 +161,26 @@ def test_an_atari_item_takes_under_a_quarter_of_its_plain_size():
     assert per_item < 1.6 * 84 * 84 + 128 < 0.25 * 2 * obs.nbytes  # plainly: obs and next_obs, 56,448 bytes
 
 
-def test_uint8_channels_that_share_no_frames_are_stored_as_they_are_after_a_look():
-    """MinAtar-like observations (uint8 [10, 10, 4] object channels, nothing shifts): the automatic
-    frame mode sees 8 frames written an item over the first 256 items and turns the buffer plain; the
-    items read back exactly before and after, and through a saved state."""
+def test_uint8_channels_that_share_no_frames_are_refused_as_frames_and_stored_as_they_are_with_0():
+    """MinAtar-like observations (uint8 [10, 10, 4] object channels, nothing shifts): as frames, 8 are
+    written an item, an error over the first 256 items that names frames_per_item=0; with it, the
+    items are stored as they are and read back exactly, through a saved state too."""
     rng = np.random.default_rng(1)
     obs = lambda n: rng.integers(0, 2, (n, 10, 10, 4), np.uint8)  # noqa: E731
     batches = [ReplayItem(obs=obs(64), action=np.zeros(64, np.int32), reward=np.arange(64, dtype=np.float32),
                           discount=np.ones(64, np.float32), next_obs=obs(64), valid=np.ones(64, bool))
                for _ in range(6)]
-    replay = HostReplay(jax.tree.map(lambda x: x[0], batches[0]), capacity=300, n_step=1)
-    assert replay.frames
+    example = jax.tree.map(lambda x: x[0], batches[0])
+    framed = HostReplay(example, capacity=300, n_step=1)
+    with pytest.raises(ValueError, match=r"do not share frames .* frames_per_item=0 \(--frames-per-item 0\)"):
+        for batch in batches:
+            framed.add(batch, num_envs=8)
+    assert framed.added == 256
+    replay = HostReplay(example, capacity=300, n_step=1, frames_per_item=0)
+    assert not replay.frames and replay.nbytes == 300 * (2 * 400 + 13)
     for batch in batches[:4]:
         replay.add(batch, num_envs=8)
-    assert not replay.frames and replay.nbytes == 300 * (2 * 400 + 13)
-    restored = HostReplay(jax.tree.map(lambda x: x[0], batches[0]), capacity=300).load(replay.state())
+    restored = HostReplay(example, capacity=300, frames_per_item=0).load(replay.state())
     for batch in batches[4:]:
         replay.add(batch, num_envs=8)
         restored.add(batch, num_envs=8)

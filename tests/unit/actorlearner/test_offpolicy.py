@@ -88,7 +88,7 @@ def test_ape_x_exploration_rates_by_hand_and_each_actor_acts_with_its_own():
     np.testing.assert_allclose(apex_epsilons(3, 0.4), [0.4, 0.4 ** 4.5, 0.4 ** 8], rtol=1e-6)
     np.testing.assert_allclose(apex_epsilons(1, 0.4), [0.4])
     algorithm = offpolicy_algorithm(DQN, _spec(64), 10, num_actors=3, apex_epsilon=0.4)
-    assert [algorithm.rollout_args(5, a) for a in range(3)] == [(5, e) for e in apex_epsilons(3, 0.4)]
+    assert [algorithm.rollout_args(5, a) for a in range(6)] == [(5, e) for e in apex_epsilons(3, 0.4)] * 2
     learner, _ = algorithm.init(jax.random.key(0), np.zeros((1, 2), np.float32))
     obs = np.random.default_rng(1).normal(size=(64, 2)).astype(np.float32)
     greedy, _ = algorithm.policy(learner, obs, jax.random.key(1), np.uint32(0), np.uint32(0), np.float32(0.0))
@@ -106,7 +106,7 @@ def test_td_initial_priorities_are_the_items_td_errors_under_the_learners_params
     learner, buffer = algorithm.init(jax.random.key(0), np.zeros((1, 2), np.float32))
     finisher = algorithm.finisher
     items, _ = finisher.finish(_traj([1.0, -2.0, 0.5, 3.0], [0, 0, 1, 0], [0, 0, 0, 0], num_envs=2), finisher.init())
-    _, buffer, _ = algorithm.update(learner, buffer, items, jax.random.key(2), np.uint32(0), np.uint32(10))
+    _, buffer, _ = algorithm.update(learner, buffer, (items, 0), jax.random.key(2), np.uint32(0), np.uint32(10))
     program = offpolicy_program(config, _spec(2))
     ctx = program.context(_count(0), _count(10), config.hyperparams())
     _, td, _ = program.hooks.learn_step(learner, items, jnp.ones(8), jax.random.key(3), ctx)
@@ -153,6 +153,8 @@ def test_several_actors_and_ape_x_on_host_envs():
                       HostOptions(num_actors=2, max_policy_lag=1, apex_epsilon=0.4, initial_priority="td")).rows
     assert len(rows) == 12 and {r["host/actor"] for r in rows} <= {0, 1}
     assert {r["host/policy_lag"] for r in rows} <= {0, 1}
+    rates = apex_epsilons(2, 0.4)  # each row reports the rate its rollout's actor explored with
+    assert [r["epsilon"] for r in rows] == pytest.approx([rates[r["host/actor"]] for r in rows])
 
 
 def test_a_saved_off_policy_run_loads_as_a_policy(tmp_path):
@@ -168,6 +170,9 @@ def test_a_saved_off_policy_run_loads_as_a_policy(tmp_path):
     (SAC, dict(apex_epsilon=0.4), "does not explore with an epsilon"),
     (DQN, dict(initial_priority="td"), "add --prioritized"),
     (DQNConfig(**{**DQN.__dict__, "num_devices": 2, "batch_size": 16, "buffer_size": 256}), {}, "num_devices=2"),
+    (DQNConfig(**{**DQN.__dict__, "total_timesteps": 7}), {}, "total_timesteps=7 is less than one update of "
+                                                              "num_envs \\* num_steps = 8"),
+    (DQNConfig(**{**DQN.__dict__, "env": "gymnasium/Pendulum-v1"}), {}, "gymnasium/Pendulum-v1"),
 ])
 def test_bad_off_policy_layouts_are_refused_by_name(config, options, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -176,7 +181,8 @@ def test_bad_off_policy_layouts_are_refused_by_name(config, options, message):
 
 @pytest.mark.parametrize("options, message", [
     (dict(apex_epsilon=1.0), "apex_epsilon=1.0"), (dict(initial_priority="min"), "initial_priority='min'"),
-    (dict(apex_alpha=0.0), "apex_alpha=0.0"),
+    (dict(apex_alpha=0.0), "apex_alpha=0.0"), (dict(apex_alpha=float("inf")), "apex_alpha=inf: must be finite"),
+    (dict(frames_per_item=0.5), "frames_per_item=0.5"), (dict(replay="disk"), "replay='disk'"),
 ])
 def test_bad_host_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
@@ -212,3 +218,66 @@ def test_observation_normalisation_acts_and_learns_on_statistics_of_the_raw_obse
     obs = raw[:5]
     direct = program.hooks.act(learner.actor_params, np.asarray(stats.normalize(obs)), None, 0.0, True)
     np.testing.assert_allclose(policy.act(obs), np.clip(direct, -2.0, 2.0), rtol=1e-5, atol=1e-6)
+
+
+def _failing_cartpole(**kwargs):
+    """CartPole that raises on its 30th step (its step count is part of its pickled state)."""
+    import gymnasium
+
+    return _Failing(gymnasium.make("CartPole-v1", **kwargs))
+
+
+def _failing_class():
+    import gymnasium
+
+    class Failing(gymnasium.Wrapper):
+        count = 0
+
+        def step(self, action):
+            self.count += 1
+            if self.count == 30:
+                raise RuntimeError("the simulator fell over")
+            return self.env.step(action)
+
+    Failing.__qualname__ = "_Failing"  # picklable by name from this module
+    return Failing
+
+
+_Failing = _failing_class()
+
+
+def test_an_env_restart_after_a_resume_reseeds_the_envs_as_the_run_never_stopped_would(tmp_path):
+    """One actor at lag 0 whose envs fail on their 30th step: stopped after 5 updates (20 steps) and
+    resumed to 12, the restart at step 30 reseeds the new envs as the uninterrupted run did (the
+    snapshot keeps the actor's first seed and its restart count): the same bits."""
+    import gymnasium
+
+    gymnasium.register("rljax-test/FailingCartPole-v0", entry_point=_failing_cartpole)
+    config = DQNConfig(**{**DQN.__dict__, "env": "gymnasium/rljax-test/FailingCartPole-v0", "n_step": 1,
+                          "exploration_fraction": 0.0})
+    layout = HostOptions(max_policy_lag=0, restart_backoff_s=0.01)
+    whole = run_host(config, RunOptions(run_dir=tmp_path / "whole", quiet=True), layout)
+    assert whole.rows[-1]["host/env_restarts"] == 1
+    cut = DQNConfig(**{**config.__dict__, "total_timesteps": 8 * 5})
+    run_host(cut, RunOptions(run_dir=tmp_path / "cut", quiet=True), layout)
+    resumed = run_host(config, RunOptions(run_dir=tmp_path / "cut", resume=True, quiet=True))
+    for a, b in zip(leaves((whole.params, whole.opt_state)), leaves((resumed.params, resumed.opt_state))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_resume_whose_state_would_not_fit_is_refused_and_leaves_the_run_as_it_was(tmp_path):
+    """Another replay size or normaliser (the config), or the replay moved to host memory (the layout):
+    refused by name before anything is written, never a run started over on top of the old one."""
+    from rljax.store.rundir import ConfigMismatchError
+
+    run = tmp_path / "run"
+    run_host(SAC, RunOptions(run_dir=run, quiet=True), SYNC)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for config, layout, says in ((SACConfig(**{**SAC.__dict__, "buffer_size": 96}), None, "buffer_size"),
+                                 (SACConfig(**{**SAC.__dict__, "normalize_obs": True}), None, "normalize_obs"),
+                                 (SAC, HostOptions(max_policy_lag=0, replay="host"), "replay \\(saved 'device', now "
+                                                                                     "'host'\\)")):
+        with pytest.raises(ConfigMismatchError, match=says):
+            run_host(config, RunOptions(run_dir=run, resume=True, quiet=True), layout)
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert after.keys() == before.keys() and after["metrics.jsonl"] == before["metrics.jsonl"]
