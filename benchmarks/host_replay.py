@@ -6,7 +6,7 @@
 Atari-sized items: 3-step items of ``[84, 84, 4]`` uint8 stacked frames (a new random frame a step,
 episodes of ``--episode`` steps, 8 envs), as an actor makes them of EnvPool's Atari. MinAtar-sized:
 ``[10, 10, 4]`` uint8 observations with nothing shared between steps (MinAtar's channels are not a
-frame stack), stored as they are. For each: the buffer's bytes (host: :attr:`HostReplay.nbytes`;
+frame stack), stored as they are (``frames_per_item=0``). For each: the buffer's bytes (host: :attr:`HostReplay.nbytes`;
 device: the skeleton's ring buffer of the same items, allocated where it fits, else computed from
 its shapes), items added per second, and one update's sampling of ``--gradient-steps`` batches of
 ``--batch-size``: host = the device's indices for the key (:func:`sample_indices`), the gather on the
@@ -61,7 +61,7 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
 
     example = next(_stream(1, shape, stacked, args.episode))
     one = jax.tree.map(lambda x: x[0], example)
-    host = HostReplay(one, capacity, n_step=3)
+    host = HostReplay(one, capacity, n_step=3, frames_per_item=1.5 if stacked else 0)
     t0 = time.perf_counter()
     for batch in _stream(capacity, shape, stacked, args.episode):
         host.add(batch, num_envs=8)
@@ -114,8 +114,11 @@ def main() -> None:
     args = ap.parse_args()
     from benchmarks.bench_vmap import cpu_model
 
-    rows = [measure("Atari [84,84,4] uint8", args.atari, (84, 84, 4), True, args),
-            measure("MinAtar [10,10,4] uint8", args.minatar, (10, 10, 4), False, args)]
+    rows = []
+    for name, count, shape, stacked in (("Atari [84,84,4] uint8", args.atari, (84, 84, 4), True),
+                                        ("MinAtar [10,10,4] uint8", args.minatar, (10, 10, 4), False)):
+        rows.append(measure(name, count, shape, stacked, args))
+        print(f"# {rows[-1]}", flush=True)
     print(f"host replay against device replay; {args.gradient_steps} x {args.batch_size} samples an update; "
           f"{cpu_model()}, {os.cpu_count()} cores")
     print("| items | count | host memory | device replay memory | added items/s | an update's sampling, host | "
