@@ -39,6 +39,8 @@ from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, HostAlgori
                                        Rollout, Schedule, SpecEnv, close_envs, fold_in)
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
+from rljax.actorlearner.offpolicy import INITIAL_PRIORITIES, REPLAYS, offpolicy_algorithm
+from rljax.actorlearner.onpolicy import onpolicy_algorithm
 from rljax.agents.offpolicy import OffPolicyConfig
 from rljax.agents.ppo import PPOConfig, ppo_batch, ppo_learn, ppo_optimizer
 from rljax.agents.pqn import PQNConfig
@@ -131,10 +133,9 @@ class HostOptions:
         if not 0 <= self.apex_epsilon < 1:
             raise ValueError(f"apex_epsilon={self.apex_epsilon}: must lie in [0, 1) (0: the config's schedule; "
                              f"Ape-X: 0.4)")
-        if self.initial_priority not in ("max", "td"):
-            raise ValueError(f"initial_priority={self.initial_priority!r}: valid: 'max', 'td'")
-        if self.replay not in ("device", "host"):
-            raise ValueError(f"replay={self.replay!r}: valid: 'device', 'host'")
+        for name, valid in (("initial_priority", INITIAL_PRIORITIES), ("replay", REPLAYS)):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"{name}={getattr(self, name)!r}: valid: {', '.join(map(repr, valid))}")
         if not (self.frames_per_item == 0 or 1 <= self.frames_per_item < math.inf):
             raise ValueError(f"frames_per_item={self.frames_per_item}: must be 0 (observations stored as they are) "
                              f"or a finite number >= 1")
@@ -261,24 +262,16 @@ def host_algorithm(config: Any, spec: HostSpec, learner_devices: Sequence[Any], 
     one's (:func:`rljax.actorlearner.offpolicy.offpolicy_algorithm`: the learner and its replay, one
     learner device of one process), or PQN's (:func:`rljax.actorlearner.onpolicy.onpolicy_algorithm`: its own
     update on each rollout, one learner device)."""
+    if isinstance(config, (OffPolicyConfig, PQNConfig)) and len(learner_devices) > 1:
+        raise ValueError(f"{type(config).__name__.removesuffix('Config')} on host envs learns on one device of one "
+                         f"process; this run has {len(learner_devices)} learner devices ({jax.process_count()} "
+                         f"process(es) x --learner-devices): run one process with one learner device")
     if isinstance(config, OffPolicyConfig):
-        from rljax.actorlearner.offpolicy import offpolicy_algorithm
-
-        if len(learner_devices) > 1:
-            raise ValueError(f"the off-policy learner on host envs runs on one device of one process; this run has "
-                             f"{len(learner_devices)} learner devices ({jax.process_count()} process(es) x "
-                             f"--learner-devices): run one process with one learner device")
         return offpolicy_algorithm(config, spec, num_updates(config), num_actors=options.num_actors,
                                    apex_epsilon=options.apex_epsilon, apex_alpha=options.apex_alpha,
                                    initial_priority=options.initial_priority, replay=options.replay,
                                    frames_per_item=options.frames_per_item)
     if isinstance(config, PQNConfig):
-        from rljax.actorlearner.onpolicy import onpolicy_algorithm
-
-        if len(learner_devices) > 1:
-            raise ValueError(f"PQN on host envs learns on one device of one process; this run has "
-                             f"{len(learner_devices)} learner devices ({jax.process_count()} process(es) x "
-                             f"--learner-devices): run one process with one learner device")
         return onpolicy_algorithm(config, spec, num_updates(config))
     network, policy, update, optimizer = host_functions(config, spec, learner_devices)
 

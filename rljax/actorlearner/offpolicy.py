@@ -173,7 +173,7 @@ class _LearnerState:
 
     def observed(self, stats: Any, items: ReplayItem) -> Any:
         """The statistics with every observation acted on (each step's item once; placeholders left out)."""
-        return stats.merge(_masked_stats(items.obs, items.valid)) if self.normalized else stats
+        return stats.merge(RunningMeanStd.from_batch(items.obs, items.valid)) if self.normalized else stats
 
     def prepare(self, stats: Any) -> Any:
         return (lambda b: normalize_items(b, lambda x: self._normalize(stats, x))) if self.normalized else None
@@ -266,17 +266,6 @@ def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec
         return params, replay[1], metrics
 
     return init, update
-
-
-def _masked_stats(obs: jax.Array, mask: jax.Array) -> RunningMeanStd:
-    """The mean and (population) variance of the rows of ``obs`` ``[B, *shape]`` where ``mask``, with
-    their count (0: a batch that adds nothing when merged)."""
-    w = mask.astype(jnp.float32).reshape((-1,) + (1,) * (obs.ndim - 1))
-    count = jnp.sum(mask.astype(jnp.float32))
-    x = obs.astype(jnp.float32)
-    mean = jnp.sum(w * x, axis=0) / jnp.maximum(count, 1.0)
-    var = jnp.sum(w * jnp.square(x - mean), axis=0) / jnp.maximum(count, 1.0)
-    return RunningMeanStd(mean=mean, var=var, count=count, count_lo=jnp.float32(0.0))
 
 
 def _insert_with_td(program: OffPolicyProgram, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array,

@@ -38,7 +38,17 @@ __all__ = ["Agent", "PolicyParams", "observation_normalizer", "into_action_space
            "EncoderConfig", "bounded_box", "discrete_actions", "observation_layout", "first_obs", "UpdateOutput",
            "metric_names", "pmean", "psum", "desync", "make_env_stack", "param_checksum", "space_dims",
            "make_optimizer", "gradient_step", "shuffled_minibatches", "epochs_of_minibatches", "schedule_fraction",
-           "stack_params"]
+           "stack_params", "keyed_by_identity"]
+
+
+def keyed_by_identity(cls: type) -> type:
+    """``cls`` (a NamedTuple) compared and hashed by identity, not by its fields' values: for objects
+    built once and then used as a cache key (an :class:`Agent` holding one), whose fields (functions,
+    arrays) need not be hashable."""
+    cls.__hash__ = object.__hash__
+    cls.__eq__ = lambda self, other: self is other
+    cls.__ne__ = lambda self, other: self is not other
+    return cls
 
 
 class UpdateOutput(NamedTuple):

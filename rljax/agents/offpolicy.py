@@ -43,15 +43,16 @@ from rljax.core import buffers
 
 from rljax.core import wrappers
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, into_action_space, desync,
-                               first_obs, make_env_stack, observation_normalizer, schedule_fraction, stack_params)
+                               first_obs, keyed_by_identity, make_env_stack, observation_normalizer, schedule_fraction,
+                               stack_params)
 from rljax.core.config import (MAX_ENV_STEPS, MAX_STEPS_PER_UPDATE, check_env_steps_per_update, check_floats,
                                check_ints, field, require)
 from rljax.core.counters import Count, as_count
 from rljax.core.returns import n_step_transitions
 from rljax.core.rollout import EpisodeSummary, RolloutCarry, Transition, rollout
 
-__all__ = ["OffPolicyConfig", "OffPolicyProgram", "OffPolicyState", "UpdateContext", "make_offpolicy_agent", "ReplayItem",
-           "Collector", "n_step_items", "Presampled", "presampled_replay",
+__all__ = ["OffPolicyConfig", "OffPolicyProgram", "OffPolicyState", "UpdateContext", "make_offpolicy_agent",
+           "ReplayItem", "Collector", "n_step_items", "Presampled", "presampled_replay",
            "Replay", "make_replay", "observation_stack", "normalize_items", "init_collector", "collect",
            "replay_learning", "masked_mean", "polyak", "periodic"]
 
@@ -548,6 +549,7 @@ class OffPolicyHooks(NamedTuple):
     after_learning: Callable[[Any, UpdateContext], tuple[Any, dict[str, jax.Array]]] | None = None
 
 
+@keyed_by_identity
 class OffPolicyProgram(NamedTuple):
     """An off-policy algorithm's update without its env stack: what :func:`make_offpolicy_agent`
     builds once, and what a learner fed by actors elsewhere (host envs) runs on the items they make.
@@ -567,15 +569,6 @@ class OffPolicyProgram(NamedTuple):
     normalize: Callable[[Any, Any], Any]
     replay: Replay
     axis_name: str | None
-
-    # One program is one object (an Agent holding it is a cache key): identity, not the fields' values.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
 
     def context(self, updates: Count, num_updates: Count, hyperparams: Any) -> UpdateContext:
         """The :class:`UpdateContext` of the update that starts after ``updates`` updates of

@@ -36,9 +36,9 @@ import optax
 from flax import struct
 
 from rljax.agents.base import (Agent, EncoderConfig, PolicyParams, UpdateOutput, agent_rows, agent_views, desync,
-                               epochs_of_minibatches, first_obs, gradient_step, into_action_space, make_env_stack,
-                               observation_layout, observation_normalizer, pmean, schedule_fraction, space_dims,
-                               stack_params)
+                               epochs_of_minibatches, first_obs, gradient_step, into_action_space, keyed_by_identity,
+                               make_env_stack, observation_layout, observation_normalizer, pmean, schedule_fraction,
+                               space_dims, stack_params)
 from rljax.agents.recurrent import sequence_length
 from rljax.core import wrappers
 from rljax.core.config import check_choice, check_env_steps_per_update, check_ints, field, require
@@ -236,6 +236,7 @@ class OnPolicyHooks(NamedTuple):
     observe: Callable[[Any, Any], Any] | None = None
 
 
+@keyed_by_identity
 class OnPolicyProgram(NamedTuple):
     """An on-policy algorithm's update without its env stack: what :func:`make_onpolicy_agent`
     builds once, and what a learner fed by actors elsewhere (host envs) runs on their rollouts.
@@ -255,15 +256,6 @@ class OnPolicyProgram(NamedTuple):
     anneal_lr: bool
     normalize_reward: bool
     axis_name: str | None
-
-    # One program is one object (an Agent holding it is a cache key): identity, not the fields' values.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
 
     def context(self, updates: Count, num_updates: Count, hyperparams: Any) -> OnPolicyContext:
         """The :class:`OnPolicyContext` of the update after ``updates`` of ``num_updates``: its step

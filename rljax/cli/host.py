@@ -79,16 +79,18 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                        help="the first back-off before restarting failed envs (doubling per failure in a row)")
     if not offpolicy:
         return
+    from rljax.actorlearner.offpolicy import INITIAL_PRIORITIES, REPLAYS
+
     group.add_argument("--apex-epsilon", type=parse_float, default=0.0, metavar="EPS",
                        help="Ape-X exploration (dqn, c51, qrdqn): actor i of A explores with the fixed rate "
                             "EPS^(1 + apex_alpha * i / (A - 1)) instead of the epsilon schedule (Ape-X: 0.4); 0: the "
                             "schedule")
     group.add_argument("--apex-alpha", type=parse_float, default=7.0, metavar="ALPHA",
                        help="the spread of the Ape-X exploration rates (Ape-X: 7)")
-    group.add_argument("--initial-priority", choices=("max", "td"), default="max",
+    group.add_argument("--initial-priority", choices=INITIAL_PRIORITIES, default="max",
                        help="prioritised replay on host envs: new items enter with the largest priority seen (max) or "
                             "their TD error under the learner's params (td, as Ape-X)")
-    group.add_argument("--replay", choices=("device", "host"), default="device",
+    group.add_argument("--replay", choices=REPLAYS, default="device",
                        help="where the replay lives: the learner's device, or host memory (uniform; stacked uint8 "
                             "frames stored once: a 1e6-item Atari replay in ~7 GB; docs/host-envs.md)")
     group.add_argument("--frames-per-item", type=parse_float, default=1.5, metavar="F",

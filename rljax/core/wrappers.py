@@ -635,18 +635,28 @@ class RunningMeanStd:
                    count=jnp.asarray(count, jnp.float32), count_lo=jnp.zeros((), jnp.float32))
 
     @classmethod
-    def from_batch(cls, batch: jax.typing.ArrayLike) -> RunningMeanStd:
-        """The exact statistics of one batch.
+    def from_batch(cls, batch: jax.typing.ArrayLike, mask: jax.typing.ArrayLike | None = None) -> RunningMeanStd:
+        """The exact statistics of one batch, or of its rows where ``mask``.
 
         Args:
             batch: ``[N, *shape]`` samples, N >= 1.
+            mask: optional bool ``[N]``: only these rows count (none: a count of 0, which adds
+                nothing when merged).
 
         Returns:
-            ``count = N``, ``mean = batch.mean(0)``, ``var = batch.var(0)`` (population).
+            ``count = N``, ``mean = batch.mean(0)``, ``var = batch.var(0)`` (population); with ``mask``
+            the same over the masked rows.
         """
         batch = jnp.asarray(batch, jnp.float32)
-        return cls(mean=jnp.mean(batch, axis=0), var=jnp.var(batch, axis=0),
-                   count=jnp.asarray(batch.shape[0], jnp.float32), count_lo=jnp.zeros((), jnp.float32))
+        if mask is None:
+            return cls(mean=jnp.mean(batch, axis=0), var=jnp.var(batch, axis=0),
+                       count=jnp.asarray(batch.shape[0], jnp.float32), count_lo=jnp.zeros((), jnp.float32))
+        w = jnp.asarray(mask).astype(jnp.float32)
+        count = jnp.sum(w)
+        w = w.reshape((-1,) + (1,) * (batch.ndim - 1))
+        mean = jnp.sum(w * batch, axis=0) / jnp.maximum(count, 1.0)
+        var = jnp.sum(w * jnp.square(batch - mean), axis=0) / jnp.maximum(count, 1.0)
+        return cls(mean=mean, var=var, count=count, count_lo=jnp.zeros((), jnp.float32))
 
     def merge(self, other: RunningMeanStd) -> RunningMeanStd:
         """The exact statistics of the union of the data behind ``self`` and ``other``.

@@ -305,6 +305,15 @@ def _assert_stats(stats, mean, var, count, rtol=1e-5):
     np.testing.assert_allclose(stats.count, count, rtol=1e-6)
 
 
+def test_masked_batch_statistics_count_only_the_masked_rows():
+    # Rows {1, 3} of {1, 100, 3}: mean 2, var 1, count 2; no row: a count of 0 that merges to nothing.
+    data = jnp.array([[1.0], [100.0], [3.0]])
+    _assert_stats(RunningMeanStd.from_batch(data, jnp.array([True, False, True])), [2.0], [1.0], 2.0)
+    prior = RunningMeanStd.from_batch(jnp.array([[5.0], [7.0]]))
+    merged = prior.merge(RunningMeanStd.from_batch(data, jnp.zeros(3, bool)))
+    _assert_stats(merged, [6.0], [1.0], 2.0)
+
+
 def test_running_mean_std_hand_values_and_prior():
     # Data {1, 3}: mean 2, var ((1-2)^2 + (3-2)^2) / 2 = 1.
     _assert_stats(RunningMeanStd.from_batch(jnp.array([[1.0], [3.0]])), [2.0], [1.0], 2.0)
