@@ -191,25 +191,46 @@ class SpecEnv:
 
 
 class ParamStore:
-    """The newest params and their version; actors wait here for a version they may act with."""
+    """The newest params and their version, and with ``keep=2`` the version before; actors wait here for
+    a version they may act with.
 
-    def __init__(self, params: Any, version: int = 0):
-        self._params, self._version = params, version
+    The learner publishes an update's params as soon as it is dispatched, before they are computed.
+    An actor that may lag takes the newest version already computed among those it may act with, so
+    it acts while the learner's device computes the next one instead of waiting for it.
+    """
+
+    def __init__(self, params: Any, version: int = 0, keep: int = 1):
+        if keep not in (1, 2):
+            raise ValueError(f"keep={keep}: a store keeps the newest version (1) or the two newest (2)")
+        self._versions: list[tuple[Any, int]] = [(params, version)]  # oldest first
+        self._keep = keep
         self._cond = threading.Condition()
+
+    @property
+    def _version(self) -> int:
+        return self._versions[-1][1]
 
     def publish(self, params: Any, version: int) -> None:
         with self._cond:
-            self._params, self._version = params, version
+            self._versions = [*self._versions, (params, version)][-self._keep:]
             self._cond.notify_all()
 
     def wait_for(self, version: int, stop: threading.Event, poll_s: float = 0.05) -> tuple[Any, int] | None:
-        """``(params, their version)`` once the version is at least ``version``; None if ``stop`` is set first."""
+        """``(params, their version)`` once the newest version is at least ``version``: the newest
+        whose arrays are computed among those at least ``version``, else the oldest of those (the
+        first to be computed); None if ``stop`` is set first."""
         with self._cond:
             while self._version < version:
                 if stop.is_set():
                     return None
                 self._cond.wait(poll_s)
-            return self._params, self._version
+            allowed = [pv for pv in self._versions if pv[1] >= version]
+            return next((pv for pv in reversed(allowed) if _computed(pv[0])), allowed[0])
+
+
+def _computed(tree: Any) -> bool:
+    """Whether every array of ``tree`` holds its value (not an update still running); other leaves are."""
+    return all(x.is_ready() for x in jax.tree.leaves(tree) if isinstance(x, jax.Array))
 
 
 @dataclasses.dataclass

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["HostReplay", "frame_stacked", "sample_indices"]
+__all__ = ["HostReplay", "frame_stacked", "relaid_ring", "sample_indices"]
 
 
 def frame_stacked(obs: np.ndarray) -> bool:
@@ -128,6 +128,7 @@ class HostReplay:
         self.cursor = self.size = self.added = self.written = 0  # slot, filled, items and frames ever
         self._streams: dict[Any, _Stream] = {}
         self._live_min: collections.deque = collections.deque()  # (item number, oldest frame), increasing
+        self._floor = 0  # the oldest frame a live item read when the current add began
 
     @property
     def nbytes(self) -> int:
@@ -144,21 +145,35 @@ class HostReplay:
         them) collected by ``actor``; env ``e``'s items are the stream ``(actor, e)``."""
         items = jax.tree.map(np.asarray, items)
         count = items.reward.shape[0]
+        counters = (self.cursor, self.size, self.added, self.written)
         slots = (self.cursor + np.arange(count)) % self.capacity
+        before = {name: field[slots] for name, field in self.fields.items()} if self.frames else None  # copies
         for name in ("action", "reward", "discount", "valid"):
             self.fields[name][slots] = getattr(items, name)
         if not self.frames:
             self.fields["obs"][slots], self.fields["next_obs"][slots] = items.obs, items.next_obs
             self.added += count
         else:
-            checked = self.added >= self.CHECK_AFTER
-            for i, slot in enumerate(slots):
-                self._add_frames(int(slot), items.obs[i], items.next_obs[i], (actor, i % num_envs))
-                if not checked and self.added >= self.CHECK_AFTER:
-                    checked = True
-                    self._check_sharing()
+            try:
+                self._add_all_frames(slots, items, num_envs, actor)
+            except Exception:  # the buffer as it was before this call: a checkpoint can still save it
+                for name, values in before.items():
+                    self.fields[name][slots] = values
+                self.load(self.state(counters=counters))
+                raise
         self.cursor = int((self.cursor + count) % self.capacity)
         self.size = min(self.size + count, self.capacity)
+
+    def _add_all_frames(self, slots: np.ndarray, items: Any, num_envs: int, actor: int) -> None:
+        # The frames of the items this call overwrites stay until it returns (_write): were it to fail,
+        # the buffer goes back to what it was, those items included.
+        self._floor = self._live_min[0][1] if self._live_min else self.written
+        checked = self.added >= self.CHECK_AFTER
+        for i, slot in enumerate(slots):
+            self._add_frames(int(slot), items.obs[i], items.next_obs[i], (actor, i % num_envs))
+            if not checked and self.added >= self.CHECK_AFTER:
+                checked = True
+                self._check_sharing()
 
     def _check_sharing(self) -> None:
         rate = self.written / self.added
@@ -215,7 +230,7 @@ class HostReplay:
         """Writes ``frames`` ``[m, *frame_shape]`` to the ring; returns their serials."""
         m = frames.shape[0]
         serials = self.written + np.arange(m)
-        floor = self._live_min[0][1] if self._live_min else self.written
+        floor = min(self._live_min[0][1] if self._live_min else self.written, self._floor)
         if serials[-1] - self.num_frames >= floor:
             raise RuntimeError(f"the host replay's frame ring ({self.num_frames:,} frames, frames_per_item="
                                f"{self.frames_per_item}) would overwrite a frame that a live item still reads: "
@@ -241,10 +256,11 @@ class HostReplay:
             out[name] = np.moveaxis(stacked, indices.ndim, -1)
         return out
 
-    def state(self) -> dict[str, Any]:
-        """The buffer as a pytree of numpy arrays (what a checkpoint saves)."""
-        state = {"fields": dict(self.fields),
-                 "counters": np.asarray([self.cursor, self.size, self.added, self.written], np.int64)}
+    def state(self, counters: tuple[int, int, int, int] | None = None) -> dict[str, Any]:
+        """The buffer as a pytree of numpy arrays (what a checkpoint saves); ``counters`` (cursor, size,
+        added, written) in place of its own."""
+        counters = counters or (self.cursor, self.size, self.added, self.written)
+        state = {"fields": dict(self.fields), "counters": np.asarray(counters, np.int64)}
         if self.frames:
             state["store"] = self.store
         return state
@@ -266,3 +282,25 @@ class HostReplay:
                 self._live_min.append((number, oldest))
         self._streams.clear()
         return self
+
+
+def relaid_ring(state: dict[str, Any], num_frames: int) -> np.ndarray:
+    """The frame ring of a saved buffer ``state`` (:meth:`HostReplay.state`) laid out as a ring of
+    ``num_frames`` frames (frame serial ``s`` at ``s % num_frames``): a resume with another
+    ``frames_per_item`` continues the run's replay.
+
+    Raises:
+        ValueError: the live frames (from the oldest a live item reads to the newest written) do not
+            fit in ``num_frames``; the message names how many they are.
+    """
+    store, (_, size, _, written) = state["store"], (int(x) for x in state["counters"])
+    # The live items fill slots 0..size-1 (the cursor wraps only once the buffer is full).
+    floor = int(np.min(state["fields"]["oldest_frame"][:size])) if size else written
+    if written - floor > num_frames:
+        raise ValueError(f"the replay's live items read {written - floor:,} frames, more than a ring of "
+                         f"{num_frames:,} frames holds: give a larger frames_per_item")
+    ring = np.zeros((num_frames, *store.shape[1:]), store.dtype)
+    for first in range(floor, written, 1 << 16):  # in blocks: no copy of the whole ring on the way
+        serials = np.arange(first, min(first + (1 << 16), written))
+        ring[serials % num_frames] = store[serials % store.shape[0]]
+    return ring

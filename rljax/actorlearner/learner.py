@@ -533,7 +533,8 @@ def _start(config: PPOConfig | IMPALAConfig, envs: list[HostEnv], make_env: Call
 
     snapshots = snapshots and len(envs) == 1 and not options.autoscaled and servers is None and \
         getattr(envs[0], "get_state", lambda: None)() is not None
-    stores = {d: ParamStore(_actor_copy(params, d), start) for d in actor_devices}
+    stores = {d: ParamStore(_actor_copy(params, d), start, keep=min(options.max_policy_lag, 1) + 1)
+              for d in actor_devices}
     stop = threading.Event()
     out, schedule = queue.Queue(options.queue_size), Schedule(num_updates(config), start)
     space = spec.action_space
@@ -566,6 +567,10 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
     params, opt_state, rows = learner.params, learner.opt_state, []
     start, env_steps, restarted, lost = time.perf_counter(), 0, 0, 0
     processes = jax.process_count()
+    # One process, no controller and no on_row reading each row: an update's metrics stay on the device
+    # in its row until the rows are written (fetched_rows), so the learner takes the next rollout and
+    # dispatches the next update while this one computes.
+    clock = _LagClock() if on_row is None and not options.autoscaled and processes == 1 else None
     size_of, lost_waiting = [0], []  # env steps an update (known after the first), episodes lost while waiting
     scaler = None
     if options.autoscaled:
@@ -583,27 +588,24 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
             (lambda: lost_waiting.append(_follow_servers(servers, pool, u, u * size_of[0], on_event)))  # noqa: B023
         try:
             rollout = pool.get(u, options.rollout_timeout_s, idle=follow)
-        except Exception:
-            # The run fails: let the caller keep what it learned (alone: the other processes of a
-            # multi-process run are not at this point to take part in a save).
-            if on_update is not None and u > learner.start and processes == 1:
-                on_update(u, params, opt_state, None, None)
+        except Exception as err:
+            _keep_learned(err, on_update, u, learner.start, params, opt_state)
             raise
         t1 = time.perf_counter()
-        algorithm = learner.algorithm
-        key, step = fold_in(learner.key, np.uint32(u)), algorithm.counter(u)
-        steps = algorithm.counter(learner.num_updates)
-        if processes == 1:
-            traj = algorithm.inputs(rollout)  # a replay in host memory takes them where they are
-            traj = traj if algorithm.host_opt_state else jax.device_put(traj, learner.rollout_sharding)
-        else:  # every process's rollout is its share of the job's batch (envs axis)
-            traj = jax.tree.map(lambda x: jax.make_array_from_process_local_data(learner.rollout_sharding, x),
-                                rollout.traj)
-            key, step, steps = _place((key, step, steps), learner.place)
-        params, opt_state, metrics = algorithm.update(params, opt_state, traj, key, step, steps)
+        try:
+            params, opt_state, metrics = learner.algorithm.update(params, opt_state, *_inputs(learner, rollout, u))
+        except Exception as err:  # e.g. a replay in host memory refusing the rollout: it kept its state
+            _keep_learned(err, on_update, u, learner.start, params, opt_state)
+            raise
         learner.publish(params, u + 1)
-        metrics = _local(metrics)
-        t2 = time.perf_counter()
+        if clock is None or u == learner.start:  # the first update of a call compiles: wait for it
+            metrics = _local(metrics)
+            t2 = time.perf_counter()
+            busy = (t2 - t1) / max(t2 - t0, 1e-9)
+            if clock is not None:
+                clock.done, clock.busy = t2, busy
+        else:
+            busy, t2 = clock.after_dispatch(metrics, t1), time.perf_counter()
         *episodes, restarts, lost_here = _job_episodes(rollout)
         size = rollout.traj.reward.size * processes
         size_of[0] = size
@@ -612,7 +614,7 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         env_steps += size
         restarted, lost = restarted + restarts, lost + lost_here
         row = _row(u, (u + 1) * size, env_steps, time.perf_counter() - start, rollout, episodes, metrics,
-                   pool.depth(), t1 - t0, t2 - t1)
+                   pool.depth(), busy)
         if servers is not None:
             lost += _follow_servers(servers, pool, u + 1, (u + 1) * size, on_event)
         row.update({"host/env_restarts": restarted, "host/lost_episodes": lost})
@@ -620,12 +622,78 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
             row["host/scale"] = _autoscale(scaler, pool, row, u + 1, t2 - t0, on_event)
         row["host/actors"] = len(pool.active)
         rows.append(row)
+        if clock is not None and len(rows) % _FETCH_EVERY == 0:  # the run's rows keep floats, not device arrays
+            rows[-_FETCH_EVERY:-1] = fetched_rows(rows[-_FETCH_EVERY:-1])  # done: the newest may still compute
         if on_row is not None:
             on_row(row)
         stopped = on_update(u + 1, params, opt_state, row, rollout.snapshot) if on_update is not None else None
         if stopped is not None:
-            return HostResult(params, opt_state, rows, u + 1, stopped)
-    return HostResult(params, opt_state, rows, learner.num_updates)
+            return HostResult(params, opt_state, fetched_rows(rows), u + 1, stopped)
+    return HostResult(params, opt_state, fetched_rows(rows), learner.num_updates)
+
+
+def _inputs(learner: _Learner, rollout: Rollout, u: int) -> tuple[Any, jax.Array, Any, Any]:
+    """Update ``u``'s ``(inputs, key, step, steps)`` from ``rollout``, where the update takes them."""
+    algorithm = learner.algorithm
+    key, step = fold_in(learner.key, np.uint32(u)), algorithm.counter(u)
+    steps = algorithm.counter(learner.num_updates)
+    if jax.process_count() == 1:
+        traj = algorithm.inputs(rollout)  # a replay in host memory takes them where they are
+        return (traj if algorithm.host_opt_state else jax.device_put(traj, learner.rollout_sharding)), key, step, steps
+    # Every process's rollout is its share of the job's batch (envs axis).
+    traj = jax.tree.map(lambda x: jax.make_array_from_process_local_data(learner.rollout_sharding, x), rollout.traj)
+    return (traj, *_place((key, step, steps), learner.place))
+
+
+def _keep_learned(err: Exception, on_update: OnUpdate | None, u: int, start: int, params: Any, opt_state: Any) -> None:
+    """The run fails at update ``u`` with ``err``: lets the caller keep the updates before it (alone:
+    the other processes of a multi-process run are not at this point to take part in a save). A save
+    that fails too is noted on ``err``, which the caller raises."""
+    if on_update is None or u <= start or jax.process_count() != 1:
+        return
+    try:
+        on_update(u, params, opt_state, None, None)
+    except Exception as save_err:
+        err.add_note(f"the updates before it could not be saved: {type(save_err).__name__}: {save_err}")
+
+
+_FETCH_EVERY = 256
+"""A run's rows fetch their metrics in groups of this many updates (one call)."""
+
+
+class _LagClock:
+    """``host/learner_busy`` when an update's metrics are not waited for: after update ``u`` is
+    dispatched the learner waits for update ``u - 1`` (done before ``u`` starts), and row ``u`` reports
+    that update's share of the time since the one before it was done,
+    ``(done[u-1] - max(arrived[u-1], done[u-2])) / (done[u-1] - done[u-2])`` (``arrived``: its rollout
+    taken from the queue). The first update of a call is waited for (it compiles): its row and the
+    next report its own figure (:attr:`busy`), measured as without this clock."""
+
+    def __init__(self):
+        self.done = 0.0  # when the newest update waited for was done
+        self.busy = 0.0  # that update's figure
+        self._pending: tuple[Any, float] | None = None  # (metrics, arrived) of the update in flight
+
+    def after_dispatch(self, metrics: Any, arrived: float) -> float:
+        pending, self._pending = self._pending, (metrics, arrived)
+        if pending is None:
+            return self.busy
+        jax.block_until_ready(pending[0])
+        now, before = time.perf_counter(), self.done
+        self.done, self.busy = now, (now - max(pending[1], before)) / max(now - before, 1e-9)
+        return self.busy
+
+
+def fetched_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the metrics still on the device as Python floats (one fetch for all of them)."""
+    lazy = [(i, k) for i, row in enumerate(rows) for k, v in row.items() if isinstance(v, jax.Array)]
+    if not lazy:
+        return rows
+    values = jax.device_get([rows[i][k] for i, k in lazy])
+    rows = [dict(row) for row in rows]
+    for (i, k), v in zip(lazy, values):
+        rows[i][k] = float(v)
+    return rows
 
 
 def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, update_s: float,
@@ -720,21 +788,21 @@ def _job_episodes(rollout: Rollout) -> tuple[int, float | None, float | None, in
 
 
 def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: Rollout,
-         episodes: tuple[int, float | None, float | None], metrics: dict, depth: int, learner_wait_s: float,
-         learner_busy_s: float) -> dict[str, Any]:
+         episodes: tuple[int, float | None, float | None], metrics: dict, depth: int,
+         learner_busy: float | None) -> dict[str, Any]:
     """Update ``update``'s row; ``env_steps`` counts the run's, ``steps_here`` and ``elapsed`` this
     call's; ``episodes`` (count, mean return, mean length) those every process's rollout ended, the
-    other ``host/*`` figures this process's."""
+    other ``host/*`` figures this process's. Metrics still on the device stay there (fetched_rows)."""
     p50, p99 = _percentiles(rollout.env_step_s * 1e3, (50, 99))
     busy = rollout.policy_s + float(rollout.env_step_s.sum())
     return {
         "updates": update + 1, "env_steps": env_steps, "episodes": episodes[0],
         "episode_return_mean": episodes[1], "episode_length_mean": episodes[2],
-        **{k: float(v) for k, v in metrics.items()},
+        **{k: v if isinstance(v, jax.Array) else float(v) for k, v in metrics.items()},
         "sps": steps_here / max(elapsed, 1e-9), "wall_time_s": elapsed,
         "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,
         "host/actor_busy": busy / max(rollout.total_s, 1e-9),
-        "host/learner_busy": learner_busy_s / max(learner_busy_s + learner_wait_s, 1e-9),
+        "host/learner_busy": learner_busy,
         "host/env_step_p50_ms": float(p50), "host/env_step_p99_ms": float(p99),
     }
 

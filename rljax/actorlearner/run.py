@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from rljax.actorlearner.engine import EnvSnapshot
-from rljax.actorlearner.learner import HostOptions, HostResult, num_updates, steps_per_update, train_host
+from rljax.actorlearner.learner import HostOptions, HostResult, fetched_rows, num_updates, steps_per_update, train_host
 from rljax.agents.impala import IMPALAConfig
 from rljax.agents.ppo import PPOConfig
 from rljax.env import is_discrete
@@ -64,8 +64,9 @@ HOST_SAVED_FIELDS = ("num_actors", "max_policy_lag", "queue_size", "rollout_time
                      "initial_priority", "replay", "frames_per_item")
 """The :class:`HostOptions` a run records (``host`` in its manifest and checkpoints) and a resume keeps."""
 
-STATE_LAYOUT_FIELDS = ("replay", "frames_per_item")
-"""The :class:`HostOptions` that shape the learner's saved state: a resume may not change them."""
+STATE_LAYOUT_FIELDS = ("replay",)
+"""The :class:`HostOptions` that shape the learner's saved state: a resume may not change them (a
+replay in host memory resumed with another ``frames_per_item`` has its frame ring laid out anew)."""
 
 
 def updates_per_chunk(config: PPOConfig | IMPALAConfig) -> int:
@@ -184,6 +185,39 @@ def saved_host(run_dir: str | pathlib.Path, base: HostOptions = HostOptions()) -
     return dataclasses.replace(base, **{k: v for k, v in (saved or {}).items() if k in HOST_SAVED_FIELDS})
 
 
+def _ring_adapter(template: dict[str, Any]) -> Callable[[list[np.ndarray], dict], list[np.ndarray]] | None:
+    """A restore's ``adapt`` for a replay in host memory whose frame ring was saved at another size
+    (another ``frames_per_item``): it lays the saved ring out as the template's
+    (:func:`~rljax.actorlearner.hostreplay.relaid_ring`). None when the state has no frame ring."""
+    import jax
+
+    from rljax.store.checkpoint import LayoutError
+
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]
+    if "['opt_state']['store']" not in paths:
+        return None
+    index = {path: i for i, path in enumerate(paths)}
+    frames = template["opt_state"]["store"].shape[0]
+
+    def adapt(leaves: list[np.ndarray], meta: dict) -> list[np.ndarray]:
+        from rljax.actorlearner.hostreplay import relaid_ring
+
+        store = index["['opt_state']['store']"]
+        if len(leaves) != len(paths) or leaves[store].shape[0] == frames:
+            return leaves
+        saved = {"store": leaves[store], "counters": leaves[index["['opt_state']['counters']"]],
+                 "fields": {"oldest_frame": leaves[index["['opt_state']['fields']['oldest_frame']"]]}}
+        try:
+            ring = relaid_ring(saved, frames)
+        except ValueError as err:
+            saved_as = (meta.get("host") or {}).get("frames_per_item")
+            raise LayoutError(f"cannot lay the replay saved with frames_per_item={saved_as!r} out in a ring of "
+                              f"{frames:,} frames: {err}") from err
+        return [ring if i == store else leaf for i, leaf in enumerate(leaves)]
+
+    return adapt
+
+
 class _Session:
     """The run directory's side of a host run: its tracker and checkpointer, opened by :meth:`begin`
     (once the learner's fresh state exists), fed by :meth:`after_update`."""
@@ -221,7 +255,8 @@ class _Session:
         if options.resume and self.checkpointer.steps():
             self._check_resumable()
             try:
-                state, meta, _ = self.checkpointer.restore({"params": params, "opt_state": opt_state})
+                template = {"params": params, "opt_state": opt_state}
+                state, meta, _ = self.checkpointer.restore(template, adapt=_ring_adapter(template))
             except NoCheckpointError as err:
                 # Checkpoints the same config and layout wrote, none of which restores: never start over
                 # (that would write over the run); say so.
@@ -360,6 +395,7 @@ class _Session:
     def _end_chunk(self, params: Any, opt_state: Any, envs: EnvSnapshot | None, force: bool,
                    last: bool = False) -> None:
         """Logs the chunk of :attr:`lines` and saves it when due (or ``force``)."""
+        self.lines = fetched_rows(self.lines)
         wall = self.lines[-1]["wall_time_s"]
         chunk_row = _chunk_row(self.lines, wall, self.chunk_wall, self.per_update)
         self.rows = group_rows(self.lines, self.log_every, self.chunk_wall, self.per_update)

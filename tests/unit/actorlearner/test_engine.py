@@ -134,6 +134,34 @@ def test_the_schedule_hands_out_each_rollout_once():
     assert sorted(got) == list(range(200))
 
 
+def test_a_store_that_keeps_two_versions_hands_out_the_newest_computed_one(monkeypatch):
+    """The learner publishes an update's params before they are computed; an actor allowed the older
+    version acts with it rather than wait for the update, and one that needs the newest waits for it."""
+    from rljax.actorlearner import engine
+
+    monkeypatch.setattr(engine, "_computed", lambda params: params != "in flight")
+    stop = threading.Event()
+    store = ParamStore("v0", 0, keep=2)
+    store.publish("in flight", 1)
+    assert store.wait_for(0, stop) == ("v0", 0)
+    assert store.wait_for(1, stop) == ("in flight", 1)  # the only one it may act with
+    store.publish("v2", 2)  # version 0 leaves; the newest is computed
+    assert store.wait_for(1, stop) == ("v2", 2)
+    single = ParamStore("v0", 0)
+    single.publish("in flight", 1)
+    assert single.wait_for(0, stop) == ("in flight", 1)  # keep=1 (no lag): the newest, always
+    with pytest.raises(ValueError, match="keep=3"):
+        ParamStore("v0", 0, keep=3)
+
+
+def test_computed_params_are_told_from_those_still_computing():
+    from rljax.actorlearner.engine import _computed
+
+    x = jax.numpy.ones(3)
+    x.block_until_ready()
+    assert _computed({"w": x, "step": 3}) and _computed("params")
+
+
 def test_a_stopped_store_wait_returns_none():
     stop = threading.Event()
     stop.set()

@@ -4,6 +4,8 @@ replay's samples for the same key, and a run with host replay the same bits as o
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -153,6 +155,69 @@ def test_a_frame_ring_too_small_for_what_the_streams_share_is_refused_by_name():
             replay.add(item(False), num_envs=1)
 
 
+def test_an_add_the_frame_ring_refuses_leaves_the_buffer_as_it_was(monkeypatch):
+    """A full buffer of items that share frames, then rollouts of 5 items that share none: the ring
+    fills with live frames and refuses a rollout part way through. The buffer then reads back the
+    items it held before the call, the ones the call had overwritten included, with the same counters."""
+    rng = np.random.default_rng(1)
+    example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
+                         discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(True))
+    monkeypatch.setattr(HostReplay, "CHECK_AFTER", 1)  # a ring of 2 * 100 + 512 frames, not 2,560
+    replay = HostReplay(example, capacity=100, n_step=1, frames_per_item=2.0)
+    replay.CHECK_AFTER = 10**9  # and no early check: the late overflow this is about
+    stack = list(rng.integers(0, 256, (K + 1, *FRAME), np.uint8))
+
+    def rollout(count: int, shared: bool) -> ReplayItem:
+        if shared:
+            stack.extend(rng.integers(0, 256, (count, *FRAME), np.uint8))
+            obs = np.stack([np.stack(stack[-K - 1 - i:len(stack) - 1 - i], -1) for i in reversed(range(count))])
+            nxt = np.stack([np.stack(stack[-K - i:len(stack) - i], -1) for i in reversed(range(count))])
+        else:
+            obs, nxt = rng.integers(0, 256, (2, count, *FRAME, K), np.uint8)
+        return ReplayItem(obs=obs, action=rng.integers(0, 2, count).astype(np.int32),
+                          reward=rng.random(count).astype(np.float32), discount=np.ones(count, np.float32),
+                          next_obs=nxt, valid=np.ones(count, bool))
+
+    for _ in range(30):
+        replay.add(rollout(5, shared=True), num_envs=1)
+    assert replay.size == 100 and replay.written < 200
+    failed = 0
+    for _ in range(40):
+        before = replay.gather(np.arange(100))
+        counters = (replay.cursor, replay.size, replay.added, replay.written)
+        try:
+            replay.add(rollout(20, shared=False), num_envs=1)
+        except RuntimeError:
+            failed += 1
+            assert (replay.cursor, replay.size, replay.added, replay.written) == counters
+            after = replay.gather(np.arange(100))
+            for name in ReplayItem._fields:
+                np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+    assert failed > 20  # full of live frames: every rollout after the first refused is refused too
+
+
+@pytest.mark.parametrize("frames_per_item", [1.0, 4.0])
+def test_a_ring_laid_out_at_another_size_reads_back_the_same_items(monkeypatch, frames_per_item):
+    from rljax.actorlearner.hostreplay import relaid_ring
+
+    monkeypatch.setattr(HostReplay, "CHECK_AFTER", 1)  # rings of 97 * frames_per_item + 512 frames
+    rollouts = _items(num_envs=2, steps=300, n=3)
+    example = jax.tree.map(lambda x: x[0], rollouts[0])
+    replay, other = (HostReplay(example, capacity=97, n_step=3, frames_per_item=f) for f in (1.5, frames_per_item))
+    replay.CHECK_AFTER = 10**9  # no check of the sharing (the streams' first stacks, written an item)
+    for items in rollouts:
+        replay.add(items, num_envs=2)
+    assert other.num_frames != replay.num_frames
+    state = replay.state()
+    other.load({**state, "store": relaid_ring(state, other.num_frames)})
+    want, got = replay.gather(np.arange(97)), other.gather(np.arange(97))
+    for name in ReplayItem._fields:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    live = replay.written - int(replay.fields["oldest_frame"].min())
+    with pytest.raises(ValueError, match=rf"live items read {live:,} frames, more than a ring of {live - 1:,}"):
+        relaid_ring(state, live - 1)
+
+
 def test_an_atari_item_takes_under_a_quarter_of_its_plain_size():
     obs = np.zeros((84, 84, 4), np.uint8)
     example = ReplayItem(obs=obs, action=np.int32(0), reward=np.float32(0), discount=np.float32(0), next_obs=obs,
@@ -175,7 +240,7 @@ def test_uint8_channels_that_share_no_frames_are_refused_as_frames_and_stored_as
     with pytest.raises(ValueError, match=r"do not share frames .* frames_per_item=0 \(--frames-per-item 0\)"):
         for batch in batches:
             framed.add(batch, num_envs=8)
-    assert framed.added == 256
+    assert framed.added == 3 * 64  # the batch that crossed the check left out: the buffer as before it
     replay = HostReplay(example, capacity=300, n_step=1, frames_per_item=0)
     assert not replay.frames and replay.nbytes == 300 * (2 * 400 + 13)
     for batch in batches[:4]:
@@ -264,3 +329,46 @@ def test_a_run_with_host_replay_resumes_to_the_same_bits_its_replay_checkpointed
             for state in (whole.opt_state, resumed.opt_state)]
     for name in ReplayItem._fields:
         np.testing.assert_array_equal(read[0][name], read[1][name], err_msg=name)
+
+
+class Unsharing(FrameEnv):
+    """:class:`FrameEnv` whose observations stop sharing frames after ``switch_at`` steps (four new
+    random frames each step)."""
+
+    def __init__(self, num_envs: int, switch_at: int):
+        super().__init__(num_envs)
+        self.steps, self.switch_at = 0, switch_at
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        step = super().step(actions)
+        self.steps += 1
+        if self.steps <= self.switch_at:
+            return step
+        shape = (self.spec.num_envs, *FRAME, K)
+        self.obs = self.rng.integers(0, 256, shape, np.uint8)
+        return step._replace(obs=self.obs.copy(), final_obs=self.rng.integers(0, 256, shape, np.uint8))
+
+
+def test_a_frame_ring_that_fills_late_in_a_run_saves_the_updates_before_it(tmp_path):
+    """The observations share frames for 200 steps, then none: the ring refuses update u's rollout, the
+    run saves updates 1..u-1 with their replay (as it was before the refused rollout) and stops with
+    the ring's error; the run resumes from that checkpoint."""
+    from rljax.actorlearner.run import run_host
+    from rljax.store.checkpoint import Checkpointer
+    from rljax.training.options import RunOptions
+
+    config = DQNConfig(env="frames", num_envs=2, num_steps=5, total_timesteps=2 * 5 * 100, learning_starts=30,
+                       batch_size=8, buffer_size=1000, hidden_sizes=(8,), cnn_channels=(2,), gradient_steps=1)
+    layout = HostOptions(max_policy_lag=0, replay="host")
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="frame ring .* would overwrite a frame that a live item still reads"):
+        run_host(config, RunOptions(run_dir=run, quiet=True, checkpoint_interval_s=1e9), layout,
+                 make_env=lambda a: Unsharing(2, switch_at=200))
+    saved = Checkpointer(run, read_only=True).steps()
+    assert len(saved) == 1 and 200 < saved[0] < 2 * 5 * 100
+    with pytest.raises(RuntimeError, match="frame ring"):  # the same ring: still full of live frames
+        run_host(config, RunOptions(run_dir=run, resume=True, quiet=True), layout, make_env=lambda a: FrameEnv(2))
+    saved = Checkpointer(run, read_only=True).steps()  # and what it learned before failing again
+    bigger = dataclasses.replace(layout, frames_per_item=4.0)  # the error's advice: the ring laid out anew
+    resumed = run_host(config, RunOptions(run_dir=run, resume=True, quiet=True), bigger, make_env=lambda a: FrameEnv(2))
+    assert resumed.updates == 100 and resumed.rows[0]["env_steps"] == saved[-1] + 10

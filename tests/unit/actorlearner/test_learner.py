@@ -4,6 +4,7 @@ layouts and configs are refused."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -46,13 +47,46 @@ def test_the_synchronous_mode_is_deterministic_and_a_served_env_gives_the_same_b
     _same(a.rows, served.rows)
 
 
-def test_the_lag_learned_from_stays_within_its_bound():
+@pytest.mark.parametrize("fetch_every", [256, 2])
+def test_the_lag_learned_from_stays_within_its_bound(monkeypatch, fetch_every):
+    """Also: the rows a run returns hold floats, whether fetched in groups while it runs or at its end."""
+    from rljax.actorlearner import learner
+
+    monkeypatch.setattr(learner, "_FETCH_EVERY", fetch_every)
     rows = train_host(SMALL, _gym(SMALL), HostOptions(num_actors=2, max_policy_lag=1)).rows
     assert len(rows) == 6 and {r["host/policy_lag"] for r in rows} <= {0, 1}
     assert {r["host/actor"] for r in rows} <= {0, 1} and sum(r["episodes"] for r in rows) > 0
     for r in rows:
         assert 0 <= r["host/actor_busy"] <= 1 and 0 <= r["host/learner_busy"] <= 1
         assert 0 < r["host/env_step_p50_ms"] <= r["host/env_step_p99_ms"]
+        assert type(r["value_loss"]) is float and np.isfinite(r["value_loss"])
+
+
+def test_rows_keep_metrics_on_the_device_only_until_fetched():
+    from rljax.actorlearner.learner import fetched_rows
+
+    rows = [{"loss": jax.numpy.float32(0.5), "epsilon": 0.25, "lag": 1}, {"loss": jax.numpy.asarray(1.5)}]
+    got = fetched_rows(rows)
+    assert got == [{"loss": 0.5, "epsilon": 0.25, "lag": 1}, {"loss": 1.5}]
+    assert type(got[0]["loss"]) is float and type(got[0]["lag"]) is int
+    assert isinstance(rows[0]["loss"], jax.Array)  # a new list: the caller's rows are left as they were
+    plain = [{"loss": 0.5}]
+    assert fetched_rows(plain) is plain
+
+
+def test_the_busy_figure_of_the_update_before_when_the_learner_does_not_wait(monkeypatch):
+    """Hand-timed: after update u is dispatched the clock waits for update u - 1 and reports its share
+    of the time since update u - 2 was done: (done[u-1] - max(arrived[u-1], done[u-2])) / (done[u-1] - done[u-2])."""
+    from rljax.actorlearner import learner
+
+    clock = learner._LagClock()
+    clock.done, clock.busy = 10.0, 0.5  # the first update, waited for: done at 10 s, busy 0.5
+    metrics = {"loss": jax.numpy.zeros(())}
+    assert clock.after_dispatch(metrics, arrived=11.0) == 0.5  # the second update's row: the first's figure
+    monkeypatch.setattr(learner.time, "perf_counter", lambda: 14.0)
+    assert clock.after_dispatch(metrics, arrived=15.0) == pytest.approx((14 - 11) / (14 - 10))
+    monkeypatch.setattr(learner.time, "perf_counter", lambda: 20.0)  # its rollout came after update 2 was done
+    assert clock.after_dispatch(metrics, arrived=21.0) == pytest.approx((20 - 15) / (20 - 14))
 
 
 def test_it_learns_cartpole_with_a_lagged_policy():
