@@ -7,9 +7,10 @@ Both run SB3's SAC configuration (RL Zoo's for MuJoCo): one env, one gradient st
 env step, 256x256 ReLU actor and critics, Adam 3e-4, gamma 0.99, tau 0.005, a learned temperature
 (initial 1, target entropy -dim(A)), a 1e6 replay, ``--learning-starts`` uniform steps first; rljax
 with no gradient clipping (SB3 has none) and log-std bounds -20..2 (SB3's). rljax's layouts: the
-synchronous loop (``--max-policy-lag 0``) and the pipelined one (lag 1: the actor steps the env while
-the learner updates), each at ``--num-steps 1`` (an update per env step) and, with ``--chunk 8``,
-8 env steps and 8 gradient steps an update (the same replay ratio).
+synchronous loop (``lag0``: ``--max-policy-lag 0``) and the pipelined one (``lag1``: the actor steps the
+env while the learner updates) at ``--num-steps 1`` (an update per env step), and ``lag1-chunk8``: 8 env
+steps and 8 gradient steps an update (the same replay ratio). ``--sb3-chunk8`` adds SB3 in that layout
+(``train_freq=8, gradient_steps=8``), and the chunked layout's ratio to it ("same layout").
 
 Speed (default): ``--rounds`` interleaved rounds of each layout and SB3, each ``--steps`` env steps in
 a fresh process; env steps/s from the first env step after ``learning_starts + 500`` to the last
@@ -92,8 +93,10 @@ def sb3_worker(args: argparse.Namespace) -> dict:
             return True
 
     start = time.perf_counter()
+    chunk = 8 if args.worker.endswith("chunk8") else 1
     model = SAC("MlpPolicy", gym.make(args.env), learning_starts=args.learning_starts, batch_size=256,
-                buffer_size=1_000_000, learning_rate=3e-4, gamma=0.99, tau=0.005, train_freq=1, gradient_steps=1,
+                buffer_size=1_000_000, learning_rate=3e-4, gamma=0.99, tau=0.005, train_freq=chunk,
+                gradient_steps=chunk,
                 policy_kwargs=dict(net_arch=[256, 256]), seed=args.seed, device="cpu", verbose=0)
     clock = Clock()
     model.learn(total_timesteps=args.steps, callback=clock)
@@ -121,7 +124,7 @@ def greedy_return(act, env_id: str, episodes: int = 10) -> float:
 
 
 def _child(args: argparse.Namespace, who: str, seed: int) -> dict:
-    python = args.sb3_python if who == "sb3" else sys.executable
+    python = args.sb3_python if who.startswith("sb3") else sys.executable
     flags = ["--env", args.env, "--steps", str(args.steps), "--learning-starts", str(args.learning_starts),
              "--seed", str(seed), *(["--learn"] if args.learn else [])]
     done = subprocess.run([python, "-m", "benchmarks.host_sac", "--worker", who, *flags], capture_output=True,
@@ -142,10 +145,12 @@ def main() -> None:
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"rljax layouts among {', '.join(LAYOUTS)}")
     ap.add_argument("--learn", action="store_true", help="train --steps per seed and report the greedy returns")
     ap.add_argument("--sb3-python", help="a Python with stable-baselines3 and gymnasium[mujoco]")
+    ap.add_argument("--sb3-chunk8", action="store_true",
+                    help="also SB3 with train_freq=8, gradient_steps=8 (the layout of rljax's lag1-chunk8)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        if args.worker == "sb3":
+        if args.worker.startswith("sb3"):
             out = sb3_worker(args)
         else:
             out = rljax_worker(args.worker, args)
@@ -154,7 +159,8 @@ def main() -> None:
     from benchmarks.bench_vmap import cpu_model
 
     layouts = [layout for layout in args.layouts.split(",") if layout]
-    sides = [*layouts, *(["sb3"] if args.sb3_python else [])]
+    sb3 = ["sb3", *(["sb3-chunk8"] if args.sb3_chunk8 else [])] if args.sb3_python else []
+    sides = [*layouts, *sb3]
     runs = [int(s) for s in args.seeds.split(",")] if args.learn else [args.seed] * args.rounds
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for seed in runs:
@@ -164,16 +170,19 @@ def main() -> None:
         if "sb3" in results:
             for side in sides:
                 results[side][-1]["ratio"] = results[side][-1]["sps"] / results["sb3"][-1]["sps"]
+                twin = "sb3-chunk8" if side.endswith("chunk8") else "sb3"
+                if twin in results:
+                    results[side][-1]["same"] = results[side][-1]["sps"] / results[twin][-1]["sps"]
     what = f"{len(runs)} seeds" if args.learn else f"medians of {args.rounds} interleaved rounds"
     print(f"SAC on {args.env}, {args.steps:,} env steps ({args.learning_starts:,} uniform first); {what}; "
           f"{cpu_model()}, {os.cpu_count()} cores")
     returns_column = " greedy return (mean ± sd over seeds) |" if args.learn else ""
-    print("| side | env steps/s | vs SB3 | wall s |" + returns_column)
-    print("|---|---|---|---|" + ("---|" if args.learn else ""))
+    print("| side | env steps/s | vs SB3 | vs SB3, same layout | wall s |" + returns_column)
+    print("|---|---|---|---|---|" + ("---|" if args.learn else ""))
     for side, rs in results.items():
         med = {k: statistics.median(r[k] for r in rs) for k in ("sps", "wall_s")}
-        ratio = f"{statistics.median(r['ratio'] for r in rs):.2f}x" if "ratio" in rs[0] else "-"
-        line = f"| {side} | {med['sps']:,.0f} | {ratio} | {med['wall_s']:,.0f} |"
+        ratio, same = (f"{statistics.median(r[k] for r in rs):.2f}x" if k in rs[0] else "-" for k in ("ratio", "same"))
+        line = f"| {side} | {med['sps']:,.0f} | {ratio} | {same} | {med['wall_s']:,.0f} |"
         if args.learn:
             returns = [r["return"] for r in rs]
             line += f" {np.mean(returns):,.0f} ± {np.std(returns):,.0f} ({', '.join(f'{x:,.0f}' for x in returns)}) |"

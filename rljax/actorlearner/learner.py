@@ -605,6 +605,7 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
             if clock is not None:
                 clock.done, clock.busy = t2, busy
         else:
+            metrics = _deferred(metrics)
             busy, t2 = clock.after_dispatch(metrics, t1), time.perf_counter()
         *episodes, restarts, lost_here = _job_episodes(rollout)
         size = rollout.traj.reward.size * processes
@@ -684,16 +685,61 @@ class _LagClock:
         return self.busy
 
 
+class Deferred(NamedTuple):
+    """A metric still on the device: element ``index`` of ``values``, a vector holding an update's
+    metrics of one dtype (:func:`_deferred`: one transfer fetches them all)."""
+
+    values: jax.Array
+    index: int
+
+
+@jax.jit
+def _stacked(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    by_dtype: dict[str, list[jax.Array]] = {}
+    for name in sorted(metrics):
+        by_dtype.setdefault(str(metrics[name].dtype), []).append(metrics[name].reshape(()))
+    return {dtype: jnp.stack(values) for dtype, values in by_dtype.items()}
+
+
+def _deferred(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with the device arrays as :class:`Deferred` elements of one vector per dtype (one
+    compiled call), other values as they are."""
+    arrays = {k: v for k, v in metrics.items() if isinstance(v, jax.Array)}
+    if not arrays:
+        return metrics
+    stacked, seen = _stacked(arrays), {}
+    out = dict(metrics)
+    for k in sorted(arrays):  # the order _stacked stacks them in
+        dtype = str(arrays[k].dtype)
+        seen[dtype] = seen.get(dtype, -1) + 1
+        out[k] = Deferred(stacked[dtype], seen[dtype])
+    return out
+
+
 def fetched_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` with the metrics still on the device as Python floats (one fetch for all of them)."""
-    lazy = [(i, k) for i, row in enumerate(rows) for k, v in row.items() if isinstance(v, jax.Array)]
-    if not lazy:
+    """``rows`` with the metrics still on the device (device arrays, :class:`Deferred` elements) as
+    Python floats (one fetch for all of them); a new list when there were any."""
+    arrays = {}
+    for row in rows:
+        for v in row.values():
+            if isinstance(v, (jax.Array, Deferred)):
+                a = v.values if isinstance(v, Deferred) else v
+                arrays[id(a)] = a
+    if not arrays:
         return rows
-    values = jax.device_get([rows[i][k] for i, k in lazy])
-    rows = [dict(row) for row in rows]
-    for (i, k), v in zip(lazy, values):
-        rows[i][k] = float(v)
-    return rows
+    # On the CPU an array's numpy view costs ~1.5 us, device_get's ~13 us an array; elsewhere device_get
+    # starts every transfer before it waits for any.
+    devices = list(arrays.values())
+    on_cpu = next(iter(devices[0].devices())).platform == "cpu"
+    fetched = [np.asarray(a) for a in devices] if on_cpu else jax.device_get(devices)
+    host = {key: np.asarray(h, np.float64).reshape(-1).tolist() for key, h in zip(arrays, fetched)}
+
+    def value(v: Any) -> Any:
+        if isinstance(v, Deferred):
+            return host[id(v.values)][v.index]
+        return host[id(v)][0] if isinstance(v, jax.Array) else v
+
+    return [{k: value(v) for k, v in row.items()} for row in rows]
 
 
 def _autoscale(scaler: Any, pool: ActorPool, row: dict[str, Any], updates: int, update_s: float,
@@ -798,7 +844,7 @@ def _row(update: int, env_steps: int, steps_here: int, elapsed: float, rollout: 
     return {
         "updates": update + 1, "env_steps": env_steps, "episodes": episodes[0],
         "episode_return_mean": episodes[1], "episode_length_mean": episodes[2],
-        **{k: v if isinstance(v, jax.Array) else float(v) for k, v in metrics.items()},
+        **{k: v if isinstance(v, (jax.Array, Deferred)) else float(v) for k, v in metrics.items()},
         "sps": steps_here / max(elapsed, 1e-9), "wall_time_s": elapsed,
         "host/policy_lag": update - rollout.version, "host/queue_depth": depth, "host/actor": rollout.actor,
         "host/actor_busy": busy / max(rollout.total_s, 1e-9),
