@@ -156,40 +156,6 @@ class HostAlgorithm:
     host_opt_state: bool = False
 
 
-class SpecEnv:
-    """The env-like view of a :class:`~rljax.host.base.HostSpec` that agents are built from: its
-    spaces, a ``reset`` whose observation has the declared shape and dtype, and a ``step`` that is a
-    shape template only (traced: zeros, ending nothing; with concrete values a ``TypeError``: host
-    envs step on the host)."""
-
-    default_params = None
-
-    def __init__(self, spec: Any, name: str = "the host envs"):
-        self.spec, self.name = spec, name  # the name is what errors call them (e.g. config.env)
-
-    def reset(self, key: Any, params: Any = None) -> tuple[Any, None]:
-        import jax.numpy as jnp
-
-        return jnp.zeros(self.spec.obs_shape, self.spec.obs_dtype), None
-
-    def step(self, key: Any, state: Any, action: Any, params: Any = None) -> Any:
-        import jax.numpy as jnp
-
-        if not isinstance(action, jax.core.Tracer):
-            raise TypeError("host envs are stepped on the host, by the actors, not in JAX")
-        obs, state = self.reset(key)
-        return obs, state, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False), {}
-
-    def observation_space(self, params: Any = None) -> Any:
-        return self.spec.observation_space
-
-    def action_space(self, params: Any = None) -> Any:
-        from rljax.env import Discrete, is_discrete
-
-        space = self.spec.action_space  # a Gymnasium int64 Discrete as JAX computes it without x64 (int32)
-        return Discrete(space.n) if is_discrete(space) and np.dtype(space.dtype) == np.int64 else space
-
-
 class ParamStore:
     """The newest params and their version, and with ``keep=2`` the version before; actors wait here for
     a version they may act with.

@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, HostAlgorithm, ParamStore, RestartPolicy,
-                                       Rollout, Schedule, SpecEnv, close_envs, fold_in)
+                                       Rollout, Schedule, close_envs, fold_in)
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.actorlearner.offpolicy import INITIAL_PRIORITIES, REPLAYS, offpolicy_algorithm
@@ -48,6 +48,7 @@ from rljax.env import Box
 from rljax.runtime import distributed
 from rljax.runtime.devices import AXIS
 from rljax.host.base import HostEnv, HostSpec
+from rljax.host.spaces import HostEnvSpaces
 
 __all__ = ["HostOptions", "HostResult", "host_algorithm", "host_functions", "job_learner_devices", "learner_shardings",
            "num_updates",
@@ -221,7 +222,7 @@ def host_functions(config: PPOConfig | IMPALAConfig, spec: HostSpec, learner_dev
     (:func:`learner_shardings`), gradients averaged.
     """
     name = "IMPALA" if isinstance(config, IMPALAConfig) else "PPO"
-    network = actor_critic_network(config, SpecEnv(spec), None, name)
+    network = actor_critic_network(config, HostEnvSpaces.of(spec), None, name)
     apply_fn, hyper = network.apply, config.hyperparams()
 
     def policy(params: Any, obs: Any, key: jax.Array, step: Any) -> tuple[jax.Array, jax.Array]:

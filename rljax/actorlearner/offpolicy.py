@@ -32,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.actorlearner.engine import Finisher, HostAlgorithm, SpecEnv
+from rljax.actorlearner.engine import Finisher, HostAlgorithm
+from rljax.host.spaces import HostEnvSpaces
 from rljax.agents.base import observation_normalizer
 from rljax.actorlearner.hostreplay import HostReplay, sample_indices
 from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyProgram, Presampled, ReplayItem, n_step_items,
@@ -60,7 +61,7 @@ def offpolicy_program(config: OffPolicyConfig, spec: HostSpec) -> OffPolicyProgr
     algorithm's action-space rule applies: DQN refuses a Box, SAC a Discrete)."""
     from rljax.agents import build_agent
 
-    agent = build_agent(config, SpecEnv(spec, config.env), None, None)
+    agent = build_agent(config, HostEnvSpaces.of(spec, config.env), None, None)
     if agent.offpolicy is None:
         raise TypeError(f"{type(config).__name__} is not built on the off-policy skeleton")
     return agent.offpolicy

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.actorlearner.engine import HostAlgorithm, SpecEnv
+from rljax.actorlearner.engine import HostAlgorithm
+from rljax.host.spaces import HostEnvSpaces
 from rljax.core.counters import Count
 from rljax.host.base import HostSpec
 
@@ -39,7 +40,7 @@ def onpolicy_algorithm(config: Any, spec: HostSpec, num_updates: int) -> HostAlg
     """
     from rljax.agents import build_agent
 
-    agent = build_agent(config, SpecEnv(spec, config.env), None, None)
+    agent = build_agent(config, HostEnvSpaces.of(spec, config.env), None, None)
     program = agent.onpolicy
     name = type(config).__name__.removesuffix("Config")
     if program is None:
