@@ -112,6 +112,7 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
     run_dir = options.run_dir
     if options.video_interval:
         raise ValueError(no_videos_while_training(config.env, options.video_interval))
+    _refuse_compiled_only(config)
     if options.resume and (run_dir is None or not pathlib.Path(run_dir).is_dir()):
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     servers = None
@@ -153,6 +154,27 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
             if several:  # a collective failed because a peer died: say so
                 distributed.raise_if_peer_failure(err)
             raise
+
+
+COMPILED_ONLY_FIELDS = {
+    "env_kwargs": "host envs are made from their name alone: register a Gymnasium id with those arguments, or "
+                  "pass run_host(make_env=...) from Python",
+    "env_params": "host envs have no JAX env params to override",
+    "eval_interval": "evaluate the saved policy on host envs with rljax eval RUN_DIR or rljax.policy.evaluate",
+    "on_nonfinite": "a host run stops on NaN/inf (a checkpoint refuses them); only 'stop' applies",
+}
+"""Config fields that act on the compiled (JAX-env) loop only, and what to do instead on host envs."""
+
+
+def _refuse_compiled_only(config: Any) -> None:
+    """A ``ValueError`` naming each :data:`COMPILED_ONLY_FIELDS` field ``config`` sets to other than its
+    default: the actor-learner path does not act on them, and a run must not ignore them silently."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    unused = [f"{name}={getattr(config, name)!r}: {why}" for name, why in COMPILED_ONLY_FIELDS.items()
+              if name in defaults and getattr(config, name) != defaults[name]]
+    if unused:
+        raise ValueError(f"{config.env} trains on the actor-learner path, which does not act on these fields: "
+                         f"{'; '.join(unused)}")
 
 
 def _env_source(config: Any) -> tuple[Any, Callable[[int], HostEnv]]:

@@ -399,3 +399,20 @@ def test_video_interval_is_refused_before_anything_is_written(tmp_path):
                                          r"videos while it trains; record .* `rljax eval RUN_DIR --video FILE.gif`"):
         run_host(config, RunOptions(run_dir=str(tmp_path / "run"), video_interval=100))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("env_kwargs", ("g=9.81",), r"env_kwargs=\('g=9.81',\): host envs are made from their name alone"),
+    ("env_params", ("max_speed=9",), r"env_params=\('max_speed=9',\): host envs have no JAX env params"),
+    ("eval_interval", 2, r"eval_interval=2: evaluate the saved policy on host envs with rljax eval"),
+    ("on_nonfinite", "rollback", r"on_nonfinite='rollback': a host run stops on NaN/inf"),
+])
+def test_fields_only_the_compiled_loop_acts_on_are_refused_by_name(tmp_path, field, value, says):
+    from rljax.agents.sac import SACConfig
+
+    config = SACConfig(env="gymnasium/Pendulum-v1", num_envs=1, **{field: value})
+    with pytest.raises(ValueError, match=r"gymnasium/Pendulum-v1 trains on the actor-learner path, which does not "
+                                         r"act on these fields: " + says):
+        run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True))
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
