@@ -35,7 +35,8 @@ from rljax.core.rollout import Transition
 from rljax.host.base import HostEnv
 
 __all__ = ["Actor", "ActorFailedError", "ActorPool", "EnvFailure", "EnvsGone", "EnvSnapshot", "Finisher",
-           "HostAlgorithm", "ParamStore", "RestartPolicy", "Rollout", "RolloutTimeoutError", "Schedule", "close_envs"]
+           "HostAlgorithm", "ParamStore", "RestartPolicy", "Rollout", "RolloutTimeoutError", "Schedule", "close_envs",
+           "computed"]
 
 
 fold_in = jax.jit(jax.random.fold_in)
@@ -191,10 +192,10 @@ class ParamStore:
                     return None
                 self._cond.wait(poll_s)
             allowed = [pv for pv in self._versions if pv[1] >= version]
-            return next((pv for pv in reversed(allowed) if _computed(pv[0])), allowed[0])
+            return next((pv for pv in reversed(allowed) if computed(pv[0])), allowed[0])
 
 
-def _computed(tree: Any) -> bool:
+def computed(tree: Any) -> bool:
     """Whether every array of ``tree`` holds its value (not an update still running); other leaves are."""
     return all(x.is_ready() for x in jax.tree.leaves(tree) if isinstance(x, jax.Array))
 

@@ -128,7 +128,6 @@ class HostReplay:
         self.cursor = self.size = self.added = self.written = 0  # slot, filled, items and frames ever
         self._streams: dict[Any, _Stream] = {}
         self._live_min: collections.deque = collections.deque()  # (item number, oldest frame), increasing
-        self._floor = 0  # the oldest frame a live item read when the current add began
 
     @property
     def nbytes(self) -> int:
@@ -142,38 +141,32 @@ class HostReplay:
 
     def add(self, items: Any, num_envs: int, actor: int = 0) -> None:
         """Adds ``items`` (numpy-convertible, ``[T * num_envs]`` in time-major order, as an actor makes
-        them) collected by ``actor``; env ``e``'s items are the stream ``(actor, e)``."""
+        them) collected by ``actor``; env ``e``'s items are the stream ``(actor, e)``. A call refused
+        part way (a full frame ring, frames that are not shared) keeps the items before the refused
+        one, each whole, and the buffer stays one a checkpoint can save."""
         items = jax.tree.map(np.asarray, items)
         count = items.reward.shape[0]
-        counters = (self.cursor, self.size, self.added, self.written)
-        slots = (self.cursor + np.arange(count)) % self.capacity
-        before = {name: field[slots] for name, field in self.fields.items()} if self.frames else None  # copies
-        for name in ("action", "reward", "discount", "valid"):
-            self.fields[name][slots] = getattr(items, name)
         if not self.frames:
-            self.fields["obs"][slots], self.fields["next_obs"][slots] = items.obs, items.next_obs
+            slots = (self.cursor + np.arange(count)) % self.capacity
+            for name in ("action", "reward", "discount", "valid", "obs", "next_obs"):
+                self.fields[name][slots] = getattr(items, name)
             self.added += count
-        else:
-            try:
-                self._add_all_frames(slots, items, num_envs, actor)
-            except Exception:  # the buffer as it was before this call: a checkpoint can still save it
-                for name, values in before.items():
-                    self.fields[name][slots] = values
-                self.load(self.state(counters=counters))
-                raise
-        self.cursor = int((self.cursor + count) % self.capacity)
-        self.size = min(self.size + count, self.capacity)
-
-    def _add_all_frames(self, slots: np.ndarray, items: Any, num_envs: int, actor: int) -> None:
-        # The frames of the items this call overwrites stay until it returns (_write): were it to fail,
-        # the buffer goes back to what it was, those items included.
-        self._floor = self._live_min[0][1] if self._live_min else self.written
+            self._advance(count)
+            return
         checked = self.added >= self.CHECK_AFTER
-        for i, slot in enumerate(slots):
-            self._add_frames(int(slot), items.obs[i], items.next_obs[i], (actor, i % num_envs))
+        for i in range(count):  # an item whole, then the next: _add_frames changes nothing when it raises
+            slot = self.cursor
+            self._add_frames(slot, items.obs[i], items.next_obs[i], (actor, i % num_envs))
+            for name in ("action", "reward", "discount", "valid"):
+                self.fields[name][slot] = getattr(items, name)[i]
+            self._advance(1)
             if not checked and self.added >= self.CHECK_AFTER:
                 checked = True
                 self._check_sharing()
+
+    def _advance(self, count: int) -> None:
+        self.cursor = int((self.cursor + count) % self.capacity)
+        self.size = min(self.size + count, self.capacity)
 
     def _check_sharing(self) -> None:
         rate = self.written / self.added
@@ -230,7 +223,7 @@ class HostReplay:
         """Writes ``frames`` ``[m, *frame_shape]`` to the ring; returns their serials."""
         m = frames.shape[0]
         serials = self.written + np.arange(m)
-        floor = min(self._live_min[0][1] if self._live_min else self.written, self._floor)
+        floor = self._live_min[0][1] if self._live_min else self.written
         if serials[-1] - self.num_frames >= floor:
             raise RuntimeError(f"the host replay's frame ring ({self.num_frames:,} frames, frames_per_item="
                                f"{self.frames_per_item}) would overwrite a frame that a live item still reads: "
@@ -256,11 +249,10 @@ class HostReplay:
             out[name] = np.moveaxis(stacked, indices.ndim, -1)
         return out
 
-    def state(self, counters: tuple[int, int, int, int] | None = None) -> dict[str, Any]:
-        """The buffer as a pytree of numpy arrays (what a checkpoint saves); ``counters`` (cursor, size,
-        added, written) in place of its own."""
-        counters = counters or (self.cursor, self.size, self.added, self.written)
-        state = {"fields": dict(self.fields), "counters": np.asarray(counters, np.int64)}
+    def state(self) -> dict[str, Any]:
+        """The buffer as a pytree of numpy arrays (what a checkpoint saves)."""
+        state = {"fields": dict(self.fields),
+                 "counters": np.asarray([self.cursor, self.size, self.added, self.written], np.int64)}
         if self.frames:
             state["store"] = self.store
         return state
@@ -290,15 +282,15 @@ def relaid_ring(state: dict[str, Any], num_frames: int) -> np.ndarray:
     ``frames_per_item`` continues the run's replay.
 
     Raises:
-        ValueError: the live frames (from the oldest a live item reads to the newest written) do not
-            fit in ``num_frames``; the message names how many they are.
+        ValueError: the live frames (from the oldest a live item reads to the newest written) fill
+            ``num_frames``; the message names how many they are.
     """
     store, (_, size, _, written) = state["store"], (int(x) for x in state["counters"])
     # The live items fill slots 0..size-1 (the cursor wraps only once the buffer is full).
     floor = int(np.min(state["fields"]["oldest_frame"][:size])) if size else written
-    if written - floor > num_frames:
-        raise ValueError(f"the replay's live items read {written - floor:,} frames, more than a ring of "
-                         f"{num_frames:,} frames holds: give a larger frames_per_item")
+    if written - floor >= num_frames:  # and room for one more frame, or the first write fails
+        raise ValueError(f"the replay's live items read {written - floor:,} frames, which a ring of "
+                         f"{num_frames:,} frames cannot hold with room for new ones: give a larger frames_per_item")
     ring = np.zeros((num_frames, *store.shape[1:]), store.dtype)
     for first in range(floor, written, 1 << 16):  # in blocks: no copy of the whole ring on the way
         serials = np.arange(first, min(first + (1 << 16), written))

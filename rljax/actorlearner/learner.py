@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rljax.actorlearner.engine import (Actor, ActorPool, EnvSnapshot, HostAlgorithm, ParamStore, RestartPolicy,
-                                       Rollout, Schedule, close_envs, fold_in)
+                                       Rollout, Schedule, close_envs, computed, fold_in)
 from rljax.agents.onpolicy import actor_critic_network, annealed_learning_rate, explained_variance, sampling_policy
 from rljax.agents.impala import IMPALAConfig, impala_learn, impala_optimizer
 from rljax.actorlearner.offpolicy import INITIAL_PRIORITIES, REPLAYS, offpolicy_algorithm
@@ -625,7 +625,7 @@ def _learn(pool: ActorPool, learner: _Learner, options: HostOptions, on_row: Cal
         row["host/actors"] = len(pool.active)
         rows.append(row)
         if clock is not None and len(rows) % _FETCH_EVERY == 0:  # the run's rows keep floats, not device arrays
-            rows[-_FETCH_EVERY:-1] = fetched_rows(rows[-_FETCH_EVERY:-1])  # done: the newest may still compute
+            rows[-_FETCH_EVERY - 1:-1] = fetched_rows(rows[-_FETCH_EVERY - 1:-1])  # done: the newest may compute
         if on_row is not None:
             on_row(row)
         stopped = on_update(u + 1, params, opt_state, row, rollout.snapshot) if on_update is not None else None
@@ -664,25 +664,39 @@ _FETCH_EVERY = 256
 
 
 class _LagClock:
-    """``host/learner_busy`` when an update's metrics are not waited for: after update ``u`` is
-    dispatched the learner waits for update ``u - 1`` (done before ``u`` starts), and row ``u`` reports
+    """``host/learner_busy`` when an update's metrics are not waited for. After update ``u`` is
+    dispatched the learner looks at update ``u - 1`` (done before ``u`` starts), and row ``u`` reports
     that update's share of the time since the one before it was done,
-    ``(done[u-1] - max(arrived[u-1], done[u-2])) / (done[u-1] - done[u-2])`` (``arrived``: its rollout
-    taken from the queue). The first update of a call is waited for (it compiles): its row and the
-    next report its own figure (:attr:`busy`), measured as without this clock."""
+    ``(done[u-1] - began[u-1]) / (done[u-1] - done[u-2])``, ``began`` being when the device could
+    start it (its rollout taken from the queue, the update before it done). When update ``u - 1`` is
+    still running the learner waits for it and ``done`` is when it ends (and its length is kept);
+    when it has ended already, ``done`` is ``began`` plus the length last measured (the first time,
+    the learner waits for update ``u`` itself, which then runs alone, to measure one). The first update
+    of a call is waited for (it compiles): its row and the next report its own figure (:attr:`busy`)."""
 
     def __init__(self):
-        self.done = 0.0  # when the newest update waited for was done
+        self.done = 0.0  # when the newest update looked at was done
         self.busy = 0.0  # that update's figure
+        self.update_s: float | None = None  # the length of an update, last measured
         self._pending: tuple[Any, float] | None = None  # (metrics, arrived) of the update in flight
 
     def after_dispatch(self, metrics: Any, arrived: float) -> float:
         pending, self._pending = self._pending, (metrics, arrived)
         if pending is None:
             return self.busy
-        jax.block_until_ready(pending[0])
-        now, before = time.perf_counter(), self.done
-        self.done, self.busy = now, (now - max(pending[1], before)) / max(now - before, 1e-9)
+        began = max(pending[1], self.done)
+        if computed(pending[0]):  # it ended unseen: the device waited for this update's rollout
+            if self.update_s is None:
+                start = time.perf_counter()
+                jax.block_until_ready(metrics)
+                self.update_s = time.perf_counter() - start
+            done = min(began + self.update_s, time.perf_counter())
+        else:
+            jax.block_until_ready(pending[0])
+            done = time.perf_counter()
+            self.update_s = done - began
+        self.busy = (done - began) / max(done - self.done, 1e-9)
+        self.done = done
         return self.busy
 
 

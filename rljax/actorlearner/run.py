@@ -38,6 +38,7 @@ import math
 import pathlib
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -112,7 +113,7 @@ def run_host(config: PPOConfig | IMPALAConfig, options: RunOptions = RunOptions(
     run_dir = options.run_dir
     if options.video_interval:
         raise ValueError(no_videos_while_training(config.env, options.video_interval))
-    _refuse_compiled_only(config)
+    _refuse_compiled_only(config, options.resume)
     if options.resume and (run_dir is None or not pathlib.Path(run_dir).is_dir()):
         raise FileNotFoundError(f"{run_dir} does not exist; nothing to resume")
     servers = None
@@ -162,19 +163,30 @@ COMPILED_ONLY_FIELDS = {
     "env_params": "host envs have no JAX env params to override",
     "eval_interval": "evaluate the saved policy on host envs with rljax eval RUN_DIR or rljax.policy.evaluate",
     "on_nonfinite": "a host run stops on NaN/inf (a checkpoint refuses them); only 'stop' applies",
+    "randomize": "rljax randomises JAX envs only: randomise inside the simulator",
 }
 """Config fields that act on the compiled (JAX-env) loop only, and what to do instead on host envs."""
 
 
-def _refuse_compiled_only(config: Any) -> None:
+def _refuse_compiled_only(config: Any, resume: bool) -> None:
     """A ``ValueError`` naming each :data:`COMPILED_ONLY_FIELDS` field ``config`` sets to other than its
-    default: the actor-learner path does not act on them, and a run must not ignore them silently."""
+    default: the actor-learner path does not act on them, and a run must not ignore them silently. A
+    resume of a run that recorded them (made before they were refused) is warned: a resume may not
+    change them, and the run goes on as it began, without them."""
+    from rljax.store.rundir import RESUMABLE_FIELDS
+
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    unused = [f"{name}={getattr(config, name)!r}: {why}" for name, why in COMPILED_ONLY_FIELDS.items()
-              if name in defaults and getattr(config, name) != defaults[name]]
+    unused = {name: f"{name}={getattr(config, name)!r}: {why}" for name, why in COMPILED_ONLY_FIELDS.items()
+              if name in defaults and getattr(config, name) != defaults[name]}
+    if resume:
+        for name in [n for n in unused if n not in RESUMABLE_FIELDS]:
+            warnings.warn(f"{config.env}: the actor-learner path does not act on {unused.pop(name)}; this run "
+                          f"recorded it and goes on without it, as it began", stacklevel=3)
     if unused:
+        changeable = [f"--{n.replace('_', '-')} {defaults[n]}" for n in unused if resume and n in RESUMABLE_FIELDS]
         raise ValueError(f"{config.env} trains on the actor-learner path, which does not act on these fields: "
-                         f"{'; '.join(unused)}")
+                         f"{'; '.join(unused.values())}"
+                         + (f" (a resume may set {', '.join(changeable)})" if changeable else ""))
 
 
 def _env_source(config: Any) -> tuple[Any, Callable[[int], HostEnv]]:
@@ -315,6 +327,10 @@ class _Session:
         saved = {**{k: getattr(HostOptions(), k) for k in STATE_LAYOUT_FIELDS}, **(meta.get("host") or {})}
         differ = [f"{k} (saved {saved[k]!r}, now {self.layout[k]!r})" for k in STATE_LAYOUT_FIELDS
                   if saved[k] != self.layout[k]]
+        frames = saved.get("frames_per_item", HostOptions().frames_per_item), self.layout["frames_per_item"]
+        if self.layout["replay"] == "host" and (frames[0] == 0) != (frames[1] == 0):  # another positive ring: re-laid
+            differ.append(f"frames_per_item (saved {frames[0]!r}, now {frames[1]!r}: 0 stores observations as they "
+                          f"are, a positive value as frames)")
         if differ:
             raise ConfigMismatchError(f"cannot resume with another replay layout: {', '.join(differ)}; the checkpoints "
                                       f"hold the run's own (resume without those flags)")

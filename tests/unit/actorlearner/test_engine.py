@@ -139,7 +139,7 @@ def test_a_store_that_keeps_two_versions_hands_out_the_newest_computed_one(monke
     version acts with it rather than wait for the update, and one that needs the newest waits for it."""
     from rljax.actorlearner import engine
 
-    monkeypatch.setattr(engine, "_computed", lambda params: params != "in flight")
+    monkeypatch.setattr(engine, "computed", lambda params: params != "in flight")
     stop = threading.Event()
     store = ParamStore("v0", 0, keep=2)
     store.publish("in flight", 1)
@@ -155,11 +155,11 @@ def test_a_store_that_keeps_two_versions_hands_out_the_newest_computed_one(monke
 
 
 def test_computed_params_are_told_from_those_still_computing():
-    from rljax.actorlearner.engine import _computed
+    from rljax.actorlearner.engine import computed
 
     x = jax.numpy.ones(3)
     x.block_until_ready()
-    assert _computed({"w": x, "step": 3}) and _computed("params")
+    assert computed({"w": x, "step": 3}) and computed("params")
 
 
 def test_a_stopped_store_wait_returns_none():

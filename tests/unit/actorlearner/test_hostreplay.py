@@ -155,10 +155,11 @@ def test_a_frame_ring_too_small_for_what_the_streams_share_is_refused_by_name():
             replay.add(item(False), num_envs=1)
 
 
-def test_an_add_the_frame_ring_refuses_leaves_the_buffer_as_it_was(monkeypatch):
-    """A full buffer of items that share frames, then rollouts of 5 items that share none: the ring
-    fills with live frames and refuses a rollout part way through. The buffer then reads back the
-    items it held before the call, the ones the call had overwritten included, with the same counters."""
+def test_an_add_the_frame_ring_refuses_keeps_the_items_before_the_refused_one_whole(monkeypatch):
+    """A full buffer of items that share frames, then rollouts of 20 items that share none: the ring
+    fills with live frames and refuses an item part way through a rollout. The buffer then holds the
+    items added before it, each whole (it reads back every item it counts, the older ones included),
+    and a later rollout of items that fit is taken."""
     rng = np.random.default_rng(1)
     example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
                          discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(True))
@@ -178,22 +179,31 @@ def test_an_add_the_frame_ring_refuses_leaves_the_buffer_as_it_was(monkeypatch):
                           reward=rng.random(count).astype(np.float32), discount=np.ones(count, np.float32),
                           next_obs=nxt, valid=np.ones(count, bool))
 
-    for _ in range(30):
-        replay.add(rollout(5, shared=True), num_envs=1)
-    assert replay.size == 100 and replay.written < 200
-    failed = 0
-    for _ in range(40):
-        before = replay.gather(np.arange(100))
-        counters = (replay.cursor, replay.size, replay.added, replay.written)
+    kept, refused = [], 0
+
+    def add(items: ReplayItem) -> None:
+        nonlocal refused
+        before = replay.added
         try:
-            replay.add(rollout(20, shared=False), num_envs=1)
-        except RuntimeError:
-            failed += 1
-            assert (replay.cursor, replay.size, replay.added, replay.written) == counters
-            after = replay.gather(np.arange(100))
-            for name in ReplayItem._fields:
-                np.testing.assert_array_equal(after[name], before[name], err_msg=name)
-    assert failed > 20  # full of live frames: every rollout after the first refused is refused too
+            replay.add(items, num_envs=1)
+        except RuntimeError as err:
+            assert "would overwrite a frame that a live item still reads" in str(err)
+            refused += 1
+        kept.append(jax.tree.map(lambda x: x[:replay.added - before], items))
+        every = jax.tree.map(lambda *xs: np.concatenate(xs)[-replay.size:], *kept)
+        got = replay.gather((replay.cursor - replay.size + np.arange(replay.size)) % replay.capacity)
+        for name in ReplayItem._fields:
+            np.testing.assert_array_equal(got[name], getattr(every, name), err_msg=name)
+
+    for _ in range(30):
+        add(rollout(5, shared=True))
+    assert replay.size == 100 and replay.written < 200
+    for _ in range(40):
+        add(rollout(20, shared=False))
+    assert refused > 20
+    for _ in range(30):  # items that share frames again: a frame an item, and the ring has room for them
+        add(rollout(5, shared=True))
+    assert replay.added == sum(len(k.reward) for k in kept)
 
 
 @pytest.mark.parametrize("frames_per_item", [1.0, 4.0])
@@ -214,8 +224,8 @@ def test_a_ring_laid_out_at_another_size_reads_back_the_same_items(monkeypatch, 
     for name in ReplayItem._fields:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     live = replay.written - int(replay.fields["oldest_frame"].min())
-    with pytest.raises(ValueError, match=rf"live items read {live:,} frames, more than a ring of {live - 1:,}"):
-        relaid_ring(state, live - 1)
+    with pytest.raises(ValueError, match=rf"live items read {live:,} frames, which a ring of {live:,} frames cannot"):
+        relaid_ring(state, live)
 
 
 def test_an_atari_item_takes_under_a_quarter_of_its_plain_size():
@@ -240,7 +250,7 @@ def test_uint8_channels_that_share_no_frames_are_refused_as_frames_and_stored_as
     with pytest.raises(ValueError, match=r"do not share frames .* frames_per_item=0 \(--frames-per-item 0\)"):
         for batch in batches:
             framed.add(batch, num_envs=8)
-    assert framed.added == 3 * 64  # the batch that crossed the check left out: the buffer as before it
+    assert framed.added == 256  # the items up to the check, each whole
     replay = HostReplay(example, capacity=300, n_step=1, frames_per_item=0)
     assert not replay.frames and replay.nbytes == 300 * (2 * 400 + 13)
     for batch in batches[:4]:
@@ -369,6 +379,11 @@ def test_a_frame_ring_that_fills_late_in_a_run_saves_the_updates_before_it(tmp_p
     with pytest.raises(RuntimeError, match="frame ring"):  # the same ring: still full of live frames
         run_host(config, RunOptions(run_dir=run, resume=True, quiet=True), layout, make_env=lambda a: FrameEnv(2))
     saved = Checkpointer(run, read_only=True).steps()  # and what it learned before failing again
+    from rljax.store.rundir import ConfigMismatchError
+
+    with pytest.raises(ConfigMismatchError, match=r"frames_per_item \(saved 1.5, now 0: 0 stores observations as"):
+        run_host(config, RunOptions(run_dir=run, resume=True, quiet=True),
+                 dataclasses.replace(layout, frames_per_item=0), make_env=lambda a: FrameEnv(2))
     bigger = dataclasses.replace(layout, frames_per_item=4.0)  # the error's advice: the ring laid out anew
     resumed = run_host(config, RunOptions(run_dir=run, resume=True, quiet=True), bigger, make_env=lambda a: FrameEnv(2))
     assert resumed.updates == 100 and resumed.rows[0]["env_steps"] == saved[-1] + 10

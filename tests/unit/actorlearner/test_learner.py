@@ -78,18 +78,43 @@ def test_rows_keep_metrics_on_the_device_only_until_fetched():
 
 
 def test_the_busy_figure_of_the_update_before_when_the_learner_does_not_wait(monkeypatch):
-    """Hand-timed: after update u is dispatched the clock waits for update u - 1 and reports its share
-    of the time since update u - 2 was done: (done[u-1] - max(arrived[u-1], done[u-2])) / (done[u-1] - done[u-2])."""
+    """Hand-timed: after update u is dispatched the clock looks at update u - 1 and reports its share
+    of the time since update u - 2 was done, (done[u-1] - began[u-1]) / (done[u-1] - done[u-2]), with
+    began = max(its rollout taken, update u - 2 done). Still running: the clock waits and keeps its
+    length; already done: done = began + the length last measured (busy stays right when the learner
+    mostly waits for rollouts, not ~1 from the moment the clock looked)."""
     from rljax.actorlearner import learner
 
     clock = learner._LagClock()
     clock.done, clock.busy = 10.0, 0.5  # the first update, waited for: done at 10 s, busy 0.5
     metrics = {"loss": jax.numpy.zeros(())}
+    running = [True]
+    monkeypatch.setattr(learner, "computed", lambda tree: not running[0])
+    now = [0.0]
+    monkeypatch.setattr(learner.time, "perf_counter", lambda: now[0])
     assert clock.after_dispatch(metrics, arrived=11.0) == 0.5  # the second update's row: the first's figure
-    monkeypatch.setattr(learner.time, "perf_counter", lambda: 14.0)
+    now[0] = 14.0  # update 2 (rollout at 11 s) still running: waited for, done at 14 s, 3 s long
     assert clock.after_dispatch(metrics, arrived=15.0) == pytest.approx((14 - 11) / (14 - 10))
-    monkeypatch.setattr(learner.time, "perf_counter", lambda: 20.0)  # its rollout came after update 2 was done
+    now[0] = 20.0  # update 3: its rollout came after update 2 was done; waited for, done at 20 s
     assert clock.after_dispatch(metrics, arrived=21.0) == pytest.approx((20 - 15) / (20 - 14))
+    assert clock.update_s == pytest.approx(5.0)
+    running[0], now[0] = False, 60.0  # update 4 (rollout at 21 s) ended unseen: done = 21 + 5
+    assert clock.after_dispatch(metrics, arrived=70.0) == pytest.approx(5 / (26 - 20))
+    now[0] = 100.0  # the learner waited for rollouts: update 5 (rollout at 70 s) done at 75 s
+    assert clock.after_dispatch(metrics, arrived=101.0) == pytest.approx(5 / (75 - 26))
+
+
+def test_the_first_update_that_ended_unseen_has_the_next_one_timed(monkeypatch):
+    from rljax.actorlearner import learner
+
+    clock = learner._LagClock()
+    clock.done, clock.busy = 10.0, 0.5
+    monkeypatch.setattr(learner, "computed", lambda tree: True)
+    ticks = iter([30.0, 32.0, 32.0])  # the wait for update 3 (dispatched at 30 s) takes 2 s
+    monkeypatch.setattr(learner.time, "perf_counter", lambda: next(ticks))
+    assert clock.after_dispatch({}, arrived=11.0) == 0.5
+    assert clock.after_dispatch({}, arrived=30.0) == pytest.approx(2 / (13 - 10))  # update 2: 11 s + 2 s
+    assert clock.update_s == pytest.approx(2.0)
 
 
 def test_it_learns_cartpole_with_a_lagged_policy():

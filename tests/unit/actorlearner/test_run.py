@@ -4,6 +4,8 @@ by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import signal
@@ -416,3 +418,23 @@ def test_fields_only_the_compiled_loop_acts_on_are_refused_by_name(tmp_path, fie
         run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True))
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
+
+def test_a_run_that_recorded_such_fields_resumes_without_them(tmp_path, monkeypatch):
+    """A host run made before those fields were refused recorded them: its resume may not change them
+    (the config check), so it goes on without them, with a warning; eval_interval, which a resume may
+    change, is refused with the flag that clears it."""
+    from rljax.agents.sac import SACConfig
+
+    config = SACConfig(env="gymnasium/Pendulum-v1", num_envs=1, num_steps=4, total_timesteps=64, learning_starts=16,
+                       batch_size=8, hidden_sizes=(8,), env_kwargs=("g=9.81",))
+    with monkeypatch.context() as patch:
+        patch.setattr(run_module, "_refuse_compiled_only", lambda config, resume: None)
+        run_host(config, RunOptions(run_dir=tmp_path / "run", quiet=True))
+    longer = dataclasses.replace(config, total_timesteps=96)
+    with pytest.warns(UserWarning, match=r"does not act on env_kwargs=\('g=9.81',\).* goes on without it"):
+        resumed = run_host(longer, RunOptions(run_dir=tmp_path / "run", resume=True, quiet=True))
+    assert resumed.updates == 24
+    with pytest.raises(ValueError, match=r"eval_interval=3: .* \(a resume may set --eval-interval 0\)"), \
+            pytest.warns(UserWarning):
+        run_host(dataclasses.replace(longer, eval_interval=3), RunOptions(run_dir=tmp_path / "run", resume=True,
+                                                                          quiet=True))
