@@ -191,13 +191,17 @@ class HostReplay:
         self.fields["obs_frames"][slot], self.fields["next_frames"][slot] = obs_frames, next_frames
         oldest = int(min(obs_frames.min(), next_frames.min()))
         self.fields["oldest_frame"][slot] = oldest
-        # The oldest frame any live item reads: a window minimum over the items in insertion order.
-        while self._live_min and self._live_min[-1][1] >= oldest:
-            self._live_min.pop()
-        self._live_min.append((self.added, oldest))
+        self._push_live(self.added, oldest)
         self.added += 1
         while self._live_min[0][0] <= self.added - 1 - self.capacity:
             self._live_min.popleft()
+
+    def _push_live(self, number: int, oldest: int) -> None:
+        """Item ``number`` (reading frames from ``oldest`` on) enters the window minimum of the oldest
+        frame any live item reads, kept over the items in insertion order."""
+        while self._live_min and self._live_min[-1][1] >= oldest:
+            self._live_min.pop()
+        self._live_min.append((number, oldest))
 
     def _match(self, x: np.ndarray, candidates: list[tuple[np.ndarray, np.ndarray] | None]) -> np.ndarray:
         """The frame serials of ``x`` (``[k, H, W]``): a candidate ``(observation, serials)`` that equals
@@ -268,10 +272,7 @@ class HostReplay:
             self._live_min.clear()
             first = max(int(state["counters"][2]) - self.size, 0)
             for number in range(first, int(state["counters"][2])):
-                oldest = int(self.fields["oldest_frame"][number % self.capacity])
-                while self._live_min and self._live_min[-1][1] >= oldest:
-                    self._live_min.pop()
-                self._live_min.append((number, oldest))
+                self._push_live(number, int(self.fields["oldest_frame"][number % self.capacity]))
         self._streams.clear()
         return self
 

@@ -63,16 +63,17 @@ def test_the_lag_learned_from_stays_within_its_bound(monkeypatch, fetch_every):
 
 
 def test_rows_keep_metrics_on_the_device_only_until_fetched():
-    from rljax.actorlearner.learner import _deferred, fetched_rows
+    from rljax.actorlearner.learner import Deferred, _deferred, fetched_rows
 
     jnp = jax.numpy
     deferred = _deferred({"z": jnp.float32(3.0), "count": jnp.int32(2**24 + 1), "a": jnp.float32(-1.0), "eps": 0.5})
-    rows = [{"loss": jnp.float32(0.5), "epsilon": 0.25, "lag": 1}, {"loss": jnp.asarray(1.5)}, deferred]
+    rows = [{**_deferred({"loss": jnp.float32(0.5)}), "epsilon": 0.25, "lag": 1},
+            _deferred({"loss": jnp.asarray(1.5)}), deferred]
     got = fetched_rows(rows)
     assert got == [{"loss": 0.5, "epsilon": 0.25, "lag": 1}, {"loss": 1.5},
                    {"z": 3.0, "count": 2**24 + 1, "a": -1.0, "eps": 0.5}]  # int32 stacked apart: exact
     assert type(got[0]["loss"]) is float and type(got[0]["lag"]) is int
-    assert isinstance(rows[0]["loss"], jax.Array)  # a new list: the caller's rows are left as they were
+    assert isinstance(rows[0]["loss"], Deferred)  # a new list: the caller's rows are left as they were
     plain = [{"loss": 0.5}]
     assert fetched_rows(plain) is plain
 
