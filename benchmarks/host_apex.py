@@ -10,7 +10,9 @@ copy every 500 env steps), ``--steps`` env steps in all, and checkpoints at ever
 - ``dqn``: one actor, uniform replay, epsilon decaying 1 -> 0.05 over half the run;
 - ``dqn-per``: the same with proportional prioritised replay (max-priority insertion);
 - ``apex``: ``--actors`` actors (lag 1), prioritised replay with TD-error insertion
-  (``--initial-priority td``) and Ape-X's fixed per-actor rates ``0.4^(1 + 7 i / (A - 1))``.
+  (``--initial-priority td``) and Ape-X's fixed per-actor rates ``0.4^(1 + 7 i / (A - 1))``;
+- ``apex-host``: ``apex`` with the replay's items in host memory (``--replay host``, the priorities on
+  the device).
 
 Each checkpoint's greedy policy plays 10 episodes (Gymnasium seeds 10_000..); the table gives the
 mean over seeds at each tenth of the run (env steps, not wall time: the question is sample
@@ -25,7 +27,7 @@ import tempfile
 
 import numpy as np
 
-VARIANTS = ("dqn", "dqn-per", "apex")
+VARIANTS = ("dqn", "dqn-per", "apex", "apex-host")
 
 
 def greedy_returns(run_dir: str, episodes: int = 10) -> list[tuple[int, float]]:
@@ -47,13 +49,14 @@ def run(variant: str, seed: int, args: argparse.Namespace) -> list[tuple[int, fl
     from rljax.agents.dqn import DQNConfig
     from rljax.training.options import RunOptions
 
-    actors = args.actors if variant == "apex" else 1
+    apex = variant.startswith("apex")
+    actors = args.actors if apex else 1
     config = DQNConfig(env="gymnasium/CartPole-v1", total_timesteps=args.steps, seed=seed,
                        prioritized=variant != "dqn")
     chunk = max(1, args.steps // config.env_steps_per_update // 10)  # a checkpoint at every tenth of the run
     config = DQNConfig(**{**config.__dict__, "updates_per_chunk": chunk})
-    host = HostOptions(num_actors=actors, max_policy_lag=1,
-                       **(dict(apex_epsilon=0.4, initial_priority="td") if variant == "apex" else {}))
+    host = HostOptions(num_actors=actors, max_policy_lag=1, replay="host" if variant == "apex-host" else "device",
+                       **(dict(apex_epsilon=0.4, initial_priority="td") if apex else {}))
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = os.path.join(scratch, "run")
         run_host(config, RunOptions(run_dir=run_dir, quiet=True, checkpoint_every=1, keep_checkpoints=20), host)

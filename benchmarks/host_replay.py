@@ -11,7 +11,11 @@ device: the skeleton's ring buffer of the same items, allocated where it fits, e
 its shapes), items added per second, and one update's sampling of ``--gradient-steps`` batches of
 ``--batch-size``: host = the device's indices for the key (:func:`sample_indices`), the gather on the
 host and the transfer to the device; device = the compiled sample of the same slots. Both read the
-same items for the same key (checked on the first key).
+same items for the same key (checked on the first key). Prioritised (``--prioritized``): an update's
+``--gradient-steps`` steps of proportional sampling, each setting the priorities of its batch (from
+the items drawn) before the next draws; host = the sum tree on the device and each batch fetched from
+host memory in the compiled loop (what ``--replay host --prioritized`` runs), device = the
+skeleton's prioritised buffer. Both draw the same slots (checked on the first key).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
     device_bytes = capacity * item_bytes
     fits = device_bytes < args.device_limit_gb * 2**30
     device = make_replay(capacity, prioritized=False)
+    prioritized = make_replay(capacity, prioritized=True)
     out = {"name": name, "items": capacity, "host_bytes": host.nbytes, "device_bytes": device_bytes,
            "add_per_s": capacity / add_s, "device_fits": fits}
     keys = [jax.random.key(i) for i in range(args.rounds)]
@@ -80,10 +85,20 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
         batch = jax.block_until_ready(jax.device_put(host.gather(indices)))
         times.append(time.perf_counter() - t0)
     out["host_sample_ms"] = 1e3 * float(np.median(times[1:]))
+    if args.prioritized:
+        tree = _host_tree(prioritized, host, capacity)
+        fetch = _host_fetch(host, one)
+        out["host_per_ms"], host_slots, _ = _prioritized_update_ms(prioritized, tree, fetch, keys, args)
     if fits:
-        buffer = device.init(jax.tree.map(np.asarray, one), 0.6)
+        adder = jax.jit(prioritized.add if args.prioritized else device.add, donate_argnums=(0,))
+        buffer = (prioritized if args.prioritized else device).init(jax.tree.map(np.asarray, one), 0.6)
         for items in _stream(capacity, shape, stacked, args.episode):
-            buffer = device.add(buffer, items)
+            buffer = adder(buffer, items)
+        if args.prioritized:
+            out["device_per_ms"], device_slots, buffer = _prioritized_update_ms(
+                prioritized, buffer, lambda b, slots: jax.tree.map(lambda x: x[slots], b.data), keys, args)
+            out["same_per_slots"] = bool(np.array_equal(host_slots, device_slots))
+            buffer = buffer.replay  # the uniform sampling below reads the same ring
 
         def one_step(b, k):  # what replay_learning samples at a gradient step keyed k
             return device.sample(b, jax.random.split(k)[0], args.batch_size, 1.0)[1]
@@ -102,6 +117,63 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
     return out
 
 
+def _flags(valid: np.ndarray):
+    from rljax.agents.offpolicy import ReplayItem
+
+    return ReplayItem(obs=(), action=(), reward=(), discount=(), next_obs=(), valid=valid)
+
+
+def _host_tree(prioritized, host, capacity: int):
+    """The sum tree of ``host``'s items at the largest priority, over one flag an item (as the learner keeps it)."""
+    import jax
+
+    tree = prioritized.init(_flags(np.bool_(False)), 0.6)
+    add = jax.jit(prioritized.add, donate_argnums=(0,))
+    for first in range(0, capacity, 4096):
+        tree = add(tree, _flags(np.ones(min(4096, capacity - first), bool)))
+    return tree
+
+
+def _host_fetch(host, one):
+    """``fetch(tree, slots)``: the items at ``slots`` gathered from ``host`` by a callback in the compiled loop."""
+    import jax
+
+    from rljax.agents.offpolicy import ReplayItem
+
+    def fetch(tree, slots):
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((*slots.shape, *np.shape(x)), np.asarray(x).dtype), one)
+        return jax.pure_callback(lambda s: ReplayItem(**host.gather(np.asarray(s))), shapes, slots)
+
+    return fetch
+
+
+def _prioritized_update_ms(prioritized, tree, fetch, keys, args) -> tuple[float, np.ndarray, object]:
+    """The median time of an update's prioritised sampling (``fetch(tree, slots)`` reads the items),
+    the first key's slots ``[gradient_steps, batch]``, and the buffer (``tree`` is donated). Each step
+    sets its batch's priorities to the mean of its observations, so the next step's draw depends on
+    this one's items."""
+    import jax
+    import jax.numpy as jnp
+
+    def update(tree, key):
+        def step(tree, k):
+            slots, _, weights = prioritized.sample(tree, jax.random.split(k)[0], args.batch_size, 1.0)
+            items = fetch(tree, slots)
+            td = jnp.mean(items.obs.astype(jnp.float32), axis=tuple(range(1, items.obs.ndim))) * weights
+            return prioritized.update(tree, slots, td, items.valid), slots
+
+        return jax.lax.scan(step, tree, jax.random.split(key, args.gradient_steps))
+
+    update = jax.jit(update, donate_argnums=(0,))
+    tree, first = update(tree, keys[0])
+    times = []
+    for key in keys:
+        t0 = time.perf_counter()
+        tree, _ = jax.block_until_ready(update(tree, key))
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times)), np.asarray(first), tree
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--atari", type=int, default=100_000, help="Atari-sized items")
@@ -110,6 +182,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--gradient-steps", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--prioritized", action="store_true", help="also time prioritised sampling, host against device")
     ap.add_argument("--device-limit-gb", type=float, default=8.0, help="allocate the device replay up to this size")
     args = ap.parse_args()
     from benchmarks.bench_vmap import cpu_model
@@ -121,14 +194,18 @@ def main() -> None:
         print(f"# {rows[-1]}", flush=True)
     print(f"host replay against device replay; {args.gradient_steps} x {args.batch_size} samples an update; "
           f"{cpu_model()}, {os.cpu_count()} cores")
+    per = args.prioritized
     print("| items | count | host memory | device replay memory | added items/s | an update's sampling, host | "
-          "device | same items |")
-    print("|---|---|---|---|---|---|---|---|")
+          "device | same items |" + (" prioritised, host | device | same slots |" if per else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if per else ""))
+    nan = float("nan")
     for r in rows:
         device = f"{r['device_bytes'] / 2**30:.2f} GiB" + ("" if r["device_fits"] else " (computed)")
-        device_ms = r.get("device_sample_ms", float("nan"))
+        extra = (f" {r['host_per_ms']:.2f} ms | {r.get('device_per_ms', nan):.2f} ms | "
+                 f"{r.get('same_per_slots', '-')} |") if per else ""
         print(f"| {r['name']} | {r['items']:,} | {r['host_bytes'] / 2**30:.2f} GiB | {device} | "
-              f"{r['add_per_s']:,.0f} | {r['host_sample_ms']:.2f} ms | {device_ms:.2f} ms | {r.get('same_items', '-')} |")
+              f"{r['add_per_s']:,.0f} | {r['host_sample_ms']:.2f} ms | {r.get('device_sample_ms', nan):.2f} ms | "
+              f"{r.get('same_items', '-')} |" + extra)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ observation's, and n-step items about ``n`` more where the stacks restart):
   device replay does for the same key (``randint(key, (batch,), 0, size)`` per gradient step), so a run
   with host replay learns from the same items, in the same order, as one with device replay: the same
   bits. The learner gathers each update's batches on the host and hands them to the device at once
-  (:func:`rljax.agents.offpolicy.presampled_replay`).
+  (:func:`rljax.agents.offpolicy.presampled_replay`). A prioritised replay keeps its priorities on
+  the device (:mod:`rljax.actorlearner.offpolicy`); this buffer holds its items and gathers the
+  slots each gradient step draws there.
 - **Frames that are still used are never overwritten**: the frame ring holds
   ``frames_per_item * capacity`` frames (plus room for every stream's first stacks); a write that
   would overwrite a frame a live item still reads is an error that says which ``frames_per_item``

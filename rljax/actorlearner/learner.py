@@ -92,7 +92,7 @@ class HostOptions:
         initial_priority: off-policy with prioritised replay: new items enter with the largest priority
             seen (``"max"``) or their TD error under the learner's params as they are inserted (``"td"``, Ape-X).
         replay: off-policy: where the replay lives, ``"device"`` (the learner's) or ``"host"`` (host
-            memory, uniform, stacked frames stored once: :mod:`rljax.actorlearner.hostreplay`).
+            memory, stacked frames stored once, priorities on the device: :mod:`rljax.actorlearner.hostreplay`).
         frames_per_item: ``replay="host"`` with stacked frames: the frame ring's frames per item; 0
             stores observations as they are.
     """

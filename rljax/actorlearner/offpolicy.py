@@ -26,7 +26,7 @@ compiled JAX path runs, without the env stack.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +36,7 @@ from rljax.actorlearner.engine import Finisher, HostAlgorithm
 from rljax.host.spaces import HostEnvSpaces
 from rljax.agents.base import observation_normalizer
 from rljax.actorlearner.hostreplay import HostReplay, sample_indices
-from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyProgram, Presampled, ReplayItem, n_step_items,
+from rljax.agents.offpolicy import (OffPolicyConfig, OffPolicyProgram, Presampled, Replay, ReplayItem, n_step_items,
                                     normalize_items, presampled_replay)
 from rljax.core.wrappers import RunningMeanStd
 from rljax.core.counters import Count
@@ -82,7 +82,8 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
         apex_alpha: the exponent's spread (Ape-X: 7).
         initial_priority: ``"max"`` or ``"td"`` (prioritised replay only; see the module docstring).
         replay: ``"device"`` (the skeleton's buffer on the learner's device) or ``"host"``
-            (:class:`~rljax.actorlearner.hostreplay.HostReplay` in host memory; uniform replay).
+            (:class:`~rljax.actorlearner.hostreplay.HostReplay` in host memory; a prioritised replay keeps
+            its priorities on the device).
         frames_per_item: ``replay="host"`` with stacked frames: the frame ring's size per item.
 
     Returns:
@@ -114,7 +115,7 @@ def offpolicy_algorithm(config: OffPolicyConfig, spec: HostSpec, num_updates: in
         return np.uint32(k), np.float32(0.0) if epsilons is None else _rate(epsilons, actor)
 
     if replay == "host":
-        init, learn = _host_replay(program, state, spec, frames_per_item)
+        init, learn = _host_replay(program, state, spec, frames_per_item, initial_priority)
     else:
         init, learn = _device_replay(program, state, initial_priority)
 
@@ -147,9 +148,6 @@ def _check_options(config: OffPolicyConfig, initial_priority: str, replay: str) 
         raise ValueError("initial_priority='td' sets the priorities of a prioritised replay: add --prioritized")
     if replay not in REPLAYS:
         raise ValueError(f"replay={replay!r}; valid: {', '.join(REPLAYS)}")
-    if replay == "host" and config.prioritized:
-        raise ValueError("replay='host' keeps a uniform replay in host memory; prioritized=True needs the device "
-                         "replay (--replay device)")
 
 
 class _LearnerState:
@@ -185,32 +183,36 @@ def _metrics(config: OffPolicyConfig, metrics: dict[str, jax.Array]) -> dict[str
     return {**metrics, "replay_ratio": jnp.float32(ratio)}
 
 
-def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_priority: str) -> tuple[Any, Any]:
+def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_priority: str,
+                   replay: Replay | None = None, stored: Callable[[ReplayItem], Any] | None = None) -> tuple[Any, Any]:
     """``(init, update)`` with the skeleton's replay on the learner's device (``update`` takes the
-    rollout's ``(items, actor)``)."""
+    rollout's ``(items, actor)``). ``replay`` replaces the program's for learning (its ``sample``),
+    and the buffer takes ``stored(items)`` in place of the items: :func:`_host_replay`'s priorities
+    on the device for items kept in host memory."""
     config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
+    stored = (lambda items: items) if stored is None else stored
 
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
         learner = hooks.init_learner(key, obs, hyper)
-        buffer = program.replay.init(program.example_item(jax.tree.map(lambda x: x[0], obs)), hyper.priority_alpha)
-        return state.init(learner, tuple(obs.shape[1:])), buffer
+        example = stored(program.example_item(jax.tree.map(lambda x: x[0], obs)))
+        return state.init(learner, tuple(obs.shape[1:])), program.replay.init(example, hyper.priority_alpha)
 
     def insert(params: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any, num_updates: Any):
         learner, stats = state.split(params)
         stats = state.observed(stats, items)
         if initial_priority == "td":
             ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
-            buffer = _insert_with_td(program, learner, buffer, items, jax.random.split(key)[0], ctx,
+            buffer = _insert_with_td(program, learner, buffer, items, stored(items), jax.random.split(key)[0], ctx,
                                      state.prepare(stats))
         else:
-            buffer = program.replay.add(buffer, items)
+            buffer = program.replay.add(buffer, stored(items))
         return buffer, stats
 
     def learn(params: Any, stats: Any, buffer: Any, items: ReplayItem, key: jax.Array, updates: Any,
               num_updates: Any):
         ctx = program.context(Count.from_int(updates), Count.from_int(num_updates), hyper)
         learner, buffer, metrics = program.learn(state.split(params)[0], buffer, items, jax.random.split(key)[1], ctx,
-                                                 prepare=state.prepare(stats), add=False)
+                                                 prepare=state.prepare(stats), add=False, replay=replay)
         return state.join(learner, stats), buffer, _metrics(config, metrics)
 
     # Two programs: compiled as one, the sampling's gathers fuse with the insertion's in-place write
@@ -226,19 +228,31 @@ def _device_replay(program: OffPolicyProgram, state: _LearnerState, initial_prio
     return init, update
 
 
-def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec,
-                 frames_per_item: float) -> tuple[Any, Any]:
-    """``(init, update)`` with the replay in host memory (:class:`HostReplay`): each update adds
-    the rollout's items there, draws the slots the device replay would for its key
+def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec, frames_per_item: float,
+                 initial_priority: str) -> tuple[Any, Any]:
+    """``(init, update)`` with the replay's items in host memory (:class:`HostReplay`); each update
+    adds the rollout's items there first. The opt_state is the buffer's numpy state, with a
+    prioritised replay's sum tree (``"priorities"``) beside it.
+
+    Uniform: the update draws the slots the device replay would for its key
     (:func:`~rljax.actorlearner.hostreplay.sample_indices`), gathers them, and learns from them on the
-    device (:func:`~rljax.agents.offpolicy.presampled_replay`). The opt_state is the buffer's numpy state."""
+    device (:func:`~rljax.agents.offpolicy.presampled_replay`). Prioritised: the priorities stay on the
+    device (the skeleton's prioritised buffer over a one-flag item per slot); each gradient step draws
+    its slots and weights there and fetches the items from host memory (a host callback in the compiled
+    loop), so the priorities it set are the next step's, as with the device replay: the same bits."""
     config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
     replay, presampled = [None, None], presampled_replay()  # the buffer, and the state it last returned
 
+    def new_buffer(obs: Any) -> HostReplay:
+        example = jax.tree.map(np.asarray, program.example_item(jax.tree.map(lambda x: x[0], obs)))
+        return HostReplay(example, config.buffer_size, config.n_step, frames_per_item)
+
+    if config.prioritized:
+        return _host_prioritized(program, state, spec, new_buffer, initial_priority)
+
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
         learner = hooks.init_learner(key, obs, hyper)
-        example = jax.tree.map(np.asarray, program.example_item(jax.tree.map(lambda x: x[0], obs)))
-        replay[0] = HostReplay(example, config.buffer_size, config.n_step, frames_per_item)
+        replay[0] = new_buffer(obs)
         replay[1] = replay[0].state()
         return state.init(learner, tuple(obs.shape[1:])), replay[1]
 
@@ -269,17 +283,64 @@ def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec
     return init, update
 
 
-def _insert_with_td(program: OffPolicyProgram, learner: Any, buffer: Any, items: ReplayItem, key: jax.Array,
-                    ctx: Any, prepare: Any = None) -> Any:
-    """``buffer`` with ``items`` added at their TD error under ``learner`` (Ape-X's initial
-    priorities): one learning step's ``td_abs`` on them, the step itself discarded (its gradients
-    are dead code the compiler removes). Placeholder items get priority 0."""
+def _flag(items: ReplayItem) -> ReplayItem:
+    """What the device keeps of an item whose data is in host memory: its ``valid`` flag."""
+    return ReplayItem(obs=(), action=(), reward=(), discount=(), next_obs=(), valid=items.valid)
+
+
+def _host_prioritized(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec,
+                      new_buffer: Callable[[Any], HostReplay], initial_priority: str) -> tuple[Any, Any]:
+    """:func:`_host_replay`'s prioritised case: :func:`_device_replay` over a buffer of flags
+    (:func:`_flag`), whose sampling fetches its slots' items from the :class:`HostReplay`."""
+    host: list[Any] = [None, None, None]  # the HostReplay, the state last returned, an item's shapes
+
+    def gather(indices: np.ndarray) -> ReplayItem:
+        return ReplayItem(**host[0].gather(np.asarray(indices)))
+
+    def sample(tree: Any, key: jax.Array, batch_size: int, beta: Any):
+        indices, _, weights = program.replay.sample(tree, key, batch_size, beta)
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size, *x.shape), x.dtype), host[2])
+        return indices, jax.pure_callback(gather, shapes, indices), weights
+
+    init_tree, update_tree = _device_replay(program, state, initial_priority,
+                                            replay=program.replay._replace(sample=sample), stored=_flag)
+
+    def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
+        params, tree = init_tree(key, obs)
+        host[0] = new_buffer(obs)
+        host[2] = jax.eval_shape(program.example_item, jax.tree.map(lambda x: x[0], obs))
+        host[1] = {**host[0].state(), "priorities": tree}
+        return params, host[1]
+
+    def update(params: Any, buffer: Any, inputs: Any, key: jax.Array, updates: Any, num_updates: Any):
+        items, actor = inputs
+        tree = buffer["priorities"]
+        if buffer is not host[1]:  # a restored checkpoint's buffer: the priorities go where the params are
+            host[0].load(buffer)
+            tree = jax.device_put(tree, jax.tree.leaves(params)[0].sharding)
+        else:  # where dispatch is asynchronous (accelerators; the CPU runs a program with host callbacks
+            # at once) the update before may still be fetching items: the add must not overwrite them
+            jax.block_until_ready(tree)
+        host[0].add(items, spec.num_envs, actor)  # first: the sampling reads it
+        params, tree, metrics = update_tree(params, tree, inputs, key, updates, num_updates)
+        host[1] = {**host[0].state(), "priorities": tree}
+        return params, host[1], metrics
+
+    return init, update
+
+
+def _insert_with_td(program: OffPolicyProgram, learner: Any, buffer: Any, items: ReplayItem, stored: Any,
+                    key: jax.Array, ctx: Any, prepare: Any = None) -> Any:
+    """``buffer`` with ``stored`` (``items`` or what the buffer keeps of them) added at the items' TD
+    error under ``learner`` (Ape-X's initial priorities): one learning step's ``td_abs`` on them, the
+    step itself discarded (its gradients are dead code the compiler removes). Placeholder items get
+    priority 0."""
     from rljax.core import buffers
 
     weights = items.valid.astype(jnp.float32)
     seen = items if prepare is None else prepare(items)  # as learning sees them
     _, td_abs, _ = program.hooks.learn_step(learner, seen, weights, key, ctx)
-    buffer = buffers.prioritized_add(buffer, items, mask=items.valid)
+    buffer = buffers.prioritized_add(buffer, stored, mask=items.valid)
     n = td_abs.shape[0]
     slots = (buffer.replay.cursor - n + jnp.arange(n)) % buffer.replay.capacity
     return buffers.update_priorities(buffer, jnp.where(items.valid, slots, -1), td_abs + 1e-6)

@@ -295,50 +295,76 @@ def test_the_indices_are_the_device_replays_for_the_same_key():
     np.testing.assert_array_equal(np.stack([np.asarray(s) for s in seen]), host.astype(np.float32))
 
 
-def test_a_run_with_host_replay_is_the_same_bits_as_one_with_device_replay():
-    """DQN's CNN on stacked frames, 3-step items, a ring that wraps: the replay's place changes nothing."""
+@pytest.mark.parametrize("prioritized, initial_priority", [(False, "max"), (True, "max"), (True, "td")])
+def test_a_run_with_host_replay_is_the_same_bits_as_one_with_device_replay(prioritized, initial_priority):
+    """DQN's CNN on stacked frames, 3-step items, a ring that wraps: the replay's place changes nothing,
+    uniform or prioritised (the priorities each gradient step sets decide the next step's samples)."""
     config = DQNConfig(env="frames", num_envs=2, num_steps=5, total_timesteps=2 * 5 * 12, learning_starts=30,
                        batch_size=8, buffer_size=48, hidden_sizes=(8,), cnn_channels=(2,), n_step=3,
-                       gradient_steps=2, target_update_interval=20)
-    runs = [train_host(config, lambda actor: FrameEnv(2), HostOptions(max_policy_lag=0, replay=where))
+                       gradient_steps=2, target_update_interval=20, prioritized=prioritized)
+    runs = [train_host(config, lambda actor: FrameEnv(2),
+                       HostOptions(max_policy_lag=0, replay=where, initial_priority=initial_priority))
             for where in ("device", "host")]
     for a, b in zip(leaves(runs[0].params), leaves(runs[1].params)):
         np.testing.assert_array_equal(a, b)
     assert [r["td_loss"] for r in runs[0].rows] == [r["td_loss"] for r in runs[1].rows]
     assert runs[1].rows[-1]["buffer_size"] == 48
+    if prioritized:  # the same priorities, beside items that read back as the device's
+        device, host = runs[0].opt_state, runs[1].opt_state
+        for a, b in zip(leaves((device.sum_tree, device.priorities, device.max_priority)),
+                        leaves((host["priorities"].sum_tree, host["priorities"].priorities,
+                                host["priorities"].max_priority))):
+            np.testing.assert_array_equal(a, b)
+        read = _host_buffer(48, 3).load(host).gather(np.arange(48))
+        for name in ReplayItem._fields:
+            np.testing.assert_array_equal(read[name], getattr(device.data, name), err_msg=name)
 
 
-def test_prioritised_replay_in_host_memory_is_refused_by_name():
-    spec = HostSpec(num_envs=2, observation_space=Box(-1.0, 1.0, (2,), np.float32), action_space=Discrete(2))
-    with pytest.raises(ValueError, match=r"replay=.host. keeps a uniform replay .* \(--replay device\)"):
-        offpolicy_algorithm(DQNConfig(env="x", num_envs=2, prioritized=True), spec, 10, replay="host")
+def _host_buffer(capacity: int, n: int) -> HostReplay:
+    example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
+                         discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(False))
+    return HostReplay(example, capacity, n)
 
 
-def test_a_run_with_host_replay_resumes_to_the_same_bits_its_replay_checkpointed(tmp_path):
-    """Stopped after 5 updates and resumed to 12 (one actor at lag 0, stacked frames): the same params
-    and the same replay contents as a run never stopped, although the resumed buffer stores its
-    streams' first frames anew (its matching caches are not saved)."""
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_run_with_host_replay_resumes_to_the_same_bits_its_replay_checkpointed(tmp_path, prioritized):
+    """Stopped by SIGTERM during update 5 and resumed to 12 (one actor at lag 0, stacked frames): the
+    same params and the same replay contents (and priorities) as a run never stopped, although the
+    resumed buffer stores its streams' first frames anew (its matching caches are not saved)."""
+    import os
+    import signal
+
     from rljax.actorlearner.run import run_host
     from rljax.training.options import RunOptions
 
+    class Terminating(FrameEnv):  # SIGTERM at its 23rd step (update 5's rollout)
+        steps = 0
+
+        def step(self, actions):
+            Terminating.steps += 1
+            if Terminating.steps == 23:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().step(actions)
+
     config = DQNConfig(env="frames", num_envs=2, num_steps=5, total_timesteps=2 * 5 * 12, learning_starts=30,
                        batch_size=8, buffer_size=48, hidden_sizes=(8,), cnn_channels=(2,), n_step=3,
-                       gradient_steps=2, target_update_interval=20, exploration_fraction=0.0)
+                       gradient_steps=2, target_update_interval=20, exploration_fraction=0.0, prioritized=prioritized)
     layout = HostOptions(max_policy_lag=0, replay="host")
     whole = run_host(config, RunOptions(run_dir=tmp_path / "whole", quiet=True), layout, make_env=lambda a: FrameEnv(2))
-    cut = DQNConfig(**{**config.__dict__, "total_timesteps": 2 * 5 * 5})
-    run_host(cut, RunOptions(run_dir=tmp_path / "cut", quiet=True), layout, make_env=lambda a: FrameEnv(2))
+    stopped = run_host(config, RunOptions(run_dir=tmp_path / "cut", quiet=True), layout,
+                       make_env=lambda a: Terminating(2))
+    assert stopped.preempted == "SIGTERM" and 5 <= stopped.updates < 12
     resumed = run_host(config, RunOptions(run_dir=tmp_path / "cut", resume=True, quiet=True),
                        make_env=lambda a: FrameEnv(2))
     assert resumed.updates == 12
     for a, b in zip(leaves(whole.params), leaves(resumed.params)):
         np.testing.assert_array_equal(a, b)
-    example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
-                         discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(False))
-    read = [HostReplay(example, 48, 3).load(state).gather(np.arange(48))
-            for state in (whole.opt_state, resumed.opt_state)]
+    read = [_host_buffer(48, 3).load(state).gather(np.arange(48)) for state in (whole.opt_state, resumed.opt_state)]
     for name in ReplayItem._fields:
         np.testing.assert_array_equal(read[0][name], read[1][name], err_msg=name)
+    if prioritized:
+        for a, b in zip(leaves(whole.opt_state["priorities"]), leaves(resumed.opt_state["priorities"])):
+            np.testing.assert_array_equal(a, b)
 
 
 class Unsharing(FrameEnv):
