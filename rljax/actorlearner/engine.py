@@ -142,8 +142,9 @@ class HostAlgorithm:
         finisher: what an actor makes of each rollout (:class:`Finisher`); None for nothing.
         donates_params: whether ``update`` donates ``params`` (then what actors act with is copied
             when it is published; otherwise it is handed over as it is).
-        host_opt_state: ``opt_state`` stays in host memory (numpy: a replay kept there), never put
-            on the learner's device, and ``inputs`` reach ``update`` as they are (not put there either).
+        host_opt_state: ``opt_state`` is left where ``update`` keeps it (a replay in host memory:
+            numpy, with a prioritised replay's priorities on the device beside it), never put on the
+            learner's device by the engine, and ``inputs`` reach ``update`` as they are (not put there either).
     """
 
     init: Callable[[Any, Any], tuple[Any, Any]]

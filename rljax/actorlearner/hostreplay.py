@@ -83,8 +83,9 @@ class _Stream:
 
 
 class HostReplay:
-    """A uniform ring buffer of n-step items (:class:`rljax.agents.offpolicy.ReplayItem` fields) in
-    host memory (see the module docstring).
+    """A ring buffer of n-step items (:class:`rljax.agents.offpolicy.ReplayItem` fields) in host memory,
+    sampled uniformly or at the slots a prioritised replay's device-side tree draws (see the module
+    docstring).
 
     Args:
         example: one item's arrays (no batch axis): ``obs``, ``action``, ``reward``, ``discount``,

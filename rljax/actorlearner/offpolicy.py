@@ -239,7 +239,9 @@ def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec
     device (:func:`~rljax.agents.offpolicy.presampled_replay`). Prioritised: the priorities stay on the
     device (the skeleton's prioritised buffer over a one-flag item per slot); each gradient step draws
     its slots and weights there and fetches the items from host memory (a host callback in the compiled
-    loop), so the priorities it set are the next step's, as with the device replay: the same bits."""
+    loop), so the priorities it set are the next step's, as with the device replay: the same samples,
+    losses and priorities (and params, but where the compiler fuses the device replay's gather into
+    the gradient, as in TD3's critic: there they differ in their last bits)."""
     config, hooks, hyper = program.config, program.hooks, program.config.hyperparams()
     replay, presampled = [None, None], presampled_replay()  # the buffer, and the state it last returned
 
@@ -321,7 +323,11 @@ def _host_prioritized(program: OffPolicyProgram, state: _LearnerState, spec: Hos
         else:  # where dispatch is asynchronous (accelerators; the CPU runs a program with host callbacks
             # at once) the update before may still be fetching items: the add must not overwrite them
             jax.block_until_ready(tree)
-        host[0].add(items, spec.num_envs, actor)  # first: the sampling reads it
+        try:
+            host[0].add(items, spec.num_envs, actor)  # first: the sampling reads it
+        except Exception:  # it kept the items before the refused one, the tree none: an update given the
+            host[1] = None  # state handed out last puts that state (and its priorities) back first
+            raise
         params, tree, metrics = update_tree(params, tree, inputs, key, updates, num_updates)
         host[1] = {**host[0].state(), "priorities": tree}
         return params, host[1], metrics

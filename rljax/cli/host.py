@@ -91,8 +91,9 @@ def add_host_flags(parser: argparse.ArgumentParser, parse_int: Any, parse_float:
                        help="prioritised replay on host envs: new items enter with the largest priority seen (max) or "
                             "their TD error under the learner's params (td, as Ape-X)")
     group.add_argument("--replay", choices=REPLAYS, default="device",
-                       help="where the replay lives: the learner's device, or host memory (uniform; stacked uint8 "
-                            "frames stored once: a 1e6-item Atari replay in ~7 GB; docs/host-envs.md)")
+                       help="where the replay lives: the learner's device, or host memory (stacked uint8 frames "
+                            "stored once: a 1e6-item Atari replay in ~10 GiB; with --prioritized the priorities stay "
+                            "on the device; docs/host-envs.md)")
     group.add_argument("--frames-per-item", type=parse_float, default=1.5, metavar="F",
                        help="--replay host with stacked uint8 frames: the frame ring's frames per item (about 1 when "
                             "each observation shifts by a frame); 0 stores observations as they are")

@@ -320,6 +320,62 @@ def test_a_run_with_host_replay_is_the_same_bits_as_one_with_device_replay(prior
             np.testing.assert_array_equal(read[name], getattr(device.data, name), err_msg=name)
 
 
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_continuous_control_with_prioritised_host_replay_learns_from_the_device_replays_samples(algorithm):
+    """SAC (observations normalised, TD insertion): the same bits as with the device replay. TD3: the
+    same losses and priorities, its params within float32 rounding (the compiler fuses the device
+    replay's gather into TD3's critic gradient, summing in another order; a host callback's result
+    cannot be fused)."""
+    from rljax.agents.sac import SACConfig
+    from rljax.agents.td3 import TD3Config
+    from rljax.host.sources import make_host_env
+
+    kind = {"sac": SACConfig, "td3": TD3Config}[algorithm]
+    config = kind(env="gymnasium/Pendulum-v1", num_envs=1, num_steps=8, total_timesteps=8 * 8, learning_starts=24,
+                  batch_size=16, buffer_size=50, gradient_steps=2, hidden_sizes=(16,), n_step=3, prioritized=True,
+                  normalize_obs=algorithm == "sac")
+    options = dict(max_policy_lag=0, initial_priority="td" if algorithm == "sac" else "max")
+    runs = [train_host(config, lambda actor: make_host_env(config.env, 1), HostOptions(replay=where, **options))
+            for where in ("device", "host")]
+    loss = "critic_loss"
+    assert [r[loss] for r in runs[0].rows] == [r[loss] for r in runs[1].rows]
+    np.testing.assert_array_equal(runs[0].opt_state.priorities, runs[1].opt_state["priorities"].priorities)
+    for a, b in zip(leaves(runs[0].params), leaves(runs[1].params)):
+        if algorithm == "sac":
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_an_update_after_a_refused_add_keeps_each_item_beside_its_priority(monkeypatch):
+    """The frame ring refuses a rollout part way (its first 4 items kept): an update given the state
+    the last good update returned goes on from that state, its items and priorities in step."""
+    config = DQNConfig(env="frames", num_envs=2, num_steps=5, learning_starts=0, batch_size=8, buffer_size=48,
+                       hidden_sizes=(8,), cnn_channels=(2,), prioritized=True)
+    algorithm = offpolicy_algorithm(config, FrameEnv(2).spec, 20, replay="host")
+    params, state = algorithm.init(jax.random.key(0), np.zeros((1, *FRAME, K), np.uint8))
+    rollouts, write = _items(num_envs=2, steps=30, n=1), HostReplay._write
+    for u, items in enumerate(rollouts[:3]):
+        params, state, _ = algorithm.update(params, state, (items, 0), jax.random.key(u), np.uint32(u), np.uint32(20))
+    calls = [0]
+
+    def refusing(self, frames):
+        calls[0] += 1
+        if calls[0] > 4:
+            raise RuntimeError("the frame ring is full")
+        return write(self, frames)
+
+    monkeypatch.setattr(HostReplay, "_write", refusing)
+    with pytest.raises(RuntimeError, match="full"):
+        algorithm.update(params, state, (rollouts[3], 0), jax.random.key(3), np.uint32(3), np.uint32(20))
+    monkeypatch.setattr(HostReplay, "_write", write)
+    for u, items in enumerate(rollouts[3:], 3):
+        params, state, _ = algorithm.update(params, state, (items, 0), jax.random.key(u), np.uint32(u), np.uint32(20))
+    tree, (cursor, size) = state["priorities"], state["counters"][:2]
+    assert (int(tree.cursor), int(tree.size)) == (cursor, size) == (60 % 48, 48)  # 6 rollouts of 10 items
+    np.testing.assert_array_equal(np.asarray(tree.priorities[:size]) > 0, state["fields"]["valid"][:size])
+
+
 def _host_buffer(capacity: int, n: int) -> HostReplay:
     example = ReplayItem(obs=np.zeros((*FRAME, K), np.uint8), action=np.int32(0), reward=np.float32(0),
                          discount=np.float32(0), next_obs=np.zeros((*FRAME, K), np.uint8), valid=np.bool_(False))
