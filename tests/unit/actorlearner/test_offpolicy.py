@@ -124,14 +124,35 @@ def _host(config):
     return lambda actor: make_host_env(config.env, config.num_envs)
 
 
+class _Terminating:
+    """A host env that sends this process SIGTERM at its ``at``-th step (once), otherwise ``env``."""
+
+    def __init__(self, env, at: int):
+        self._env, self._at, self._steps = env, at, 0
+
+    def step(self, actions):
+        import os
+        import signal
+
+        self._steps += 1
+        if self._steps == self._at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self._env.step(actions)
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+
 def test_a_resumed_run_continues_its_replay_and_n_step_tail_to_the_same_bits(tmp_path):
-    """SAC, one actor at lag 0: stopped after 4 updates and resumed to 10, it equals a run never
-    stopped, params, optimiser and replay buffer (a resume without the replay would differ)."""
+    """SAC, one actor at lag 0: stopped by SIGTERM during update 4 and resumed to 10, it equals a run
+    never stopped, params, optimiser and replay buffer (a resume without the replay would differ)."""
     whole = run_host(SAC, RunOptions(run_dir=tmp_path / "whole", quiet=True), SYNC)
     cut = tmp_path / "cut"
-    run_host(SACConfig(**{**SAC.__dict__, "total_timesteps": 8 * 4}), RunOptions(run_dir=cut, quiet=True), SYNC)
+    stopped = run_host(SAC, RunOptions(run_dir=cut, quiet=True), SYNC,
+                       make_env=lambda actor: _Terminating(make_host_env(SAC.env, SAC.num_envs), at=8 * 3 + 5))
+    assert stopped.preempted == "SIGTERM" and 4 <= stopped.updates < 10
     resumed = run_host(SAC, RunOptions(run_dir=cut, resume=True, quiet=True))
-    assert resumed.updates == 10 and len(resumed.rows) == 6
+    assert resumed.updates == 10 and len(resumed.rows) == 10 - stopped.updates
     for a, b in zip(leaves((whole.params, whole.opt_state)), leaves((resumed.params, resumed.opt_state))):
         np.testing.assert_array_equal(a, b)
     assert resumed.rows[-1]["buffer_size"] == 80
