@@ -68,6 +68,7 @@ def test_the_codec_is_the_generic_path_byte_for_byte_and_leaves_it_anything_else
     payload = encode(Kind.ACT, fit, FRAMING)[HEADER.size:]
     fast, slow = codec.act(payload), decode_payload(Kind.ACT, payload, 4, FRAMING)
     assert all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in zip(fast, slow))
+    assert all(a.flags.writeable and a.flags.aligned and a.flags.c_contiguous for a in fast)  # fresh arrays
     bool_byte = bytearray(payload)
     bool_byte[payload.index(bytes([1, 0, 1]))] = 7  # a bool byte other than 0/1 reads True, as the generic path
     bool_byte[-1] = 0x80  # in an observation's bool leaf too (a legal-action mask)
