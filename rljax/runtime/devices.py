@@ -175,7 +175,9 @@ class DataParallel:
         if self.num_devices == 1:
             return jax.jit(fn, donate_argnums=donate_argnums)
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
-        return jax.jit(mapped, donate_argnums=donate_argnums)
+        # out_shardings: without it an empty leaf (e.g. a 1-step collector's [P, 0, ...] tail) comes out
+        # replicated, and the next call of a program compiled for the split state refuses it.
+        return jax.jit(mapped, donate_argnums=donate_argnums, out_shardings=NamedSharding(self.mesh, P(AXIS)))
 
     def place_population(self, tree: Any) -> Any:
         """Puts a ``[P, ...]`` pytree on the devices, split along the population axis."""

@@ -52,3 +52,21 @@ def test_the_sweep_cli_splits_over_the_cores_by_default_and_resume_keeps_the_spl
     assert json.loads((run / "sweep.json").read_text())["devices"] == expected
     rows = [json.loads(line) for line in next((run / "members").iterdir()).joinpath("metrics.jsonl").open()]
     assert rows[-1]["env_steps"] == 2048
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_split_over_two_devices_runs_a_state_with_empty_leaves_past_its_first_chunk(tmp_path):
+    """DQN's 1-step collector keeps an empty ``[P, 0, ...]`` tail: split over two devices, the chunk
+    must hand it back split as it took it, or the second chunk refuses the state (the CLI's default
+    split on a 2-core CPU)."""
+    env = cpu_subprocess_env(2)
+    cmd = [sys.executable, "-m", "rljax.cli.main", "sweep", "dqn", "--env", "CartPole-v1", "--seeds", "2",
+           "--devices", "2", "--num-envs", "2", "--hidden-sizes", "8", "--learning-starts", "8",
+           "--total-timesteps", "64", "--updates-per-chunk", "8", "--run-dir", str(tmp_path / "s"),
+           "--no-compile-cache", "--quiet", "--no-plots", "--no-tensorboard"]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["devices"] == 2
+    for member in (tmp_path / "s" / "members").iterdir():
+        rows = [json.loads(line) for line in member.joinpath("metrics.jsonl").open()]
+        assert rows[-1]["env_steps"] == 64  # four chunks of 8 updates
