@@ -84,6 +84,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "(--games per side per pair) and get Elo ratings (random = 0); report in eval/league/")
     parser.add_argument("--simulations", type=int,
                         help="with --search: simulations per move (default: the run's num_simulations)")
+    parser.add_argument("--env", metavar="NAME",
+                        help="a run on host envs: evaluate on these host envs instead of the run's own (e.g. "
+                             "gymnasium/CartPole-v1 for a run trained on an env server or on rollout workers); "
+                             "their spaces must be the run's")
     parser.add_argument("--no-compile-cache", action="store_true", help="do not use the persistent compile cache")
     return parser
 
@@ -162,6 +166,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
     from rljax.policy.trained import is_host_policy
 
     policy = load(args.run_dir, args.step, member=member)
+    if args.env and not is_host_policy(policy):
+        raise ValueError(f"--env {args.env}: this run trained on the JAX env {policy.config.env}, which it evaluates "
+                         f"on (--env-param changes its params); --env names other host envs for a run on host envs")
+    if args.env:
+        policy = dataclasses.replace(policy, env=_other_host_envs(policy, args.env))
     if is_host_policy(policy):  # stepped on the host: one host env per episode, drawn by the env itself
         if args.env_param:
             raise ValueError(f"--env-param {args.env_param[0]}: {policy.env.name} is a host env, which has no env "
@@ -181,6 +190,38 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
 
         draw = frame_drawer(policy.env, evaluations[0][0])
     return policy, evaluations, draw
+
+
+def _other_host_envs(policy: Any, name: str) -> Any:
+    """The policy's host env spaces for the envs ``name`` names, after checking (one env made and
+    closed) that their spaces are the run's."""
+    from rljax.host.spaces import HostEnvSpaces
+
+    spaces = policy.env.on(name)
+    probe = spaces.make(None if name.startswith("server:") else 1)
+    try:
+        made = HostEnvSpaces(name, probe.spec.observation_space, probe.spec.action_space)
+    finally:
+        probe.close()
+    for what, want, got in (("observation", policy.env.observation_space(), made.observation_space()),
+                            ("action", policy.env.action_space(), made.action_space())):
+        bounds = what == "action"
+        if _space_fields(want, bounds) != _space_fields(got, bounds):
+            raise ValueError(f"--env {name}: its {what} space is {_space_fields(got, bounds)}, the run's "
+                             f"{policy.config.env} is {_space_fields(want, bounds)}: a policy acts only on the spaces "
+                             f"it trained on")
+    return spaces
+
+
+def _space_fields(space: Any, bounds: bool) -> tuple:
+    """What a policy depends on in a space: its kind, shape and dtype, a Discrete's size, and (``bounds``:
+    an action space, whose bounds clip and scale the actions) a Box's bounds."""
+    import numpy as np
+
+    fields = (type(space).__name__, tuple(space.shape), np.dtype(space.dtype).name)
+    if hasattr(space, "n"):
+        return fields + (int(space.n),)
+    return fields + ((np.asarray(space.low).tolist(), np.asarray(space.high).tolist()) if bounds else ())
 
 
 def _env_params_dict(env_params: Any) -> dict[str, Any]:
@@ -224,7 +265,7 @@ def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any,
     returns, lengths, truncated = jax.device_get((episodes.returns, episodes.lengths, episodes.truncated))
     wall = time.perf_counter() - t0
     report = build_report(returns, lengths, truncated, run_dir=str(args.run_dir), member=policy.member,
-                          algorithm=policy.algorithm, env=str(getattr(policy.config, "env", policy.env)),
+                          algorithm=policy.algorithm, env=args.env or str(getattr(policy.config, "env", policy.env)),
                           checkpoint_step=int(policy.step), config_hash=policy.config_hash,
                           deterministic=not args.stochastic, seed=args.seed, env_param_overrides=overrides,
                           env_params=_env_params_dict(env_params), eval_wall_s=round(wall, 3),
@@ -232,7 +273,9 @@ def _evaluate_and_report(args: argparse.Namespace, policy: Any, env_params: Any,
     if episodes.won is not None:  # a multi-agent env that reports wins (SMAX)
         report["win_rate"] = float(jax.device_get(episodes.won).astype(float).mean())
     note = _write_video(args, policy, env_params, draw) if draw is not None else ""
-    out = write_report(eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, overrides), report)
+    kind = f"-on-{_slug(args.env)}" if args.env else ""  # another source of the run's envs
+    out = write_report(eval_dir(args.run_dir, policy.step, policy.member, not args.stochastic, overrides, kind),
+                       report)
     r, n = report["return"], report["length"]
     wins = f", win rate {report['win_rate']:.3f}" if "win_rate" in report else ""
     mode = "greedy" if not args.stochastic else "stochastic"
@@ -378,6 +421,7 @@ def run(args: argparse.Namespace) -> int:
     input, found before any episode is played) or 74 (reading the checkpoint or writing the report failed)."""
     if not args.no_compile_cache:
         enable_compilation_cache()
+    from rljax.host.base import HostEnvError
     from rljax.policy.video import NotDrawableError
 
     try:
@@ -386,6 +430,9 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, NotDrawableError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except HostEnvError as err:  # --env's envs could not be made (an env server not there)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_IO
     except OSError as err:  # the checkpoint could not be read
         print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
         return EXIT_IO
@@ -408,6 +455,11 @@ def run(args: argparse.Namespace) -> int:
             line = _evaluate_and_report(args, policy, env_params, overrides, draw)
         except OSError as err:  # writing the video or the report (a full disk)
             print(f"{PROG}: error: I/O error: {err}", file=sys.stderr)
+            return EXIT_IO
+        except HostEnvError as err:  # the run's env server is gone, or its envs failed
+            hint = (" (evaluate on a local source of the same envs with --env, e.g. --env gymnasium/<id>)"
+                    if str(getattr(policy.env, "name", "")).startswith("server:") and not args.env else "")
+            print(f"{PROG}: error: {err}{hint}", file=sys.stderr)
             return EXIT_IO
         if len(evaluations) > 1:
             line = f"[{', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in overrides.items())}] " \

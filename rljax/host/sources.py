@@ -22,7 +22,7 @@ def is_host_env(name: str) -> bool:
     return isinstance(name, str) and name.startswith(HOST_PREFIXES)
 
 
-def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any) -> HostEnv:
+def make_host_env(name: str, num_envs: int | None, render: bool = False, **kwargs: Any) -> HostEnv:
     """The batch of ``num_envs`` host envs ``name`` names.
 
     * ``gymnasium/<id>``: :class:`~rljax.host.gymnasium_env.GymnasiumEnv` (``asynchronous=True`` steps
@@ -30,7 +30,8 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
     * ``envpool/<id>``: :class:`~rljax.host.envpool_env.EnvPoolEnv` (the ``envpool`` extra; keyword
       arguments go to ``envpool.make``);
     * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
-      ``timeout_s``); the server decides the batch size, which must equal ``num_envs``. A pool
+      ``timeout_s``); the server decides the batch size, which must equal ``num_envs`` (None: any,
+      the server's own). A pool
       (``server:HOST:PORT,HOST:PORT``, ``server:@FILE``: :mod:`rljax.host.pool`) gives its first
       server's batch here; training follows the whole pool.
 
@@ -38,6 +39,8 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
     video): Gymnasium envs with an ``rgb_array`` render mode. Raises ``ValueError`` naming the env
     for any other (EnvPool batches and env servers send no frames).
     """
+    if num_envs is None and not name.startswith("server:"):
+        raise ValueError(f"{name}: num_envs=None (the source's own batch size) is for env servers; give a number")
     if render and not name.startswith("gymnasium/"):
         kind = "an EnvPool batch" if name.startswith("envpool/") else "an env server" if name.startswith("server:") \
             else "not a host env"
@@ -62,7 +65,7 @@ def make_host_env(name: str, num_envs: int, render: bool = False, **kwargs: Any)
         if is_server_pool(name):  # one batch (evaluation, a video): the pool's first server
             name = f"server:{ServerPool(name).addresses()[0]}"
         env = ServerEnv(*parse_server(name), **kwargs)
-        if env.spec.num_envs != num_envs:
+        if num_envs is not None and env.spec.num_envs != num_envs:
             env.close()
             raise ValueError(f"the env server {name} serves {env.spec.num_envs} envs, not num_envs={num_envs}: pass "
                              f"--num-envs {env.spec.num_envs}, or restart the server with --num-envs {num_envs}")

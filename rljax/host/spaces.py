@@ -67,8 +67,14 @@ class HostEnvSpaces:
         obs, state = self.reset(key)
         return obs, state, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False), {}
 
-    def make(self, num_envs: int, render: bool = False) -> Any:
-        """A batch of ``num_envs`` of these host envs (``render``: that draw frames).
+    def on(self, name: str) -> HostEnvSpaces:
+        """These spaces and factory, for the envs ``name`` names (another source of the same envs: a local
+        ``gymnasium/<id>`` for a run trained on an env server). The caller checks that they fit."""
+        return HostEnvSpaces(name, self._observation_space, self._action_space, self._make)
+
+    def make(self, num_envs: int | None, render: bool = False) -> Any:
+        """A batch of ``num_envs`` of these host envs (``render``: that draw frames; None: an env
+        server's own batch size).
 
         Raises:
             ValueError: the policy was loaded without a :data:`HostEnvFactory`.

@@ -301,17 +301,30 @@ def evaluate(policy: Any, num_episodes: int = 100, *, seed: int = 0, env_params:
     if is_host_policy(policy):
         if env_params is not None:
             raise ValueError(f"env_params: {policy.env.name} is a host env, which has no env params to change")
-        envs = policy.env.make(int(num_episodes))
-        try:
-            return run_host_episodes(envs, host_act(policy, seed, deterministic), seed,
-                                     DEFAULT_MAX_STEPS if max_steps is None else int(max_steps))
-        finally:
-            envs.close()
+        return _host_episodes(policy, int(num_episodes), seed, deterministic,
+                              DEFAULT_MAX_STEPS if max_steps is None else int(max_steps))
     env_params = policy.env_params if env_params is None else env_params
     max_steps = max_episode_steps(env_params) if max_steps is None else int(max_steps)
     fn = _compiled_episodes(policy.agent, policy.env, int(num_episodes), max_steps, bool(deterministic))
     out = fn(policy.params, env_params, jax.random.key(seed))
     return Episodes(*(_host(x) for x in jax.device_get(out)))
+
+
+def _host_episodes(policy: Any, num_episodes: int, seed: int, deterministic: bool, max_steps: int) -> Episodes:
+    """``num_episodes`` episodes of a host policy: one batch of that many envs, or, from an env server
+    (whose batch of ``E`` it sets itself), rounds of ``E`` (round ``r``: envs seeded ``seed + r E + i``,
+    the policy keyed ``seed + r``), the first ``num_episodes`` envs' episodes kept."""
+    server = policy.env.name.startswith("server:")
+    envs = policy.env.make(None if server else num_episodes)
+    try:
+        size, rounds = envs.spec.num_envs, []
+        while sum(len(r.returns) for r in rounds) < num_episodes:
+            first = seed + len(rounds) * size
+            rounds.append(run_host_episodes(envs, host_act(policy, seed + len(rounds), deterministic), first,
+                                            max_steps))
+    finally:
+        envs.close()
+    return Episodes(*(np.concatenate(x)[:num_episodes] for x in zip(*(r[:3] for r in rounds))))
 
 
 def eval_columns(episodes: Episodes) -> dict[str, float]:

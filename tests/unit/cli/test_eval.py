@@ -267,3 +267,37 @@ def test_what_a_host_run_cannot_do_is_a_usage_error(host_runs, capsys, tmp_path,
     status, out, err = _eval(capsys, host_runs[kind], *[a.format(tmp=tmp_path) for a in args])
     assert status == 2 and match in err and not out
     assert sorted(host_runs[kind].rglob("*")) == before and not (tmp_path / "v.gif").exists()
+
+
+def test_a_run_trained_on_an_env_server_is_evaluated_there_in_rounds_or_on_a_local_source(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A server sets its own batch (4 envs): 10 episodes are 3 rounds of 4, the first 10 kept (they used to
+    be refused: 'serves 4 envs, not num_envs=10'). ``--env gymnasium/CartPole-v1`` evaluates on a local
+    source of the same envs (seeded alike: the same episodes); a source of other spaces is refused by
+    name; with the server gone the error is one line that names --env."""
+    from rljax.actorlearner.learner import HostOptions
+    from rljax.actorlearner.run import run_host
+    from rljax.agents.ppo import PPOConfig
+    from rljax.host.gymnasium_env import GymnasiumEnv
+    from rljax.host.server import TOKEN_VARIABLE, EnvServer
+
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    run = tmp_path / "run"
+    with EnvServer(lambda: GymnasiumEnv("CartPole-v1", 4)) as server:
+        server.start()
+        config = PPOConfig(env=f"server:127.0.0.1:{server.address[1]}", num_envs=4, num_steps=16,
+                           total_timesteps=4 * 16 * 2, num_minibatches=1, num_epochs=1, hidden_sizes=(16,))
+        run_host(config, rljax.RunOptions(run_dir=run, quiet=True, handle_signals=False), HostOptions())
+        status, out, err = _eval(capsys, run, "--episodes", 10)
+        assert status == 0, err
+    served = json.loads((run / "eval" / "128" / "report.json").read_text())
+    assert served["num_episodes"] == 10 and served["env"] == config.env
+    status, out, err = _eval(capsys, run, "--episodes", 10, "--env", "gymnasium/CartPole-v1")
+    assert status == 0, err
+    local = json.loads((run / "eval" / "128-on-gymnasium_CartPole_v1" / "report.json").read_text())
+    assert local["env"] == "gymnasium/CartPole-v1" and local["returns"] == served["returns"]
+    status, out, err = _eval(capsys, run, "--episodes", 2, "--env", "gymnasium/Pendulum-v1")
+    assert status == 2 and "its observation space is ('Box', (3,)" in err and not out
+    status, out, err = _eval(capsys, run, "--episodes", 2)  # the server is gone
+    assert status == 74 and "cannot connect to the env server" in err and "--env" in err
+    assert len(err.strip().splitlines()) == 1
