@@ -28,7 +28,7 @@ observation's, and n-step items about ``n`` more where the stacks restart):
   would overwrite a frame a live item still reads is an error that says which ``frames_per_item``
   would do.
 
-The buffer is a pytree of numpy arrays (:meth:`HostReplay.state` / :meth:`HostReplay.from_state`),
+The buffer is a pytree of numpy arrays (:meth:`HostReplay.state` / :meth:`HostReplay.load`),
 checkpointed with the run like the device replay; the per-stream matching caches are not (after a
 resume the first items of each stream store their frames in full).
 """
