@@ -476,10 +476,12 @@ def test_the_supervisor_continues_a_job_on_the_hosts_left_after_one_is_lost_for_
 def test_a_job_that_lost_a_host_grows_back_when_it_returns(tmp_path):
     """rljax supervise --shrink-after 1 --grow-when CMD -- rljax launch -n 2 ...: process 1 is killed and its
     host stays lost, so the job shrinks to 1 process; once the host is back (CMD passes) the supervisor stops
-    the job cleanly and it continues on 2 processes again, resuming elastically, and finishes the run there."""
+    the job cleanly and it continues on 2 processes again, resuming elastically, and finishes the run there.
+    (Long enough that the shrunk job is still training when the probe passes: at 16,384 steps a loaded
+    machine let it finish first.)"""
     run_dir, marker = tmp_path / "run", tmp_path / "host-1-lost"
     inner = [sys.executable, str(ROOT / "tests" / "support" / "lost_host.py"), str(marker), "experiments.ppo_cartpole",
-             "--num-devices", "2", "--total-timesteps", "16384", "--updates-per-chunk", "2", "--checkpoint-every", "1",
+             "--num-devices", "2", "--total-timesteps", "32768", "--updates-per-chunk", "2", "--checkpoint-every", "1",
              "--no-tensorboard", "--run-dir", str(run_dir)]
     cmd = [sys.executable, "-m", "rljax.cli.main", "supervise", "--backoff", "0.2", "--shrink-after", "1",
            "--grow-when", f"test ! -e {marker}", "--grow-interval", "1", "--",
@@ -507,7 +509,7 @@ def test_a_job_that_lost_a_host_grows_back_when_it_returns(tmp_path):
     final = records[-1]["argv"]
     assert final[final.index("-n") + 1] == "2" and final[final.index("--num-devices") + 1] == "2"
     rows = [json.loads(line) for line in (run_dir / "chunks.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] == 16384 and "continuing with 2 processes" in err
+    assert rows[-1]["env_steps"] == 32768 and "continuing with 2 processes" in err
 
 
 # The actor-learner path over 2 processes x 1 device: each process its own actor and 4 CartPoles, one
