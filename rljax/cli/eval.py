@@ -194,34 +194,27 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[tuple[Any, dict[str, A
 
 def _other_host_envs(policy: Any, name: str) -> Any:
     """The policy's host env spaces for the envs ``name`` names, after checking (one env made and
-    closed) that their spaces are the run's."""
+    closed) that their spaces are the run's: as its checkpoint records them
+    (:func:`~rljax.actorlearner.run.space_json`), an observation's bounds aside (a policy acts on any
+    value of its shape and dtype; an action space's bounds clip and scale its actions)."""
+    from rljax.actorlearner.run import space_json
+    from rljax.env import describe_space
     from rljax.host.spaces import HostEnvSpaces
 
     spaces = policy.env.on(name)
-    probe = spaces.make(None if name.startswith("server:") else 1)
+    probe = spaces.make(None)  # the source's own batch (an env server's), or one env
     try:
         made = HostEnvSpaces(name, probe.spec.observation_space, probe.spec.action_space)
     finally:
         probe.close()
     for what, want, got in (("observation", policy.env.observation_space(), made.observation_space()),
                             ("action", policy.env.action_space(), made.action_space())):
-        bounds = what == "action"
-        if _space_fields(want, bounds) != _space_fields(got, bounds):
-            raise ValueError(f"--env {name}: its {what} space is {_space_fields(got, bounds)}, the run's "
-                             f"{policy.config.env} is {_space_fields(want, bounds)}: a policy acts only on the spaces "
-                             f"it trained on")
+        ignored = ("low", "high") if what == "observation" else ()
+        if {k: v for k, v in space_json(want).items() if k not in ignored} != \
+                {k: v for k, v in space_json(got).items() if k not in ignored}:
+            raise ValueError(f"--env {name}: its {what} space is {describe_space(got)}, the run's {policy.config.env} "
+                             f"is {describe_space(want)}: a policy acts only on the spaces it trained on")
     return spaces
-
-
-def _space_fields(space: Any, bounds: bool) -> tuple:
-    """What a policy depends on in a space: its kind, shape and dtype, a Discrete's size, and (``bounds``:
-    an action space, whose bounds clip and scale the actions) a Box's bounds."""
-    import numpy as np
-
-    fields = (type(space).__name__, tuple(space.shape), np.dtype(space.dtype).name)
-    if hasattr(space, "n"):
-        return fields + (int(space.n),)
-    return fields + ((np.asarray(space.low).tolist(), np.asarray(space.high).tolist()) if bounds else ())
 
 
 def _env_params_dict(env_params: Any) -> dict[str, Any]:

@@ -30,17 +30,18 @@ def make_host_env(name: str, num_envs: int | None, render: bool = False, **kwarg
     * ``envpool/<id>``: :class:`~rljax.host.envpool_env.EnvPoolEnv` (the ``envpool`` extra; keyword
       arguments go to ``envpool.make``);
     * ``server:HOST:PORT``: :class:`~rljax.host.client.ServerEnv` (keyword arguments: ``token``,
-      ``timeout_s``); the server decides the batch size, which must equal ``num_envs`` (None: any,
-      the server's own). A pool
+      ``timeout_s``); the server decides the batch size, which must equal ``num_envs``. A pool
       (``server:HOST:PORT,HOST:PORT``, ``server:@FILE``: :mod:`rljax.host.pool`) gives its first
       server's batch here; training follows the whole pool.
+
+    ``num_envs=None`` asks for the source's own batch: an env server's, one env of the others.
 
     ``render=True`` makes envs that draw themselves (``env.render() -> uint8 [N, H, W, 3]``, for a
     video): Gymnasium envs with an ``rgb_array`` render mode. Raises ``ValueError`` naming the env
     for any other (EnvPool batches and env servers send no frames).
     """
-    if num_envs is None and not name.startswith("server:"):
-        raise ValueError(f"{name}: num_envs=None (the source's own batch size) is for env servers; give a number")
+    if num_envs is None and not name.startswith("server:"):  # the source's own batch: one env here
+        num_envs = 1
     if render and not name.startswith("gymnasium/"):
         kind = "an EnvPool batch" if name.startswith("envpool/") else "an env server" if name.startswith("server:") \
             else "not a host env"

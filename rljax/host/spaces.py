@@ -73,8 +73,8 @@ class HostEnvSpaces:
         return HostEnvSpaces(name, self._observation_space, self._action_space, self._make)
 
     def make(self, num_envs: int | None, render: bool = False) -> Any:
-        """A batch of ``num_envs`` of these host envs (``render``: that draw frames; None: an env
-        server's own batch size).
+        """A batch of ``num_envs`` of these host envs (``render``: that draw frames; None: the source's
+        own batch, an env server's, one env of the others).
 
         Raises:
             ValueError: the policy was loaded without a :data:`HostEnvFactory`.

@@ -314,14 +314,11 @@ def _host_episodes(policy: Any, num_episodes: int, seed: int, deterministic: boo
     """``num_episodes`` episodes of a host policy: one batch of that many envs, or, from an env server
     (whose batch of ``E`` it sets itself), rounds of ``E`` (round ``r``: envs seeded ``seed + r E + i``,
     the policy keyed ``seed + r``), the first ``num_episodes`` envs' episodes kept."""
-    server = policy.env.name.startswith("server:")
-    envs = policy.env.make(None if server else num_episodes)
+    envs = policy.env.make(None if policy.env.name.startswith("server:") else num_episodes)
     try:
-        size, rounds = envs.spec.num_envs, []
-        while sum(len(r.returns) for r in rounds) < num_episodes:
-            first = seed + len(rounds) * size
-            rounds.append(run_host_episodes(envs, host_act(policy, seed + len(rounds), deterministic), first,
-                                            max_steps))
+        size = envs.spec.num_envs
+        rounds = [run_host_episodes(envs, host_act(policy, seed + r, deterministic), seed + r * size, max_steps)
+                  for r in range(-(-num_episodes // size))]
     finally:
         envs.close()
     return Episodes(*(np.concatenate(x)[:num_episodes] for x in zip(*(r[:3] for r in rounds))))

@@ -269,8 +269,8 @@ def test_what_a_host_run_cannot_do_is_a_usage_error(host_runs, capsys, tmp_path,
     assert sorted(host_runs[kind].rglob("*")) == before and not (tmp_path / "v.gif").exists()
 
 
-def test_a_run_trained_on_an_env_server_is_evaluated_there_in_rounds_or_on_a_local_source(tmp_path, capsys,
-                                                                                        monkeypatch):
+def test_a_run_trained_on_an_env_server_is_evaluated_there_in_rounds_or_on_a_local_source(
+        tmp_path, capsys, monkeypatch):
     """A server sets its own batch (4 envs): 10 episodes are 3 rounds of 4, the first 10 kept (they used to
     be refused: 'serves 4 envs, not num_envs=10'). ``--env gymnasium/CartPole-v1`` evaluates on a local
     source of the same envs (seeded alike: the same episodes); a source of other spaces is refused by
@@ -297,7 +297,7 @@ def test_a_run_trained_on_an_env_server_is_evaluated_there_in_rounds_or_on_a_loc
     local = json.loads((run / "eval" / "128-on-gymnasium_CartPole_v1" / "report.json").read_text())
     assert local["env"] == "gymnasium/CartPole-v1" and local["returns"] == served["returns"]
     status, out, err = _eval(capsys, run, "--episodes", 2, "--env", "gymnasium/Pendulum-v1")
-    assert status == 2 and "its observation space is ('Box', (3,)" in err and not out
+    assert status == 2 and "its observation space is Box(shape=(3,)" in err and "is Box(shape=(4,)" in err and not out
     status, out, err = _eval(capsys, run, "--episodes", 2)  # the server is gone
     assert status == 74 and "cannot connect to the env server" in err and "--env" in err
     assert len(err.strip().splitlines()) == 1
