@@ -85,18 +85,19 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
         batch = jax.block_until_ready(jax.device_put(host.gather(indices)))
         times.append(time.perf_counter() - t0)
     out["host_sample_ms"] = 1e3 * float(np.median(times[1:]))
-    if args.prioritized:
+    if args.prioritized:  # the learner's own sampling of items in host memory
+        from rljax.actorlearner.offpolicy import host_sampled
+
+        sampled = host_sampled(prioritized, lambda: host, lambda: one)
         tree = _host_tree(prioritized, host, capacity)
-        fetch = _host_fetch(host, one)
-        out["host_per_ms"], host_slots, _ = _prioritized_update_ms(prioritized, tree, fetch, keys, args)
+        out["host_per_ms"], host_slots, _ = _prioritized_update_ms(sampled, tree, keys, args)
     if fits:
         adder = jax.jit(prioritized.add if args.prioritized else device.add, donate_argnums=(0,))
         buffer = (prioritized if args.prioritized else device).init(jax.tree.map(np.asarray, one), 0.6)
         for items in _stream(capacity, shape, stacked, args.episode):
             buffer = adder(buffer, items)
         if args.prioritized:
-            out["device_per_ms"], device_slots, buffer = _prioritized_update_ms(
-                prioritized, buffer, lambda b, slots: jax.tree.map(lambda x: x[slots], b.data), keys, args)
+            out["device_per_ms"], device_slots, buffer = _prioritized_update_ms(prioritized, buffer, keys, args)
             out["same_per_slots"] = bool(np.array_equal(host_slots, device_slots))
             buffer = buffer.replay  # the uniform sampling below reads the same ring
 
@@ -117,50 +118,37 @@ def measure(name: str, capacity: int, shape: tuple[int, ...], stacked: bool, arg
     return out
 
 
-def _flags(valid: np.ndarray):
-    from rljax.agents.offpolicy import ReplayItem
-
-    return ReplayItem(obs=(), action=(), reward=(), discount=(), next_obs=(), valid=valid)
-
-
 def _host_tree(prioritized, host, capacity: int):
     """The sum tree of ``host``'s items at the largest priority, over one flag an item (as the learner keeps it)."""
     import jax
 
-    tree = prioritized.init(_flags(np.bool_(False)), 0.6)
+    from types import SimpleNamespace
+
+    from rljax.actorlearner.offpolicy import flag_items
+
+    def flags(valid):
+        return flag_items(SimpleNamespace(valid=valid))
+
+    tree = prioritized.init(flags(np.bool_(False)), 0.6)
     add = jax.jit(prioritized.add, donate_argnums=(0,))
     for first in range(0, capacity, 4096):
-        tree = add(tree, _flags(np.ones(min(4096, capacity - first), bool)))
+        tree = add(tree, flags(np.ones(min(4096, capacity - first), bool)))
     return tree
 
 
-def _host_fetch(host, one):
-    """``fetch(tree, slots)``: the items at ``slots`` gathered from ``host`` by a callback in the compiled loop."""
-    import jax
-
-    from rljax.agents.offpolicy import ReplayItem
-
-    def fetch(tree, slots):
-        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((*slots.shape, *np.shape(x)), np.asarray(x).dtype), one)
-        return jax.pure_callback(lambda s: ReplayItem(**host.gather(np.asarray(s))), shapes, slots)
-
-    return fetch
-
-
-def _prioritized_update_ms(prioritized, tree, fetch, keys, args) -> tuple[float, np.ndarray, object]:
-    """The median time of an update's prioritised sampling (``fetch(tree, slots)`` reads the items),
-    the first key's slots ``[gradient_steps, batch]``, and the buffer (``tree`` is donated). Each step
-    sets its batch's priorities to the mean of its observations, so the next step's draw depends on
-    this one's items."""
+def _prioritized_update_ms(replay, tree, keys, args) -> tuple[float, np.ndarray, object]:
+    """The median time of an update's prioritised sampling by ``replay`` (a prioritised
+    :class:`~rljax.agents.offpolicy.Replay`), the first key's slots ``[gradient_steps, batch]``, and the
+    buffer (``tree`` is donated). Each step sets its batch's priorities to the mean of its
+    observations, so the next step's draw depends on this one's items."""
     import jax
     import jax.numpy as jnp
 
     def update(tree, key):
         def step(tree, k):
-            slots, _, weights = prioritized.sample(tree, jax.random.split(k)[0], args.batch_size, 1.0)
-            items = fetch(tree, slots)
+            slots, items, weights = replay.sample(tree, jax.random.split(k)[0], args.batch_size, 1.0)
             td = jnp.mean(items.obs.astype(jnp.float32), axis=tuple(range(1, items.obs.ndim))) * weights
-            return prioritized.update(tree, slots, td, items.valid), slots
+            return replay.update(tree, slots, td, items.valid), slots
 
         return jax.lax.scan(step, tree, jax.random.split(key, args.gradient_steps))
 

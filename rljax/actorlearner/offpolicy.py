@@ -43,7 +43,7 @@ from rljax.core.counters import Count
 from rljax.core.rollout import Transition
 from rljax.host.base import HostSpec
 
-__all__ = ["apex_epsilons", "offpolicy_algorithm", "offpolicy_program"]
+__all__ = ["apex_epsilons", "flag_items", "host_sampled", "offpolicy_algorithm", "offpolicy_program"]
 
 INITIAL_PRIORITIES = ("max", "td")
 """How items enter a prioritised replay on the host path: the largest priority so far, or their TD error."""
@@ -285,27 +285,37 @@ def _host_replay(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec
     return init, update
 
 
-def _flag(items: ReplayItem) -> ReplayItem:
-    """What the device keeps of an item whose data is in host memory: its ``valid`` flag."""
+def flag_items(items: Any) -> ReplayItem:
+    """What the device keeps of items (anything with their ``valid`` flags) whose data is in host
+    memory: the flags, the other fields empty; the items of a prioritised replay's tree."""
     return ReplayItem(obs=(), action=(), reward=(), discount=(), next_obs=(), valid=items.valid)
+
+
+def host_sampled(replay: Replay, buffer: Callable[[], HostReplay], item: Callable[[], Any]) -> Replay:
+    """``replay`` (prioritised, over :func:`flag_items`) whose ``sample`` draws its slots and weights
+    on the device and fetches the items at those slots from the :class:`HostReplay` ``buffer()`` with a
+    host callback in the compiled program. ``item()`` gives one item's shapes and dtypes (no batch
+    axis: arrays or ``jax.ShapeDtypeStruct``); both are called when the program is traced."""
+
+    def gather(indices: np.ndarray) -> ReplayItem:
+        return ReplayItem(**buffer().gather(np.asarray(indices)))
+
+    def sample(tree: Any, key: jax.Array, batch_size: int, beta: Any):
+        indices, _, weights = replay.sample(tree, key, batch_size, beta)
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((*indices.shape, *x.shape), x.dtype), item())
+        return indices, jax.pure_callback(gather, shapes, indices), weights
+
+    return replay._replace(sample=sample)
 
 
 def _host_prioritized(program: OffPolicyProgram, state: _LearnerState, spec: HostSpec,
                       new_buffer: Callable[[Any], HostReplay], initial_priority: str) -> tuple[Any, Any]:
     """:func:`_host_replay`'s prioritised case: :func:`_device_replay` over a buffer of flags
-    (:func:`_flag`), whose sampling fetches its slots' items from the :class:`HostReplay`."""
+    (:func:`flag_items`), sampled by :func:`host_sampled` from the :class:`HostReplay`."""
     host: list[Any] = [None, None, None]  # the HostReplay, the state last returned, an item's shapes
+    replay = host_sampled(program.replay, lambda: host[0], lambda: host[2])
 
-    def gather(indices: np.ndarray) -> ReplayItem:
-        return ReplayItem(**host[0].gather(np.asarray(indices)))
-
-    def sample(tree: Any, key: jax.Array, batch_size: int, beta: Any):
-        indices, _, weights = program.replay.sample(tree, key, batch_size, beta)
-        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size, *x.shape), x.dtype), host[2])
-        return indices, jax.pure_callback(gather, shapes, indices), weights
-
-    init_tree, update_tree = _device_replay(program, state, initial_priority,
-                                            replay=program.replay._replace(sample=sample), stored=_flag)
+    init_tree, update_tree = _device_replay(program, state, initial_priority, replay=replay, stored=flag_items)
 
     def init(key: jax.Array, obs: Any) -> tuple[Any, Any]:
         params, tree = init_tree(key, obs)
